@@ -1,0 +1,246 @@
+// Backend base: shape checks, the cost model hook and per-op records. The Do* work lives in
+// the backends.
+#include "kernels/backend.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/op_cost.h"
+#include "kernels/status_macros.h"
+
+namespace saturn {
+namespace {
+
+double NowUs() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Status Expect(bool ok, const char* op, const std::string& what) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
+}
+
+absl::Status ExpectShape(const char* op, const char* name, const Tensor& t, int64_t rows,
+                         int64_t cols) {
+  return Expect(t.rows == rows && t.cols == cols && t.data != nullptr, op,
+                absl::StrCat(name, " is ", t.ShapeString(), ", expected [", rows, ", ", cols,
+                             "]"));
+}
+
+absl::Status ExpectDType(const char* op, const char* name, const Tensor& t, DType d) {
+  return Expect(t.dtype == d, op,
+                absl::StrCat(name, " has dtype ", DTypeName(t.dtype), ", expected ", DTypeName(d)));
+}
+
+bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+
+}  // namespace
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    owner_ = o.owner_;
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.owner_ = nullptr;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::Reset() {
+  if (ptr_ != nullptr && owner_ != nullptr) owner_->Free(ptr_);
+  ptr_ = nullptr;
+  owner_ = nullptr;
+  bytes_ = 0;
+}
+
+template <typename Fn>
+absl::Status Backend::Run(OpKind kind, const OpCost& cost, Fn&& fn) {
+  const size_t index = ops_.size();
+  OpRecord rec;
+  rec.kind = kind;
+  rec.cost = cost;
+  rec.issue_begin_us = NowUs() - step_host_start_us_;
+  ops_.push_back(rec);
+  if (per_op_device_times_) MarkOpDeviceBegin(index);
+  absl::Status s = fn();
+  if (per_op_device_times_) MarkOpDeviceEnd(index);
+  ops_[index].issue_end_us = NowUs() - step_host_start_us_;
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(OpKindName(kind), ": ", s.message()));
+  }
+  return s;
+}
+
+absl::Status Backend::Embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  RETURN_IF_ERROR(ExpectDType("embedding", "ids", ids, DType::kI32));
+  RETURN_IF_ERROR(ExpectShape("embedding", "ids", ids, 1, ids.cols));
+  RETURN_IF_ERROR(ExpectShape("embedding", "out", out, ids.cols, table.cols));
+  RETURN_IF_ERROR(Expect(out.dtype == table.dtype, "embedding", "out and table dtypes differ"));
+  return Run(OpKind::kEmbedding, cost::Embedding(ids, table, out),
+             [&] { return DoEmbedding(ids, table, out); });
+}
+
+absl::Status Backend::Gemm(const Tensor& x, const Tensor& w, const Tensor& out) {
+  RETURN_IF_ERROR(Expect(x.cols == w.cols, "gemm",
+                         absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
+                                      " (inner dimensions differ)")));
+  RETURN_IF_ERROR(ExpectShape("gemm", "out", out, x.rows, w.rows));
+  RETURN_IF_ERROR(Expect(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(out.dtype), "gemm",
+                         "operands must be floating point"));
+  if (x.rows == 0) return absl::OkStatus();
+  return Run(OpKind::kGemm, cost::Gemm(x, w, out), [&] { return DoGemm(x, w, out); });
+}
+
+absl::Status Backend::RmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                              const Tensor& out) {
+  RETURN_IF_ERROR(ExpectShape("rms_norm", "weight", weight, 1, x.cols));
+  RETURN_IF_ERROR(ExpectShape("rms_norm", "out", out, x.rows, x.cols));
+  return Run(OpKind::kRmsNorm, cost::RmsNorm(x, weight),
+             [&] { return DoRmsNorm(x, weight, eps, out); });
+}
+
+absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                 float eps, const Tensor& out) {
+  RETURN_IF_ERROR(ExpectShape("add_rms_norm", "weight", weight, 1, x.cols));
+  RETURN_IF_ERROR(ExpectShape("add_rms_norm", "residual", residual, x.rows, x.cols));
+  RETURN_IF_ERROR(ExpectShape("add_rms_norm", "out", out, x.rows, x.cols));
+  return Run(OpKind::kAddRmsNorm, cost::AddRmsNorm(x, weight),
+             [&] { return DoAddRmsNorm(x, residual, weight, eps, out); });
+}
+
+absl::Status Backend::Rope(const Tensor& q, const Tensor& k, const Tensor& positions,
+                           int head_dim, float theta) {
+  RETURN_IF_ERROR(Expect(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be even"));
+  RETURN_IF_ERROR(Expect(q.cols % head_dim == 0 && k.cols % head_dim == 0, "rope",
+                         "q and k widths must be multiples of head_dim"));
+  RETURN_IF_ERROR(Expect(k.rows == q.rows, "rope", "q and k row counts differ"));
+  RETURN_IF_ERROR(ExpectDType("rope", "positions", positions, DType::kI32));
+  RETURN_IF_ERROR(ExpectShape("rope", "positions", positions, 1, q.rows));
+  return Run(OpKind::kRope, cost::Rope(q, k),
+             [&] { return DoRope(q, k, positions, head_dim, theta); });
+}
+
+absl::Status Backend::KvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                              const Tensor& k_cache, const Tensor& v_cache) {
+  RETURN_IF_ERROR(ExpectShape("kv_write", "v", v, k.rows, k.cols));
+  RETURN_IF_ERROR(ExpectDType("kv_write", "slot_mapping", slot_mapping, DType::kI32));
+  RETURN_IF_ERROR(ExpectShape("kv_write", "slot_mapping", slot_mapping, 1, k.rows));
+  RETURN_IF_ERROR(Expect(k_cache.cols == k.cols && v_cache.cols == k.cols, "kv_write",
+                         "cache width differs from k/v width"));
+  return Run(OpKind::kKvWrite, cost::KvWrite(k, v),
+             [&] { return DoKvWrite(k, v, slot_mapping, k_cache, v_cache); });
+}
+
+absl::Status Backend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                const AttentionBatch& batch, const AttentionShape& shape,
+                                const Tensor& out) {
+  RETURN_IF_ERROR(Expect(shape.num_heads > 0 && shape.num_kv_heads > 0 &&
+                             shape.num_heads % shape.num_kv_heads == 0,
+                         "attention", "num_heads must be a positive multiple of num_kv_heads"));
+  RETURN_IF_ERROR(ExpectShape("attention", "q", q, q.rows,
+                              static_cast<int64_t>(shape.num_heads) * shape.head_dim));
+  RETURN_IF_ERROR(ExpectShape("attention", "out", out, q.rows, q.cols));
+  RETURN_IF_ERROR(Expect(k_cache.cols == static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim &&
+                             v_cache.cols == k_cache.cols,
+                         "attention", "cache width must be num_kv_heads * head_dim"));
+  RETURN_IF_ERROR(ExpectShape("attention", "query_start", batch.query_start, 1,
+                              batch.num_seqs + 1));
+  RETURN_IF_ERROR(ExpectShape("attention", "context_lens", batch.context_lens, 1, batch.num_seqs));
+  RETURN_IF_ERROR(Expect(batch.block_tables.rows == batch.num_seqs, "attention",
+                         "block_tables must have one row per sequence"));
+  RETURN_IF_ERROR(Expect(
+      static_cast<int64_t>(batch.max_context_len) <= batch.block_tables.cols * shape.block_size,
+      "attention", "max_context_len exceeds the block table width"));
+  return Run(OpKind::kAttention, cost::Attention(q, k_cache, batch, shape),
+             [&] { return DoAttention(q, k_cache, v_cache, batch, shape, out); });
+}
+
+absl::Status Backend::SwiGlu(const Tensor& gate_up, const Tensor& out) {
+  RETURN_IF_ERROR(ExpectShape("swiglu", "out", out, gate_up.rows, gate_up.cols / 2));
+  RETURN_IF_ERROR(Expect(gate_up.cols % 2 == 0, "swiglu", "gate_up width must be even"));
+  return Run(OpKind::kSwiGlu, cost::SwiGlu(gate_up, out), [&] { return DoSwiGlu(gate_up, out); });
+}
+
+absl::Status Backend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  RETURN_IF_ERROR(ExpectShape("add", "b", b, a.rows, a.cols));
+  RETURN_IF_ERROR(ExpectShape("add", "out", out, a.rows, a.cols));
+  return Run(OpKind::kAdd, cost::Add(a), [&] { return DoAdd(a, b, out); });
+}
+
+absl::Status Backend::GatherRows(const Tensor& x, const Tensor& indices, const Tensor& out) {
+  RETURN_IF_ERROR(ExpectDType("gather_rows", "indices", indices, DType::kI32));
+  RETURN_IF_ERROR(ExpectShape("gather_rows", "out", out, indices.cols, x.cols));
+  RETURN_IF_ERROR(Expect(out.dtype == x.dtype, "gather_rows", "out and x dtypes differ"));
+  return Run(OpKind::kGatherRows, cost::GatherRows(out),
+             [&] { return DoGatherRows(x, indices, out); });
+}
+
+absl::Status Backend::Sample(const Tensor& logits, const SamplingBatch& p, const Tensor& tokens) {
+  const int64_t b = logits.rows;
+  RETURN_IF_ERROR(ExpectDType("sample", "logits", logits, DType::kF32));
+  RETURN_IF_ERROR(ExpectShape("sample", "tokens", tokens, 1, b));
+  RETURN_IF_ERROR(ExpectShape("sample", "temperature", p.temperature, 1, b));
+  RETURN_IF_ERROR(ExpectShape("sample", "top_k", p.top_k, 1, b));
+  RETURN_IF_ERROR(ExpectShape("sample", "top_p", p.top_p, 1, b));
+  RETURN_IF_ERROR(ExpectShape("sample", "seed", p.seed, 1, b));
+  RETURN_IF_ERROR(ExpectShape("sample", "step", p.step, 1, b));
+  RETURN_IF_ERROR(ExpectDType("sample", "seed", p.seed, DType::kI64));
+  return Run(OpKind::kSample, cost::Sample(logits), [&] { return DoSample(logits, p, tokens); });
+}
+
+absl::Status Backend::Copy(const Tensor& src, const Tensor& dst) {
+  RETURN_IF_ERROR(Expect(src.bytes() == dst.bytes() && src.dtype == dst.dtype, "copy",
+                         "src and dst differ in dtype or size"));
+  return Run(OpKind::kCopy, cost::Copy(src), [&] { return DoCopy(src, dst); });
+}
+
+void Backend::BeginStep(bool per_op_device_times) {
+  ops_.clear();
+  per_op_device_times_ = per_op_device_times;
+  step_host_start_us_ = NowUs();
+}
+
+absl::StatusOr<StepTiming> Backend::EndStep() {
+  StepTiming timing;
+  RETURN_IF_ERROR(ResolveDeviceTimes(&timing));
+  timing.ops = ops_;
+  timing.per_op_device_times = per_op_device_times_;
+  for (const OpRecord& op : timing.ops) timing.issue_us += op.issue_end_us - op.issue_begin_us;
+  if (per_op_device_times_) {
+    // Union of device intervals (ops on one stream do not overlap, but be safe).
+    std::vector<std::pair<double, double>> iv;
+    for (const OpRecord& op : timing.ops) {
+      if (op.device_begin_us >= 0) iv.emplace_back(op.device_begin_us, op.device_end_us);
+    }
+    std::sort(iv.begin(), iv.end());
+    double busy = 0, cur_b = -1, cur_e = -1;
+    for (auto [b, e] : iv) {
+      if (b > cur_e) {
+        if (cur_e > cur_b) busy += cur_e - cur_b;
+        cur_b = b;
+        cur_e = e;
+      } else {
+        cur_e = std::max(cur_e, e);
+      }
+    }
+    if (cur_e > cur_b) busy += cur_e - cur_b;
+    timing.device_busy_us = busy;
+    if (!iv.empty()) timing.device_span_us = cur_e - iv.front().first;
+  }
+  return timing;
+}
+
+absl::Status Backend::BeginGraphCapture() {
+  return absl::FailedPreconditionError(
+      absl::StrCat("the ", name(), " backend has no graph capture (CUDA graphs need --backend=cuda)"));
+}
+absl::StatusOr<int> Backend::EndGraphCapture() { return BeginGraphCapture(); }
+absl::Status Backend::ReplayGraph(int) { return BeginGraphCapture(); }
+
+}  // namespace saturn

@@ -1,0 +1,227 @@
+// The backend interface: every op the model needs, issued in order on one stream over
+// device-owned buffers. The CPU backend (kernels/cpu/) and the CUDA backend (kernels/cuda/)
+// implement the Do* virtuals; this base class checks shapes, attributes FLOPs and bytes from
+// the shapes (kernels/op_cost.h) and records one OpRecord per op for the diagnostics.
+//
+// Rules every implementation keeps:
+//  - Ops only enqueue work. Nothing in an op waits for the device or copies to the host;
+//    Download() and Synchronize() are the only host round trips.
+//  - Launch configuration depends only on shapes and on the host-side bounds in
+//    AttentionBatch, never on device data, so a decode step can be captured as a graph.
+//  - Errors are returned as absl::Status (shape errors at once, device faults at the next
+//    Synchronize/Download). Nothing aborts the process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/op_record.h"
+#include "kernels/tensor.h"
+
+namespace saturn {
+
+class Backend;
+
+// Owns one device allocation. Move-only; frees on destruction through its backend.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* owner, void* ptr, size_t bytes) : owner_(owner), ptr_(ptr), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Reset(); }
+
+  void Reset();
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  // A 2-D view of this buffer starting at byte `offset`. The caller keeps it in bounds.
+  Tensor View(DType dtype, int64_t rows, int64_t cols, size_t offset = 0) const {
+    return Tensor{static_cast<char*>(ptr_) + offset, dtype, rows, cols};
+  }
+
+ private:
+  Backend* owner_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Paged attention over a ragged batch. Sequence s owns query rows
+// [query_start[s], query_start[s+1]) of q; its context (cached tokens, including the ones
+// written by this step's KvWrite) has context_lens[s] tokens, the last query row being the
+// last context position (causal: query row i of a chunk of length L attends to positions
+// 0 .. context_len - L + i). Block b of a sequence lives in cache rows
+// [block_tables[s][b] * block_size, +block_size).
+struct AttentionBatch {
+  Tensor query_start;   // i32 [1, num_seqs + 1], device
+  Tensor context_lens;  // i32 [1, num_seqs], device
+  Tensor block_tables;  // i32 [num_seqs, max_blocks_per_seq], device
+  int num_seqs = 0;
+  int max_query_len = 0;    // host-known upper bound on any query chunk length
+  int max_context_len = 0;  // host-known upper bound on any context length
+  int64_t attended_pairs = 0;  // sum over query rows of positions attended (cost model only)
+  int64_t context_tokens = 0;  // sum over sequences of context_lens (cost model only)
+};
+
+struct AttentionShape {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 16;
+  float scale = 1.0f;
+};
+
+// Per-row sampling parameters, device-resident. temperature <= 0 means greedy; top_k <= 0
+// means off; top_p >= 1 means off. The random draw for a row is
+// SampleUniform(seed, step) (kernels/sampling_rng.h), so the same seed gives the same
+// tokens on every backend.
+struct SamplingBatch {
+  Tensor temperature;  // f32 [1, B]
+  Tensor top_k;        // i32 [1, B]
+  Tensor top_p;        // f32 [1, B]
+  Tensor seed;         // i64 [1, B]
+  Tensor step;         // i32 [1, B]: index of the token being generated for that request
+};
+
+// Measured at the end of a step: what the device did, per op.
+struct StepTiming {
+  std::vector<OpRecord> ops;    // in issue order
+  double issue_us = 0;          // host time spent inside op calls
+  double device_busy_us = 0;    // union of op device intervals
+  double device_span_us = 0;    // first op device start .. last op device end
+  bool per_op_device_times = false;  // false: only the step span was timed
+  bool graph_replayed = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;         // "cpu" or "cuda"
+  virtual std::string device_name() const = 0;  // e.g. "AMD EPYC (2 threads)", "NVIDIA H200"
+  // Precision of weights, activations and the KV cache on this backend.
+  virtual DType compute_dtype() const = 0;
+  virtual size_t device_memory_bytes() const = 0;  // total memory the backend may use
+  // One-op dispatch cost is measured by the calibrator; this says whether per-op device
+  // timing perturbs the device enough that it should be sampled rather than always on.
+  virtual bool per_op_timing_is_cheap() const = 0;
+
+  // --- memory ---------------------------------------------------------------------------
+  virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
+  // Copies host bytes into dst (same dtype, dst.bytes() bytes). The host memory must stay
+  // valid until the next Synchronize()/Download().
+  virtual absl::Status Upload(const void* host, const Tensor& dst) = 0;
+  // Converts host f32 values to dst.dtype and copies them (used for weights).
+  virtual absl::Status UploadF32(const float* host, const Tensor& dst) = 0;
+  // Waits for all issued work, then copies src into host memory.
+  virtual absl::Status Download(const Tensor& src, void* host) = 0;
+  virtual absl::Status Synchronize() = 0;
+
+  // --- ops (shapes checked here, work done by Do*) ----------------------------------------
+  // out[T, D] = table[ids[t], :]
+  absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& out);
+  // out[M, N] = x[M, K] * w[N, K]^T   (w in the HF [out_features, in_features] layout)
+  absl::Status Gemm(const Tensor& x, const Tensor& w, const Tensor& out);
+  // out = x / rms(x) * weight, row-wise
+  absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
+  // residual += x; out = rmsnorm(residual) * weight   (fused residual add + norm)
+  absl::Status AddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
+                          const Tensor& out);
+  // Rotary embedding in place on q [T, Hq*hd] and k [T, Hkv*hd] (rotate-half / NeoX pairing,
+  // as Hugging Face Llama), positions i32 [1, T].
+  absl::Status Rope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
+                    float theta);
+  // k_cache[slot[t], :] = k[t, :], same for v. slot i32 [1, T]; caches [rows, Hkv*hd].
+  absl::Status KvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                       const Tensor& k_cache, const Tensor& v_cache);
+  // out[T, Hq*hd] = softmax(q k^T * scale) v over the paged cache (see AttentionBatch).
+  absl::Status Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         const AttentionBatch& batch, const AttentionShape& shape,
+                         const Tensor& out);
+  // out[T, F] = silu(gate_up[:, :F]) * gate_up[:, F:]
+  absl::Status SwiGlu(const Tensor& gate_up, const Tensor& out);
+  // out = a + b (elementwise, same shape)
+  absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out);
+  // out[i, :] = x[indices[i], :]   indices i32 [1, R]
+  absl::Status GatherRows(const Tensor& x, const Tensor& indices, const Tensor& out);
+  // tokens i32 [1, B] drawn from logits f32 [B, V] (logits may be overwritten as scratch).
+  // Row semantics, identical on every backend: temperature <= 0 -> argmax (lowest index on
+  // ties). Otherwise z = logits / temperature; if top_k > 0 keep the top_k largest z (lower
+  // index wins ties); p = softmax over the kept; sort kept by p descending (lower index on
+  // ties); if top_p < 1 keep the shortest prefix whose mass reaches top_p (at least one);
+  // u = SampleUniform(seed, step) * kept mass; return the first token whose cumulative
+  // mass exceeds u.
+  absl::Status Sample(const Tensor& logits, const SamplingBatch& params, const Tensor& tokens);
+  // dst = src (same dtype and size); used by calibration to measure bandwidth
+  absl::Status Copy(const Tensor& src, const Tensor& dst);
+
+  // --- instrumentation --------------------------------------------------------------------
+  // Starts a step: clears the op list. per_op_device_times asks for each op's device
+  // interval (always true on the CPU backend, sampled on CUDA where it perturbs).
+  virtual void BeginStep(bool per_op_device_times);
+  // Waits for the step's work and returns its timings.
+  virtual absl::StatusOr<StepTiming> EndStep();
+
+  // --- CUDA graphs (backends without them return FAILED_PRECONDITION) ---------------------
+  virtual bool SupportsGraphs() const { return false; }
+  // Between Begin and End, ops are recorded into a graph instead of run.
+  virtual absl::Status BeginGraphCapture();
+  // Returns a handle for ReplayGraph.
+  virtual absl::StatusOr<int> EndGraphCapture();
+  virtual absl::Status ReplayGraph(int handle);
+  virtual size_t graph_memory_bytes() const { return 0; }
+
+  // Called by DeviceBuffer only.
+  virtual void Free(void* ptr) = 0;
+
+ protected:
+  virtual absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
+  virtual absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) = 0;
+  virtual absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                                 const Tensor& out) = 0;
+  virtual absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                    float eps, const Tensor& out) = 0;
+  virtual absl::Status DoRope(const Tensor& q, const Tensor& k, const Tensor& positions,
+                              int head_dim, float theta) = 0;
+  virtual absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                                 const Tensor& k_cache, const Tensor& v_cache) = 0;
+  virtual absl::Status DoAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                   const AttentionBatch& batch, const AttentionShape& shape,
+                                   const Tensor& out) = 0;
+  virtual absl::Status DoSwiGlu(const Tensor& gate_up, const Tensor& out) = 0;
+  virtual absl::Status DoAdd(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual absl::Status DoGatherRows(const Tensor& x, const Tensor& indices, const Tensor& out) = 0;
+  virtual absl::Status DoSample(const Tensor& logits, const SamplingBatch& params,
+                                const Tensor& tokens) = 0;
+  virtual absl::Status DoCopy(const Tensor& src, const Tensor& dst) = 0;
+
+  // Device-side timing hooks around op `index` of the current step (ops_[index]).
+  // CPU: host clock (the op ran synchronously). CUDA: events on the stream.
+  virtual void MarkOpDeviceBegin(size_t index) = 0;
+  virtual void MarkOpDeviceEnd(size_t index) = 0;
+  // Fills device_begin_us/device_end_us of ops_ once the step's work is complete.
+  virtual absl::Status ResolveDeviceTimes(StepTiming* timing) = 0;
+
+  // Current step's ops, appended by the op wrappers.
+  std::vector<OpRecord> ops_;
+  bool per_op_device_times_ = true;
+  double step_host_start_us_ = 0;
+
+ private:
+  // Records the op, times its issue and device interval, forwards errors.
+  template <typename Fn>
+  absl::Status Run(OpKind kind, const OpCost& cost, Fn&& fn);
+};
+
+// Creates the backend named by `kind`: "cpu", "cuda" or "auto" (CUDA when a device is
+// present, else CPU with one log line saying why). num_threads applies to the CPU backend
+// (0: all cores).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads = 0);
+
+}  // namespace saturn

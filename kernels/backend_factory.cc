@@ -1,0 +1,35 @@
+// CreateBackend: "cpu", "cuda" or "auto". Auto picks CUDA when a usable device exists and
+// otherwise falls back to the CPU backend with one log line saying why.
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#if defined(SATURN_WITH_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace saturn {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads) {
+  if (kind == "cpu") return CreateCpuBackend(num_threads);
+  if (kind != "cuda" && kind != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend: unknown value \"", kind, "\" (expected auto, cpu or cuda)"));
+  }
+#if defined(SATURN_WITH_CUDA)
+  absl::StatusOr<std::unique_ptr<Backend>> cuda = CreateCudaBackend(/*device=*/0);
+  if (cuda.ok() || kind == "cuda") return cuda;
+  std::cerr << "saturn: no usable CUDA device (" << cuda.status().message()
+            << "); using the CPU backend\n";
+#else
+  if (kind == "cuda") {
+    return absl::FailedPreconditionError(
+        "backend: this build has no CUDA backend (nvcc was not found at build time)");
+  }
+  std::cerr << "saturn: built without CUDA; using the CPU backend\n";
+#endif
+  return CreateCpuBackend(num_threads);
+}
+
+}  // namespace saturn

@@ -1,0 +1,62 @@
+#include "kernels/op_cost.h"
+
+namespace saturn::cost {
+namespace {
+double B(const Tensor& t) { return static_cast<double>(t.bytes()); }
+double N(const Tensor& t) { return static_cast<double>(t.numel()); }
+}  // namespace
+
+OpCost Embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  (void)table;
+  return {0.0, B(ids) + 2.0 * B(out)};  // gathered rows read once, written once
+}
+
+OpCost Gemm(const Tensor& x, const Tensor& w, const Tensor& out) {
+  const double m = x.rows, k = x.cols, n = w.rows;
+  return {2.0 * m * n * k, B(x) + B(w) + B(out)};
+}
+
+OpCost RmsNorm(const Tensor& x, const Tensor& weight) {
+  return {4.0 * N(x), 2.0 * B(x) + B(weight)};
+}
+
+OpCost AddRmsNorm(const Tensor& x, const Tensor& weight) {
+  // read x and residual, write residual and out
+  return {5.0 * N(x), 4.0 * B(x) + B(weight)};
+}
+
+OpCost Rope(const Tensor& q, const Tensor& k) {
+  // per rotated pair: 4 mul + 2 add; sin/cos counted as 2 ops each
+  const double pairs = (N(q) + N(k)) / 2.0;
+  return {10.0 * pairs, 2.0 * (B(q) + B(k))};
+}
+
+OpCost KvWrite(const Tensor& k, const Tensor& v) { return {0.0, 2.0 * (B(k) + B(v))}; }
+
+OpCost Attention(const Tensor& q, const Tensor& k_cache, const AttentionBatch& batch,
+                 const AttentionShape& shape) {
+  // QK^T and PV: 2 FLOPs each per (query row, attended position, head, head_dim element).
+  const double flops = 4.0 * static_cast<double>(batch.attended_pairs) * shape.num_heads *
+                       shape.head_dim;
+  // Each sequence's K and V are read once (all query heads of a KV group share the read).
+  const double kv_row_bytes = static_cast<double>(k_cache.cols) * DTypeSize(k_cache.dtype);
+  const double bytes = 2.0 * B(q) + 2.0 * kv_row_bytes * static_cast<double>(batch.context_tokens);
+  return {flops, bytes};
+}
+
+OpCost SwiGlu(const Tensor& gate_up, const Tensor& out) {
+  return {5.0 * N(out), B(gate_up) + B(out)};
+}
+
+OpCost Add(const Tensor& a) { return {N(a), 3.0 * B(a)}; }
+
+OpCost GatherRows(const Tensor& out) { return {0.0, 2.0 * B(out)}; }
+
+OpCost Sample(const Tensor& logits) {
+  // softmax (max, exp, sum, scale) plus the top-k/top-p selection pass
+  return {5.0 * N(logits), B(logits)};
+}
+
+OpCost Copy(const Tensor& src) { return {0.0, 2.0 * B(src)}; }
+
+}  // namespace saturn::cost

@@ -1,0 +1,87 @@
+// What one op cost: its kind and class, FLOPs and bytes from the shapes (kernels/op_cost.h),
+// the host time spent issuing it and, when timed, its device interval. Plain data shared by
+// the backend (which fills it) and the diagnostics (which read it from step records).
+#pragma once
+
+#include <cstdint>
+
+namespace saturn {
+
+enum class OpKind : uint8_t {
+  kEmbedding,
+  kGemm,
+  kRmsNorm,
+  kAddRmsNorm,
+  kRope,
+  kKvWrite,
+  kAttention,
+  kSwiGlu,
+  kAdd,
+  kGatherRows,
+  kSample,
+  kCopy,
+  kCount
+};
+
+// The classes the diagnostics break time down by.
+enum class OpClass : uint8_t { kGemm, kAttention, kNorm, kElementwise, kSampling, kCount };
+
+inline OpClass ClassOf(OpKind k) {
+  switch (k) {
+    case OpKind::kGemm: return OpClass::kGemm;
+    case OpKind::kAttention: return OpClass::kAttention;
+    case OpKind::kRmsNorm:
+    case OpKind::kAddRmsNorm: return OpClass::kNorm;
+    case OpKind::kSample: return OpClass::kSampling;
+    default: return OpClass::kElementwise;
+  }
+}
+
+inline const char* OpKindName(OpKind k) {
+  switch (k) {
+    case OpKind::kEmbedding: return "embedding";
+    case OpKind::kGemm: return "gemm";
+    case OpKind::kRmsNorm: return "rms_norm";
+    case OpKind::kAddRmsNorm: return "add_rms_norm";
+    case OpKind::kRope: return "rope";
+    case OpKind::kKvWrite: return "kv_write";
+    case OpKind::kAttention: return "attention";
+    case OpKind::kSwiGlu: return "swiglu";
+    case OpKind::kAdd: return "add";
+    case OpKind::kGatherRows: return "gather_rows";
+    case OpKind::kSample: return "sample";
+    case OpKind::kCopy: return "copy";
+    case OpKind::kCount: break;
+  }
+  return "?";
+}
+
+inline const char* OpClassName(OpClass c) {
+  switch (c) {
+    case OpClass::kGemm: return "gemm";
+    case OpClass::kAttention: return "attention";
+    case OpClass::kNorm: return "norm";
+    case OpClass::kElementwise: return "elementwise";
+    case OpClass::kSampling: return "sampling";
+    case OpClass::kCount: break;
+  }
+  return "?";
+}
+
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;  // fewest bytes the op must move through device memory
+};
+
+struct OpRecord {
+  OpKind kind = OpKind::kCount;
+  OpCost cost;
+  // Host clock, microseconds since the step began: time inside the op's issue call.
+  double issue_begin_us = 0;
+  double issue_end_us = 0;
+  // Device timeline, microseconds since the step began; negative when not timed.
+  double device_begin_us = -1;
+  double device_end_us = -1;
+};
+
+}  // namespace saturn
