@@ -1,0 +1,226 @@
+// CpuBackend: memory (aligned host allocations), upload/download (memcpy, f32 -> bf16/f16
+// conversion for weights), host-clock op timing and dispatch to the op files (ops.h).
+// Every op has finished when its call returns, so Synchronize is a no-op.
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace saturn {
+namespace {
+
+double NowUs() {  // the clock backend.cc uses for step_host_start_us_
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+uint16_t F32ToBf16(float f) {
+  uint32_t x = FloatBits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
+  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>(x >> 16);
+}
+
+// Rounds the 24-bit mantissa `m` right by `shift` bits, to nearest with ties to even.
+uint32_t ShiftRoundEven(uint32_t m, int shift) {
+  const uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1);
+  const uint32_t half = 1u << (shift - 1);
+  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+}
+
+uint16_t F32ToF16(float f) {
+  const uint32_t x = FloatBits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) {  // Inf or NaN (quiet, payload kept where it fits)
+    return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u);
+  }
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to Inf
+  const uint32_t e = a >> 23;
+  if (e >= 113) {  // normal half: rebias the exponent, round the mantissa (carry is correct)
+    return sign | static_cast<uint16_t>(ShiftRoundEven(a - (112u << 23), 13));
+  }
+  if (a < 0x33000000u) return sign;  // <= 2^-25 rounds to zero
+  // Subnormal half: value = m_h * 2^-24 with m_h = mantissa * 2^(e - 126).
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  return sign | static_cast<uint16_t>(ShiftRoundEven(m, static_cast<int>(126 - e)));
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t start = line.find_first_not_of(" \t", colon + 1);
+    if (start != std::string::npos) return line.substr(start);
+  }
+  return "unknown CPU";
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int num_threads)
+      : pool_(num_threads),
+        device_name_(absl::StrCat(CpuModelName(), " (", num_threads, " threads)")) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string device_name() const override { return device_name_; }
+  DType compute_dtype() const override { return DType::kF32; }
+  size_t device_memory_bytes() const override {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * page_size : 0;
+  }
+  bool per_op_timing_is_cheap() const override { return true; }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    // aligned_alloc wants a multiple of the alignment; zero bytes still gets a real pointer.
+    const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cpu backend: could not allocate ", bytes, " bytes"));
+    }
+    return DeviceBuffer(this, p, bytes);
+  }
+  void Free(void* ptr) override { std::free(ptr); }
+
+  absl::Status Upload(const void* host, const Tensor& dst) override {
+    if (dst.bytes() == 0) return absl::OkStatus();
+    if (host == nullptr || dst.data == nullptr) {
+      return absl::InvalidArgumentError("upload: null host or device pointer");
+    }
+    std::memcpy(dst.data, host, dst.bytes());
+    return absl::OkStatus();
+  }
+
+  absl::Status UploadF32(const float* host, const Tensor& dst) override {
+    const int64_t n = dst.numel();
+    if (n == 0) return absl::OkStatus();
+    if (host == nullptr || dst.data == nullptr) {
+      return absl::InvalidArgumentError("upload_f32: null host or device pointer");
+    }
+    switch (dst.dtype) {
+      case DType::kF32:
+        std::memcpy(dst.data, host, dst.bytes());
+        return absl::OkStatus();
+      case DType::kBF16:
+        for (int64_t i = 0; i < n; ++i) dst.as<uint16_t>()[i] = F32ToBf16(host[i]);
+        return absl::OkStatus();
+      case DType::kF16:
+        for (int64_t i = 0; i < n; ++i) dst.as<uint16_t>()[i] = F32ToF16(host[i]);
+        return absl::OkStatus();
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("upload_f32: destination dtype ",
+                                                       DTypeName(dst.dtype),
+                                                       " is not a floating-point type"));
+    }
+  }
+
+  absl::Status Download(const Tensor& src, void* host) override {
+    if (src.bytes() == 0) return absl::OkStatus();
+    if (host == nullptr || src.data == nullptr) {
+      return absl::InvalidArgumentError("download: null host or device pointer");
+    }
+    std::memcpy(host, src.data, src.bytes());
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ protected:
+  absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, const Tensor& out) override {
+    return cpu::Embedding(pool_, ids, table, out);
+  }
+  absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
+    return cpu::Gemm(x, w, out);
+  }
+  absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                         const Tensor& out) override {
+    return cpu::RmsNorm(pool_, x, weight, eps, out);
+  }
+  absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                            float eps, const Tensor& out) override {
+    return cpu::AddRmsNorm(pool_, x, residual, weight, eps, out);
+  }
+  absl::Status DoRope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
+                      float theta) override {
+    return cpu::Rope(pool_, q, k, positions, head_dim, theta);
+  }
+  absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                         const Tensor& k_cache, const Tensor& v_cache) override {
+    return cpu::KvWrite(pool_, k, v, slot_mapping, k_cache, v_cache);
+  }
+  absl::Status DoAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                           const AttentionBatch& batch, const AttentionShape& shape,
+                           const Tensor& out) override {
+    return cpu::Attention(pool_, q, k_cache, v_cache, batch, shape, out);
+  }
+  absl::Status DoSwiGlu(const Tensor& gate_up, const Tensor& out) override {
+    return cpu::SwiGlu(pool_, gate_up, out);
+  }
+  absl::Status DoAdd(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    return cpu::Add(pool_, a, b, out);
+  }
+  absl::Status DoGatherRows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
+    return cpu::GatherRows(pool_, x, indices, out);
+  }
+  absl::Status DoSample(const Tensor& logits, const SamplingBatch& params,
+                        const Tensor& tokens) override {
+    return cpu::Sample(pool_, logits, params, tokens);
+  }
+  absl::Status DoCopy(const Tensor& src, const Tensor& dst) override {
+    return cpu::Copy(pool_, src, dst);
+  }
+
+  // The op ran synchronously inside the call, so the host clock is its device interval.
+  void MarkOpDeviceBegin(size_t index) override {
+    ops_[index].device_begin_us = NowUs() - step_host_start_us_;
+  }
+  void MarkOpDeviceEnd(size_t index) override {
+    ops_[index].device_end_us = NowUs() - step_host_start_us_;
+  }
+  absl::Status ResolveDeviceTimes(StepTiming* timing) override {
+    timing->graph_replayed = false;
+    return absl::OkStatus();
+  }
+
+ private:
+  cpu::ThreadPool pool_;
+  const std::string device_name_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads) {
+  if (num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu backend: num_threads must be >= 0 (0: all cores), got ", num_threads));
+  }
+  if (num_threads == 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (num_threads <= 0) num_threads = 1;
+  openblas_set_num_threads(num_threads);
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+}
+
+}  // namespace saturn

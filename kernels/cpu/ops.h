@@ -1,0 +1,69 @@
+// Internal to the CPU backend: one entry point per op family (each in its own .cc), plus the
+// small vectorisable loops they share. Shapes were already checked by Backend (backend.cc);
+// these check only dtypes and device-data indices, returning a Status, never aborting.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace saturn::cpu {
+
+absl::Status Embedding(ThreadPool& pool, const Tensor& ids, const Tensor& table, const Tensor& out);
+absl::Status Gemm(const Tensor& x, const Tensor& w, const Tensor& out);
+absl::Status RmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps,
+                     const Tensor& out);
+absl::Status AddRmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& residual,
+                        const Tensor& weight, float eps, const Tensor& out);
+absl::Status Rope(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& positions,
+                  int head_dim, float theta);
+absl::Status KvWrite(ThreadPool& pool, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                     const Tensor& k_cache, const Tensor& v_cache);
+absl::Status Attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
+                       const Tensor& v_cache, const AttentionBatch& batch,
+                       const AttentionShape& shape, const Tensor& out);
+absl::Status SwiGlu(ThreadPool& pool, const Tensor& gate_up, const Tensor& out);
+absl::Status Add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);
+absl::Status GatherRows(ThreadPool& pool, const Tensor& x, const Tensor& indices,
+                        const Tensor& out);
+absl::Status Copy(ThreadPool& pool, const Tensor& src, const Tensor& dst);
+absl::Status Sample(ThreadPool& pool, const Tensor& logits, const SamplingBatch& params,
+                    const Tensor& tokens);
+
+// Rows per parallel chunk so that a chunk touches at least ~16K elements: smaller ops are
+// not worth waking a worker for.
+inline int64_t RowGrain(int64_t cols) { return cols >= 16384 ? 1 : 16384 / (cols > 0 ? cols : 1); }
+
+// f32 is the only compute dtype here; other float dtypes exist only as upload targets.
+inline absl::Status ExpectF32(const char* what, const Tensor& t) {
+  if (t.dtype == DType::kF32) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat(what, " has dtype ", DTypeName(t.dtype), "; the CPU backend computes in f32"));
+}
+
+inline absl::Status ExpectDType(const char* what, const Tensor& t, DType d) {
+  if (t.dtype == d) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " has dtype ", DTypeName(t.dtype), ", expected ", DTypeName(d)));
+}
+
+// Reductions with independent partial sums: without -ffast-math the compiler will not
+// reorder a single accumulator, but it does vectorise eight of them.
+inline float Dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+inline float SumSquares(const float* a, int64_t n) { return Dot(a, a, n); }
+
+}  // namespace saturn::cpu

@@ -1,0 +1,87 @@
+// Helpers shared by the CPU backend tests: device tensors filled from host vectors,
+// NaN-poisoned outputs, seeded random data and the normalised error against a float64
+// reference. Test-only; owns no test cases.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace saturn::testing {
+
+struct DevTensor {
+  DeviceBuffer buf;
+  Tensor t;
+};
+
+inline std::unique_ptr<Backend> MakeCpu(int threads) {
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(threads);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return std::move(*b);
+}
+
+inline DevTensor Empty(Backend& b, DType d, int64_t rows, int64_t cols) {
+  absl::StatusOr<DeviceBuffer> buf = b.Allocate(static_cast<size_t>(rows * cols) * DTypeSize(d));
+  EXPECT_TRUE(buf.ok()) << buf.status();
+  DevTensor out{std::move(*buf), {}};
+  out.t = out.buf.View(d, rows, cols);
+  return out;
+}
+
+template <typename T>
+DevTensor FromHost(Backend& b, DType d, int64_t rows, int64_t cols, const std::vector<T>& host) {
+  EXPECT_EQ(static_cast<int64_t>(host.size()), rows * cols);
+  EXPECT_EQ(sizeof(T), DTypeSize(d));
+  DevTensor out = Empty(b, d, rows, cols);
+  EXPECT_TRUE(b.Upload(host.data(), out.t).ok());
+  return out;
+}
+
+inline DevTensor F32(Backend& b, int64_t rows, int64_t cols, const std::vector<float>& host) {
+  return FromHost(b, DType::kF32, rows, cols, host);
+}
+inline DevTensor I32(Backend& b, int64_t rows, int64_t cols, const std::vector<int32_t>& host) {
+  return FromHost(b, DType::kI32, rows, cols, host);
+}
+// An f32 output filled with NaN, so any element an op fails to write shows in the error.
+inline DevTensor Poisoned(Backend& b, int64_t rows, int64_t cols) {
+  return F32(b, rows, cols,
+             std::vector<float>(rows * cols, std::numeric_limits<float>::quiet_NaN()));
+}
+
+template <typename T>
+std::vector<T> ToHost(Backend& b, const Tensor& t) {
+  std::vector<T> host(t.numel());
+  EXPECT_TRUE(b.Download(t, host.data()).ok());
+  return host;
+}
+
+inline std::vector<float> Random(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// ||out - ref|| / ||ref||; infinity when out holds a NaN (an unwritten or broken element).
+inline double RelErr(const std::vector<float>& out, const std::vector<double>& ref) {
+  EXPECT_EQ(out.size(), ref.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < out.size() && i < ref.size(); ++i) {
+    if (std::isnan(out[i])) return std::numeric_limits<double>::infinity();
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+constexpr double kTol = 1e-5;
+
+}  // namespace saturn::testing
