@@ -1,0 +1,74 @@
+// Request validation: every bad field becomes an InvalidArgument that names the field and
+// the limit it broke, so a client can fix its request without reading server logs.
+#include "engine/request.h"
+
+#include <cmath>
+#include <cstddef>
+
+#include "absl/strings/str_format.h"
+
+namespace saturn {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limits) {
+  const int vocab = limits.vocab_size;
+  if (req.prompt.empty()) {
+    return absl::InvalidArgumentError("prompt: must contain at least one token");
+  }
+  for (size_t i = 0; i < req.prompt.size(); ++i) {
+    const int t = req.prompt[i];
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "prompt[%d]: token id %d is outside the vocabulary [0, %d)", i, t, vocab));
+    }
+  }
+  const SamplingParams& s = req.sampling;
+  if (s.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_tokens: must be at least 1, got %d", s.max_tokens));
+  }
+  // 64-bit sum: a huge max_tokens must not wrap around and slip under the limit.
+  const int64_t total = static_cast<int64_t>(req.prompt.size()) + s.max_tokens;
+  if (total > limits.max_model_len) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prompt length %d + max_tokens %d exceeds the model context of %d tokens",
+                        req.prompt.size(), s.max_tokens, limits.max_model_len));
+  }
+  // Written so that NaN fails every comparison and lands in the error branch.
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrFormat("top_p: must be in (0, 1], got %g", s.top_p));
+  }
+  if (!(s.temperature >= 0.0f && std::isfinite(s.temperature))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("temperature: must be a finite value >= 0, got %g", s.temperature));
+  }
+  if (s.top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top_k: must be >= 0 (0 disables it), got %d", s.top_k));
+  }
+  for (size_t i = 0; i < s.stop_token_ids.size(); ++i) {
+    const int t = s.stop_token_ids[i];
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stop_token_ids[%d]: token id %d is outside the vocabulary [0, %d)", i, t, vocab));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace saturn

@@ -1,0 +1,210 @@
+// The scheduler's step logic. It owns the per-request mutable state (known tokens, how many
+// of them have KV computed, the block table) and must never touch the device, a clock or a
+// lock: the same calls in the same order always give the same plans.
+//
+//   known tokens:    [ p0 p1 p2 p3 p4 | o0 o1 ]     prompt, then sampled outputs
+//   num_computed:     ^^^^^^^^^^^^^^^^^^^^^         KV written for these
+//   next chunk:                          [o1]       min(known - computed, budget) tokens
+//
+// Preemption drops the KV and resets num_computed to 0; the known tokens are kept, so the
+// recompute chunk(s) end at the last output and sampling resumes at the next index.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace saturn {
+
+struct Scheduler::State {
+  int64_t id = 0;
+  SamplingParams sampling;
+  std::vector<int> tokens;  // prompt + outputs
+  int num_prompt = 0;
+  int num_computed = 0;
+  std::vector<int> block_table;
+  Usage usage;
+
+  int num_tokens() const { return static_cast<int>(tokens.size()); }
+  int num_outputs() const { return num_tokens() - num_prompt; }
+};
+
+Scheduler::Scheduler(const SchedulerConfig& config, int num_kv_blocks, int block_size)
+    : config_(config), blocks_(num_kv_blocks, block_size) {}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::SetLimits(int max_num_seqs, int max_num_batched_tokens) {
+  config_.max_num_seqs = max_num_seqs;
+  config_.max_num_batched_tokens = max_num_batched_tokens;
+}
+
+void Scheduler::Add(int64_t request_id, const GenerateRequest& request) {
+  // Ids come from the engine and are unique; a reused id replaces the old request rather
+  // than leaking its blocks.
+  if (states_.count(request_id) != 0) Cancel(request_id);
+  auto s = std::make_unique<State>();
+  s->id = request_id;
+  s->sampling = request.sampling;
+  s->tokens = request.prompt;
+  s->num_prompt = static_cast<int>(request.prompt.size());
+  s->usage.prompt_tokens = s->num_prompt;
+  states_.emplace(request_id, std::move(s));
+  waiting_.push_back(request_id);
+}
+
+bool Scheduler::Cancel(int64_t request_id) {
+  auto it = states_.find(request_id);
+  if (it == states_.end()) return false;
+  blocks_.Release(&it->second->block_table);
+  if (auto w = std::find(waiting_.begin(), waiting_.end(), request_id); w != waiting_.end()) {
+    waiting_.erase(w);
+  }
+  if (auto r = std::find(running_.begin(), running_.end(), request_id); r != running_.end()) {
+    running_.erase(r);
+  }
+  states_.erase(it);
+  return true;
+}
+
+void Scheduler::Preempt(State* s) {
+  blocks_.Release(&s->block_table);
+  s->num_computed = 0;
+  ++s->usage.num_preemptions;
+}
+
+// A chunk is prefill unless it is the single newest token of a request whose prompt is
+// already in the cache, i.e. an ordinary decode step.
+bool Scheduler::IsPrefill(const State& s) const {
+  return s.num_computed < s.num_prompt || s.num_computed < s.num_tokens() - 1;
+}
+
+namespace {
+
+void AddSeq(int64_t id, const std::vector<int>& tokens, int start, int num_new,
+            const std::vector<int>& block_table, bool is_prefill, const SamplingParams& sampling,
+            int num_outputs, StepPlan* plan) {
+  ScheduledSeq seq;
+  seq.request_id = id;
+  seq.token_ids.assign(tokens.begin() + start, tokens.begin() + start + num_new);
+  seq.start_position = start;
+  seq.block_table = block_table;
+  seq.is_prefill = is_prefill;
+  seq.sample = start + num_new == static_cast<int>(tokens.size());
+  if (seq.sample) {
+    seq.sampling = sampling;
+    seq.sample_step = num_outputs;
+  }
+  (is_prefill ? plan->num_prefill_tokens : plan->num_decode_tokens) += num_new;
+  plan->seqs.push_back(std::move(seq));
+}
+
+}  // namespace
+
+StepPlan Scheduler::Schedule() {
+  StepPlan plan;
+  int budget = config_.max_num_batched_tokens;
+
+  // Running requests, oldest first. Victims are taken from the back, which is never a
+  // request already scheduled this step (those are all in front of i).
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    State* s = states_.at(running_[i]).get();
+    const int num_new = std::min(s->num_tokens() - s->num_computed, budget);
+    if (num_new <= 0) {
+      ++i;
+      continue;
+    }
+    bool self_preempted = false;
+    while (!blocks_.EnsureCapacity(&s->block_table, s->num_computed + num_new)) {
+      const int64_t victim = running_.back();
+      running_.pop_back();
+      Preempt(states_.at(victim).get());
+      waiting_.push_front(victim);
+      plan.preempted.push_back(victim);
+      if (victim == s->id) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;  // everything after it was preempted already
+    AddSeq(s->id, s->tokens, s->num_computed, num_new, s->block_table, IsPrefill(*s), s->sampling,
+           s->num_outputs(), &plan);
+    budget -= num_new;
+    ++i;
+  }
+
+  // Waiting requests, strictly FCFS, only when memory was not tight this step: admitting
+  // right after a preemption would just thrash.
+  if (plan.preempted.empty()) {
+    while (!waiting_.empty() && budget > 0 &&
+           static_cast<int>(running_.size()) < config_.max_num_seqs) {
+      State* s = states_.at(waiting_.front()).get();
+      const int num_new = std::min(s->num_tokens() - s->num_computed, budget);
+      if (num_new > 0 && !blocks_.EnsureCapacity(&s->block_table, s->num_computed + num_new)) {
+        break;
+      }
+      waiting_.pop_front();
+      running_.push_back(s->id);
+      if (num_new > 0) {
+        AddSeq(s->id, s->tokens, s->num_computed, num_new, s->block_table, IsPrefill(*s),
+               s->sampling, s->num_outputs(), &plan);
+        budget -= num_new;
+      }
+    }
+  }
+
+  plan.num_waiting = num_waiting();
+  plan.num_running = num_running();
+  plan.kv_blocks_used = blocks_.num_used();
+  plan.kv_blocks_free = blocks_.num_free();
+  return plan;
+}
+
+std::vector<RequestUpdate> Scheduler::Update(const StepPlan& plan,
+                                             const std::vector<int>& sampled) {
+  std::vector<RequestUpdate> updates;
+  size_t next_sample = 0;
+  for (const ScheduledSeq& seq : plan.seqs) {
+    const bool has_token = seq.sample && next_sample < sampled.size();
+    const int token = has_token ? sampled[next_sample] : -1;
+    if (seq.sample) ++next_sample;
+
+    auto it = states_.find(seq.request_id);
+    // Cancelled between Schedule() and Update(); a request re-added under the same id in
+    // that window starts from 0 and does not match this chunk either.
+    if (it == states_.end() || it->second->num_computed != seq.start_position) continue;
+    State& s = *it->second;
+    s.num_computed += seq.num_new_tokens();
+    if (!seq.sample) continue;
+
+    RequestUpdate u;
+    u.request_id = s.id;
+    if (!has_token) {
+      // The runner returned fewer tokens than the plan asked for: without a token the
+      // request can never advance, so finish it rather than let it hang.
+      u.finish = FinishReason::kError;
+    } else {
+      s.tokens.push_back(token);
+      ++s.usage.completion_tokens;
+      u.new_tokens.push_back(token);
+      const auto& stops = s.sampling.stop_token_ids;
+      if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+        u.finish = FinishReason::kStop;
+      } else if (token == config_.eos_token_id && !s.sampling.ignore_eos) {
+        u.finish = FinishReason::kStop;
+      } else if (s.num_outputs() >= s.sampling.max_tokens) {
+        u.finish = FinishReason::kLength;
+      } else if (s.num_tokens() >= config_.max_model_len) {
+        u.finish = FinishReason::kLength;
+      }
+    }
+    u.usage = s.usage;
+    if (u.finish != FinishReason::kNone) {
+      blocks_.Release(&s.block_table);
+      running_.erase(std::remove(running_.begin(), running_.end(), s.id), running_.end());
+      states_.erase(it);
+    }
+    updates.push_back(std::move(u));
+  }
+  return updates;
+}
+
+}  // namespace saturn

@@ -1,0 +1,109 @@
+// The scheduler: one unified step in the manner of vLLM v1. Each step it walks the running
+// requests first (oldest first), then the waiting ones (FCFS), giving each the tokens it
+// needs to catch its computed tokens up with its known tokens, under a per-step token
+// budget (max_num_batched_tokens) and max_num_seqs. Long prompts are prefilled in chunks
+// that share steps with decodes. When KV blocks run out, the newest running request is
+// preempted (its blocks freed, to be recomputed later) and put at the front of the queue.
+//
+// Pure, deterministic CPU code: Schedule() returns a plain StepPlan, Update() takes the
+// runner's sampled tokens. No timing, no threads, no device.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/request.h"
+
+namespace saturn {
+
+struct SchedulerConfig {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 2048;
+  int eos_token_id = 2;
+};
+
+// One sequence's share of a step.
+struct ScheduledSeq {
+  int64_t request_id = 0;
+  std::vector<int> token_ids;    // the chunk's input tokens (num_new_tokens of them)
+  int start_position = 0;        // position of token_ids[0] == tokens already computed
+  std::vector<int> block_table;  // covers start_position + token_ids.size() tokens
+  bool is_prefill = false;       // chunk computes tokens the request already knew (prompt or
+                                 // recompute after preemption) rather than one decode token
+  bool sample = false;           // chunk ends at the last known token: sample the next one
+  // Sampling inputs when sample is true.
+  SamplingParams sampling;
+  int sample_step = 0;           // index of the output token being drawn (0 = first)
+
+  int num_new_tokens() const { return static_cast<int>(token_ids.size()); }
+  int context_len() const { return start_position + num_new_tokens(); }
+};
+
+struct StepPlan {
+  std::vector<ScheduledSeq> seqs;  // running requests first, then newly admitted ones
+  int num_prefill_tokens = 0;
+  int num_decode_tokens = 0;
+  std::vector<int64_t> preempted;  // preempted during this Schedule() call
+  // State after scheduling, for the step record.
+  int num_waiting = 0;
+  int num_running = 0;
+  int kv_blocks_used = 0;
+  int kv_blocks_free = 0;
+
+  bool empty() const { return seqs.empty(); }
+  int num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
+};
+
+// What happened to one request as a result of a step.
+struct RequestUpdate {
+  int64_t request_id = 0;
+  std::vector<int> new_tokens;  // 0 or 1 token
+  FinishReason finish = FinishReason::kNone;
+  Usage usage;                  // running totals
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, int num_kv_blocks, int block_size);
+  ~Scheduler();  // out of line: State is defined in scheduler.cc
+
+  // Changes the step limits; takes effect at the next Schedule().
+  void SetLimits(int max_num_seqs, int max_num_batched_tokens);
+  const SchedulerConfig& config() const { return config_; }
+
+  // Adds a validated request to the back of the waiting queue.
+  void Add(int64_t request_id, const GenerateRequest& request);
+  // Removes a request wherever it is (waiting, running, preempted) and frees its blocks.
+  // Returns false if the id is unknown (already finished).
+  bool Cancel(int64_t request_id);
+
+  StepPlan Schedule();
+  // sampled[i] is the token drawn for the i-th seq of `plan` that has sample == true.
+  // Returns one update per scheduled request that produced a token or finished; finished
+  // requests have released their blocks.
+  std::vector<RequestUpdate> Update(const StepPlan& plan, const std::vector<int>& sampled);
+
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+  const BlockManager& blocks() const { return blocks_; }
+
+ private:
+  struct State;
+  // Frees the state's blocks and resets it to recompute from scratch.
+  void Preempt(State* s);
+  bool IsPrefill(const State& s) const;
+
+  SchedulerConfig config_;
+  BlockManager blocks_;
+  std::unordered_map<int64_t, std::unique_ptr<State>> states_;
+  std::deque<int64_t> waiting_;   // FCFS; preempted requests go to the front
+  std::vector<int64_t> running_;  // admission order (oldest first)
+};
+
+}  // namespace saturn

@@ -1,0 +1,419 @@
+// Scheduler: chunked prefill, limits, FCFS, preemption and recompute, cancellation, stop
+// conditions, and a seeded stress run, all driven through Schedule()/Update() with a fake
+// deterministic "model" standing in for the runner.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace saturn {
+namespace {
+
+SchedulerConfig Config(int max_num_seqs, int max_tokens_per_step, int max_model_len = 2048) {
+  SchedulerConfig c;
+  c.max_num_seqs = max_num_seqs;
+  c.max_num_batched_tokens = max_tokens_per_step;
+  c.max_model_len = max_model_len;
+  c.eos_token_id = 2;
+  return c;
+}
+
+// Prompt of n tokens starting at `first`; ignore_eos so the fake model's tokens never stop it.
+GenerateRequest Req(int n, int max_tokens, int first = 10) {
+  GenerateRequest r;
+  for (int i = 0; i < n; ++i) r.prompt.push_back(first + i);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+// The fake model's greedy choice: a hash of the whole context, never the eos id.
+int NextToken(const std::vector<int>& context) {
+  uint64_t h = 1469598103934665603ull;
+  for (int t : context) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
+  return 3 + static_cast<int>(h % 97);
+}
+
+std::vector<int> Reference(const GenerateRequest& r) {
+  std::vector<int> ctx = r.prompt, out;
+  while (static_cast<int>(out.size()) < r.sampling.max_tokens) {
+    out.push_back(NextToken(ctx));
+    ctx.push_back(out.back());
+  }
+  return out;
+}
+
+// Plays the runner: keeps what each request's KV "holds", checks every plan against it and
+// feeds back the fake model's tokens.
+struct Sim {
+  Scheduler sched;
+  std::map<int64_t, std::vector<int>> kv;
+  std::map<int64_t, std::vector<int>> out;
+  std::map<int64_t, RequestUpdate> finished;
+  int preemptions = 0;
+
+  Sim(const SchedulerConfig& c, int blocks, int block_size) : sched(c, blocks, block_size) {}
+
+  void Add(int64_t id, const GenerateRequest& r) { sched.Add(id, r); }
+
+  std::vector<RequestUpdate> Feed(const StepPlan& plan) {
+    std::vector<int> sampled;
+    std::set<int> blocks_in_step;
+    for (const ScheduledSeq& s : plan.seqs) {
+      std::vector<int>& ctx = kv[s.request_id];
+      EXPECT_EQ(s.start_position, static_cast<int>(ctx.size())) << "id " << s.request_id;
+      ctx.insert(ctx.end(), s.token_ids.begin(), s.token_ids.end());
+      EXPECT_GE(static_cast<int>(s.block_table.size()), sched.blocks().BlocksFor(s.context_len()));
+      for (int b : s.block_table) EXPECT_TRUE(blocks_in_step.insert(b).second) << "shared " << b;
+      if (s.sample) {
+        EXPECT_EQ(s.sample_step, static_cast<int>(out[s.request_id].size()));
+        sampled.push_back(NextToken(ctx));
+      }
+    }
+    auto updates = sched.Update(plan, sampled);
+    for (const RequestUpdate& u : updates) {
+      auto& o = out[u.request_id];
+      o.insert(o.end(), u.new_tokens.begin(), u.new_tokens.end());
+      if (u.finish != FinishReason::kNone) {
+        finished[u.request_id] = u;
+        kv.erase(u.request_id);
+      }
+    }
+    return updates;
+  }
+
+  StepPlan Step() {
+    StepPlan plan = sched.Schedule();
+    for (int64_t id : plan.preempted) kv[id].clear();
+    preemptions += static_cast<int>(plan.preempted.size());
+    EXPECT_LE(plan.num_tokens(), sched.config().max_num_batched_tokens);
+    EXPECT_EQ(plan.kv_blocks_used + plan.kv_blocks_free, sched.blocks().num_blocks());
+    Feed(plan);
+    return plan;
+  }
+
+  void RunAll(int max_steps = 10000) {
+    for (int i = 0; i < max_steps && sched.HasWork(); ++i) Step();
+    EXPECT_FALSE(sched.HasWork());
+  }
+};
+
+TEST(SchedulerTest, ChunkedPrefillSharesStepsWithDecodes) {
+  Sim sim(Config(8, 8), 64, 4);
+  sim.Add(1, Req(3, 10));
+  StepPlan p = sim.Step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_TRUE(p.seqs[0].is_prefill);
+  EXPECT_TRUE(p.seqs[0].sample);
+  EXPECT_EQ(p.num_prefill_tokens, 3);
+
+  sim.Add(2, Req(20, 5, 50));
+  const int chunk_starts[] = {0, 7, 14};
+  for (int step = 0; step < 3; ++step) {
+    p = sim.Step();
+    ASSERT_EQ(p.seqs.size(), 2u);
+    const ScheduledSeq& a = p.seqs[0];
+    const ScheduledSeq& b = p.seqs[1];
+    EXPECT_EQ(a.request_id, 1);  // running request first
+    EXPECT_FALSE(a.is_prefill);
+    EXPECT_TRUE(a.sample);
+    EXPECT_EQ(a.num_new_tokens(), 1);
+    EXPECT_EQ(a.sample_step, step + 1);
+    EXPECT_EQ(b.request_id, 2);
+    EXPECT_TRUE(b.is_prefill);
+    EXPECT_EQ(b.start_position, chunk_starts[step]);
+    EXPECT_EQ(b.num_new_tokens(), step < 2 ? 7 : 6);
+    EXPECT_EQ(b.token_ids.front(), 50 + chunk_starts[step]);
+    EXPECT_EQ(b.sample, step == 2);  // only the chunk ending at the last prompt token
+    EXPECT_EQ(p.num_decode_tokens, 1);
+    EXPECT_EQ(p.num_prefill_tokens, b.num_new_tokens());
+  }
+  p = sim.Step();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_FALSE(p.seqs[1].is_prefill);
+  EXPECT_EQ(p.num_decode_tokens, 2);
+  sim.RunAll();
+  EXPECT_EQ(sim.out[1], Reference(Req(3, 10)));
+  EXPECT_EQ(sim.out[2], Reference(Req(20, 5, 50)));
+}
+
+TEST(SchedulerTest, MaxNumSeqsIsRespected) {
+  Sim sim(Config(2, 1000), 64, 4);
+  sim.Add(1, Req(4, 1));
+  sim.Add(2, Req(4, 3));
+  sim.Add(3, Req(4, 3));
+  sim.Add(4, Req(4, 3));
+  StepPlan p = sim.Step();
+  EXPECT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.num_running, 2);  // state after Schedule(); request 1 finishes in Update
+  EXPECT_EQ(p.num_waiting, 2);
+  p = sim.Step();  // request 1 finished: one slot opens for request 3
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].request_id, 2);
+  EXPECT_EQ(p.seqs[1].request_id, 3);
+  EXPECT_EQ(p.num_running, 2);
+  sim.RunAll();
+  EXPECT_EQ(sim.finished.size(), 4u);
+}
+
+TEST(SchedulerTest, AdmitsInArrivalOrderWithoutSkippingAhead) {
+  Sim sim(Config(8, 1000), 4, 4);
+  sim.Add(7, Req(8, 2));   // 2 blocks
+  sim.Add(3, Req(12, 2));  // 3 blocks: does not fit next to 7
+  sim.Add(5, Req(2, 2));   // would fit, but must wait behind 3
+  StepPlan p = sim.Step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].request_id, 7);
+  EXPECT_EQ(p.num_waiting, 2);
+  sim.Step();  // 7 finishes
+  p = sim.Step();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].request_id, 3);
+  EXPECT_EQ(p.seqs[1].request_id, 5);
+  sim.RunAll();
+  EXPECT_EQ(sim.sched.blocks().num_free(), 4);
+}
+
+TEST(SchedulerTest, PreemptsNewestAndRequeuesItAtTheFront) {
+  Sim sim(Config(8, 1000), 4, 4);
+  for (int id = 1; id <= 4; ++id) sim.Add(id, Req(4, 10, 10 * id));
+  StepPlan p = sim.Step();  // each prompt fills one block; 5 known tokens after sampling
+  EXPECT_EQ(p.kv_blocks_free, 0);
+  p = sim.Step();  // 1 and 2 each need a second block: 4, then 3 are evicted
+  EXPECT_EQ(p.preempted, (std::vector<int64_t>{4, 3}));
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].request_id, 1);
+  EXPECT_EQ(p.seqs[1].request_id, 2);
+  EXPECT_EQ(p.num_running, 2);
+  EXPECT_EQ(p.num_waiting, 2);
+
+  // Free the room: 3 (preempted last, so at the very front) recomputes before 4.
+  ASSERT_TRUE(sim.sched.Cancel(1));
+  ASSERT_TRUE(sim.sched.Cancel(2));
+  p = sim.sched.Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].request_id, 3);
+  EXPECT_EQ(p.seqs[1].request_id, 4);
+  for (const ScheduledSeq& s : p.seqs) {
+    EXPECT_EQ(s.start_position, 0);
+    EXPECT_EQ(s.num_new_tokens(), 5);  // prompt + the one output sampled before eviction
+    EXPECT_TRUE(s.is_prefill);
+    EXPECT_TRUE(s.sample);
+    EXPECT_EQ(s.sample_step, 1);
+  }
+  auto updates = sim.Feed(p);
+  ASSERT_EQ(updates.size(), 2u);
+  EXPECT_EQ(updates[0].usage.num_preemptions, 1);
+  EXPECT_EQ(updates[0].usage.completion_tokens, 2);
+  sim.RunAll();
+  EXPECT_EQ(sim.out[3], Reference(Req(4, 10, 30)));
+  EXPECT_EQ(sim.out[4], Reference(Req(4, 10, 40)));
+}
+
+TEST(SchedulerTest, NewestRunningRequestCanPreemptItself) {
+  Sim sim(Config(8, 1000), 3, 4);
+  sim.Add(1, Req(3, 4));
+  sim.Add(2, Req(8, 4, 40));
+  sim.Step();
+  StepPlan p = sim.Step();  // 1 fits in its block; 2 needs a third block: none left
+  EXPECT_EQ(p.preempted, (std::vector<int64_t>{2}));
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].request_id, 1);
+  EXPECT_EQ(p.num_waiting, 1);
+  sim.RunAll();
+  EXPECT_EQ(sim.out[1], Reference(Req(3, 4)));
+  EXPECT_EQ(sim.out[2], Reference(Req(8, 4, 40)));
+  EXPECT_EQ(sim.finished[2].usage.num_preemptions, 1);
+}
+
+// Same workload with ample KV and with KV so tight that requests keep being preempted:
+// greedy outputs must match each other and the unbatched reference.
+TEST(SchedulerTest, GreedyOutputsSurvivePreemption) {
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(Req(5 + 4 * i, 12 + i, 100 * i));
+  auto run = [&](int blocks, int budget) {
+    Sim sim(Config(6, budget), blocks, 4);
+    for (int i = 0; i < 8; ++i) sim.Add(i, reqs[i]);
+    sim.RunAll();
+    EXPECT_EQ(sim.sched.blocks().num_free(), blocks);
+    int reported = 0;
+    for (auto& [id, u] : sim.finished) {
+      EXPECT_EQ(u.finish, FinishReason::kLength);
+      EXPECT_EQ(u.usage.prompt_tokens, static_cast<int>(reqs[id].prompt.size()));
+      EXPECT_EQ(u.usage.completion_tokens, reqs[id].sampling.max_tokens);
+      reported += u.usage.num_preemptions;
+    }
+    EXPECT_EQ(reported, sim.preemptions);
+    return std::make_pair(sim.out, sim.preemptions);
+  };
+  auto [ample, ample_preempt] = run(1000, 32);
+  auto [tight, tight_preempt] = run(16, 32);  // the longest request needs 13 blocks
+  EXPECT_EQ(ample_preempt, 0);
+  EXPECT_GT(tight_preempt, 0);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(ample[i], Reference(reqs[i])) << i;
+    EXPECT_EQ(tight[i], ample[i]) << i;
+  }
+}
+
+TEST(SchedulerTest, CancelReturnsBlocksAtEveryStage) {
+  // Waiting (never scheduled).
+  Sim sim(Config(8, 6), 8, 4);
+  sim.Add(1, Req(10, 5));
+  EXPECT_TRUE(sim.sched.Cancel(1));
+  EXPECT_FALSE(sim.sched.HasWork());
+
+  // Mid-prefill: first chunk of a 10-token prompt computed.
+  sim.Add(2, Req(10, 5));
+  StepPlan p = sim.Step();
+  EXPECT_FALSE(p.seqs[0].sample);
+  EXPECT_GT(sim.sched.blocks().num_used(), 0);
+  EXPECT_TRUE(sim.sched.Cancel(2));
+  EXPECT_EQ(sim.sched.blocks().num_free(), 8);
+
+  // Mid-decode.
+  sim.Add(3, Req(4, 5));
+  sim.Step();
+  sim.Step();
+  EXPECT_EQ(sim.out[3].size(), 2u);
+  EXPECT_TRUE(sim.sched.Cancel(3));
+  EXPECT_EQ(sim.sched.blocks().num_free(), 8);
+  EXPECT_FALSE(sim.sched.Cancel(3));  // already gone
+
+  // Preempted, waiting to recompute.
+  sim.Add(4, Req(15, 20));
+  sim.Add(5, Req(15, 20, 40));
+  for (int i = 0; i < 50 && sim.preemptions == 0; ++i) sim.Step();
+  ASSERT_GT(sim.preemptions, 0);
+  EXPECT_TRUE(sim.sched.Cancel(5));
+  EXPECT_TRUE(sim.sched.Cancel(4));
+  EXPECT_EQ(sim.sched.blocks().num_free(), 8);
+  EXPECT_FALSE(sim.sched.HasWork());
+
+  // Between Schedule() and Update(): the update skips it.
+  sim.Add(6, Req(2, 5));
+  sim.Add(7, Req(2, 5, 70));
+  p = sim.sched.Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_TRUE(sim.sched.Cancel(6));
+  auto updates = sim.sched.Update(p, {11, 12});
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].request_id, 7);
+  EXPECT_EQ(updates[0].new_tokens, std::vector<int>{12});
+  EXPECT_TRUE(sim.sched.Cancel(7));
+  EXPECT_EQ(sim.sched.blocks().num_free(), 8);
+  EXPECT_FALSE(sim.sched.Cancel(12345));
+}
+
+TEST(SchedulerTest, StopConditions) {
+  Scheduler s(Config(8, 100, /*max_model_len=*/10), 16, 4);
+  auto step = [&](int token) {
+    StepPlan p = s.Schedule();
+    EXPECT_EQ(p.seqs.size(), 1u);
+    auto u = s.Update(p, {token});
+    EXPECT_EQ(u.size(), 1u);
+    return u.empty() ? RequestUpdate{} : u[0];
+  };
+
+  GenerateRequest r = Req(3, 5);
+  r.sampling.ignore_eos = false;
+  r.sampling.stop_token_ids = {7, 8};
+  s.Add(1, r);
+  EXPECT_EQ(step(5).finish, FinishReason::kNone);
+  RequestUpdate u = step(8);
+  EXPECT_EQ(u.finish, FinishReason::kStop);
+  EXPECT_EQ(u.new_tokens, std::vector<int>{8});  // the stop token is still reported
+  EXPECT_EQ(u.usage.prompt_tokens, 3);
+  EXPECT_EQ(u.usage.completion_tokens, 2);
+  EXPECT_EQ(s.blocks().num_free(), 16);
+  EXPECT_FALSE(s.HasWork());
+
+  s.Add(2, r);  // eos stops unless ignored
+  EXPECT_EQ(step(2).finish, FinishReason::kStop);
+  r.sampling.ignore_eos = true;
+  s.Add(3, r);
+  EXPECT_EQ(step(2).finish, FinishReason::kNone);
+  EXPECT_TRUE(s.Cancel(3));
+
+  r.sampling.max_tokens = 3;  // max_tokens
+  s.Add(4, r);
+  EXPECT_EQ(step(5).finish, FinishReason::kNone);
+  EXPECT_EQ(step(5).finish, FinishReason::kNone);
+  u = step(5);
+  EXPECT_EQ(u.finish, FinishReason::kLength);
+  EXPECT_EQ(u.usage.completion_tokens, 3);
+
+  s.Add(5, Req(8, 100));  // max_model_len 10 reached after 2 outputs
+  EXPECT_EQ(step(5).finish, FinishReason::kNone);
+  EXPECT_EQ(step(5).finish, FinishReason::kLength);
+  EXPECT_EQ(s.blocks().num_free(), 16);
+  EXPECT_FALSE(s.HasWork());
+}
+
+TEST(SchedulerTest, MissingSampledTokenFinishesWithError) {
+  Scheduler s(Config(8, 100), 16, 4);
+  s.Add(1, Req(3, 5));
+  auto u = s.Update(s.Schedule(), {});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].finish, FinishReason::kError);
+  EXPECT_EQ(s.blocks().num_free(), 16);
+  EXPECT_FALSE(s.HasWork());
+}
+
+TEST(SchedulerTest, SetLimitsAppliesToNextSchedule) {
+  Sim sim(Config(8, 100), 64, 4);
+  sim.sched.SetLimits(1, 4);
+  sim.Add(1, Req(10, 3));
+  sim.Add(2, Req(10, 3, 50));
+  StepPlan p = sim.Step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].num_new_tokens(), 4);
+  EXPECT_EQ(sim.sched.config().max_num_seqs, 1);
+  sim.sched.SetLimits(2, 100);
+  p = sim.Step();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].num_new_tokens(), 6);
+  EXPECT_EQ(p.seqs[1].num_new_tokens(), 10);
+  sim.RunAll();
+  EXPECT_EQ(sim.out[1], Reference(Req(10, 3)));
+}
+
+TEST(SchedulerTest, SeededStressEndsWithAllBlocksFree) {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    std::mt19937 rng(seed);
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    Sim sim(Config(6, 24, 128), 24, 4);  // longest request: 70 tokens = 18 blocks
+    std::vector<int64_t> ids;
+    int64_t next_id = 0;
+    for (int i = 0; i < 3000; ++i) {
+      const int action = uniform(0, 99);
+      if (action < 25) {
+        GenerateRequest r = Req(uniform(1, 40), uniform(1, 30), uniform(3, 50));
+        if (uniform(0, 3) == 0) r.sampling.stop_token_ids = {uniform(3, 99)};
+        sim.Add(next_id, r);
+        ids.push_back(next_id++);
+      } else if (action < 33 && !ids.empty()) {
+        const int64_t id = ids[uniform(0, static_cast<int>(ids.size()) - 1)];
+        sim.sched.Cancel(id);
+        sim.kv.erase(id);
+      } else if (action < 36) {
+        sim.sched.SetLimits(uniform(1, 8), uniform(1, 40));
+      } else {
+        sim.Step();
+      }
+      EXPECT_EQ(sim.sched.blocks().num_used() + sim.sched.blocks().num_free(), 24);
+    }
+    sim.sched.SetLimits(6, 24);
+    sim.RunAll();
+    EXPECT_EQ(sim.sched.blocks().num_free(), 24) << "seed " << seed;
+    EXPECT_GT(sim.preemptions, 0) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace saturn
