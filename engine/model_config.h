@@ -1,0 +1,44 @@
+// Model shape: the built-in presets and Hugging Face Llama config.json parsing. Owns no
+// weights (engine/weights.h) and no device state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace saturn {
+
+struct ModelConfig {
+  std::string name;          // preset name or checkpoint directory
+  int vocab_size = 0;
+  int hidden_size = 0;       // d_model
+  int intermediate_size = 0; // SwiGLU inner width
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;      // GQA: num_heads % num_kv_heads == 0
+  int head_dim = 0;          // hidden_size / num_heads unless config.json says otherwise
+  int max_position_embeddings = 0;  // the model's context length
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  bool tie_word_embeddings = true;
+  int bos_token_id = 1;
+  int eos_token_id = 2;
+
+  // Parameter count (embedding counted once when tied).
+  int64_t NumParameters() const;
+  // Checks internal consistency; the error names the field and the limit.
+  absl::Status Validate() const;
+};
+
+// "tiny" (a few million parameters, for tests), "small" (~100M, the default) or "1b"
+// (Llama-3.2-1B shape).
+absl::StatusOr<ModelConfig> PresetConfig(const std::string& name);
+// The preset names, comma-separated, for error messages and --help.
+std::string PresetNames();
+
+// Parses a Hugging Face config.json (LlamaForCausalLM / model_type "llama"). Unsupported
+// architectures and missing fields are errors naming the field.
+absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& name);
+
+}  // namespace saturn

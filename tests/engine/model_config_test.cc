@@ -1,0 +1,199 @@
+// Tests for engine/model_config.h: preset shapes and parameter counts, validation errors, and
+// Hugging Face config.json parsing (Llama-3.2-1B as published, unsupported architectures,
+// missing fields).
+#include "engine/model_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace saturn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Llama-3.2-1B-Instruct's config.json as published (eos is a list there).
+constexpr char kLlama32Config[] = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": [128001, 128008, 128009],
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 8192,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 16,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+TEST(PresetConfigTest, TinyShape) {
+  auto c = PresetConfig("tiny");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name, "tiny");
+  EXPECT_EQ(c->vocab_size, 4096);
+  EXPECT_EQ(c->hidden_size, 256);
+  EXPECT_EQ(c->intermediate_size, 688);
+  EXPECT_EQ(c->num_layers, 4);
+  EXPECT_EQ(c->num_heads, 8);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->max_position_embeddings, 1024);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->bos_token_id, 1);
+  EXPECT_EQ(c->eos_token_id, 2);
+  EXPECT_FLOAT_EQ(c->rope_theta, 10000.0f);
+  EXPECT_TRUE(c->Validate().ok());
+}
+
+TEST(PresetConfigTest, ParameterCounts) {
+  auto tiny = PresetConfig("tiny");
+  auto small = PresetConfig("small");
+  auto big = PresetConfig("1b");
+  ASSERT_TRUE(tiny.ok() && small.ok() && big.ok());
+  EXPECT_GE(tiny->NumParameters(), 1'000'000);
+  EXPECT_LE(tiny->NumParameters(), 10'000'000);
+  EXPECT_GE(small->NumParameters(), 90'000'000);
+  EXPECT_LE(small->NumParameters(), 110'000'000);
+  EXPECT_NEAR(static_cast<double>(big->NumParameters()), 1.236e9, 0.05 * 1.236e9);
+  EXPECT_FLOAT_EQ(big->rope_theta, 500000.0f);
+  for (const auto* c : {&*tiny, &*small, &*big}) EXPECT_TRUE(c->Validate().ok()) << c->name;
+}
+
+TEST(PresetConfigTest, ExactCountForHandComputedShape) {
+  ModelConfig c = *PresetConfig("tiny");
+  // embedding 4096*256; per layer qkv (256+2*64)*256, o 256*256, gate/up/down 3*688*256,
+  // norms 2*256; final norm 256.
+  const int64_t per_layer = 384 * 256 + 256 * 256 + 3 * 688 * 256 + 2 * 256;
+  EXPECT_EQ(c.NumParameters(), 4096 * 256 + 4 * per_layer + 256);
+  c.tie_word_embeddings = false;
+  EXPECT_EQ(c.NumParameters(), 2 * 4096 * 256 + 4 * per_layer + 256);
+}
+
+TEST(PresetConfigTest, UnknownPresetListsValidNames) {
+  auto c = PresetConfig("huge");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("huge"));
+  EXPECT_THAT(c.status().message(), HasSubstr("tiny"));
+  EXPECT_THAT(c.status().message(), HasSubstr("small"));
+  EXPECT_THAT(c.status().message(), HasSubstr("1b"));
+}
+
+TEST(ValidateTest, ErrorsNameTheField) {
+  const ModelConfig good = *PresetConfig("tiny");
+  struct Case {
+    void (*mutate)(ModelConfig&);
+    const char* field;
+  };
+  const Case cases[] = {
+      {[](ModelConfig& c) { c.vocab_size = 0; }, "vocab_size"},
+      {[](ModelConfig& c) { c.hidden_size = -1; }, "hidden_size"},
+      {[](ModelConfig& c) { c.intermediate_size = 0; }, "intermediate_size"},
+      {[](ModelConfig& c) { c.num_layers = 0; }, "num_layers"},
+      {[](ModelConfig& c) { c.num_heads = 0; }, "num_heads"},
+      {[](ModelConfig& c) { c.num_kv_heads = 0; }, "num_kv_heads"},
+      {[](ModelConfig& c) { c.num_kv_heads = 3; }, "num_kv_heads"},
+      {[](ModelConfig& c) { c.num_kv_heads = 16; }, "num_kv_heads"},
+      {[](ModelConfig& c) { c.head_dim = 0; }, "head_dim"},
+      {[](ModelConfig& c) { c.head_dim = 33; }, "head_dim"},
+      {[](ModelConfig& c) { c.max_position_embeddings = 0; }, "max_position_embeddings"},
+      {[](ModelConfig& c) { c.rms_norm_eps = 0.0f; }, "rms_norm_eps"},
+      {[](ModelConfig& c) { c.rope_theta = -1.0f; }, "rope_theta"},
+      {[](ModelConfig& c) { c.eos_token_id = 4096; }, "eos_token_id"},
+      {[](ModelConfig& c) { c.bos_token_id = -1; }, "bos_token_id"},
+  };
+  for (const Case& k : cases) {
+    ModelConfig c = good;
+    k.mutate(c);
+    absl::Status s = c.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.field;
+    EXPECT_THAT(s.message(), HasSubstr(k.field));
+  }
+}
+
+TEST(ParseHfConfigTest, Llama32OneB) {
+  auto c = ParseHfConfig(kLlama32Config, "/models/llama-3.2-1b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name, "/models/llama-3.2-1b");
+  EXPECT_EQ(c->vocab_size, 128256);
+  EXPECT_EQ(c->hidden_size, 2048);
+  EXPECT_EQ(c->intermediate_size, 8192);
+  EXPECT_EQ(c->num_layers, 16);
+  EXPECT_EQ(c->num_heads, 32);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->max_position_embeddings, 131072);
+  EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-5f);
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->bos_token_id, 128000);
+  EXPECT_EQ(c->eos_token_id, 128001);  // the first of the list
+  EXPECT_EQ(c->NumParameters(), PresetConfig("1b")->NumParameters());
+}
+
+TEST(ParseHfConfigTest, DefaultsFollowHuggingFace) {
+  auto c = ParseHfConfig(R"({"model_type": "llama", "vocab_size": 1000, "hidden_size": 128,
+      "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "max_position_embeddings": 512, "eos_token_id": 7})",
+                         "x");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_FLOAT_EQ(c->rope_theta, 10000.0f);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->eos_token_id, 7);
+}
+
+TEST(ParseHfConfigTest, UnsupportedArchitecture) {
+  auto c = ParseHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+      "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12})",
+                         "gpt2");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("unsupported architecture GPT2LMHeadModel"));
+  EXPECT_THAT(c.status().message(), HasSubstr("Llama"));
+}
+
+TEST(ParseHfConfigTest, MissingFieldsAreNamed) {
+  for (const char* field : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "max_position_embeddings"}) {
+    std::string text = kLlama32Config;
+    const std::string key = std::string("\"") + field + "\"";
+    const size_t pos = text.find(key);
+    ASSERT_NE(pos, std::string::npos) << field;
+    text.replace(pos, key.size(), "\"renamed_away\"");
+    auto c = ParseHfConfig(text, "x");
+    ASSERT_FALSE(c.ok()) << field;
+    EXPECT_THAT(c.status().message(), HasSubstr(field));
+  }
+}
+
+TEST(ParseHfConfigTest, MalformedInputIsAnErrorNotACrash) {
+  for (const char* text : {"", "{", "[1, 2]", "null", R"({"model_type": "llama",
+       "vocab_size": "many"})",
+                           R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 64,
+       "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 3,
+       "max_position_embeddings": 64, "eos_token_id": 2})"}) {
+    auto c = ParseHfConfig(text, "x");
+    EXPECT_FALSE(c.ok()) << text;
+  }
+}
+
+}  // namespace
+}  // namespace saturn
