@@ -1,0 +1,479 @@
+// The engine loop: incoming queue -> scheduler -> runner -> scheduler update -> events, and one
+// StepRecord per step. See engine.h for the data path.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "engine/weights.h"
+#include "kernels/status_macros.h"
+
+namespace saturn {
+
+double NowUs() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Status EngineConfig::Validate() const {
+  if (block_size < 1 || block_size > 256) {
+    return absl::InvalidArgumentError("block_size: must be in [1, 256]");
+  }
+  if (max_num_seqs_limit < 1 || max_num_batched_tokens_limit < 1) {
+    return absl::InvalidArgumentError("max_num_seqs_limit/max_num_batched_tokens_limit: must be >= 1");
+  }
+  if (options.max_num_seqs < 1 || options.max_num_seqs > max_num_seqs_limit) {
+    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs: ", options.max_num_seqs,
+                                                   " is outside [1, ", max_num_seqs_limit, "]"));
+  }
+  if (options.max_num_batched_tokens < 1 ||
+      options.max_num_batched_tokens > max_num_batched_tokens_limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_batched_tokens: ", options.max_num_batched_tokens,
+                     " is outside [1, ", max_num_batched_tokens_limit, "]"));
+  }
+  if (max_model_len < 0) return absl::InvalidArgumentError("max_model_len: must be >= 0");
+  if (per_op_timing_every < 1) {
+    return absl::InvalidArgumentError("per_op_timing_every: must be >= 1");
+  }
+  if (max_queued_requests < 0) {
+    return absl::InvalidArgumentError("max_queued_requests: must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
+    : config_(config), backend_(std::move(backend)), steps_(config.step_ring_capacity) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
+  RETURN_IF_ERROR(config.Validate());
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                   CreateBackend(config.backend, config.num_threads));
+  std::unique_ptr<Engine> engine(new Engine(config, std::move(backend)));
+  RETURN_IF_ERROR(engine->Init());
+  return engine;
+}
+
+absl::Status Engine::Init() {
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(config_.model, config_.weight_seed));
+  const ModelConfig& m = weights.config;
+  const int max_len = config_.max_model_len > 0
+                          ? config_.max_model_len
+                          : std::min(m.max_position_embeddings, 4096);
+  if (max_len > m.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("max_model_len: ", max_len,
+                                                   " exceeds the model's context of ",
+                                                   m.max_position_embeddings));
+  }
+  const DType dt = backend_->compute_dtype();
+  const size_t per_block = ModelRunner::KvBytesPerBlock(m, config_.block_size, dt);
+  size_t kv_bytes = config_.kv_cache_bytes;
+  if (kv_bytes == 0) {
+    const size_t blocks_full = static_cast<size_t>(config_.max_num_seqs_limit) *
+                               ((max_len + config_.block_size - 1) / config_.block_size);
+    kv_bytes = std::min(blocks_full * per_block, backend_->device_memory_bytes() / 8);
+  }
+  num_kv_blocks_ = static_cast<int>(kv_bytes / per_block);
+  if (num_kv_blocks_ < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_cache_bytes: ", kv_bytes,
+                                                   " bytes hold no block (one block takes ",
+                                                   per_block, " bytes)"));
+  }
+  RunnerConfig rc;
+  rc.max_num_seqs_limit = config_.max_num_seqs_limit;
+  rc.max_num_batched_tokens_limit = std::max(config_.max_num_batched_tokens_limit,
+                                             config_.max_num_seqs_limit);
+  rc.max_model_len = max_len;
+  rc.block_size = config_.block_size;
+  rc.num_kv_blocks = num_kv_blocks_;
+  rc.graph_sizes = config_.cuda_graph_sizes;
+  if (rc.graph_sizes.empty()) {
+    for (int s : {1, 2, 4}) rc.graph_sizes.push_back(s);
+    for (int s = 8; s <= config_.max_num_seqs_limit; s += 8) rc.graph_sizes.push_back(s);
+  }
+  ASSIGN_OR_RETURN(runner_, ModelRunner::Create(backend_.get(), weights, rc));
+  SchedulerConfig sc;
+  sc.max_num_seqs = config_.options.max_num_seqs;
+  sc.max_num_batched_tokens = config_.options.max_num_batched_tokens;
+  sc.max_model_len = max_len;
+  sc.eos_token_id = m.eos_token_id;
+  scheduler_ = std::make_unique<Scheduler>(sc, num_kv_blocks_, config_.block_size);
+  if (config_.options.cuda_graphs) RETURN_IF_ERROR(runner_->SetUseGraphs(true));
+  options_ = config_.options;
+  RETURN_IF_ERROR(Warmup());
+  loop_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+// One short generation through the whole path, so first-request costs (page faults, thread
+// start-up, lazy library init) stay out of serving. Its step records are dropped.
+absl::Status Engine::Warmup() {
+  GenerateRequest req;
+  const int vocab = runner_->model().vocab_size;
+  for (int i = 0; i < 8; ++i) req.prompt.push_back((i * 7 + 3) % vocab);
+  req.sampling.max_tokens = 2;
+  req.sampling.ignore_eos = true;
+  absl::Status failure;
+  live_[0].on_event = [&](const TokenEvent& ev) {
+    if (ev.final && ev.finish_reason == FinishReason::kError) failure = absl::InternalError(ev.error);
+  };
+  scheduler_->Add(0, req);
+  while (scheduler_->HasWork()) Step();
+  steps_.Clear();
+  step_id_ = 0;
+  if (!failure.ok()) {
+    return absl::Status(failure.code(), absl::StrCat("warm-up failed: ", failure.message()));
+  }
+  return absl::OkStatus();
+}
+
+Engine::~Engine() { Shutdown(); }
+
+ModelLimits Engine::limits() const {
+  return ModelLimits{runner_->model().vocab_size, scheduler_->config().max_model_len};
+}
+
+KvStats Engine::kv_stats() const {
+  KvStats s;
+  s.block_size = config_.block_size;
+  s.num_blocks = num_kv_blocks_;
+  std::lock_guard<std::mutex> lock(mu_);
+  s.blocks_free = kv_free_;
+  s.bytes_per_block =
+      ModelRunner::KvBytesPerBlock(runner_->model(), config_.block_size, backend_->compute_dtype());
+  s.capacity_bytes = s.bytes_per_block * static_cast<size_t>(num_kv_blocks_);
+  return s;
+}
+
+EngineCounters Engine::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineCounters c = counters_;
+  c.num_waiting += static_cast<int>(incoming_.size());
+  return c;
+}
+
+EngineOptions Engine::options() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return options_;
+}
+
+absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on_event) {
+  const ModelLimits lim = limits();
+  RETURN_IF_ERROR(ValidateRequest(request, lim));
+  const int need = (static_cast<int>(request.prompt.size()) + request.sampling.max_tokens +
+                    config_.block_size - 1) / config_.block_size;
+  if (need > num_kv_blocks_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_tokens: prompt + max_tokens needs ", need, " KV blocks but the cache holds ",
+        num_kv_blocks_, " (", num_kv_blocks_ * config_.block_size, " tokens)"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("engine is shutting down");
+  if (config_.max_queued_requests > 0 &&
+      static_cast<int>(incoming_.size()) + counters_.num_waiting >= config_.max_queued_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "queue: ", config_.max_queued_requests,
+        " requests are already waiting (max_queued_requests); retry later"));
+  }
+  const int64_t id = next_id_++;
+  incoming_.push_back(Pending{id, std::move(request), std::move(on_event), NowUs()});
+  ++counters_.requests_submitted;
+  cv_.notify_one();
+  return id;
+}
+
+void Engine::Cancel(int64_t request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(request_id);
+  cv_.notify_one();
+}
+
+absl::StatusOr<EngineOptions> Engine::UpdateOptions(const EngineOptions& o) {
+  if (o.max_num_seqs < 1 || o.max_num_seqs > config_.max_num_seqs_limit) {
+    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs: ", o.max_num_seqs,
+                                                   " is outside [1, ", config_.max_num_seqs_limit,
+                                                   "] (the server's --max_num_seqs_limit)"));
+  }
+  if (o.max_num_batched_tokens < 1 ||
+      o.max_num_batched_tokens > config_.max_num_batched_tokens_limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_num_batched_tokens: ", o.max_num_batched_tokens, " is outside [1, ",
+        config_.max_num_batched_tokens_limit, "] (the server's --max_num_batched_tokens_limit)"));
+  }
+  if (o.cuda_graphs && !backend_->SupportsGraphs()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda_graphs: the ", backend_->name(),
+        " backend cannot capture graphs; start the server with --backend=cuda on a GPU"));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("engine is shutting down");
+  pending_options_ = o;
+  has_pending_options_ = true;
+  const int64_t target = options_epoch_ + 1;
+  cv_.notify_one();
+  options_cv_.wait(lock, [&] { return options_epoch_ >= target || stopping_; });
+  if (options_epoch_ < target) return absl::UnavailableError("engine is shutting down");
+  if (!options_error_.ok()) return options_error_;
+  return options_;
+}
+
+void Engine::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !loop_.joinable()) return;
+    stopping_ = true;
+    cv_.notify_all();
+    options_cv_.notify_all();
+  }
+  if (loop_.joinable()) loop_.join();
+}
+
+void Engine::Loop() {
+  for (;;) {
+    std::deque<Pending> incoming;
+    std::vector<int64_t> cancels;
+    bool apply_options = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!scheduler_->HasWork()) {
+        cv_.wait(lock, [&] {
+          return stopping_ || !incoming_.empty() || !cancels_.empty() || has_pending_options_;
+        });
+      }
+      if (stopping_) break;
+      incoming.swap(incoming_);
+      cancels.swap(cancels_);
+      apply_options = has_pending_options_;
+    }
+    DrainIncoming(&incoming, &cancels);
+    if (apply_options) ApplyPendingOptions();
+    Step();
+  }
+  // Shutdown: everything still known ends as cancelled, blocks returned first.
+  std::deque<Pending> incoming;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming.swap(incoming_);
+  }
+  std::vector<int64_t> cancels;
+  DrainIncoming(&incoming, &cancels);
+  std::vector<int64_t> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  EndRequests(ids, FinishReason::kCancelled, "");
+}
+
+void Engine::DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* cancels) {
+  for (Pending& p : *incoming) {
+    Live& live = live_[p.id];
+    live.on_event = std::move(p.on_event);
+    live.timings.arrival_us = p.arrival_us;
+    live.prompt_tokens = static_cast<int>(p.request.prompt.size());
+    scheduler_->Add(p.id, p.request);
+  }
+  std::vector<int64_t> known;
+  for (int64_t id : *cancels) {
+    if (live_.count(id)) known.push_back(id);
+  }
+  EndRequests(known, FinishReason::kCancelled, "");
+}
+
+void Engine::ApplyPendingOptions() {
+  EngineOptions o;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    o = pending_options_;
+    has_pending_options_ = false;
+  }
+  scheduler_->SetLimits(o.max_num_seqs, o.max_num_batched_tokens);
+  absl::Status s = runner_->SetUseGraphs(o.cuda_graphs);
+  if (!s.ok()) o.cuda_graphs = runner_->use_graphs();
+  std::lock_guard<std::mutex> lock(mu_);
+  options_ = o;
+  options_error_ = s;
+  ++options_epoch_;
+  options_cv_.notify_all();
+}
+
+void Engine::Emit(int64_t id, TokenEvent ev) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& live = it->second;
+  if (!ev.token_ids.empty() && live.timings.first_token_us == 0) {
+    live.timings.first_token_us = ev.time_us;
+  }
+  if (ev.final) {
+    live.timings.finished_us = ev.time_us;
+    ev.timings = live.timings;
+    ev.usage.prompt_tokens = live.prompt_tokens;
+  }
+  if (live.on_event) live.on_event(ev);
+  if (ev.final) live_.erase(it);
+}
+
+void Engine::EndRequests(const std::vector<int64_t>& ids, FinishReason reason,
+                         const std::string& error) {
+  int64_t cancelled = 0, failed = 0;
+  for (int64_t id : ids) {
+    if (!live_.count(id)) continue;
+    scheduler_->Cancel(id);  // returns its KV blocks before the final event goes out
+    TokenEvent ev;
+    ev.final = true;
+    ev.finish_reason = reason;
+    ev.error = error;
+    ev.time_us = NowUs();
+    Emit(id, std::move(ev));
+    (reason == FinishReason::kError ? failed : cancelled)++;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.requests_cancelled += cancelled;
+  counters_.requests_failed += failed;
+  counters_.requests_finished += cancelled + failed;
+  counters_.num_waiting = scheduler_->num_waiting();
+  counters_.num_running = scheduler_->num_running();
+  kv_free_ = scheduler_->blocks().num_free();
+}
+
+bool Engine::Step() {
+  StepRecord rec;
+  rec.start_us = NowUs();
+  StepPlan plan = scheduler_->Schedule();
+  rec.schedule_us = NowUs() - rec.start_us;
+  if (plan.empty()) {
+    // Work exists but nothing fits this step (cannot happen with validated requests, but
+    // never spin): yield briefly.
+    if (scheduler_->HasWork()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    return false;
+  }
+  for (const ScheduledSeq& s : plan.seqs) {
+    auto it = live_.find(s.request_id);
+    if (it != live_.end() && it->second.timings.first_scheduled_us == 0) {
+      it->second.timings.first_scheduled_us = rec.start_us;
+    }
+  }
+  const int64_t id = step_id_++;
+  const bool per_op =
+      backend_->per_op_timing_is_cheap() || id % config_.per_op_timing_every == 0;
+  absl::StatusOr<RunnerOutput> out = runner_->Execute(plan, per_op);
+  if (!out.ok()) {
+    // A failed step fails the requests in it; the engine keeps serving the others.
+    std::cerr << "saturn: step " << id << " failed: " << out.status() << "\n";
+    std::vector<int64_t> ids;
+    for (const ScheduledSeq& s : plan.seqs) ids.push_back(s.request_id);
+    EndRequests(ids, FinishReason::kError, std::string(out.status().message()));
+    return true;
+  }
+  const double post0 = NowUs();
+  std::vector<RequestUpdate> updates = scheduler_->Update(plan, out->sampled);
+  int64_t generated = 0, finished = 0;
+  for (RequestUpdate& u : updates) {
+    TokenEvent ev;
+    ev.token_ids = std::move(u.new_tokens);
+    ev.time_us = post0;
+    generated += static_cast<int64_t>(ev.token_ids.size());
+    if (u.finish != FinishReason::kNone) {
+      ev.final = true;
+      ev.finish_reason = u.finish;
+      ev.usage = u.usage;
+      ++finished;
+    }
+    Emit(u.request_id, std::move(ev));
+  }
+  rec.end_us = NowUs();
+  rec.postprocess_us = rec.end_us - post0;
+  rec.step_id = id;
+  rec.prepare_us = out->prepare_us;
+  rec.issue_us = out->timing.issue_us;
+  rec.device_busy_us = out->timing.device_busy_us;
+  rec.device_span_us = out->timing.device_span_us;
+  rec.per_op_timed = out->timing.per_op_device_times;
+  rec.op_count = static_cast<int>(out->timing.ops.size());
+  rec.gap_us = std::max(0.0, rec.device_span_us - rec.device_busy_us);
+  rec.num_seqs = static_cast<int>(plan.seqs.size());
+  rec.num_prefill_tokens = plan.num_prefill_tokens;
+  rec.num_decode_tokens = plan.num_decode_tokens;
+  rec.num_sampled = static_cast<int>(out->sampled.size());
+  rec.num_preempted = static_cast<int>(plan.preempted.size());
+  for (const ScheduledSeq& s : plan.seqs) rec.context_tokens += s.context_len();
+  rec.graph_replayed = out->graph_replayed;
+  rec.graph_batch_size = out->graph_batch_size;
+  rec.padding_tokens = out->padding_tokens;
+  rec.queue_depth = scheduler_->num_waiting();
+  rec.num_running = scheduler_->num_running();
+  rec.kv_blocks_free = scheduler_->blocks().num_free();
+  rec.kv_blocks_used = scheduler_->blocks().num_used();
+  for (const OpRecord& op : out->timing.ops) {
+    OpClassStats& c = rec.by_class[static_cast<size_t>(ClassOf(op.kind))];
+    ++c.count;
+    c.flops += op.cost.flops;
+    c.bytes += op.cost.bytes;
+    if (op.device_begin_us >= 0) c.device_us += op.device_end_us - op.device_begin_us;
+  }
+  rec.ops = std::move(out->timing.ops);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rec.options = StepOptions{options_.max_num_seqs, options_.max_num_batched_tokens,
+                              runner_->use_graphs()};
+    counters_.generation_tokens += generated;
+    counters_.requests_finished += finished;
+    counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
+    for (const RequestUpdate& u : updates) {
+      if (u.finish != FinishReason::kNone) counters_.prompt_tokens += u.usage.prompt_tokens;
+    }
+    counters_.num_waiting = rec.queue_depth;
+    counters_.num_running = rec.num_running;
+    counters_.steps = id + 1;
+    kv_free_ = rec.kv_blocks_free;
+  }
+  steps_.Push(std::move(rec));
+  return true;
+}
+
+// ---- RequestStream ----------------------------------------------------------------------
+
+struct RequestStream::Channel {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<TokenEvent> events;
+};
+
+absl::StatusOr<std::unique_ptr<RequestStream>> RequestStream::Open(Engine* engine,
+                                                                   GenerateRequest request) {
+  std::unique_ptr<RequestStream> s(new RequestStream());
+  s->engine_ = engine;
+  s->ch_ = std::make_shared<Channel>();
+  std::shared_ptr<Channel> ch = s->ch_;
+  ASSIGN_OR_RETURN(s->id_, engine->Submit(std::move(request), [ch](const TokenEvent& ev) {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    ch->events.push_back(ev);
+    ch->cv.notify_one();
+  }));
+  return s;
+}
+
+RequestStream::~RequestStream() {
+  if (!done_ && engine_ != nullptr) engine_->Cancel(id_);
+}
+
+bool RequestStream::Next(TokenEvent* event) {
+  if (done_) return false;
+  std::unique_lock<std::mutex> lock(ch_->mu);
+  ch_->cv.wait(lock, [&] { return !ch_->events.empty(); });
+  *event = std::move(ch_->events.front());
+  ch_->events.pop_front();
+  if (event->final) done_ = true;
+  return true;
+}
+
+TokenEvent RequestStream::Drain(std::vector<int>* tokens) {
+  TokenEvent ev;
+  while (Next(&ev)) {
+    if (tokens) tokens->insert(tokens->end(), ev.token_ids.begin(), ev.token_ids.end());
+    if (ev.final) break;
+  }
+  return ev;
+}
+
+}  // namespace saturn

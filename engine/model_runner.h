@@ -1,0 +1,108 @@
+// The model runner: turns a StepPlan into backend ops for one forward pass of the Llama
+// decoder over the paged KV cache, then samples. It owns the device weights, the KV cache
+// memory and the static input/activation buffers (allocated once at their upper bounds, so
+// their addresses never change and decode steps can be captured as CUDA graphs).
+//
+// Per step: build flat host inputs (ids, positions, KV slots, attention metadata, sampling
+// params) -> one upload each -> embedding -> N x [norm, qkv gemm, rope, kv write, attention,
+// o gemm, add+norm, gate_up gemm, swiglu, down gemm] -> final norm of the rows that sample ->
+// lm head gemm -> sample -> download the sampled tokens (the step's only host round trip).
+//
+// Uniform decode steps (every sequence decodes one token) replay a captured graph when graphs
+// are on: the batch is padded to the next captured size; padding rows read and write a
+// reserved scratch KV block and are discarded. Prefill and mixed steps run eagerly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model_config.h"
+#include "engine/scheduler.h"
+#include "engine/weights.h"
+#include "kernels/backend.h"
+
+namespace saturn {
+
+struct RunnerConfig {
+  int max_num_seqs_limit = 256;           // static buffers are sized for these upper bounds
+  int max_num_batched_tokens_limit = 8192;
+  int max_model_len = 2048;
+  int block_size = 16;
+  int num_kv_blocks = 0;                  // usable blocks (one more is reserved for padding)
+  std::vector<int> graph_sizes;           // decode batch sizes to capture (any order)
+};
+
+struct GraphInfo {
+  std::vector<int> sizes;       // captured batch sizes, ascending
+  double capture_ms = 0;
+  size_t memory_bytes = 0;
+};
+
+struct RunnerOutput {
+  std::vector<int> sampled;     // one token per plan seq with sample == true, in plan order
+  StepTiming timing;            // per-op records and device busy time from the backend
+  double prepare_us = 0;        // host time building and uploading inputs
+  bool graph_replayed = false;
+  int graph_batch_size = 0;     // padded batch size when replayed
+  int padding_tokens = 0;
+};
+
+class ModelRunner {
+ public:
+  // Uploads the weights (converted to the backend's compute dtype) and allocates the KV cache
+  // and buffers. Fails cleanly if the device lacks the memory.
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(Backend* backend,
+                                                             const ModelWeights& weights,
+                                                             const RunnerConfig& config);
+  ~ModelRunner();
+
+  // Runs one step. per_op_timing asks the backend for each op's device interval.
+  absl::StatusOr<RunnerOutput> Execute(const StepPlan& plan, bool per_op_timing);
+  // Like Execute but also returns the logits (f32 [R, vocab], R = seqs that sample, in plan
+  // order) before sampling; always eager. For tests and tools.
+  absl::StatusOr<RunnerOutput> ExecuteWithLogits(const StepPlan& plan, std::vector<float>* logits);
+
+  // Captures one graph per configured size, largest first. Requires backend graph support.
+  absl::Status CaptureGraphs();
+  // Switches graph replay on or off without re-capturing (captures first if never done).
+  absl::Status SetUseGraphs(bool on);
+  bool use_graphs() const { return use_graphs_; }
+  const GraphInfo& graph_info() const { return graph_info_; }
+
+  const ModelConfig& model() const { return model_; }
+  Backend* backend() const { return backend_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+  size_t kv_cache_bytes() const { return kv_cache_bytes_; }
+  // Bytes one KV block takes over all layers (K and V).
+  static size_t KvBytesPerBlock(const ModelConfig& m, int block_size, DType dtype);
+
+ private:
+  struct DeviceWeights;
+  struct Buffers;
+  ModelRunner(Backend* backend, const ModelConfig& model, const RunnerConfig& config);
+
+  absl::Status UploadWeights(const ModelWeights& w);
+  absl::Status AllocateBuffers();
+  // Fills and uploads the step inputs for `plan`, padded to `padded_seqs` decode rows when
+  // > 0. Returns the number of rows that sample.
+  absl::StatusOr<int> PrepareInputs(const StepPlan& plan, int padded_seqs);
+  // Issues the forward pass and sampling for the prepared inputs.
+  absl::Status Forward(int num_tokens, int num_seqs, int num_sample_rows, int max_query_len,
+                       int max_context_len, bool keep_logits);
+  int GraphSizeFor(int num_seqs) const;  // 0 when no captured size fits
+
+  Backend* backend_;
+  ModelConfig model_;
+  RunnerConfig config_;
+  std::unique_ptr<DeviceWeights> weights_;
+  std::unique_ptr<Buffers> buf_;
+  size_t weight_bytes_ = 0;
+  size_t kv_cache_bytes_ = 0;
+  bool use_graphs_ = false;
+  GraphInfo graph_info_;
+  std::vector<std::pair<int, int>> graphs_;  // (batch size, backend graph handle), ascending
+};
+
+}  // namespace saturn

@@ -1,0 +1,197 @@
+// The engine end to end on the CPU backend with the tiny model: events, determinism,
+// preemption equivalence, cancellation and KV accounting, options at step boundaries.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+namespace saturn {
+namespace {
+
+EngineConfig TinyConfig() {
+  EngineConfig c;
+  c.model = "tiny";
+  c.backend = "cpu";
+  c.num_threads = 2;
+  c.max_model_len = 256;
+  c.max_num_seqs_limit = 16;
+  c.max_num_batched_tokens_limit = 512;
+  c.options.max_num_seqs = 16;
+  c.options.max_num_batched_tokens = 64;
+  c.kv_cache_bytes = 0;
+  return c;
+}
+
+GenerateRequest Req(int n_prompt, int max_tokens, float temperature = 0.f, int64_t seed = 0) {
+  GenerateRequest r;
+  for (int i = 0; i < n_prompt; ++i) r.prompt.push_back(3 + (i * 37 + n_prompt) % 250);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+std::vector<int> Generate(Engine* e, const GenerateRequest& r, TokenEvent* final_ev = nullptr) {
+  auto s = RequestStream::Open(e, r);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  std::vector<int> tokens;
+  TokenEvent last = (*s)->Drain(&tokens);
+  if (final_ev) *final_ev = last;
+  return tokens;
+}
+
+void WaitAllBlocksFree(Engine* e) {
+  for (int i = 0; i < 500 && e->kv_stats().blocks_free != e->kv_stats().num_blocks; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(e->kv_stats().blocks_free, e->kv_stats().num_blocks);
+}
+
+TEST(EngineTest, GeneratesWithUsageTimingsAndFinishReason) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok()) << e.status();
+  TokenEvent fin;
+  auto tokens = Generate(e->get(), Req(10, 12), &fin);
+  EXPECT_EQ(tokens.size(), 12u);
+  EXPECT_EQ(fin.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(fin.usage.prompt_tokens, 10);
+  EXPECT_EQ(fin.usage.completion_tokens, 12);
+  EXPECT_GE(fin.timings.first_token_us, fin.timings.first_scheduled_us);
+  EXPECT_GE(fin.timings.first_scheduled_us, fin.timings.arrival_us);
+  EXPECT_GE(fin.timings.finished_us, fin.timings.first_token_us);
+  EXPECT_GT((*e)->steps().total_steps(), 0);
+  WaitAllBlocksFree(e->get());
+}
+
+TEST(EngineTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok());
+  auto a = Generate(e->get(), Req(6, 24, 1.0f, 42));
+  auto b = Generate(e->get(), Req(6, 24, 1.0f, 42));
+  auto c = Generate(e->get(), Req(6, 24, 1.0f, 43));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(EngineTest, BatchedGreedyEqualsAlone) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok());
+  std::vector<std::vector<int>> alone;
+  for (int i = 0; i < 6; ++i) alone.push_back(Generate(e->get(), Req(5 + 9 * i, 10)));
+  std::vector<std::unique_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) streams.push_back(*RequestStream::Open(e->get(), Req(5 + 9 * i, 10)));
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int> tokens;
+    streams[i]->Drain(&tokens);
+    EXPECT_EQ(tokens, alone[i]) << "request " << i;
+  }
+}
+
+TEST(EngineTest, PreemptionAndRecomputeGiveTheSameGreedyTokens) {
+  auto big = Engine::Create(TinyConfig());
+  ASSERT_TRUE(big.ok());
+  EngineConfig small_cfg = TinyConfig();
+  // 16 blocks of 16 tokens: eight requests of ~70 tokens cannot all stay resident.
+  small_cfg.kv_cache_bytes = 16 * ModelRunner::KvBytesPerBlock(*PresetConfig("tiny"), 16,
+                                                               DType::kF32);
+  auto small = Engine::Create(small_cfg);
+  ASSERT_TRUE(small.ok()) << small.status();
+  std::vector<std::unique_ptr<RequestStream>> a, b;
+  for (int i = 0; i < 8; ++i) {
+    a.push_back(*RequestStream::Open(big->get(), Req(20 + i, 50)));
+    b.push_back(*RequestStream::Open(small->get(), Req(20 + i, 50)));
+  }
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int> ta, tb;
+    a[i]->Drain(&ta);
+    TokenEvent fin = b[i]->Drain(&tb);
+    EXPECT_EQ(ta, tb) << "request " << i;
+    EXPECT_EQ(fin.finish_reason, FinishReason::kLength);
+  }
+  EXPECT_GT((*small)->counters().preemptions, 0);
+  WaitAllBlocksFree(small->get());
+}
+
+TEST(EngineTest, RandomSubmitsAndCancelsLeakNoBlocks) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok());
+  std::mt19937 rng(5);
+  std::vector<std::unique_ptr<RequestStream>> live;
+  int cancelled = 0;
+  for (int i = 0; i < 120; ++i) {
+    const int action = rng() % 4;
+    if (action < 2 || live.empty()) {
+      live.push_back(*RequestStream::Open(e->get(), Req(1 + rng() % 60, 1 + rng() % 30)));
+    } else {
+      const size_t k = rng() % live.size();
+      (*e)->Cancel(live[k]->id());
+      TokenEvent fin = live[k]->Drain(nullptr);
+      cancelled += fin.finish_reason == FinishReason::kCancelled;
+      live.erase(live.begin() + k);
+    }
+    if (rng() % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 5));
+  }
+  live.clear();  // destruction cancels whatever is unfinished
+  WaitAllBlocksFree(e->get());
+  EXPECT_GT(cancelled, 0);
+}
+
+TEST(EngineTest, InvalidRequestsAreRejectedWithTheField) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok());
+  GenerateRequest r = Req(4, 4);
+  r.sampling.top_p = 1.5f;
+  auto s = (*e)->Submit(r, nullptr);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("top_p"), std::string::npos);
+  r = Req(200, 100);  // beyond max_model_len 256
+  s = (*e)->Submit(r, nullptr);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  // Still serving.
+  EXPECT_EQ(Generate(e->get(), Req(3, 3)).size(), 3u);
+}
+
+TEST(EngineTest, UpdateOptionsAppliesAtAStepBoundary) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok());
+  EngineOptions o = (*e)->options();
+  o.max_num_seqs = 3;
+  o.max_num_batched_tokens = 32;
+  auto applied = (*e)->UpdateOptions(o);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->max_num_seqs, 3);
+  std::vector<std::unique_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) streams.push_back(*RequestStream::Open(e->get(), Req(8, 6)));
+  for (auto& s : streams) s->Drain(nullptr);
+  for (const StepRecord& r : (*e)->steps().Last(1000)) {
+    EXPECT_EQ(r.options.max_num_seqs, 3);
+    EXPECT_LE(r.num_seqs, 3);
+    EXPECT_LE(r.num_prefill_tokens + r.num_decode_tokens, 32);
+  }
+  o.max_num_seqs = 1000;
+  EXPECT_EQ((*e)->UpdateOptions(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.max_num_seqs = 3;
+  o.cuda_graphs = true;
+  EXPECT_EQ((*e)->UpdateOptions(o).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(EngineTest, ShutdownEndsEveryRequest) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok());
+  std::vector<std::unique_ptr<RequestStream>> streams;
+  for (int i = 0; i < 5; ++i) streams.push_back(*RequestStream::Open(e->get(), Req(8, 200)));
+  (*e)->Shutdown();
+  for (auto& s : streams) {
+    TokenEvent fin = s->Drain(nullptr);
+    EXPECT_TRUE(fin.final);
+  }
+  EXPECT_EQ((*e)->Submit(Req(3, 3), nullptr).status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace saturn
