@@ -1,0 +1,201 @@
+// saturn-bench-engine: decode throughput of the engine against this machine's own ceilings.
+// Measures, in the same run, GEMM peak and memory bandwidth (engine/diag/calibration.h), then
+// decode tokens/s at each batch size, each step placed under its roofline bound
+// (max(FLOPs / peak, bytes / bandwidth) from the cost model), graphs off and/or on.
+//
+//   saturn-bench-engine --model=small --batches=1,8,32,64 --json=out.json
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "engine/diag/calibration.h"
+#include "engine/engine.h"
+
+ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
+ABSL_FLAG(std::string, backend, "auto", "auto|cpu|cuda");
+ABSL_FLAG(int, threads, 0, "CPU backend threads (0: all cores)");
+ABSL_FLAG(std::string, batches, "1,8,32,64", "comma-separated decode batch sizes");
+ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
+ABSL_FLAG(int, decode_tokens, 32, "tokens generated per request");
+ABSL_FLAG(std::string, graphs, "off", "off|on|both (CUDA graphs)");
+ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
+
+namespace saturn {
+namespace {
+
+struct Row {
+  int batch = 0;
+  bool graphs = false;
+  double tokens_per_s = 0;
+  double step_ms = 0;
+  double bound_share = 0;      // roofline-bound time / measured time
+  double bandwidth_share = 0;  // bytes-only bound / measured (MBU)
+  double compute_share = 0;    // flops-only bound / measured (MFU)
+  int steps = 0;
+  double graph_steps = 0;
+};
+
+absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, bool graphs) {
+  EngineOptions o = engine->options();
+  o.max_num_seqs = batch;
+  o.cuda_graphs = graphs;
+  auto applied = engine->UpdateOptions(o);
+  if (!applied.ok()) return applied.status();
+  const double t0 = NowUs();
+  std::vector<std::unique_ptr<RequestStream>> streams;
+  for (int i = 0; i < batch; ++i) {
+    GenerateRequest r;
+    for (int j = 0; j < absl::GetFlag(FLAGS_prompt_len); ++j) {
+      r.prompt.push_back(3 + (i * 131 + j * 17) % 250);
+    }
+    r.sampling.max_tokens = absl::GetFlag(FLAGS_decode_tokens);
+    r.sampling.ignore_eos = true;
+    auto s = RequestStream::Open(engine, r);
+    if (!s.ok()) return s.status();
+    streams.push_back(std::move(*s));
+  }
+  for (auto& s : streams) {
+    TokenEvent last = s->Drain(nullptr);
+    if (last.finish_reason == FinishReason::kError) return absl::InternalError(last.error);
+  }
+  Row row;
+  row.batch = batch;
+  row.graphs = graphs;
+  double wall = 0, bound = 0, bw = 0, fl = 0, tokens = 0;
+  for (const StepRecord& r : engine->steps().Since(t0)) {
+    // Full-batch decode steps only: prefill and the ragged tail are not steady state.
+    if (r.num_prefill_tokens > 0 || r.num_decode_tokens != batch) continue;
+    const double t = r.wall_us() * 1e-6;
+    const double tf = r.total_flops() / cal.gemm_flops_per_s;
+    const double tb = r.total_bytes() / cal.bandwidth_bytes_per_s;
+    wall += t;
+    bound += std::max(tf, tb);
+    bw += tb;
+    fl += tf;
+    tokens += r.num_decode_tokens;
+    row.graph_steps += r.graph_replayed ? 1 : 0;
+    ++row.steps;
+  }
+  if (row.steps == 0) return absl::InternalError("no full-batch decode step was recorded");
+  row.tokens_per_s = tokens / wall;
+  row.step_ms = wall / row.steps * 1e3;
+  row.bound_share = bound / wall;
+  row.bandwidth_share = bw / wall;
+  row.compute_share = fl / wall;
+  return row;
+}
+
+int Main() {
+  std::vector<int> batches;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
+    int b = 0;
+    if (!absl::SimpleAtoi(s, &b) || b < 1) {
+      std::cerr << "--batches: \"" << s << "\" is not a positive integer\n";
+      return 2;
+    }
+    batches.push_back(b);
+  }
+  const std::string graphs_flag = absl::GetFlag(FLAGS_graphs);
+  std::vector<bool> graph_modes;
+  if (graphs_flag == "off" || graphs_flag == "both") graph_modes.push_back(false);
+  if (graphs_flag == "on" || graphs_flag == "both") graph_modes.push_back(true);
+  if (graph_modes.empty()) {
+    std::cerr << "--graphs: must be off, on or both\n";
+    return 2;
+  }
+  EngineConfig cfg;
+  cfg.model = absl::GetFlag(FLAGS_model);
+  cfg.backend = absl::GetFlag(FLAGS_backend);
+  cfg.num_threads = absl::GetFlag(FLAGS_threads);
+  int max_batch = 1;
+  for (int b : batches) max_batch = std::max(max_batch, b);
+  cfg.max_num_seqs_limit = max_batch;
+  cfg.max_num_batched_tokens_limit = std::max(2048, max_batch * absl::GetFlag(FLAGS_prompt_len));
+  cfg.options.max_num_seqs = max_batch;
+  cfg.options.max_num_batched_tokens = cfg.max_num_batched_tokens_limit;
+  cfg.max_model_len = absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_decode_tokens) + 16;
+  cfg.kv_cache_bytes = 0;
+  std::cerr << "loading " << cfg.model << " ...\n";
+  auto engine = Engine::Create(cfg);
+  if (!engine.ok()) {
+    std::cerr << "engine: " << engine.status() << "\n";
+    return 1;
+  }
+  std::cerr << "calibrating " << (*engine)->backend().device_name() << " ...\n";
+  auto cal = Calibrate((*engine)->mutable_backend());
+  if (!cal.ok()) {
+    std::cerr << "calibration: " << cal.status() << "\n";
+    return 1;
+  }
+  std::printf("device %s | GEMM peak %.1f GFLOP/s | bandwidth %.1f GB/s | dispatch %.2f us/op\n",
+              cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
+              cal->op_dispatch_us);
+  std::printf("%-6s %-6s %12s %10s %12s %8s %8s\n", "batch", "graphs", "tokens/s", "step ms",
+              "roofline %", "MBU %", "MFU %");
+  std::vector<Row> rows;
+  for (bool g : graph_modes) {
+    for (int b : batches) {
+      auto row = RunBatch(engine->get(), *cal, b, g);
+      if (!row.ok()) {
+        std::cerr << "batch " << b << (g ? " graphs on" : "") << ": " << row.status() << "\n";
+        return 1;
+      }
+      std::printf("%-6d %-6s %12.1f %10.2f %12.1f %8.1f %8.1f\n", b, g ? "on" : "off",
+                  row->tokens_per_s, row->step_ms, 100 * row->bound_share,
+                  100 * row->bandwidth_share, 100 * row->compute_share);
+      std::fflush(stdout);
+      rows.push_back(*row);
+    }
+  }
+  const Row* b1 = nullptr;
+  for (const Row& r : rows) {
+    if (r.batch == 1 && !r.graphs) b1 = &r;
+  }
+  nlohmann::json out;
+  out["model"] = cfg.model;
+  out["backend"] = (*engine)->backend().name();
+  out["calibration"] = nlohmann::json::parse(CalibrationToJson(*cal));
+  for (const Row& r : rows) {
+    nlohmann::json j = {{"batch", r.batch},           {"graphs", r.graphs},
+                        {"tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms},
+                        {"roofline_share", r.bound_share}, {"mbu", r.bandwidth_share},
+                        {"mfu", r.compute_share},     {"steps", r.steps},
+                        {"graph_steps", r.graph_steps}};
+    if (b1 != nullptr) j["speedup_vs_batch1"] = r.tokens_per_s / b1->tokens_per_s;
+    out["rows"].push_back(j);
+  }
+  if (b1 != nullptr) {
+    for (const Row& r : rows) {
+      if (!r.graphs && r.batch != 1) {
+        std::printf("batch %d / batch 1 throughput: %.2fx\n", r.batch,
+                    r.tokens_per_s / b1->tokens_per_s);
+      }
+    }
+  }
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (!path.empty()) {
+    std::ofstream f(path);
+    f << out.dump(2) << "\n";
+    if (!f) {
+      std::cerr << "--json: cannot write " << path << "\n";
+      return 1;
+    }
+    std::cerr << "wrote " << path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace saturn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return saturn::Main();
+}
