@@ -153,7 +153,7 @@ class CpuBackend final : public Backend {
     return cpu::Embedding(pool_, ids, table, out);
   }
   absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
-    return cpu::Gemm(x, w, out);
+    return cpu::Gemm(pool_, x, w, out);
   }
   absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
                          const Tensor& out) override {

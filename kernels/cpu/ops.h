@@ -14,7 +14,7 @@
 namespace saturn::cpu {
 
 absl::Status Embedding(ThreadPool& pool, const Tensor& ids, const Tensor& table, const Tensor& out);
-absl::Status Gemm(const Tensor& x, const Tensor& w, const Tensor& out);
+absl::Status Gemm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out);
 absl::Status RmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps,
                      const Tensor& out);
 absl::Status AddRmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& residual,
