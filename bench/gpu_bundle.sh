@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds, on this (GPU-less) machine, what bench/gpu_check.sh runs on the GPU machine: the
+# CUDA test binaries and saturn-bench-engine (SATURN_ENGINE_ONLY, sm_90), plus the non-system
+# shared libraries they load (Abseil, OpenBLAS, gfortran, GTest, ...; not libc/libstdc++ and
+# not the CUDA driver or cuBLAS, which the GPU machine has), packed into .gpu_bundle/
+# (git-ignored; carried to the device with carry [".gpu_bundle"]).
+#
+#   bench/gpu_bundle.sh            # BUILD_DIR=build-gpu JOBS=2 by default
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+JOBS=${JOBS:-2}
+DEST=$ROOT/.gpu_bundle
+
+cmake -S "$ROOT" -B "$BUILD" -DSATURN_ENGINE_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+
+targets=()
+for src in "$ROOT"/tests/cuda/*_test.cc; do
+  [ -e "$src" ] && targets+=("$(basename "$src" .cc)")
+done
+[ -e "$ROOT/bench/engine_bench.cc" ] && targets+=(saturn-bench-engine)
+echo "gpu_bundle: building ${targets[*]}"
+cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}"
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+for t in "${targets[@]}"; do
+  bin=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -n1)
+  if [ -z "$bin" ]; then echo "gpu_bundle: $t was not built" >&2; exit 1; fi
+  cp "$bin" "$stage/bin/"
+  strip --strip-debug "$stage/bin/$t"  # host debug info only; device code keeps -lineinfo
+done
+
+# Shared libraries: everything ldd resolves except the C/C++ runtime and CUDA itself.
+system_re='/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnvidia[^/]*)\.so'
+for b in "$stage"/bin/*; do
+  ldd "$b" | awk '/=> \//{print $3}'
+done | sort -u | while read -r lib; do
+  if echo "$lib" | grep -Eq "$system_re"; then continue; fi
+  cp -L "$lib" "$stage/lib/$(basename "$lib")"
+done
+strip --strip-unneeded "$stage"/lib/*.so* 2>/dev/null || true
+
+rm -rf "$DEST"
+mkdir -p "$DEST"
+tar -C "$stage" -czf "$DEST/bundle.tar.gz" bin lib
+{
+  echo "built $(date -u +%FT%TZ) from $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'uncommitted tree')"
+  (cd "$stage" && ls -l bin lib)
+} >"$DEST/MANIFEST.txt"
+du -sh "$DEST"
+echo "gpu_bundle: wrote $DEST (run: bench/gpu_check.sh on the GPU machine, carry [\".gpu_bundle\"])"

@@ -1,0 +1,428 @@
+// CudaBackend: memory, the stream and cuBLAS handle, op dispatch to kernels/cuda/*, event
+// timing and CUDA graphs. Never waits for the device except in Download/Synchronize/EndStep
+// (and EndGraphCapture, which uploads the graph). Never exits: every CUDA failure becomes a
+// Status.
+//
+// Timing: per-op begin/end events come from a pool reused every step and are resolved
+// against a step-start event recorded in BeginStep. A graph replay is timed as one span (its
+// ops keep their FLOPs/bytes but no per-op device interval): events baked into the graph
+// would cost every replay, not only the sampled steps. See docs/CUDA.md.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ops.h"
+
+namespace saturn {
+namespace {
+
+constexpr size_t kCublasWorkspaceBytes = 32u << 20;  // Hopper's recommended size
+constexpr size_t kStagingFloats = 8u << 20;          // 32 MiB f32 staging for UploadF32
+
+double NowUs() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, const cudaDeviceProp& prop) : device_(device), prop_(prop) {}
+  ~CudaBackend() override;
+  absl::Status Init();
+
+  std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return prop_.name; }
+  DType compute_dtype() const override { return DType::kBF16; }
+  size_t device_memory_bytes() const override { return prop_.totalGlobalMem; }
+  bool per_op_timing_is_cheap() const override { return false; }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    if (bytes == 0) return DeviceBuffer();
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    return DeviceBuffer(this, p, bytes);
+  }
+  void Free(void* ptr) override { (void)cudaFree(ptr); }
+  absl::Status Upload(const void* host, const Tensor& dst) override {
+    if (dst.bytes() == 0) return absl::OkStatus();
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+    return absl::OkStatus();
+  }
+  absl::Status UploadF32(const float* host, const Tensor& dst) override;
+  absl::Status Download(const Tensor& src, void* host) override {
+    if (src.bytes() > 0) {
+      CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  void BeginStep(bool per_op_device_times) override;
+  bool SupportsGraphs() const override { return true; }
+  absl::Status BeginGraphCapture() override;
+  absl::StatusOr<int> EndGraphCapture() override;
+  absl::Status ReplayGraph(int handle) override;
+  size_t graph_memory_bytes() const override { return graph_memory_bytes_; }
+
+ protected:
+  absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, const Tensor& out) override {
+    OpScope op(this, "embedding");
+    return gpu::Embedding(stream_, ids, table, out);
+  }
+  absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
+    OpScope op(this, "gemm");
+    return gpu::Gemm(cublas_, x, w, out);
+  }
+  absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                         const Tensor& out) override {
+    OpScope op(this, "rms_norm");
+    return gpu::RmsNorm(stream_, x, weight, eps, out);
+  }
+  absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                            float eps, const Tensor& out) override {
+    OpScope op(this, "add_rms_norm");
+    return gpu::AddRmsNorm(stream_, x, residual, weight, eps, out);
+  }
+  absl::Status DoRope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
+                      float theta) override {
+    OpScope op(this, "rope");
+    return gpu::Rope(stream_, q, k, positions, head_dim, theta);
+  }
+  absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                         const Tensor& k_cache, const Tensor& v_cache) override {
+    OpScope op(this, "kv_write");
+    return gpu::KvWrite(stream_, k, v, slot_mapping, k_cache, v_cache);
+  }
+  absl::Status DoAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                           const AttentionBatch& batch, const AttentionShape& shape,
+                           const Tensor& out) override {
+    OpScope op(this, batch.max_query_len <= 1 ? "attention_decode" : "attention_prefill");
+    if (batch.max_query_len <= 1) {
+      return gpu::AttentionDecode(stream_, q, k_cache, v_cache, batch, shape, out);
+    }
+    return gpu::AttentionPrefill(stream_, q, k_cache, v_cache, batch, shape, out);
+  }
+  absl::Status DoSwiGlu(const Tensor& gate_up, const Tensor& out) override {
+    OpScope op(this, "swiglu");
+    return gpu::SwiGlu(stream_, gate_up, out);
+  }
+  absl::Status DoAdd(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    OpScope op(this, "add");
+    return gpu::Add(stream_, a, b, out);
+  }
+  absl::Status DoGatherRows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
+    OpScope op(this, "gather_rows");
+    return gpu::GatherRows(stream_, x, indices, out);
+  }
+  absl::Status DoSample(const Tensor& logits, const SamplingBatch& params,
+                        const Tensor& tokens) override {
+    OpScope op(this, "sample");
+    return gpu::Sample(stream_, logits, params, tokens);
+  }
+  absl::Status DoCopy(const Tensor& src, const Tensor& dst) override {
+    OpScope op(this, "copy");
+    return gpu::Copy(stream_, src, dst);
+  }
+
+  void MarkOpDeviceBegin(size_t index) override { MarkOp(index, /*end=*/false); }
+  void MarkOpDeviceEnd(size_t index) override { MarkOp(index, /*end=*/true); }
+  absl::Status ResolveDeviceTimes(StepTiming* timing) override;
+
+ private:
+  // NVTX range around one op's issue, plus the step's first-op marker for the span.
+  class OpScope {
+   public:
+    OpScope(CudaBackend* b, const char* name) {
+      nvtxRangePushA(name);
+      if (!b->capturing_ && !b->first_op_recorded_) {
+        b->first_op_recorded_ = cudaEventRecord(b->first_op_event_, b->stream_) == cudaSuccess;
+      }
+    }
+    ~OpScope() { nvtxRangePop(); }
+    OpScope(const OpScope&) = delete;
+    OpScope& operator=(const OpScope&) = delete;
+  };
+
+  struct Graph {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    std::vector<OpRecord> ops;
+    size_t memory_bytes = 0;
+  };
+
+  cudaEvent_t AcquireEvent();
+  void MarkOp(size_t index, bool end);
+  absl::StatusOr<double> ElapsedUs(cudaEvent_t from, cudaEvent_t to) const;
+
+  int device_;
+  cudaDeviceProp prop_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  float* staging_ = nullptr;
+
+  // Timing.
+  std::vector<cudaEvent_t> event_pool_;
+  size_t events_used_ = 0;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> op_events_;  // parallel to ops_
+  cudaEvent_t step_start_event_ = nullptr;
+  cudaEvent_t step_end_event_ = nullptr;
+  cudaEvent_t first_op_event_ = nullptr;
+  bool first_op_recorded_ = false;
+  bool nvtx_step_open_ = false;
+  bool graph_replayed_ = false;
+
+  // Graphs.
+  bool capturing_ = false;
+  size_t capture_first_op_ = 0;
+  std::vector<Graph> graphs_;
+  size_t graph_memory_bytes_ = 0;
+};
+
+absl::Status CudaBackend::Init() {
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaFree(nullptr));  // creates the context: fails here if the device is unusable
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&cublas_));
+  CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // A fixed workspace keeps cuBLAS from allocating, which graph capture forbids.
+  CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+  CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+  CUDA_CHECK(cudaEventCreate(&step_start_event_));
+  CUDA_CHECK(cudaEventCreate(&step_end_event_));
+  CUDA_CHECK(cudaEventCreate(&first_op_event_));
+  event_pool_.reserve(512);
+  for (int i = 0; i < 256; ++i) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    event_pool_.push_back(e);
+  }
+  return absl::OkStatus();
+}
+
+CudaBackend::~CudaBackend() {
+  if (capturing_) {
+    cudaGraph_t g = nullptr;
+    (void)cudaStreamEndCapture(stream_, &g);
+    if (g != nullptr) (void)cudaGraphDestroy(g);
+  }
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  for (Graph& g : graphs_) {
+    if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
+    if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
+  }
+  for (cudaEvent_t e : event_pool_) (void)cudaEventDestroy(e);
+  for (cudaEvent_t e : {step_start_event_, step_end_event_, first_op_event_}) {
+    if (e != nullptr) (void)cudaEventDestroy(e);
+  }
+  if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
+  if (cublas_workspace_ != nullptr) (void)cudaFree(cublas_workspace_);
+  if (staging_ != nullptr) (void)cudaFree(staging_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaBackend::UploadF32(const float* host, const Tensor& dst) {
+  if (dst.dtype == DType::kF32) return Upload(host, dst);
+  if (dst.dtype != DType::kBF16) {
+    return absl::UnimplementedError(
+        absl::StrCat("UploadF32: target dtype ", DTypeName(dst.dtype), " on CUDA"));
+  }
+  if (capturing_) return absl::FailedPreconditionError("UploadF32 during graph capture");
+  if (staging_ == nullptr)
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&staging_), kStagingFloats * sizeof(float)));
+  const int64_t n = dst.numel();
+  for (int64_t off = 0; off < n; off += static_cast<int64_t>(kStagingFloats)) {
+    const int64_t count = std::min<int64_t>(n - off, static_cast<int64_t>(kStagingFloats));
+    // Stream order keeps the next chunk's copy behind this chunk's conversion.
+    CUDA_CHECK(cudaMemcpyAsync(staging_, host + off, count * sizeof(float), cudaMemcpyHostToDevice,
+                               stream_));
+    SATURN_STATUS_RETURN(
+        gpu::ConvertF32ToBF16(stream_, staging_, static_cast<char*>(dst.data) + off * 2, count));
+  }
+  return absl::OkStatus();
+}
+
+void CudaBackend::BeginStep(bool per_op_device_times) {
+  Backend::BeginStep(per_op_device_times);
+  events_used_ = 0;
+  op_events_.clear();
+  first_op_recorded_ = false;
+  graph_replayed_ = false;
+  if (device_ != 0) (void)cudaSetDevice(device_);
+  if (nvtx_step_open_) nvtxRangePop();
+  nvtxRangePushA("step");
+  nvtx_step_open_ = true;
+  if (!capturing_) (void)cudaEventRecord(step_start_event_, stream_);
+}
+
+cudaEvent_t CudaBackend::AcquireEvent() {
+  if (events_used_ == event_pool_.size()) {
+    cudaEvent_t e;
+    if (cudaEventCreate(&e) != cudaSuccess) return nullptr;
+    event_pool_.push_back(e);
+  }
+  return event_pool_[events_used_++];
+}
+
+void CudaBackend::MarkOp(size_t index, bool end) {
+  // Events recorded inside a capture would become graph nodes timing nothing we resolve.
+  if (capturing_) return;
+  if (op_events_.size() <= index) op_events_.resize(index + 1, {nullptr, nullptr});
+  cudaEvent_t e = AcquireEvent();
+  if (e == nullptr || cudaEventRecord(e, stream_) != cudaSuccess) return;
+  (end ? op_events_[index].second : op_events_[index].first) = e;
+}
+
+absl::StatusOr<double> CudaBackend::ElapsedUs(cudaEvent_t from, cudaEvent_t to) const {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
+  return static_cast<double>(ms) * 1000.0;
+}
+
+absl::Status CudaBackend::ResolveDeviceTimes(StepTiming* timing) {
+  if (capturing_) return absl::FailedPreconditionError("EndStep called during graph capture");
+  if (nvtx_step_open_) {
+    nvtxRangePop();
+    nvtx_step_open_ = false;
+  }
+  CUDA_CHECK(cudaEventRecord(step_end_event_, stream_));
+  CUDA_CHECK(cudaEventSynchronize(step_end_event_));  // device faults surface here
+  timing->graph_replayed = graph_replayed_;
+  if (per_op_device_times_) {
+    for (size_t i = 0; i < ops_.size() && i < op_events_.size(); ++i) {
+      const auto [b, e] = op_events_[i];
+      if (b == nullptr || e == nullptr) continue;
+      auto begin = ElapsedUs(step_start_event_, b);
+      auto finish = ElapsedUs(step_start_event_, e);
+      if (!begin.ok()) return begin.status();
+      if (!finish.ok()) return finish.status();
+      ops_[i].device_begin_us = *begin;
+      ops_[i].device_end_us = *finish;
+    }
+    // A replayed graph has no per-op intervals: report the step span instead.
+    if (graph_replayed_) per_op_device_times_ = false;
+  }
+  if (!per_op_device_times_) {
+    double span = 0;
+    if (first_op_recorded_) {
+      auto s = ElapsedUs(first_op_event_, step_end_event_);
+      if (!s.ok()) return s.status();
+      span = *s;
+    }
+    // Without per-op intervals the span is the best bound on busy time (one stream, ops
+    // issued back to back; host gaps inside the step count as busy).
+    timing->device_span_us = span;
+    timing->device_busy_us = span;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::BeginGraphCapture() {
+  if (capturing_) return absl::FailedPreconditionError("graph capture already in progress");
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  capture_first_op_ = ops_.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CudaBackend::EndGraphCapture() {
+  if (!capturing_)
+    return absl::FailedPreconditionError("EndGraphCapture without BeginGraphCapture");
+  capturing_ = false;
+  Graph g;
+  if (capture_first_op_ <= ops_.size()) {
+    g.ops.assign(ops_.begin() + static_cast<std::ptrdiff_t>(capture_first_op_), ops_.end());
+    ops_.resize(capture_first_op_);  // captured, not run
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &g.graph));
+  size_t free_before = 0, free_after = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  const cudaError_t inst = cudaGraphInstantiate(&g.exec, g.graph, 0);
+  if (inst == cudaSuccess) {
+    const cudaError_t up = cudaGraphUpload(g.exec, stream_);
+    if (up == cudaSuccess) (void)cudaStreamSynchronize(stream_);
+    if (up != cudaSuccess) {
+      (void)cudaGraphExecDestroy(g.exec);
+      (void)cudaGraphDestroy(g.graph);
+      CUDA_CHECK(up);
+    }
+  } else {
+    (void)cudaGraphDestroy(g.graph);
+    CUDA_CHECK(inst);
+  }
+  CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  g.memory_bytes = free_before > free_after ? free_before - free_after : 0;
+  graph_memory_bytes_ += g.memory_bytes;
+  graphs_.push_back(std::move(g));
+  return static_cast<int>(graphs_.size() - 1);
+}
+
+absl::Status CudaBackend::ReplayGraph(int handle) {
+  if (handle < 0 || static_cast<size_t>(handle) >= graphs_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ReplayGraph: unknown handle ", handle));
+  }
+  if (capturing_) return absl::FailedPreconditionError("ReplayGraph during graph capture");
+  const Graph& g = graphs_[static_cast<size_t>(handle)];
+  const double begin = NowUs() - step_host_start_us_;
+  nvtxRangePushA("graph_replay");
+  if (!first_op_recorded_) {
+    first_op_recorded_ = cudaEventRecord(first_op_event_, stream_) == cudaSuccess;
+  }
+  const cudaError_t e = cudaGraphLaunch(g.exec, stream_);
+  nvtxRangePop();
+  CUDA_CHECK(e);
+  const double end = NowUs() - step_host_start_us_;
+  for (OpRecord op : g.ops) {
+    op.issue_begin_us = begin;
+    op.issue_end_us = end;
+    op.device_begin_us = -1;
+    op.device_end_us = -1;
+    ops_.push_back(op);
+  }
+  graph_replayed_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear, so later calls do not see it
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no usable CUDA driver or device: cudaGetDeviceCount: ", cudaGetErrorString(e)));
+  }
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device found");
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", device, " does not exist (", count, " found)"));
+  }
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 8) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", device, " (", prop.name, ") has compute capability ",
+                     prop.major, ".", prop.minor, "; the CUDA backend needs 8.0 or newer (bf16)"));
+  }
+  auto backend = std::make_unique<CudaBackend>(device, prop);
+  absl::Status s = backend->Init();
+  if (!s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", device, " is unusable: ", s.message()));
+  }
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace saturn

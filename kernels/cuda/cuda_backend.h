@@ -1,0 +1,44 @@
+// The CUDA backend: bf16 weights, activations and KV cache on one device, ops enqueued on one
+// stream (kernels in kernels/cuda/*.cu, GEMMs through cuBLAS), per-op timing with pooled CUDA
+// events, CUDA graph capture and replay, NVTX ranges per op. Plus two diagnostics helpers
+// that need no backend: NVML's utilization and a per-kernel-family occupancy report.
+// This header pulls in no CUDA headers, so any C++ target may include it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+
+namespace saturn {
+
+// Fails cleanly (FAILED_PRECONDITION) when there is no driver, no device, or the device is
+// unusable (compute capability below 8.0: no bf16), INVALID_ARGUMENT for a bad index.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
+
+// nvidia-smi's "GPU utilization" for a CUDA device index: the share of the last sample period
+// (1/6 s to 1 s) in which any kernel ran. Loads libnvidia-ml.so.1 at run time (dlopen) on
+// first use; UNAVAILABLE when the library or the device is absent. Thread-safe.
+absl::StatusOr<int> NvmlGpuUtilizationPercent(int device);
+
+// Theoretical occupancy of the latest launch of each kernel family (families not launched
+// yet in this process are omitted; GEMMs run inside cuBLAS and are not listed). A grid with
+// fewer blocks than SMs leaves part of the chip idle however busy NVML says it is.
+struct KernelOccupancy {
+  std::string family;       // "rms_norm", "attention_decode", ...
+  int64_t grid_blocks = 0;  // blocks in the latest launch
+  int threads_per_block = 0;
+  size_t dynamic_smem_bytes = 0;
+  int max_active_blocks_per_sm = 0;  // cudaOccupancyMaxActiveBlocksPerMultiprocessor
+  int num_sms = 0;
+  double theoretical_occupancy = 0;  // resident threads per SM / max threads per SM, 0..1
+  double waves = 0;                  // grid_blocks / (max_active_blocks_per_sm * num_sms)
+  bool fills_device = false;         // grid_blocks >= num_sms
+};
+absl::StatusOr<std::vector<KernelOccupancy>> KernelOccupancyReport(int device);
+
+}  // namespace saturn

@@ -1,0 +1,75 @@
+// Internal to the CUDA backend: one typed entry point per op family (each in its own .cu,
+// GEMM in gemm.cc), all enqueued on an explicit stream. Shapes were checked by Backend
+// (kernels/backend.cc); these check dtypes and the limits of their kernels and return a
+// Status, never abort. Nothing here synchronizes or allocates.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/backend.h"
+
+namespace saturn::gpu {
+
+absl::Status Embedding(cudaStream_t s, const Tensor& ids, const Tensor& table, const Tensor& out);
+absl::Status RmsNorm(cudaStream_t s, const Tensor& x, const Tensor& weight, float eps,
+                     const Tensor& out);
+absl::Status AddRmsNorm(cudaStream_t s, const Tensor& x, const Tensor& residual,
+                        const Tensor& weight, float eps, const Tensor& out);
+absl::Status Rope(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor& positions,
+                  int head_dim, float theta);
+absl::Status SwiGlu(cudaStream_t s, const Tensor& gate_up, const Tensor& out);
+absl::Status Add(cudaStream_t s, const Tensor& a, const Tensor& b, const Tensor& out);
+absl::Status GatherRows(cudaStream_t s, const Tensor& x, const Tensor& indices, const Tensor& out);
+absl::Status Copy(cudaStream_t s, const Tensor& src, const Tensor& dst);
+// dst[i] = bf16(src[i]) for n values (UploadF32's device-side conversion).
+absl::Status ConvertF32ToBF16(cudaStream_t s, const float* src, void* dst, int64_t n);
+absl::Status KvWrite(cudaStream_t s, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                     const Tensor& k_cache, const Tensor& v_cache);
+// One query row per sequence (batch.max_query_len == 1).
+absl::Status AttentionDecode(cudaStream_t s, const Tensor& q, const Tensor& k_cache,
+                             const Tensor& v_cache, const AttentionBatch& batch,
+                             const AttentionShape& shape, const Tensor& out);
+// Ragged chunks of any length, tiled with an online softmax.
+absl::Status AttentionPrefill(cudaStream_t s, const Tensor& q, const Tensor& k_cache,
+                              const Tensor& v_cache, const AttentionBatch& batch,
+                              const AttentionShape& shape, const Tensor& out);
+absl::Status Sample(cudaStream_t s, const Tensor& logits, const SamplingBatch& params,
+                    const Tensor& tokens);
+// out = x w^T through cuBLAS (handle already bound to the stream and a workspace).
+absl::Status Gemm(cublasHandle_t h, const Tensor& x, const Tensor& w, const Tensor& out);
+
+// The kernel families, for the occupancy report (kernels/cuda/cuda_backend.h).
+enum class KernelFamily : int {
+  kEmbedding,
+  kRmsNorm,
+  kAddRmsNorm,
+  kRope,
+  kSwiGlu,
+  kElementwise,
+  kGatherRows,
+  kConvert,
+  kKvWrite,
+  kAttentionDecode,
+  kAttentionPrefill,
+  kSample,
+  kCount
+};
+const char* KernelFamilyName(KernelFamily f);
+
+// The latest launch of a family: which kernel, how many blocks of how many threads.
+struct LaunchRecord {
+  const void* kernel = nullptr;
+  int64_t grid_blocks = 0;
+  int threads = 0;
+  size_t dynamic_smem = 0;
+};
+// Remembered per family by every launcher (host-side, cheap, single-threaded issue).
+void RecordLaunch(KernelFamily f, const void* kernel, int64_t grid_blocks, int threads,
+                  size_t dynamic_smem);
+LaunchRecord LastLaunch(KernelFamily f);
+
+}  // namespace saturn::gpu

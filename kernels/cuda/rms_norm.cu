@@ -1,0 +1,97 @@
+// RMSNorm, plain and fused with the residual add: out = x / rms(x) * weight, row-wise, with
+// the sum of squares in f32. One block per row; the row is read twice (the second read hits
+// L1/L2). In place (out == x, or out == residual) is safe: each thread rewrites only the
+// elements it read itself.
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace saturn::gpu {
+namespace {
+
+template <typename T, typename W>
+__global__ void RmsNormKernel(const T* __restrict__ x, const W* __restrict__ w, float eps, T* out,
+                              int64_t cols) {
+  __shared__ float scratch[32];
+  const T* row = x + blockIdx.x * cols;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = Load(row, c);
+    ss += v * v;
+  }
+  const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(cols) + eps);
+  T* dst = out + blockIdx.x * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    Store(dst, c, Load(row, c) * inv * Load(w, c));
+  }
+}
+
+// residual += x; out = rmsnorm(residual) * w. The norm uses the stored (rounded) residual
+// so that it agrees with what later layers read back.
+template <typename T, typename W>
+__global__ void AddRmsNormKernel(const T* x, T* residual, const W* __restrict__ w, float eps,
+                                 T* out, int64_t cols) {
+  __shared__ float scratch[32];
+  const T* xr = x + blockIdx.x * cols;
+  T* rr = residual + blockIdx.x * cols;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    Store(rr, c, Load(xr, c) + Load(rr, c));
+    const float v = Load(rr, c);
+    ss += v * v;
+  }
+  const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(cols) + eps);
+  T* dst = out + blockIdx.x * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    Store(dst, c, Load(rr, c) * inv * Load(w, c));
+  }
+}
+
+int ThreadsFor(int64_t cols) { return cols >= 1024 ? 512 : (cols >= 256 ? 256 : 128); }
+
+absl::Status ExpectSame(const Tensor& a, const Tensor& b, const char* what) {
+  if (a.dtype == b.dtype) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": dtypes differ (", DTypeName(a.dtype), " vs ", DTypeName(b.dtype), ")"));
+}
+
+}  // namespace
+
+absl::Status RmsNorm(cudaStream_t s, const Tensor& x, const Tensor& weight, float eps,
+                     const Tensor& out) {
+  SATURN_STATUS_RETURN(ExpectSame(x, out, "rms_norm"));
+  SATURN_STATUS_RETURN(ExpectSame(x, weight, "rms_norm"));
+  if (x.rows == 0) return absl::OkStatus();
+  const int threads = ThreadsFor(x.cols);
+  SATURN_DISPATCH_FLOAT(x.dtype, "rms_norm", {
+    RmsNormKernel<scalar_t, scalar_t><<<static_cast<unsigned>(x.rows), threads, 0, s>>>(
+        x.as<scalar_t>(), weight.as<scalar_t>(), eps, out.as<scalar_t>(), x.cols);
+    CUDA_CHECK_LAUNCH("RmsNormKernel");
+    RecordLaunch(KernelFamily::kRmsNorm,
+                 reinterpret_cast<const void*>(&RmsNormKernel<scalar_t, scalar_t>), x.rows, threads,
+                 0);
+    return absl::OkStatus();
+  })
+}
+
+absl::Status AddRmsNorm(cudaStream_t s, const Tensor& x, const Tensor& residual,
+                        const Tensor& weight, float eps, const Tensor& out) {
+  SATURN_STATUS_RETURN(ExpectSame(x, out, "add_rms_norm"));
+  SATURN_STATUS_RETURN(ExpectSame(x, residual, "add_rms_norm"));
+  SATURN_STATUS_RETURN(ExpectSame(x, weight, "add_rms_norm"));
+  if (x.rows == 0) return absl::OkStatus();
+  const int threads = ThreadsFor(x.cols);
+  SATURN_DISPATCH_FLOAT(x.dtype, "add_rms_norm", {
+    AddRmsNormKernel<scalar_t, scalar_t><<<static_cast<unsigned>(x.rows), threads, 0, s>>>(
+        x.as<scalar_t>(), residual.as<scalar_t>(), weight.as<scalar_t>(), eps, out.as<scalar_t>(),
+        x.cols);
+    CUDA_CHECK_LAUNCH("AddRmsNormKernel");
+    RecordLaunch(KernelFamily::kAddRmsNorm,
+                 reinterpret_cast<const void*>(&AddRmsNormKernel<scalar_t, scalar_t>), x.rows,
+                 threads, 0);
+    return absl::OkStatus();
+  })
+}
+
+}  // namespace saturn::gpu

@@ -1,0 +1,62 @@
+// Rotary position embedding in place on q [T, Hq*hd] and k [T, Hkv*hd], rotate-half (NeoX)
+// pairing as Hugging Face Llama: element i pairs with i + hd/2, angle = pos * theta^(-2i/hd).
+// One block per token; each thread rotates pairs of q and k heads.
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace saturn::gpu {
+namespace {
+
+template <typename T>
+__device__ __forceinline__ void RotatePair(T* head, int i, int half, float c, float s) {
+  const float x1 = Load(head, i), x2 = Load(head, i + half);
+  Store(head, i, x1 * c - x2 * s);
+  Store(head, i + half, x2 * c + x1 * s);
+}
+
+template <typename T>
+__global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions, int q_heads,
+                           int k_heads, int head_dim, float log2_theta) {
+  const int64_t t = blockIdx.x;
+  const int half = head_dim / 2;
+  const float pos = static_cast<float>(positions[t]);
+  T* qrow = q + t * static_cast<int64_t>(q_heads) * head_dim;
+  T* krow = k + t * static_cast<int64_t>(k_heads) * head_dim;
+  const int pairs = (q_heads + k_heads) * half;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int head = p / half, i = p % half;
+    // inv_freq = theta^(-2i/hd); angle in f32 with sincosf (full-range reduction).
+    const float inv_freq = exp2f(-log2_theta * (2.0f * i / head_dim));
+    float s, c;
+    sincosf(pos * inv_freq, &s, &c);
+    if (head < q_heads) {
+      RotatePair(qrow + head * head_dim, i, half, c, s);
+    } else {
+      RotatePair(krow + (head - q_heads) * head_dim, i, half, c, s);
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status Rope(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor& positions,
+                  int head_dim, float theta) {
+  if (q.dtype != k.dtype) return absl::InvalidArgumentError("rope: q and k dtypes differ");
+  if (q.rows == 0) return absl::OkStatus();
+  const int q_heads = static_cast<int>(q.cols / head_dim);
+  const int k_heads = static_cast<int>(k.cols / head_dim);
+  const int threads = 128;
+  SATURN_DISPATCH_FLOAT(q.dtype, "rope", {
+    RopeKernel<scalar_t><<<static_cast<unsigned>(q.rows), threads, 0, s>>>(
+        q.as<scalar_t>(), k.as<scalar_t>(), positions.as<int32_t>(), q_heads, k_heads, head_dim,
+        log2f(theta));
+    CUDA_CHECK_LAUNCH("RopeKernel");
+    RecordLaunch(KernelFamily::kRope, reinterpret_cast<const void*>(&RopeKernel<scalar_t>), q.rows,
+                 threads, 0);
+    return absl::OkStatus();
+  })
+}
+
+}  // namespace saturn::gpu

@@ -1,0 +1,41 @@
+// SwiGLU: out[t, j] = silu(gate_up[t, j]) * gate_up[t, F + j], with gate_up [T, 2F] (gate
+// columns first). A flat grid-stride loop over T*F outputs.
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace saturn::gpu {
+namespace {
+
+template <typename T>
+__global__ void SwiGluKernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t f,
+                             int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / f, j = i % f;
+    const float g = Load(gate_up, t * 2 * f + j);
+    const float u = Load(gate_up, t * 2 * f + f + j);
+    Store(out, i, g / (1.0f + __expf(-g)) * u);
+  }
+}
+
+}  // namespace
+
+absl::Status SwiGlu(cudaStream_t s, const Tensor& gate_up, const Tensor& out) {
+  if (gate_up.dtype != out.dtype) return absl::InvalidArgumentError("swiglu: dtypes differ");
+  const int64_t n = out.numel();
+  if (n == 0) return absl::OkStatus();
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65535);
+  SATURN_DISPATCH_FLOAT(out.dtype, "swiglu", {
+    SwiGluKernel<scalar_t><<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+        gate_up.as<scalar_t>(), out.as<scalar_t>(), out.cols, n);
+    CUDA_CHECK_LAUNCH("SwiGluKernel");
+    RecordLaunch(KernelFamily::kSwiGlu, reinterpret_cast<const void*>(&SwiGluKernel<scalar_t>),
+                 blocks, threads, 0);
+    return absl::OkStatus();
+  })
+}
+
+}  // namespace saturn::gpu
