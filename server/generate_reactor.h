@@ -1,0 +1,41 @@
+// The Generate stream: a grpc::ServerWriteReactor fed by the engine's EventCallback.
+//
+//   engine thread: OnEvent -> build delta/final -> queue (mutex) -> StartWrite if idle
+//   gRPC thread:   OnWriteDone -> next queued message ... -> Finish(status)
+//   OnCancel (client cancel, deadline) -> Engine::Cancel -> final event -> Finish(CANCELLED)
+//   shutdown after grace (ServingState::AbortAll) -> Engine::Cancel -> Finish(UNAVAILABLE)
+//
+// Finish is called only after the engine's final event (or when the request never reached
+// the engine), so OnDone -- which deletes the reactor -- always comes after the last engine
+// callback. The state the engine callback touches is shared (std::shared_ptr) all the same,
+// so no callback can outlive it. Nothing here blocks on the engine thread.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+
+#include "engine/engine.h"
+#include "saturn/v1/saturn.pb.h"
+#include "server/serving_state.h"
+
+namespace saturn {
+
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  // Submits `request` to the engine. When the server is draining or Submit fails (queue full,
+  // invalid request, engine shut down) the stream finishes at once with that status.
+  GenerateReactor(ServingState* state, Engine* engine, GenerateRequest request, bool want_text);
+  // A stream that only returns `status` (request rejected before any engine work).
+  static grpc::ServerWriteReactor<v1::GenerateResponse>* Reject(const grpc::Status& status);
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  struct Call;
+  std::shared_ptr<Call> call_;
+};
+
+}  // namespace saturn

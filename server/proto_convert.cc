@@ -1,0 +1,196 @@
+// saturn.v1 <-> engine conversions and the server-level request checks.
+#include "server/proto_convert.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/tokenizer.h"
+
+namespace saturn {
+
+absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
+                                                 const PromptLimits& limits, int64_t default_seed) {
+  const bool has_text = !req.prompt_text().empty();
+  const bool has_ids = req.prompt_token_ids_size() > 0;
+  if (has_text == has_ids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt_text, prompt_token_ids: exactly one must be set (got ",
+                     has_text ? "both" : "neither", "); an empty prompt is not allowed"));
+  }
+  if (!v1::OutputFormat_IsValid(req.output_format())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "output_format: unknown value %d (valid: 0 UNSPECIFIED, 1 TOKENS_AND_TEXT, 2 TOKENS)",
+        req.output_format()));
+  }
+  if (req.output_format() == v1::OUTPUT_FORMAT_TOKENS_AND_TEXT && !limits.has_text_tokenizer) {
+    return absl::InvalidArgumentError(
+        "output_format: TOKENS_AND_TEXT needs the built-in tokenizer, which only the built-in "
+        "presets have; use OUTPUT_FORMAT_TOKENS");
+  }
+  if (static_cast<int>(req.client_request_id().size()) > limits.max_client_request_id_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("client_request_id: %d bytes exceeds the limit of %d bytes",
+                        req.client_request_id().size(), limits.max_client_request_id_bytes));
+  }
+  if (req.stop_token_ids_size() > limits.max_stop_token_ids) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("stop_token_ids: %d ids exceeds the limit of %d ids",
+                        req.stop_token_ids_size(), limits.max_stop_token_ids));
+  }
+
+  ConvertedRequest out;
+  GenerateRequest& r = out.request;
+  if (has_text) {
+    if (!limits.has_text_tokenizer) {
+      return absl::InvalidArgumentError(
+          "prompt_text: this model has no built-in tokenizer (built-in presets only); send "
+          "prompt_token_ids");
+    }
+    // Checked before encoding: the size bounds the work done for a hostile request.
+    if (static_cast<int64_t>(req.prompt_text().size()) > limits.max_prompt_text_bytes()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "prompt_text: %d bytes exceeds the limit of %d bytes (one token per byte plus BOS "
+          "within max_model_len %d)",
+          req.prompt_text().size(), limits.max_prompt_text_bytes(), limits.max_model_len));
+    }
+    r.prompt = ByteTokenizer().Encode(req.prompt_text(), /*add_bos=*/true);
+  } else {
+    if (req.prompt_token_ids_size() > limits.max_model_len) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("prompt_token_ids: %d ids exceeds the limit of max_model_len %d",
+                          req.prompt_token_ids_size(), limits.max_model_len));
+    }
+    r.prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
+  }
+
+  SamplingParams& s = r.sampling;
+  if (req.has_max_tokens()) s.max_tokens = req.max_tokens();
+  if (req.has_temperature()) s.temperature = req.temperature();
+  if (req.has_top_k()) s.top_k = req.top_k();
+  if (req.has_top_p()) s.top_p = req.top_p();
+  s.seed = req.has_seed() ? req.seed() : default_seed;
+  s.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
+  s.ignore_eos = req.ignore_eos();
+  r.client_request_id = req.client_request_id();
+  out.want_text = limits.has_text_tokenizer && req.output_format() != v1::OUTPUT_FORMAT_TOKENS;
+  return out;
+}
+
+absl::Status ValidateForEngine(const GenerateRequest& req, const ModelLimits& limits,
+                               bool prompt_was_ids) {
+  absl::Status s = ValidateRequest(req, limits);
+  if (s.ok() || !prompt_was_ids || !absl::StartsWith(s.message(), "prompt[")) return s;
+  return absl::Status(s.code(), absl::StrCat("prompt_token_ids", s.message().substr(6)));
+}
+
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kError:
+      return v1::FINISH_REASON_ERROR;
+    case FinishReason::kNone:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void ToProto(const EngineOptions& options, v1::EngineOptions* out) {
+  out->set_max_num_seqs(options.max_num_seqs);
+  out->set_max_num_batched_tokens(options.max_num_batched_tokens);
+  out->set_cuda_graphs(options.cuda_graphs);
+}
+
+void ToProto(const Usage& usage, v1::Usage* out) {
+  out->set_prompt_tokens(usage.prompt_tokens);
+  out->set_completion_tokens(usage.completion_tokens);
+  out->set_num_preemptions(usage.num_preemptions);
+}
+
+void ToProto(const RequestTimings& t, v1::RequestTimings* out) {
+  // A duration whose end did not happen (e.g. no token before a cancel) is reported as 0.
+  auto span = [](double from, double to) -> int64_t {
+    return from > 0 && to >= from ? static_cast<int64_t>(to - from) : 0;
+  };
+  out->set_queue_time_us(span(t.arrival_us, t.first_scheduled_us));
+  out->set_time_to_first_token_us(span(t.arrival_us, t.first_token_us));
+  out->set_decode_time_us(span(t.first_token_us, t.finished_us));
+  out->set_e2e_time_us(span(t.arrival_us, t.finished_us));
+  out->set_arrival_us(static_cast<int64_t>(t.arrival_us));
+  out->set_first_scheduled_us(static_cast<int64_t>(t.first_scheduled_us));
+  out->set_first_token_us(static_cast<int64_t>(t.first_token_us));
+  out->set_finished_us(static_cast<int64_t>(t.finished_us));
+}
+
+EngineOptions MergeOptions(const EngineOptions& current,
+                           const v1::UpdateEngineOptionsRequest& req) {
+  EngineOptions o = current;
+  if (req.has_max_num_seqs()) o.max_num_seqs = req.max_num_seqs();
+  if (req.has_max_num_batched_tokens()) o.max_num_batched_tokens = req.max_num_batched_tokens();
+  if (req.has_cuda_graphs()) o.cuda_graphs = req.cuda_graphs();
+  return o;
+}
+
+void FillServerInfo(const Engine& engine, const PromptLimits& limits,
+                    const std::string& listen_address, v1::ServerInfo* out) {
+  const ModelConfig& m = engine.model();
+  v1::ModelInfo* mi = out->mutable_model();
+  mi->set_name(m.name);
+  mi->set_vocab_size(m.vocab_size);
+  mi->set_hidden_size(m.hidden_size);
+  mi->set_intermediate_size(m.intermediate_size);
+  mi->set_num_layers(m.num_layers);
+  mi->set_num_heads(m.num_heads);
+  mi->set_num_kv_heads(m.num_kv_heads);
+  mi->set_head_dim(m.head_dim);
+  mi->set_max_position_embeddings(m.max_position_embeddings);
+  mi->set_rms_norm_eps(m.rms_norm_eps);
+  mi->set_rope_theta(m.rope_theta);
+  mi->set_tie_word_embeddings(m.tie_word_embeddings);
+  mi->set_bos_token_id(m.bos_token_id);
+  mi->set_eos_token_id(m.eos_token_id);
+  mi->set_num_parameters(m.NumParameters());
+  mi->set_weight_bytes(static_cast<int64_t>(engine.runner().weight_bytes()));
+  mi->set_has_text_tokenizer(limits.has_text_tokenizer);
+
+  const Backend& b = engine.backend();
+  v1::BackendInfo* bi = out->mutable_backend();
+  bi->set_name(b.name());
+  bi->set_device_name(b.device_name());
+  bi->set_compute_dtype(DTypeName(b.compute_dtype()));
+  bi->set_device_memory_bytes(static_cast<int64_t>(b.device_memory_bytes()));
+  bi->set_supports_cuda_graphs(b.SupportsGraphs());
+
+  ToProto(engine.options(), out->mutable_options());
+
+  const EngineConfig& c = engine.config();
+  const ModelLimits ml = engine.limits();
+  v1::EngineLimits* li = out->mutable_limits();
+  li->set_max_num_seqs_limit(c.max_num_seqs_limit);
+  li->set_max_num_batched_tokens_limit(c.max_num_batched_tokens_limit);
+  li->set_max_model_len(ml.max_model_len);
+  li->set_max_queued_requests(c.max_queued_requests);
+  li->set_max_prompt_text_bytes(limits.max_prompt_text_bytes());
+
+  const KvStats kv = engine.kv_stats();
+  v1::KvCacheInfo* ki = out->mutable_kv_cache();
+  ki->set_block_size(kv.block_size);
+  ki->set_num_blocks(kv.num_blocks);
+  ki->set_blocks_free(kv.blocks_free);
+  ki->set_bytes_per_block(static_cast<int64_t>(kv.bytes_per_block));
+  ki->set_capacity_bytes(static_cast<int64_t>(kv.capacity_bytes));
+  ki->set_max_model_len(ml.max_model_len);
+
+  out->set_listen_address(listen_address);
+  const EngineCounters counters = engine.counters();
+  out->set_num_waiting(counters.num_waiting);
+  out->set_num_running(counters.num_running);
+}
+
+}  // namespace saturn

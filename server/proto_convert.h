@@ -1,0 +1,54 @@
+// Conversions between the saturn.v1 messages and the engine's plain structs, with the
+// server-level request checks (text vs token ids, sizes, enum values). The engine's
+// ValidateRequest checks the sampling fields and vocabulary; nothing here repeats it.
+// Pure functions, thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "saturn/v1/saturn.pb.h"
+#include "server/server_config.h"
+
+namespace saturn {
+
+// What the server needs to know about the model to check a request.
+struct PromptLimits {
+  int max_model_len = 0;
+  bool has_text_tokenizer = false;
+  int max_client_request_id_bytes = 256;
+  int max_stop_token_ids = 256;
+  // Longest prompt_text: one token per byte plus BOS must fit the context.
+  int max_prompt_text_bytes() const { return has_text_tokenizer ? max_model_len - 1 : 0; }
+};
+
+struct ConvertedRequest {
+  GenerateRequest request;
+  bool want_text = false;  // deltas carry decoded text
+};
+
+// Checks the server-level fields and builds the engine request (text prompts encoded by the
+// byte tokenizer with BOS). `default_seed` is used when the request sets none.
+// INVALID_ARGUMENT names the field and the limit.
+absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
+                                                 const PromptLimits& limits, int64_t default_seed);
+
+// Runs the engine's ValidateRequest and renames its "prompt" to the proto field the client
+// used, so the message names a field the client can find.
+absl::Status ValidateForEngine(const GenerateRequest& req, const ModelLimits& limits,
+                               bool prompt_was_ids);
+
+v1::FinishReason ToProto(FinishReason reason);
+void ToProto(const EngineOptions& options, v1::EngineOptions* out);
+void ToProto(const Usage& usage, v1::Usage* out);
+void ToProto(const RequestTimings& timings, v1::RequestTimings* out);
+
+// Overlays the fields set in `req` on `current`.
+EngineOptions MergeOptions(const EngineOptions& current, const v1::UpdateEngineOptionsRequest& req);
+
+// Everything GetServerInfo reports about a running engine.
+void FillServerInfo(const Engine& engine, const PromptLimits& limits,
+                    const std::string& listen_address, v1::ServerInfo* out);
+
+}  // namespace saturn

@@ -1,0 +1,130 @@
+// ServerApp: the order of start-up and shutdown is the point of this file; see server_app.h.
+#include "server/server_app.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "engine/model_config.h"
+#include "server/saturn_service.h"
+
+namespace saturn {
+namespace {
+
+// Bounded waits after the grace period: a stream whose client stopped reading can only be
+// ended by gRPC's own shutdown, which follows them.
+constexpr absl::Duration kAbortWait = absl::Seconds(5);
+constexpr absl::Duration kServerShutdownDeadline = absl::Seconds(2);
+
+void Log(const std::string& line) { std::cerr << "saturn-server: " << line << std::endl; }
+
+// host:port with the port replaced by the one bound.
+std::string BoundAddress(const std::string& listen, int port) {
+  if (listen.rfind("unix:", 0) == 0) return listen;
+  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+}
+
+}  // namespace
+
+ServerApp::ServerApp(ServerConfig config)
+    : config_(config),
+      state_(std::move(config)),
+      saturn_service_(std::make_unique<SaturnService>(&state_)) {}
+
+ServerApp::~ServerApp() { Shutdown(); }
+
+void ServerApp::AddService(std::unique_ptr<grpc::Service> service) {
+  extra_services_.push_back(std::move(service));
+}
+
+absl::Status ServerApp::StartListening() {
+  if (server_ != nullptr) return absl::FailedPreconditionError("StartListening called twice");
+  if (absl::Status s = config_.Validate(); !s.ok()) return s;
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(saturn_service_.get());
+  for (auto& service : extra_services_) builder.RegisterService(service.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || (selected_port == 0 && config_.listen.rfind("unix:", 0) != 0)) {
+    server_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("--listen: cannot listen on ", config_.listen, " (address in use?)"));
+  }
+  // The default health service starts out SERVING for "": turn it off until warm.
+  SetServing(false);
+  port_ = selected_port;
+  state_.set_listen_address(BoundAddress(config_.listen, port_));
+  Log(absl::StrCat("listening on ", address(), " (NOT_SERVING); loading model ",
+                   config_.engine.model, " on backend ", config_.engine.backend));
+  return absl::OkStatus();
+}
+
+absl::Status ServerApp::LoadEngine() {
+  if (server_ == nullptr) return absl::FailedPreconditionError("LoadEngine before StartListening");
+  if (engine_ != nullptr) return absl::FailedPreconditionError("LoadEngine called twice");
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config_.engine);
+  if (!engine.ok()) return engine.status();
+  engine_ = std::move(*engine);
+  state_.set_has_text_tokenizer(PresetConfig(config_.engine.model).ok());
+  state_.set_engine(engine_.get());
+  const ModelConfig& m = engine_->model();
+  const KvStats kv = engine_->kv_stats();
+  SetServing(true);
+  Log(absl::StrCat("ready: model ", m.name, " (", m.NumParameters(), " parameters), backend ",
+                   engine_->backend().name(), ", device ", engine_->backend().device_name(),
+                   ", max_model_len ", engine_->limits().max_model_len, ", KV ", kv.num_blocks,
+                   " blocks x ", kv.block_size, " tokens, on ", address(), " (SERVING)"));
+  return absl::OkStatus();
+}
+
+absl::Status ServerApp::Start() {
+  if (absl::Status s = StartListening(); !s.ok()) return s;
+  return LoadEngine();
+}
+
+void ServerApp::SetServing(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(v1::Saturn::service_full_name(), serving);
+}
+
+void ServerApp::Shutdown() {
+  std::lock_guard<std::mutex> lock(shutdown_mu_);
+  if (shut_down_ || server_ == nullptr) return;
+  shut_down_ = true;
+
+  SetServing(false);
+  state_.StartDraining();  // new Generate calls: UNAVAILABLE
+  const int in_flight = state_.active_calls();
+  Log(absl::StrCat("shutting down: NOT_SERVING; ", in_flight, " call(s) in flight get ",
+                   absl::FormatDuration(config_.shutdown_grace)));
+  if (!state_.WaitIdle(absl::Now() + config_.shutdown_grace)) {
+    Log(absl::StrCat("grace period over: ending ", state_.active_calls(),
+                     " call(s) with UNAVAILABLE"));
+    state_.AbortAll();
+    state_.WaitIdle(absl::Now() + kAbortWait);
+  }
+  // Every request still in the engine gets its final event here.
+  if (engine_ != nullptr) engine_->Shutdown();
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + kServerShutdownDeadline));
+  server_->Wait();
+  if (!state_.WaitIdle(absl::Now() + kAbortWait)) {
+    // A call still holds the engine; exiting without freeing it beats freeing it under it.
+    Log("a call did not end; leaving the engine allocated");
+    static_cast<void>(engine_.release());
+  }
+  state_.set_engine(nullptr);
+  engine_.reset();
+  Log("stopped");
+}
+
+}  // namespace saturn

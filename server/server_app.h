@@ -1,0 +1,75 @@
+// ServerApp: assembles and runs the gRPC server around one engine.
+//
+//   StartListening(): gRPC up (Saturn, health NOT_SERVING, reflection, extra services);
+//                     Saturn calls answer UNAVAILABLE "model is loading"
+//   LoadEngine():     Engine::Create (load, warm up) -> health SERVING
+//   Shutdown():       health NOT_SERVING, refuse new calls, in-flight streams get
+//                     shutdown_grace, then the rest are cancelled in the engine and end with
+//                     UNAVAILABLE; Engine::Shutdown; gRPC server shut down; engine freed
+//
+// Another service (e.g. diagnostics) is one AddService() line before StartListening; it can
+// reach the engine through state() (engine() is null until LoadEngine returns).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/engine.h"
+#include "server/server_config.h"
+#include "server/serving_state.h"
+
+namespace saturn {
+
+class SaturnService;
+
+class ServerApp {
+ public:
+  explicit ServerApp(ServerConfig config);
+  ~ServerApp();  // Shutdown()
+  ServerApp(const ServerApp&) = delete;
+  ServerApp& operator=(const ServerApp&) = delete;
+
+  // Registers an extra service; call before StartListening. Kept alive until the server is
+  // gone.
+  void AddService(std::unique_ptr<grpc::Service> service);
+  ServingState* state() { return &state_; }
+
+  // Validates the config, binds and starts gRPC. Health reports NOT_SERVING.
+  absl::Status StartListening();
+  // Creates and warms the engine, then reports SERVING. Call once, after StartListening.
+  absl::Status LoadEngine();
+  // StartListening + LoadEngine.
+  absl::Status Start();
+
+  // Graceful shutdown (see the header comment). Idempotent; thread-safe; blocks up to about
+  // shutdown_grace plus a few seconds.
+  void Shutdown();
+
+  // The port bound (the real one when the config asked for port 0); 0 before listening.
+  int port() const { return port_; }
+  // host:port with the real port.
+  std::string address() const { return state_.listen_address(); }
+  // Null until LoadEngine succeeded.
+  Engine* engine() const { return engine_.get(); }
+  grpc::Server* grpc_server() const { return server_.get(); }
+
+ private:
+  void SetServing(bool serving);
+
+  ServerConfig config_;
+  ServingState state_;
+  std::unique_ptr<SaturnService> saturn_service_;
+  std::vector<std::unique_ptr<grpc::Service>> extra_services_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;
+};
+
+}  // namespace saturn

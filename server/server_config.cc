@@ -1,0 +1,105 @@
+// ServerConfig validation. Messages start with the flag name ("--listen: ...") because the
+// only way a user sets these is through saturn-server's flags.
+#include "server/server_config.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace saturn {
+namespace {
+
+absl::Status ValidateListen(const std::string& listen) {
+  if (listen.empty()) return absl::InvalidArgumentError("--listen: must not be empty");
+  if (absl::StartsWith(listen, "unix:")) {
+    if (listen.size() == 5) return absl::InvalidArgumentError("--listen: unix: needs a path");
+    return absl::OkStatus();
+  }
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen: \"", listen, "\" is not host:port (e.g. 127.0.0.1:50051, [::]:50051)"));
+  }
+  int port = -1;
+  if (!absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen: port in \"", listen, "\" must be a number in [0, 65535]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ServerConfig::Validate() const {
+  if (absl::Status s = ValidateListen(listen); !s.ok()) return s;
+  if (engine.backend != "auto" && engine.backend != "cpu" && engine.backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend: \"", engine.backend, "\" is not one of auto, cpu, cuda"));
+  }
+  if (engine.model.empty()) {
+    return absl::InvalidArgumentError("--model: must name a preset or a checkpoint directory");
+  }
+  if (engine.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--threads: must be >= 0 (0: all cores), got %d", engine.num_threads));
+  }
+  if (engine.options.max_num_seqs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max_num_seqs: must be >= 1, got %d", engine.options.max_num_seqs));
+  }
+  if (engine.options.max_num_batched_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max_num_batched_tokens: must be >= 1, got %d", engine.options.max_num_batched_tokens));
+  }
+  if (engine.max_num_seqs_limit < engine.options.max_num_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max_num_seqs_limit: %d is below --max_num_seqs %d",
+                        engine.max_num_seqs_limit, engine.options.max_num_seqs));
+  }
+  if (engine.max_num_batched_tokens_limit < engine.options.max_num_batched_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max_num_batched_tokens_limit: %d is below --max_num_batched_tokens %d",
+        engine.max_num_batched_tokens_limit, engine.options.max_num_batched_tokens));
+  }
+  if (engine.max_model_len < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max_model_len: must be >= 0 (0: the model's context, at most 4096), got %d",
+        engine.max_model_len));
+  }
+  if (engine.max_queued_requests < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max_queued_requests: must be >= 0 (0: unbounded), got %d", engine.max_queued_requests));
+  }
+  if (shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shutdown_grace: must be >= 0, got ", absl::FormatDuration(shutdown_grace)));
+  }
+  // The engine's own checks (limits, KV capacity, ...): its messages name its fields, which
+  // are the flags' names.
+  if (absl::Status s = engine.Validate(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("engine flags: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+void ApplyEngineFlags(int max_num_seqs, int max_num_batched_tokens, bool cuda_graphs,
+                      int kv_cache_mb, int max_num_seqs_limit, int max_num_batched_tokens_limit,
+                      EngineConfig* engine) {
+  engine->options.max_num_seqs = max_num_seqs;
+  engine->options.max_num_batched_tokens = max_num_batched_tokens;
+  engine->options.cuda_graphs = cuda_graphs;
+  engine->max_num_seqs_limit = max_num_seqs_limit != 0
+                                   ? max_num_seqs_limit
+                                   : std::max(engine->max_num_seqs_limit, max_num_seqs);
+  engine->max_num_batched_tokens_limit =
+      max_num_batched_tokens_limit != 0
+          ? max_num_batched_tokens_limit
+          : std::max(engine->max_num_batched_tokens_limit, max_num_batched_tokens);
+  engine->kv_cache_bytes = kv_cache_mb > 0 ? static_cast<size_t>(kv_cache_mb) << 20 : 0;
+}
+
+}  // namespace saturn

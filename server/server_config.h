@@ -1,0 +1,32 @@
+// The server's configuration: what main.cc's flags become (flags live only in main.cc).
+// Field names follow the flag names so that Validate()'s messages name the flag to fix.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+
+namespace saturn {
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:50051";  // host:port (port 0: pick a free one), or unix:path
+  EngineConfig engine;                     // model, backend, limits, KV capacity, queue bound
+  absl::Duration shutdown_grace = absl::Seconds(10);  // in-flight streams get this long
+  // Server-level request limits (the engine checks the rest through ValidateRequest).
+  int max_client_request_id_bytes = 256;
+  int max_stop_token_ids = 256;
+
+  // Checks every field; the error names the flag and the limit.
+  absl::Status Validate() const;
+};
+
+// The flags' units as the config's: --kv_cache_mb to bytes (0: automatic). A limit flag of 0
+// means the engine's default limit, raised to the option's value when that is larger, so
+// --max_num_seqs 512 alone is valid.
+void ApplyEngineFlags(int max_num_seqs, int max_num_batched_tokens, bool cuda_graphs,
+                      int kv_cache_mb, int max_num_seqs_limit, int max_num_batched_tokens_limit,
+                      EngineConfig* engine);
+
+}  // namespace saturn

@@ -1,0 +1,67 @@
+// What every Saturn service shares while the server runs: the engine (null until it is
+// loaded and warmed), the drain flag, and the registry of in-flight calls that use the engine
+// so that shutdown can wait for them, end the stragglers, and only then free the engine.
+// Thread-safe. Owned by ServerApp, which outlives every call.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "server/server_config.h"
+
+namespace saturn {
+
+class ServingState {
+ public:
+  explicit ServingState(ServerConfig config) : config_(std::move(config)) {}
+  ServingState(const ServingState&) = delete;
+  ServingState& operator=(const ServingState&) = delete;
+
+  const ServerConfig& config() const { return config_; }
+  // The engine once it is ready; nullptr while loading. Stays valid until every call that
+  // BeginCall admitted has ended.
+  Engine* engine() const { return engine_.load(std::memory_order_acquire); }
+  void set_engine(Engine* engine) { engine_.store(engine, std::memory_order_release); }
+  // The address the server is bound to (host:port with the real port).
+  std::string listen_address() const;
+  void set_listen_address(std::string address);
+  // Whether the built-in byte tokenizer applies (built-in presets only).
+  bool has_text_tokenizer() const { return has_text_.load(std::memory_order_acquire); }
+  void set_has_text_tokenizer(bool v) { has_text_.store(v, std::memory_order_release); }
+
+  // Admits a call that uses the engine; nullopt once draining. `abort` (may be empty) is run
+  // by AbortAll on shutdown to end the call early; it must not block.
+  std::optional<int64_t> BeginCall(std::function<void()> abort);
+  void EndCall(int64_t token);
+
+  // Refuses new calls from now on.
+  void StartDraining();
+  bool draining() const;
+  // Waits until no admitted call is left or `deadline`; true when none is left.
+  bool WaitIdle(absl::Time deadline) const;
+  // Runs every live call's abort hook (outside the lock).
+  void AbortAll();
+  int active_calls() const;
+
+ private:
+  const ServerConfig config_;
+  std::atomic<Engine*> engine_{nullptr};
+  std::atomic<bool> has_text_{false};
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable idle_cv_;
+  std::string listen_address_;
+  bool draining_ = false;
+  int64_t next_token_ = 1;
+  std::map<int64_t, std::function<void()>> calls_;
+};
+
+}  // namespace saturn

@@ -1,0 +1,92 @@
+// ServerConfig::Validate names the flag to fix; ApplyEngineFlags converts units and limits.
+#include "server/server_config.h"
+
+#include <gtest/gtest.h>
+
+namespace saturn {
+namespace {
+
+ServerConfig Valid() {
+  ServerConfig c;
+  c.engine.model = "tiny";
+  c.engine.backend = "cpu";
+  return c;
+}
+
+void ExpectNames(const ServerConfig& c, const std::string& flag) {
+  absl::Status s = c.Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << flag;
+  EXPECT_NE(s.message().find(flag), std::string::npos) << s.message();
+}
+
+TEST(ServerConfigTest, DefaultsAreValid) {
+  EXPECT_TRUE(Valid().Validate().ok()) << Valid().Validate();
+  ServerConfig c = Valid();
+  c.listen = "[::]:0";
+  EXPECT_TRUE(c.Validate().ok());
+  c.listen = "unix:/tmp/saturn.sock";
+  EXPECT_TRUE(c.Validate().ok());
+}
+
+TEST(ServerConfigTest, BadFlagsNameTheFlag) {
+  ServerConfig c = Valid();
+  c.listen = "nohostport";
+  ExpectNames(c, "--listen");
+  c = Valid();
+  c.listen = "127.0.0.1:70000";
+  ExpectNames(c, "--listen");
+  c = Valid();
+  c.listen = "127.0.0.1:http";
+  ExpectNames(c, "--listen");
+  c = Valid();
+  c.engine.backend = "tpu";
+  ExpectNames(c, "--backend");
+  c = Valid();
+  c.engine.model = "";
+  ExpectNames(c, "--model");
+  c = Valid();
+  c.engine.num_threads = -1;
+  ExpectNames(c, "--threads");
+  c = Valid();
+  c.engine.options.max_num_seqs = 0;
+  ExpectNames(c, "--max_num_seqs");
+  c = Valid();
+  c.engine.options.max_num_batched_tokens = -2;
+  ExpectNames(c, "--max_num_batched_tokens");
+  c = Valid();
+  c.engine.max_model_len = -1;
+  ExpectNames(c, "--max_model_len");
+  c = Valid();
+  c.engine.max_queued_requests = -1;
+  ExpectNames(c, "--max_queued_requests");
+  c = Valid();
+  c.shutdown_grace = absl::Seconds(-1);
+  ExpectNames(c, "--shutdown_grace");
+  c = Valid();
+  c.engine.options.max_num_seqs = 64;
+  c.engine.max_num_seqs_limit = 8;
+  ExpectNames(c, "--max_num_seqs_limit");
+}
+
+TEST(ServerConfigTest, ApplyEngineFlagsConvertsUnitsAndRaisesLimits) {
+  EngineConfig e;
+  ApplyEngineFlags(/*max_num_seqs=*/512, /*max_num_batched_tokens=*/1024, /*cuda_graphs=*/true,
+                   /*kv_cache_mb=*/3, /*max_num_seqs_limit=*/0,
+                   /*max_num_batched_tokens_limit=*/0, &e);
+  EXPECT_EQ(e.options.max_num_seqs, 512);
+  EXPECT_EQ(e.max_num_seqs_limit, 512);
+  EXPECT_EQ(e.options.max_num_batched_tokens, 1024);
+  EXPECT_EQ(e.max_num_batched_tokens_limit, EngineConfig().max_num_batched_tokens_limit);
+  EXPECT_TRUE(e.options.cuda_graphs);
+  EXPECT_EQ(e.kv_cache_bytes, size_t{3} << 20);
+
+  EngineConfig f;
+  ApplyEngineFlags(8, 256, false, 0, /*max_num_seqs_limit=*/32,
+                   /*max_num_batched_tokens_limit=*/4096, &f);
+  EXPECT_EQ(f.max_num_seqs_limit, 32);
+  EXPECT_EQ(f.max_num_batched_tokens_limit, 4096);
+  EXPECT_EQ(f.kv_cache_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace saturn
