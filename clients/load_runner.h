@@ -1,0 +1,69 @@
+// One load phase: sends a workload's requests to the server(s) in a closed loop (a fixed
+// number in flight) or an open loop (Poisson arrivals), and records each stream's timings
+// on the client's steady clock. Streams use gRPC's callback API (ClientReadReactor), so
+// hundreds of concurrent streams run on gRPC's few threads; one dispatcher thread (the
+// caller's) decides when to send. Computes no statistics (stats.h does).
+//
+// Bounds: the phase stops sending after num_requests requests and/or once duration has
+// passed; requests already in flight then run to their end (each has request_timeout).
+// It also stops sending when a request is rejected for good (INVALID_ARGUMENT,
+// FAILED_PRECONDITION, UNIMPLEMENTED, PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND,
+// OUT_OF_RANGE), after max_errors failures, or when *interrupt turns true (in-flight
+// streams are then cancelled). Every request sent has a record: sent == records.size().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "clients/connection.h"
+#include "clients/stats.h"
+#include "clients/workload.h"
+
+namespace saturn::clients {
+
+struct PhaseSettings {
+  bool open_loop = false;
+  int concurrency = 1;       // closed loop: requests in flight
+  double request_rate = 0;   // open loop: requests per second (inf: all at once)
+  int64_t num_requests = 0;  // 0: no count bound
+  double duration_s = 0;     // 0: no time bound
+  double request_timeout_s = 600;
+  int64_t max_errors = 100;  // 0: never stop for errors
+  uint64_t seed = 0;         // arrivals and per-request sampling seeds
+  int64_t first_item = 0;    // workload index of the first request (phases may share items)
+  float temperature = 0;
+  bool ignore_eos = true;
+  std::string label;  // goes into client_request_id
+};
+
+struct Progress {
+  int64_t sent = 0, completed = 0, errors = 0, in_flight = 0;
+  double elapsed_s = 0;
+  bool sending_done = false;
+};
+
+struct PhaseOutcome {
+  std::vector<RequestRecord> records;  // in order of sending
+  double start_unix_s = 0;             // wall clock at the phase's start (for reports)
+  double elapsed_s = 0;
+  // Why sending stopped early ("" when a bound was reached): a rejected request, too many
+  // errors, or an interrupt.
+  std::string stop_reason;
+  bool interrupted = false;
+};
+
+using ProgressFn = std::function<void(const Progress&)>;
+
+// Runs one phase and returns when every request sent has ended. `progress` (optional) is
+// called from the calling thread about every 100 ms and once at the end.
+PhaseOutcome RunPhase(const Connection& conn, const Workload& workload,
+                      const PhaseSettings& settings, const ProgressFn& progress,
+                      const std::atomic<bool>* interrupt);
+
+// Whether a failed request's status means the server will reject every such request.
+bool IsPermanentRejection(const std::string& status);
+
+}  // namespace saturn::clients

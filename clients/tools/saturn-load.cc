@@ -1,0 +1,146 @@
+// saturn-load: load generator for Saturn servers (flags -> LoadConfig -> RunSession ->
+// table, JSON, CSV). The only file that defines flags. Exit codes: see load_session.h.
+//
+//   saturn-load --target 127.0.0.1:50051 --concurrency 1,4,16 --num_requests 64
+//   saturn-load --request_rate 2 --duration 60 --slo_ttft_ms 200 --json out.json
+//   saturn-load --concurrency 8 --num_requests 200 --compare cuda_graphs
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "clients/load_config.h"
+#include "clients/load_session.h"
+#include "clients/report.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "Server(s) host:port, comma-separated; several are balanced round-robin by gRPC");
+ABSL_FLAG(std::string, concurrency, "1",
+          "Closed loop: requests in flight; a comma-separated list runs a sweep");
+ABSL_FLAG(std::string, request_rate, "",
+          "Open loop: Poisson arrivals at this many req/s (inf: all at once); a list sweeps. "
+          "Setting it selects the open loop");
+ABSL_FLAG(int64_t, num_requests, -1,
+          "Requests per phase (-1: 100 unless --duration is set; 0: no count bound)");
+ABSL_FLAG(double, duration, 0, "Seconds of sending per phase (0: no time bound)");
+ABSL_FLAG(std::string, input_len, "32", "Prompt length: N, uniform:LOW:HIGH or normal:MEAN:SD");
+ABSL_FLAG(std::string, output_len, "32", "Output length (max_tokens), same forms as --input_len");
+ABSL_FLAG(std::string, prompts, "",
+          "JSONL file of prompts (prompt | prompt_token_ids | input_len, optional max_tokens)");
+ABSL_FLAG(uint64_t, seed, 0, "Seed of the synthetic prompts, lengths, arrivals and sampling");
+ABSL_FLAG(double, temperature, 0, "Sampling temperature (0: greedy)");
+ABSL_FLAG(bool, ignore_eos, true, "Generate exactly max_tokens (ignore EOS)");
+ABSL_FLAG(int, warmup_requests, -1,
+          "Requests sent before this many completions are not measured (-1: auto = the "
+          "concurrency, or 10% of the requests in the open loop)");
+ABSL_FLAG(double, slo_ttft_ms, 0, "Goodput SLO on time to first token (0: none)");
+ABSL_FLAG(double, slo_tpot_ms, 0, "Goodput SLO on time per output token (0: none)");
+ABSL_FLAG(std::string, compare, "",
+          "cuda_graphs: run each phase with CUDA graphs off, then on, and compare");
+ABSL_FLAG(double, connect_timeout, 10, "Seconds to wait for each target to be up and ready");
+ABSL_FLAG(double, request_timeout, 600, "Deadline of each request, seconds");
+ABSL_FLAG(int64_t, max_errors, 100, "Stop sending after this many failed requests (0: never)");
+ABSL_FLAG(std::string, json, "", "Write every figure, the settings and each request here");
+ABSL_FLAG(std::string, csv, "", "Write one row per phase here");
+ABSL_FLAG(bool, progress, true, "Show progress on stderr (a bar on a terminal)");
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void OnSignal(int) { g_interrupted.store(true); }
+
+int Usage(const std::string& what) {
+  std::cerr << "saturn-load: " << what << std::endl;
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Load generator for Saturn (saturn.v1.Saturn/Generate)");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1)
+    return Usage(absl::StrCat("unexpected argument \"", positional[1], "\""));
+
+  using namespace saturn::clients;
+  LoadConfig c;
+  auto targets = ParseTargetList("--target", absl::GetFlag(FLAGS_target));
+  if (!targets.ok()) return Usage(std::string(targets.status().message()));
+  c.target = *targets;
+  const std::string rate = absl::GetFlag(FLAGS_request_rate);
+  if (!rate.empty()) {
+    auto rates = ParseRateList("--request_rate", rate);
+    if (!rates.ok()) return Usage(std::string(rates.status().message()));
+    c.request_rate = *rates;
+  }
+  auto conc = ParseConcurrencyList("--concurrency", absl::GetFlag(FLAGS_concurrency));
+  if (!conc.ok()) return Usage(std::string(conc.status().message()));
+  c.concurrency = *conc;
+  c.duration_s = absl::GetFlag(FLAGS_duration);
+  const int64_t n = absl::GetFlag(FLAGS_num_requests);
+  if (n < -1) return Usage(absl::StrCat("--num_requests: must be >= 0 (or -1: auto), got ", n));
+  c.num_requests = n >= 0 ? n : (c.duration_s > 0 ? 0 : 100);
+  auto in = ParseLengthSpec("--input_len", absl::GetFlag(FLAGS_input_len));
+  if (!in.ok()) return Usage(std::string(in.status().message()));
+  auto out = ParseLengthSpec("--output_len", absl::GetFlag(FLAGS_output_len));
+  if (!out.ok()) return Usage(std::string(out.status().message()));
+  c.input_len = *in;
+  c.output_len = *out;
+  c.prompts = absl::GetFlag(FLAGS_prompts);
+  c.seed = absl::GetFlag(FLAGS_seed);
+  c.temperature = absl::GetFlag(FLAGS_temperature);
+  c.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  c.warmup_requests = absl::GetFlag(FLAGS_warmup_requests);
+  c.slo_ttft_ms = absl::GetFlag(FLAGS_slo_ttft_ms);
+  c.slo_tpot_ms = absl::GetFlag(FLAGS_slo_tpot_ms);
+  c.compare = absl::GetFlag(FLAGS_compare);
+  c.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
+  c.request_timeout_s = absl::GetFlag(FLAGS_request_timeout);
+  c.max_errors = absl::GetFlag(FLAGS_max_errors);
+  c.json = absl::GetFlag(FLAGS_json);
+  c.csv = absl::GetFlag(FLAGS_csv);
+  c.progress = absl::GetFlag(FLAGS_progress);
+  if (absl::Status s = c.Validate(); !s.ok()) return Usage(std::string(s.message()));
+
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  ProgressPrinter printer(stderr, isatty(fileno(stderr)) != 0, c);
+  SessionObserver obs;
+  if (c.progress) {
+    obs.phase_started = [&printer](const PhaseReport& p) { printer.PhaseStarted(p); };
+    obs.progress = [&printer](const PhaseReport& p, const Progress& pr) { printer.Update(p, pr); };
+    obs.phase_finished = [&printer](const PhaseReport& p) { printer.PhaseFinished(p); };
+  }
+  SessionResult res = RunSession(c, obs, &g_interrupted);
+
+  // Output files are written whenever the run got as far as connecting, failed or not.
+  int code = res.exit_code;
+  if (!res.targets.empty()) {
+    std::cout << FormatTable(res) << std::flush;
+    if (!c.json.empty()) {
+      if (absl::Status s = WriteJson(res, c.json); !s.ok()) {
+        std::cerr << "saturn-load: " << s.message() << std::endl;
+        code = code == 0 ? 1 : code;
+      }
+    }
+    if (!c.csv.empty()) {
+      if (absl::Status s = WriteCsv(res, c.csv); !s.ok()) {
+        std::cerr << "saturn-load: " << s.message() << std::endl;
+        code = code == 0 ? 1 : code;
+      }
+    }
+  }
+  if (!res.error.empty()) std::cerr << "saturn-load: " << res.error << std::endl;
+  return code;
+}

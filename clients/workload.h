@@ -1,0 +1,77 @@
+// What each request asks for: synthetic, seeded prompts with input and output lengths drawn
+// from fixed / uniform / normal distributions, or prompts read from a JSONL file. Item i of a
+// workload is a pure function of (seed, i), so a duration-bounded run can draw as many items
+// as it needs and two runs with the same seed send the same requests. Never talks to a server.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace saturn::clients {
+
+// A length distribution, written on the command line as
+//   "128"                 fixed
+//   "uniform:64:256"      uniform integers in [64, 256]
+//   "normal:128:32"       normal with mean 128 and standard deviation 32, rounded and
+//                         clamped to >= 1
+struct LengthSpec {
+  enum class Kind { kFixed, kUniform, kNormal };
+  Kind kind = Kind::kFixed;
+  double a = 0;  // fixed value, uniform low, or normal mean
+  double b = 0;  // uniform high, or normal standard deviation
+
+  int Draw(std::mt19937_64& rng) const;
+  std::string ToString() const;
+};
+
+// `flag` names the flag in the error ("--input_len: ...").
+absl::StatusOr<LengthSpec> ParseLengthSpec(const std::string& flag, const std::string& text);
+
+struct WorkItem {
+  std::string prompt_text;  // exactly one of these two is used
+  std::vector<int> prompt_token_ids;
+  int max_tokens = 16;
+};
+
+// Limits of the model the prompts are for (from GetServerInfo).
+struct ModelLimits {
+  int vocab_size = 256;
+  int max_model_len = 512;
+  std::vector<int> avoid_token_ids;  // e.g. BOS and EOS, never put in synthetic prompts
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  // Item i (i >= 0). Thread-compatible: const and deterministic.
+  virtual WorkItem Get(int64_t i) const = 0;
+  virtual std::string Describe() const = 0;
+};
+
+// Synthetic prompts of random token ids. Lengths are clamped so that input + output fits
+// max_model_len (the output length is kept, the input shortened; both at least 1).
+std::unique_ptr<Workload> MakeSyntheticWorkload(LengthSpec input, LengthSpec output,
+                                                ModelLimits limits, uint64_t seed);
+
+// One JSON object per line; blank lines are skipped. Each object has exactly one of
+//   "prompt": "text"                  (a text prompt; needs the server's built-in tokenizer)
+//   "prompt_token_ids": [1, 2, ...]   (token ids sent as-is)
+//   "input_len": 128                  (that many random token ids, seeded)
+// and optionally "max_tokens" (or its alias "output_len"), an integer >= 1; without it,
+// `default_output` is drawn. Items are used in file order and cycled when a run sends more.
+// Errors name "file:line" and what is wrong.
+absl::StatusOr<std::unique_ptr<Workload>> LoadJsonlWorkload(const std::string& path,
+                                                            LengthSpec default_output,
+                                                            ModelLimits limits, uint64_t seed);
+// The same from text already in memory (`name` stands in for the file name in errors).
+absl::StatusOr<std::unique_ptr<Workload>> ParseJsonlWorkload(const std::string& name,
+                                                             const std::string& text,
+                                                             LengthSpec default_output,
+                                                             ModelLimits limits, uint64_t seed);
+
+}  // namespace saturn::clients

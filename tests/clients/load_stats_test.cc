@@ -1,0 +1,165 @@
+// Percentiles, throughput, goodput, warm-up exclusion and the stability check, from
+// recorded timings with answers worked out by hand (numpy's percentile as the reference).
+#include <gtest/gtest.h>
+
+#include "clients/stats.h"
+
+namespace saturn::clients {
+namespace {
+
+TEST(PercentileTest, LinearInterpolationLikeNumpy) {
+  // numpy.percentile([1, 2, 3, 4], [0, 50, 90, 99, 100]) = [1, 2.5, 3.7, 3.97, 4]
+  const std::vector<double> v = {4, 1, 3, 2};  // unsorted on purpose
+  EXPECT_DOUBLE_EQ(Percentile(v, 0), 1);
+  EXPECT_DOUBLE_EQ(Percentile(v, 50), 2.5);
+  EXPECT_NEAR(Percentile(v, 90), 3.7, 1e-12);
+  EXPECT_NEAR(Percentile(v, 99), 3.97, 1e-12);
+  EXPECT_DOUBLE_EQ(Percentile(v, 100), 4);
+  EXPECT_DOUBLE_EQ(Percentile({7}, 99), 7);
+  EXPECT_DOUBLE_EQ(Percentile({}, 50), 0);
+  // numpy.percentile(range(1, 101), 99) = 99.01
+  std::vector<double> hundred;
+  for (int i = 1; i <= 100; ++i) hundred.push_back(i);
+  EXPECT_NEAR(Percentile(hundred, 99), 99.01, 1e-9);
+  EXPECT_NEAR(Percentile(hundred, 90), 90.1, 1e-9);
+}
+
+TEST(PercentileTest, SummaryHoldsMeanAndExtremes) {
+  const Summary s = Summarize({10, 20, 30, 40, 50});
+  EXPECT_EQ(s.count, 5);
+  EXPECT_DOUBLE_EQ(s.mean, 30);
+  EXPECT_DOUBLE_EQ(s.p50, 30);
+  EXPECT_DOUBLE_EQ(s.p90, 46);
+  EXPECT_DOUBLE_EQ(s.min, 10);
+  EXPECT_DOUBLE_EQ(s.max, 50);
+  EXPECT_EQ(Summarize({}).count, 0);
+}
+
+RequestRecord Ok(int64_t index, double send, std::vector<double> times, std::vector<int> counts,
+                 double final_s, int prompt_tokens = 10) {
+  RequestRecord r;
+  r.index = index;
+  r.send_s = send;
+  r.token_times_s = std::move(times);
+  r.token_counts = std::move(counts);
+  for (int c : r.token_counts) r.output_tokens += c;
+  r.has_final = true;
+  r.final_s = final_s;
+  r.end_s = final_s;
+  r.prompt_tokens = prompt_tokens;
+  r.server_queue_ms = 1.5;
+  return r;
+}
+
+// r0: TTFT 100, TPOT 100, ITL 100 100, E2E 350 (ms)
+// r1: TTFT 50, TPOT 50, ITL 50, E2E 200
+// r2: RESOURCE_EXHAUSTED
+// r3: TTFT 300, 4 tokens in 2 messages: TPOT 100/3, ITL 100, E2E 500
+std::vector<RequestRecord> Known() {
+  std::vector<RequestRecord> v;
+  v.push_back(Ok(0, 0.0, {0.1, 0.2, 0.3}, {1, 1, 1}, 0.35));
+  v.push_back(Ok(1, 0.5, {0.55, 0.6}, {1, 1}, 0.7));
+  RequestRecord err;
+  err.index = 2;
+  err.send_s = 0.6;
+  err.end_s = 0.61;
+  err.status = "RESOURCE_EXHAUSTED";
+  v.push_back(err);
+  v.push_back(Ok(3, 1.0, {1.3, 1.4}, {2, 2}, 1.5));
+  return v;
+}
+
+TEST(ComputeMetricsTest, KnownAnswers) {
+  const RunMetrics m = ComputeMetrics(Known(), MetricsOptions());
+  EXPECT_EQ(m.sent, 4);
+  EXPECT_EQ(m.completed, 3);
+  EXPECT_EQ(m.errors, 1);
+  EXPECT_EQ(m.errors_by_code.at("RESOURCE_EXHAUSTED"), 1);
+  EXPECT_EQ(m.measured, 3);
+  EXPECT_EQ(m.warmup_excluded, 0);
+  EXPECT_DOUBLE_EQ(m.run_duration_s, 1.5);
+  EXPECT_DOUBLE_EQ(m.window_s, 1.5);
+  EXPECT_DOUBLE_EQ(m.request_throughput, 2.0);
+  EXPECT_EQ(m.output_tokens, 9);
+  EXPECT_DOUBLE_EQ(m.output_token_throughput, 6.0);
+  EXPECT_DOUBLE_EQ(m.input_token_throughput, 20.0);
+  EXPECT_NEAR(m.ttft_ms.mean, 150, 1e-9);
+  EXPECT_NEAR(m.ttft_ms.p50, 100, 1e-9);
+  EXPECT_NEAR(m.ttft_ms.p90, 260, 1e-9);  // 100 + 0.8 * (300 - 100)
+  EXPECT_NEAR(m.tpot_ms.mean, (100 + 50 + 100.0 / 3) / 3, 1e-9);
+  EXPECT_EQ(m.itl_ms.count, 4);  // 2 + 1 + 1 gaps
+  EXPECT_NEAR(m.itl_ms.mean, (100 + 100 + 50 + 100) / 4.0, 1e-9);
+  EXPECT_NEAR(m.e2e_ms.p50, 350, 1e-9);
+  EXPECT_NEAR(m.e2e_ms.max, 500, 1e-9);
+  EXPECT_DOUBLE_EQ(m.queue_ms.mean, 1.5);
+  // No SLOs: every measured completion is good.
+  EXPECT_EQ(m.good_requests, 3);
+  EXPECT_DOUBLE_EQ(m.goodput, 2.0);
+  EXPECT_DOUBLE_EQ(m.good_fraction, 1.0);
+}
+
+TEST(ComputeMetricsTest, GoodputUnderSlos) {
+  MetricsOptions o;
+  o.slo_ttft_ms = 60;  // r1 only
+  RunMetrics m = ComputeMetrics(Known(), o);
+  EXPECT_EQ(m.good_requests, 1);
+  EXPECT_NEAR(m.goodput, 1 / 1.5, 1e-12);
+  EXPECT_NEAR(m.good_fraction, 1 / 3.0, 1e-12);
+
+  o = MetricsOptions();
+  o.slo_tpot_ms = 60;  // r1 (50) and r3 (33.3)
+  m = ComputeMetrics(Known(), o);
+  EXPECT_EQ(m.good_requests, 2);
+
+  o.slo_ttft_ms = 60;  // both: r1
+  m = ComputeMetrics(Known(), o);
+  EXPECT_EQ(m.good_requests, 1);
+}
+
+TEST(ComputeMetricsTest, WarmupExcludesRequestsSentBeforeTheKthCompletion) {
+  MetricsOptions o;
+  o.warmup_requests = 1;  // first completion at 0.35: r0 (sent at 0) is warm-up
+  const RunMetrics m = ComputeMetrics(Known(), o);
+  EXPECT_EQ(m.warmup_excluded, 1);
+  EXPECT_EQ(m.measured, 2);
+  EXPECT_EQ(m.sent, 4);  // accounting still covers everything
+  EXPECT_EQ(m.completed + m.errors, m.sent);
+  EXPECT_DOUBLE_EQ(m.window_start_s, 0.5);
+  EXPECT_DOUBLE_EQ(m.window_end_s, 1.5);
+  EXPECT_DOUBLE_EQ(m.request_throughput, 2.0);
+  EXPECT_NEAR(m.ttft_ms.mean, 175, 1e-9);
+}
+
+TEST(ComputeMetricsTest, WarmupLargerThanTheRunMeasuresEverything) {
+  MetricsOptions o;
+  o.warmup_requests = 10;
+  const RunMetrics m = ComputeMetrics(Known(), o);
+  EXPECT_EQ(m.warmup_excluded, 0);
+  EXPECT_EQ(m.measured, 3);
+}
+
+TEST(ComputeMetricsTest, OneTokenRequestsHaveNoTpotAndNoItl) {
+  std::vector<RequestRecord> v = {Ok(0, 0, {0.2}, {1}, 0.25)};
+  const RunMetrics m = ComputeMetrics(v, MetricsOptions{0, 0, 10});
+  EXPECT_EQ(m.tpot_ms.count, 0);
+  EXPECT_EQ(m.itl_ms.count, 0);
+  EXPECT_EQ(m.good_requests, 1);  // cannot break a TPOT SLO
+  EXPECT_EQ(ComputeMetrics({}, MetricsOptions()).sent, 0);
+}
+
+TEST(ComputeMetricsTest, StabilityFollowsPerfAnalyzersTenPercentRule) {
+  std::vector<RequestRecord> even, bursty;
+  for (int i = 0; i < 30; ++i) {
+    even.push_back(Ok(i, 0.1 * i, {0.1 * i + 0.05}, {1}, 0.1 * i + 0.1));
+    // Two thirds of the completions land in the last third.
+    const double end = i < 10 ? 0.1 * i + 0.1 : 2.0 + 0.01 * i;
+    bursty.push_back(Ok(i, 0.1 * i, {0.1 * i + 0.05}, {1}, std::max(end, 0.1 * i + 0.1)));
+  }
+  const RunMetrics a = ComputeMetrics(even, MetricsOptions());
+  ASSERT_EQ(a.stability.window_request_throughput.size(), 3u);
+  EXPECT_TRUE(a.stability.stable);
+  EXPECT_FALSE(ComputeMetrics(bursty, MetricsOptions()).stability.stable);
+}
+
+}  // namespace
+}  // namespace saturn::clients
