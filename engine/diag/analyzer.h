@@ -1,0 +1,213 @@
+// The analyzer: a live verdict on what limits serving over a window of step records, and the
+// batching change that would saturate the device, predicted from a step-time model fitted to
+// this server's own steps (engine/diag/step_model.h). Pure functions over plain data: no
+// clocks, no engine access, no device. docs/DIAGNOSTICS.md documents every figure, signal,
+// threshold (with its source) and plan action.
+//
+//   steps (oldest first) + window span + Calibration + AnalyzerContext
+//     -> Profile (rates, shares, per-class roofline)      profile.cc
+//     -> Verdict (class + the signals that decided it)    classify.cc
+//     -> StepModel fit                                     step_model.cc
+//     -> Plan (ordered actions, predictions, failure modes) plan.cc
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/diag/calibration.h"
+#include "engine/diag/step_model.h"
+#include "engine/model_config.h"
+#include "engine/step_record.h"
+
+namespace saturn {
+
+enum class Bottleneck { kUnknown, kUnderloaded, kLaunchBound, kMemoryBound, kComputeBound };
+const char* BottleneckName(Bottleneck b);  // "LAUNCH_BOUND", ...
+
+// What the analyzer needs to know about the server besides its step records.
+struct AnalyzerContext {
+  ModelConfig model;
+  double dtype_bytes = 4;  // compute dtype (weights, activations, KV)
+  double weight_bytes = 0;
+  // KV cache.
+  int kv_num_blocks = 0;
+  int kv_block_size = 16;
+  double kv_bytes_per_block = 0;
+  int max_model_len = 0;
+  // Options in force and the limits UpdateOptions may raise them to.
+  StepOptions options;
+  int max_num_seqs_limit = 0;
+  int max_num_batched_tokens_limit = 0;
+  // Backend.
+  std::string backend;
+  bool supports_graphs = false;
+  std::vector<int> graph_sizes;   // captured decode batch sizes (ascending)
+  double graph_memory_bytes = 0;  // 0: unknown (estimated per size, see plan.cc)
+  // Engine counters now.
+  int num_waiting = 0;
+  int num_running = 0;
+  double mean_request_tokens = 0;  // prompt + output of finished requests; 0: unknown
+  // Roofline form of the step model where the window cannot choose: 1 sum, 0 max, -1 the
+  // backend's default (step_model.h).
+  int additive_roofline = -1;
+  // Optional latency objective: plans keep predicted TPOT under it (0: none).
+  double tpot_slo_ms = 0;
+};
+
+// Fixed thresholds, each with its source in docs/DIAGNOSTICS.md; the launch-bound test is
+// derived from the calibrated dispatch cost instead (classify.cc).
+struct AnalyzerThresholds {
+  double idle_share = 0.30;        // engine idle / window (TRT-LLM idle ratio > 0.30)
+  double launch_share = 0.10;      // dispatch / step time (TRT-LLM launch time / W > 0.10)
+  double host_share = 0.05;        // host prep / step time (TRT-LLM exposed host prep > 0.05)
+  double device_gap_share = 0.30;  // device idle inside steps (TRT-LLM; 0.15 with graphs)
+  double device_gap_share_graphs = 0.15;
+  double underfilled_batch = 0.5;  // mean batch / max_num_seqs under this with an empty queue
+  double plateau_fraction = 0.90;  // B' reaches this share of the throughput plateau
+  double min_gain = 1.05;          // an action must predict at least this throughput ratio
+  double budget_hit_share = 0.5;   // prefill steps that filled the token budget
+  // A gap between steps is idle (waiting for requests) only when the next step admits a
+  // request (has prefill tokens) and the gap is longer than max(this, the previous step's
+  // time); otherwise it is the engine loop's own overhead (HTA's "kernel wait").
+  double idle_gap_floor_us = 1000;
+};
+
+struct Signal {
+  std::string name;
+  double value = 0;
+  double threshold = 0;
+  bool crossed = false;
+  std::string source;   // where the threshold comes from
+  std::string meaning;  // what crossing it says
+};
+
+struct ClassProfile {
+  OpClass op_class = OpClass::kGemm;
+  int ops_per_step = 0;
+  double time_us = 0;     // timed device time over the window
+  double time_share = 0;  // of all timed op time
+  double flops = 0, bytes = 0;
+  double intensity = 0;  // FLOPs per byte
+  double flops_per_s = 0, bytes_per_s = 0;
+  double mfu = 0, mbu = 0;         // achieved rate over the calibrated ceiling
+  double roofline_efficiency = 0;  // roofline floor time / measured time
+  bool compute_side = false;       // intensity above the ridge
+};
+
+struct Profile {
+  double window_s = 0;
+  int steps = 0;
+  double steps_per_s = 0;
+  double prefill_tokens_per_s = 0, decode_tokens_per_s = 0, tokens_per_s = 0;
+  double output_tokens_per_s = 0;  // sampled (generated) tokens: what clients receive
+  double mean_batch_seqs = 0, mean_batch_tokens = 0;
+  double mean_step_ms = 0;
+  double mean_decode_step_ms = 0;  // steps with no prefill: the TPOT/ITL they imply
+  double mean_context = 0;         // per decoding sequence
+  // Time shares of the window span.
+  double busy_fraction = 0;  // device busy / span: what nvidia-smi would call utilisation
+  double idle_share = 0;     // no step running: the engine waits for requests
+  double host_share = 0;     // schedule + prepare + postprocess + loop gaps
+  double loop_gap_us = 0;    // short gaps between steps: the engine loop's own overhead
+  double launch_share = 0;   // op count x calibrated dispatch cost
+  // Achieved rates over the span, and as shares of the calibrated ceilings.
+  double flops_per_s = 0, bytes_per_s = 0;
+  double mfu = 0, mbu = 0;
+  double intensity = 0, ridge = 0;  // FLOPs/byte of the window's work; calibrated ridge
+  // Serving state.
+  double mean_queue_depth = 0;
+  int max_queue_depth = 0;
+  double mean_running = 0;
+  double kv_usage = 0, kv_usage_max = 0;
+  int preemptions = 0;
+  // CUDA graphs.
+  double graph_hit_rate = 0;  // replayed / uniform-decode steps
+  double padding_waste = 0;   // padding rows / rows processed in replayed steps
+  std::vector<ClassProfile> classes;
+};
+
+struct Verdict {
+  Bottleneck bottleneck = Bottleneck::kUnknown;
+  Bottleneck step_bound = Bottleneck::kUnknown;  // what bounds the steps that do run
+  std::vector<Signal> signals;
+  std::string summary;
+};
+
+enum class ActionKind {
+  kEnableCudaGraphs,
+  kRaiseMaxNumSeqs,
+  kRaiseMaxNumBatchedTokens,
+  kRaiseClientConcurrency
+};
+const char* ActionKindName(ActionKind k);  // "enable_cuda_graphs", ...
+
+struct FailureMode {
+  std::string name;  // kv_preemption, configured_limit, queue_demand, tpot_slo,
+                     // graph_memory, padding_waste, latency
+  double at = 0;     // the batch / tokens / bytes where it bites
+  std::string detail;
+};
+
+struct Action {
+  ActionKind kind = ActionKind::kRaiseMaxNumSeqs;
+  std::string what;  // one line, e.g. "raise max_num_seqs 4 -> 48"
+  double from = 0, to = 0;
+  double tokens_per_s_before = 0, tokens_per_s_after = 0;
+  double tpot_ms_before = 0, tpot_ms_after = 0;  // = ITL for decode
+  double batch_after = 0;                        // decode batch the prediction assumes
+  StepOptions options_after;                     // engine options to apply
+  std::vector<FailureMode> tradeoffs;
+};
+
+struct Plan {
+  std::vector<Action> actions;  // in the order to apply; each assumes the previous applied
+  double batch_now = 0;         // mean decode batch now
+  double context = 0;           // mean context per sequence the predictions assume
+  double expected_seq_len = 0;  // final length per request (KV sizing)
+  int kv_capacity_batch = 0;    // largest batch before the KV cache forces preemption
+  int plateau_batch = 0;        // smallest batch reaching plateau_fraction of the plateau
+  double plateau_tokens_per_s = 0;
+  std::string note;  // why there is no action, when there is none
+};
+
+// Filled by PlanTracker (plan_tracker.h) when an applied action is being tracked.
+struct TrackedOutcome {
+  ActionKind kind = ActionKind::kRaiseMaxNumSeqs;
+  std::string what;
+  double applied_us = 0;
+  int steady_steps = 0;  // decode-only steps measured after the change settled
+  bool settled = false;  // enough steady steps to judge
+  double measured_batch = 0;
+  double predicted_tokens_per_s = 0, measured_tokens_per_s = 0, tokens_per_s_error = 0;
+  double predicted_tpot_ms = 0, measured_tpot_ms = 0, tpot_error = 0;
+  // The stored model re-evaluated at the batch actually reached (separates model error
+  // from the load not reaching the planned batch).
+  double model_tokens_per_s_at_measured_batch = 0, model_error = 0;
+};
+
+struct DiagnosticsReport {
+  double window_begin_us = 0, window_end_us = 0;
+  Calibration calibration;
+  Profile profile;
+  Verdict verdict;
+  StepModel model;
+  Plan plan;
+  std::optional<TrackedOutcome> tracked;
+};
+
+DiagnosticsReport Analyze(const std::vector<StepRecord>& steps, double window_begin_us,
+                          double window_end_us, const Calibration& cal, const AnalyzerContext& ctx,
+                          const AnalyzerThresholds& th = {});
+
+// The pieces, for tests and for callers that want one part.
+Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin_us,
+                       double window_end_us, const Calibration& cal, const AnalyzerContext& ctx,
+                       const AnalyzerThresholds& th = {});
+Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
+                 const AnalyzerContext& ctx, const AnalyzerThresholds& th);
+Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verdict& v,
+              const StepModel& model, const Calibration& cal, const AnalyzerContext& ctx,
+              const AnalyzerThresholds& th);
+
+}  // namespace saturn

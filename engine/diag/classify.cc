@@ -1,0 +1,156 @@
+// The bottleneck class and the signals that decided it (docs/DIAGNOSTICS.md, "Verdict").
+//
+//   engine idle share > 0.30                              -> UNDERLOADED (device waits for work)
+//   per-step overhead (op count x calibrated dispatch + host phases) > the step's roofline
+//     floor, and one TRT-LLM host signal crossed        -> LAUNCH_BOUND
+//   queue empty and batch < 0.5 x max_num_seqs, steps not compute-bound -> UNDERLOADED
+//   roofline: FLOPs/peak vs bytes/bandwidth summed per class -> COMPUTE_ or MEMORY_BOUND
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "engine/diag/analyzer.h"
+
+namespace saturn {
+namespace {
+
+constexpr char kTrtllm[] = "TensorRT-LLM perf-host-analysis";
+constexpr char kCalibrated[] = "derived: calibrated op dispatch cost vs roofline floor";
+
+Signal Above(std::string name, double value, double threshold, std::string source,
+             std::string meaning) {
+  return Signal{std::move(name),   value, threshold, value > threshold, std::move(source),
+                std::move(meaning)};
+}
+
+Signal Below(std::string name, double value, double threshold, std::string source,
+             std::string meaning) {
+  return Signal{std::move(name),   value, threshold, value < threshold, std::move(source),
+                std::move(meaning)};
+}
+
+}  // namespace
+
+const char* BottleneckName(Bottleneck b) {
+  switch (b) {
+    case Bottleneck::kUnderloaded:
+      return "UNDERLOADED";
+    case Bottleneck::kLaunchBound:
+      return "LAUNCH_BOUND";
+    case Bottleneck::kMemoryBound:
+      return "MEMORY_BOUND";
+    case Bottleneck::kComputeBound:
+      return "COMPUTE_BOUND";
+    case Bottleneck::kUnknown:
+      break;
+  }
+  return "UNKNOWN";
+}
+
+Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
+                 const AnalyzerContext& ctx, const AnalyzerThresholds& th) {
+  Verdict v;
+  v.signals.push_back(Above("engine_idle_share", p.idle_share, th.idle_share,
+                            "TensorRT-LLM idle ratio > 0.30; HTA idle time",
+                            "no step ran for this share of the window: the engine waits for "
+                            "requests"));
+  if (steps.empty()) {
+    v.bottleneck = Bottleneck::kUnderloaded;
+    v.summary = "UNDERLOADED: no step ran in the window";
+    return v;
+  }
+  // Step-level sums over the busy steps.
+  double wall = 0, launch = 0, host = 0, busy = 0, mem = 0, cmp = 0, floor = 0;
+  bool graphs = false;
+  for (const StepRecord& r : steps) {
+    wall += r.wall_us();
+    launch += r.op_count * cal.op_dispatch_us;
+    host += r.schedule_us + r.prepare_us + r.postprocess_us;
+    busy += std::min(r.device_busy_us, r.wall_us());
+    graphs = graphs || r.graph_replayed;
+    for (const OpClassStats& s : r.by_class) {
+      const double m = cal.bandwidth_bytes_per_s > 0 ? s.bytes / cal.bandwidth_bytes_per_s : 0;
+      const double c = cal.gemm_flops_per_s > 0 ? s.flops / cal.gemm_flops_per_s : 0;
+      mem += m * 1e6, cmp += c * 1e6, floor += std::max(m, c) * 1e6;
+    }
+  }
+  // The engine loop's own gaps between steps are host time the device waits through.
+  host += p.loop_gap_us;
+  wall = std::max(wall + p.loop_gap_us, 1e-9);
+  const double overhead = launch + host;
+  Signal over =
+      Above("overhead_vs_roofline_floor", floor > 0 ? overhead / floor : 1e9, 1.0, kCalibrated,
+            "op count x dispatch cost + host phases exceed the time the step's "
+            "FLOPs and bytes need at the calibrated ceilings");
+  Signal ls = Above("launch_share", launch / wall, th.launch_share, kTrtllm,
+                    "op dispatch (op count x calibrated cost) / step time");
+  Signal hs = Above("host_share", host / wall, th.host_share, kTrtllm,
+                    "schedule + prepare + postprocess + loop gaps / step time");
+  const double gap_th = graphs ? th.device_gap_share_graphs : th.device_gap_share;
+  Signal gs = Above("device_idle_in_step", 1.0 - busy / wall, gap_th, kTrtllm,
+                    "device idle inside steps (step time - device busy) / step time");
+  const bool launch_bound = over.crossed && (ls.crossed || hs.crossed || gs.crossed);
+  Signal cm = Above("compute_vs_memory_floor", mem > 0 ? cmp / mem : 1e9, 1.0,
+                    "roofline (Williams et al. 2008): intensity above the ridge",
+                    "FLOPs/peak exceeds bytes/bandwidth (= intensity / ridge point)");
+  v.signals.insert(v.signals.end(), {over, ls, hs, gs, cm});
+  v.step_bound = launch_bound ? Bottleneck::kLaunchBound
+                 : cm.crossed ? Bottleneck::kComputeBound
+                              : Bottleneck::kMemoryBound;
+
+  const int max_seqs = ctx.options.max_num_seqs > 0 ? ctx.options.max_num_seqs : 1;
+  Signal q = Below("max_waiting_requests", p.max_queue_depth, 0.5, "serving state",
+                   "no request waited in the window (demand, not the server, sets the batch)");
+  Signal fill = Below("batch_fill", p.mean_batch_seqs / max_seqs, th.underfilled_batch,
+                      "vLLM num_requests_running vs max_num_seqs",
+                      "mean batch / max_num_seqs: the batch is far under what the server allows");
+  v.signals.insert(v.signals.end(), {q, fill});
+  const bool demand_limited =
+      q.crossed && fill.crossed && v.step_bound != Bottleneck::kComputeBound;
+
+  const bool idle = v.signals[0].crossed;
+  if (idle) {
+    v.bottleneck = Bottleneck::kUnderloaded;
+  } else if (v.step_bound == Bottleneck::kLaunchBound) {
+    v.bottleneck = Bottleneck::kLaunchBound;
+  } else if (demand_limited) {
+    v.bottleneck = Bottleneck::kUnderloaded;
+  } else {
+    v.bottleneck = v.step_bound;
+  }
+  switch (v.bottleneck) {
+    case Bottleneck::kUnderloaded:
+      v.summary = idle ? absl::StrFormat(
+                             "UNDERLOADED: the engine was idle %.0f%% of the window waiting for "
+                             "requests; its steps are %s",
+                             100 * p.idle_share, BottleneckName(v.step_bound))
+                       : absl::StrFormat(
+                             "UNDERLOADED: no request waits and the batch (%.1f) is under "
+                             "%.0f%% of max_num_seqs=%d; steps are %s",
+                             p.mean_batch_seqs, 100 * th.underfilled_batch, max_seqs,
+                             BottleneckName(v.step_bound));
+      break;
+    case Bottleneck::kLaunchBound:
+      v.summary = absl::StrFormat(
+          "LAUNCH_BOUND: per-step overhead (%.0f us dispatch + %.0f us host) is %.1fx the "
+          "roofline floor (%.0f us); the device waits on the host",
+          launch / steps.size(), host / steps.size(), over.value, floor / steps.size());
+      break;
+    case Bottleneck::kMemoryBound:
+      v.summary = absl::StrFormat(
+          "MEMORY_BOUND: intensity %.1f FLOP/B under the ridge %.1f; MBU %.0f%%, MFU %.1f%% at "
+          "busy %.0f%%",
+          p.intensity, p.ridge, 100 * p.mbu, 100 * p.mfu, 100 * p.busy_fraction);
+      break;
+    case Bottleneck::kComputeBound:
+      v.summary = absl::StrFormat(
+          "COMPUTE_BOUND: intensity %.1f FLOP/B over the ridge %.1f; MFU %.0f%%, MBU %.0f%% at "
+          "busy %.0f%%",
+          p.intensity, p.ridge, 100 * p.mfu, 100 * p.mbu, 100 * p.busy_fraction);
+      break;
+    case Bottleneck::kUnknown:
+      break;
+  }
+  return v;
+}
+
+}  // namespace saturn

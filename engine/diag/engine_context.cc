@@ -1,0 +1,43 @@
+#include "engine/diag/engine_context.h"
+
+#include <algorithm>
+
+namespace saturn {
+
+AnalyzerContext ContextFromEngine(const Engine& engine) {
+  AnalyzerContext c;
+  c.model = engine.model();
+  c.dtype_bytes = static_cast<double>(DTypeSize(engine.backend().compute_dtype()));
+  c.weight_bytes = static_cast<double>(engine.runner().weight_bytes());
+  const KvStats kv = engine.kv_stats();
+  c.kv_num_blocks = kv.num_blocks;
+  c.kv_block_size = kv.block_size;
+  c.kv_bytes_per_block = static_cast<double>(kv.bytes_per_block);
+  c.max_model_len = engine.limits().max_model_len;
+  const EngineOptions o = engine.options();
+  c.options = StepOptions{o.max_num_seqs, o.max_num_batched_tokens, o.cuda_graphs};
+  c.max_num_seqs_limit = engine.config().max_num_seqs_limit;
+  c.max_num_batched_tokens_limit = engine.config().max_num_batched_tokens_limit;
+  c.backend = engine.backend().name();
+  c.supports_graphs = engine.backend().SupportsGraphs();
+  c.graph_sizes = engine.runner().graph_info().sizes;
+  if (c.graph_sizes.empty()) {  // not captured yet: the sizes the engine would capture
+    c.graph_sizes = engine.config().cuda_graph_sizes;
+    if (c.graph_sizes.empty()) {
+      c.graph_sizes = {1, 2, 4};
+      for (int s = 8; s <= c.max_num_seqs_limit; s += 8) c.graph_sizes.push_back(s);
+    }
+    std::sort(c.graph_sizes.begin(), c.graph_sizes.end());
+  }
+  c.graph_memory_bytes = static_cast<double>(engine.runner().graph_info().memory_bytes);
+  const EngineCounters n = engine.counters();
+  c.num_waiting = n.num_waiting;
+  c.num_running = n.num_running;
+  if (n.requests_finished > 0) {
+    c.mean_request_tokens =
+        static_cast<double>(n.prompt_tokens + n.generation_tokens) / n.requests_finished;
+  }
+  return c;
+}
+
+}  // namespace saturn

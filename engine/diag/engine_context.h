@@ -1,0 +1,12 @@
+// Builds the analyzer's context from a live Engine (config, model, KV, options, counters).
+// Thread-safe as the Engine getters it calls.
+#pragma once
+
+#include "engine/diag/analyzer.h"
+#include "engine/engine.h"
+
+namespace saturn {
+
+AnalyzerContext ContextFromEngine(const Engine& engine);
+
+}  // namespace saturn

@@ -1,0 +1,74 @@
+// Measured vs predicted after an applied plan action (plan_tracker.h).
+#include "engine/diag/plan_tracker.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace saturn {
+
+void PlanTracker::RecordApplied(const Action& action, const StepModel& model,
+                                const AnalyzerContext& ctx, double context, double applied_us) {
+  std::lock_guard<std::mutex> lock(mu_);
+  applied_ = Applied{action, model, ctx, context, applied_us};
+}
+
+void PlanTracker::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  applied_.reset();
+}
+
+bool PlanTracker::has_action() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return applied_.has_value();
+}
+
+std::optional<TrackedOutcome> PlanTracker::Evaluate(const std::vector<StepRecord>& steps) const {
+  std::optional<Applied> a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    a = applied_;
+  }
+  if (!a) return std::nullopt;
+  TrackedOutcome o;
+  o.kind = a->action.kind;
+  o.what = a->action.what;
+  o.applied_us = a->applied_us;
+  o.predicted_tokens_per_s = a->action.tokens_per_s_after;
+  o.predicted_tpot_ms = a->action.tpot_ms_after;
+  int after = 0;
+  double tokens = 0, wall = 0, seqs = 0;
+  for (const StepRecord& r : steps) {
+    if (r.start_us < a->applied_us) continue;
+    if (after++ < settle_steps_) continue;
+    if (r.num_prefill_tokens > 0 || r.num_decode_tokens == 0) continue;
+    tokens += r.num_decode_tokens;
+    wall += r.wall_us();
+    seqs += r.num_seqs;
+    ++o.steady_steps;
+  }
+  o.settled = o.steady_steps >= min_steady_steps_;
+  if (o.steady_steps == 0 || wall <= 0) return o;
+  o.measured_batch = seqs / o.steady_steps;
+  o.measured_tokens_per_s = tokens / wall * 1e6;
+  o.measured_tpot_ms = wall / o.steady_steps * 1e-3;
+  auto rel = [](double predicted, double measured) {
+    return measured > 0 ? (predicted - measured) / measured : 0.0;
+  };
+  o.tokens_per_s_error = rel(o.predicted_tokens_per_s, o.measured_tokens_per_s);
+  o.tpot_error = rel(o.predicted_tpot_ms, o.measured_tpot_ms);
+  // The same model at the batch the load actually reached (interpolated between the two
+  // integer batches around the mean).
+  auto tps_at = [&](int b) {
+    const StepCost cost =
+        EstimateStepCost(a->ctx.model, a->ctx.dtype_bytes, DecodeShape(b, a->context));
+    const double us = a->model.PredictUs(cost, b);
+    return us > 0 ? b / us * 1e6 : 0.0;
+  };
+  const int lo = std::max(1, static_cast<int>(std::floor(o.measured_batch)));
+  const double w = std::clamp(o.measured_batch - lo, 0.0, 1.0);
+  o.model_tokens_per_s_at_measured_batch = (1 - w) * tps_at(lo) + w * tps_at(lo + 1);
+  o.model_error = rel(o.model_tokens_per_s_at_measured_batch, o.measured_tokens_per_s);
+  return o;
+}
+
+}  // namespace saturn

@@ -1,0 +1,133 @@
+// The verdict on hand-built windows with known answers, one per class, plus the profile
+// figures they rest on. No timing.
+#include "engine/diag/analyzer.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/diag/synthetic.h"
+
+namespace saturn {
+namespace {
+
+using testing_diag::StepSpec;
+using testing_diag::TrueModel;
+
+DiagnosticsReport AnalyzeWindow(const std::vector<StepRecord>& steps, const AnalyzerContext& ctx,
+                                double extra_idle_us = 0) {
+  const double end = steps.empty() ? 1e6 : steps.back().end_us + extra_idle_us;
+  return Analyze(steps, 0, end, testing_diag::TestCalibration(), ctx);
+}
+
+const Signal& Find(const Verdict& v, const std::string& name) {
+  for (const Signal& s : v.signals) {
+    if (s.name == name) return s;
+  }
+  static Signal none;
+  ADD_FAILURE() << "no signal " << name;
+  return none;
+}
+
+TEST(AnalyzerTest, SmallBatchOneDecodeIsMemoryBound) {
+  StepSpec s;
+  s.queue_depth = 3;  // requests wait: the server's max_num_seqs=1 sets the batch
+  s.max_num_seqs = 1;
+  const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 10);
+  const auto r = AnalyzeWindow(steps, testing_diag::TestContext(testing_diag::Small(), 1));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kMemoryBound) << r.verdict.summary;
+  EXPECT_FALSE(Find(r.verdict, "compute_vs_memory_floor").crossed);
+  EXPECT_FALSE(Find(r.verdict, "overhead_vs_roofline_floor").crossed);
+  EXPECT_NEAR(r.profile.busy_fraction, 1.0, 0.01);
+  EXPECT_GT(r.profile.mbu, 0.9);  // true model runs at the calibrated bandwidth
+  EXPECT_LT(r.profile.mfu, 0.1);
+  EXPECT_LT(r.profile.intensity, r.profile.ridge);
+  EXPECT_NEAR(r.profile.mean_batch_seqs, 1, 1e-9);
+  EXPECT_NEAR(r.profile.decode_tokens_per_s, 10 / r.profile.window_s, 1e-6);
+}
+
+TEST(AnalyzerTest, LargeDecodeBatchIsComputeBound) {
+  StepSpec s;
+  s.seqs = 64;
+  const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 5);
+  const auto r = AnalyzeWindow(steps, testing_diag::TestContext(testing_diag::Small(), 64));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kComputeBound) << r.verdict.summary;
+  EXPECT_TRUE(Find(r.verdict, "compute_vs_memory_floor").crossed);
+  EXPECT_GT(r.profile.intensity, r.profile.ridge);
+  EXPECT_TRUE(r.plan.actions.empty());
+  EXPECT_FALSE(r.plan.note.empty());
+}
+
+TEST(AnalyzerTest, TinyModelWithBigOverheadIsLaunchBound) {
+  TrueModel t;
+  t.host_us = 40;
+  StepSpec s;
+  s.max_num_seqs = 1;
+  auto ctx = testing_diag::TestContext(testing_diag::Micro(), 1);
+  const auto steps = testing_diag::Steps(testing_diag::Micro(), t, s, 50);
+  const auto r = AnalyzeWindow(steps, ctx);
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kLaunchBound) << r.verdict.summary;
+  const Signal& over = Find(r.verdict, "overhead_vs_roofline_floor");
+  EXPECT_TRUE(over.crossed);
+  EXPECT_GT(over.value, 2.0);
+  EXPECT_TRUE(Find(r.verdict, "launch_share").crossed);
+  EXPECT_GT(r.profile.launch_share, 0.2);
+}
+
+TEST(AnalyzerTest, IdleServerIsUnderloaded) {
+  StepSpec s;  // each request arrives after a pause and is served in one prefill step
+  s.running = 1;
+  s.prefill_tokens = 8;
+  // Steps take ~40 ms; 200 ms of nothing between them.
+  const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 5, 200000);
+  const auto r = AnalyzeWindow(steps, testing_diag::TestContext(testing_diag::Small(), 1));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kUnderloaded) << r.verdict.summary;
+  EXPECT_EQ(r.verdict.step_bound, Bottleneck::kMemoryBound);
+  EXPECT_TRUE(Find(r.verdict, "engine_idle_share").crossed);
+  EXPECT_GT(r.profile.idle_share, 0.7);
+  EXPECT_LT(r.profile.busy_fraction, 0.3);
+}
+
+TEST(AnalyzerTest, EmptyQueueAndSmallBatchIsUnderloaded) {
+  StepSpec s;
+  s.seqs = 2;
+  s.max_num_seqs = 64;
+  const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 10);
+  const auto r = AnalyzeWindow(steps, testing_diag::TestContext(testing_diag::Small(), 64));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kUnderloaded) << r.verdict.summary;
+  EXPECT_FALSE(Find(r.verdict, "engine_idle_share").crossed);
+  EXPECT_TRUE(Find(r.verdict, "batch_fill").crossed);
+  EXPECT_TRUE(Find(r.verdict, "max_waiting_requests").crossed);
+}
+
+TEST(AnalyzerTest, NoStepsIsUnderloaded) {
+  const auto r = AnalyzeWindow({}, testing_diag::TestContext(testing_diag::Small(), 4));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kUnderloaded);
+  EXPECT_DOUBLE_EQ(r.profile.idle_share, 1.0);
+}
+
+TEST(AnalyzerTest, PerClassBreakdownSumsToOne) {
+  const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, StepSpec{}, 4);
+  const auto r = AnalyzeWindow(steps, testing_diag::TestContext(testing_diag::Small(), 1));
+  double share = 0;
+  for (const ClassProfile& c : r.profile.classes) share += c.time_share;
+  EXPECT_NEAR(share, 1.0, 1e-9);
+  ASSERT_FALSE(r.profile.classes.empty());
+  EXPECT_EQ(r.profile.classes[0].op_class, OpClass::kGemm);
+  EXPECT_GT(r.profile.classes[0].time_share, 0.9);
+  EXPECT_FALSE(r.profile.classes[0].compute_side);
+}
+
+TEST(AnalyzerTest, GraphHitRateAndPadding) {
+  StepSpec s;
+  s.seqs = 3;
+  auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 4);
+  for (size_t i = 0; i < 2; ++i) {
+    steps[i].graph_replayed = true;
+    steps[i].padding_tokens = 1;  // 3 -> 4
+  }
+  const auto r = AnalyzeWindow(steps, testing_diag::TestContext(testing_diag::Small(), 3));
+  EXPECT_DOUBLE_EQ(r.profile.graph_hit_rate, 0.5);
+  EXPECT_DOUBLE_EQ(r.profile.padding_waste, 0.25);
+}
+
+}  // namespace
+}  // namespace saturn

@@ -1,0 +1,207 @@
+// The saturation plan on hand-built windows: each action, its predictions and each failure
+// mode that bounds it. No timing.
+#include <gtest/gtest.h>
+
+#include "engine/diag/analyzer.h"
+#include "tests/diag/synthetic.h"
+
+namespace saturn {
+namespace {
+
+using testing_diag::StepSpec;
+using testing_diag::TrueModel;
+
+// Memory-bound decode at batch 4 = max_num_seqs with `waiting` requests queued.
+std::vector<StepRecord> MemoryBoundAt4(int waiting) {
+  StepSpec s;
+  s.seqs = 4;
+  s.queue_depth = waiting;
+  s.max_num_seqs = 4;
+  return testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 10);
+}
+
+DiagnosticsReport Plan(const std::vector<StepRecord>& steps, const AnalyzerContext& ctx) {
+  return Analyze(steps, steps.front().start_us, steps.back().end_us,
+                 testing_diag::TestCalibration(), ctx);
+}
+
+const FailureMode* FindMode(const Action& a, const std::string& name) {
+  for (const FailureMode& f : a.tradeoffs) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+TEST(PlanTest, MemoryBoundWithWaitingRequestsRaisesMaxNumSeqs) {
+  const auto r = Plan(MemoryBoundAt4(40), testing_diag::TestContext(testing_diag::Small(), 4));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kMemoryBound);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions[0];
+  EXPECT_EQ(a.kind, ActionKind::kRaiseMaxNumSeqs);
+  EXPECT_EQ(a.from, 4);
+  // The true model turns compute-bound near B* = ridge (10) x 4 bytes / 2 = 20.
+  EXPECT_GE(a.to, 14);
+  EXPECT_LE(a.to, 32);
+  EXPECT_EQ(a.options_after.max_num_seqs, a.to);
+  EXPECT_GT(a.tokens_per_s_after, 3 * a.tokens_per_s_before);
+  EXPECT_GE(a.tpot_ms_after, a.tpot_ms_before);
+  EXPECT_NE(FindMode(a, "latency"), nullptr);
+  // The prediction at batch 4 matches the measured steps (the model fits them exactly).
+  EXPECT_NEAR(a.tpot_ms_before, r.profile.mean_decode_step_ms, 0.01 * a.tpot_ms_before);
+  EXPECT_EQ(r.plan.plateau_batch, a.to);
+}
+
+TEST(PlanTest, KvCapacityCapsTheBatch) {
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  ctx.kv_num_blocks = 130;  // sequences of ~200 tokens take 13 blocks: 10 fit
+  const auto r = Plan(MemoryBoundAt4(40), ctx);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions[0];
+  EXPECT_EQ(r.plan.kv_capacity_batch, 10);
+  EXPECT_EQ(a.to, 10);
+  const FailureMode* kv = FindMode(a, "kv_preemption");
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(kv->at, 10);
+}
+
+TEST(PlanTest, ConfiguredLimitCapsTheBatch) {
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  ctx.max_num_seqs_limit = 8;
+  const auto r = Plan(MemoryBoundAt4(40), ctx);
+  ASSERT_FALSE(r.plan.actions.empty());
+  EXPECT_EQ(r.plan.actions[0].to, 8);
+  EXPECT_NE(FindMode(r.plan.actions[0], "configured_limit"), nullptr);
+}
+
+TEST(PlanTest, QueueDemandBoundsTheBatchAndAsksForMoreClients) {
+  const auto r = Plan(MemoryBoundAt4(2), testing_diag::TestContext(testing_diag::Small(), 4));
+  ASSERT_EQ(r.plan.actions.size(), 2u);
+  const Action& raise = r.plan.actions[0];
+  EXPECT_EQ(raise.kind, ActionKind::kRaiseMaxNumSeqs);
+  EXPECT_EQ(raise.batch_after, 6);  // 4 running + 2 waiting
+  const FailureMode* q = FindMode(raise, "queue_demand");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->at, 6);
+  const Action& clients = r.plan.actions[1];
+  EXPECT_EQ(clients.kind, ActionKind::kRaiseClientConcurrency);
+  EXPECT_EQ(clients.to, raise.to);
+  EXPECT_GT(clients.tokens_per_s_after, raise.tokens_per_s_after);
+}
+
+TEST(PlanTest, TpotObjectiveCapsTheBatch) {
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  const auto free = Plan(MemoryBoundAt4(40), ctx);
+  ASSERT_FALSE(free.plan.actions.empty());
+  const Action& a = free.plan.actions[0];
+  ctx.tpot_slo_ms = 0.5 * (a.tpot_ms_before + a.tpot_ms_after);
+  const auto r = Plan(MemoryBoundAt4(40), ctx);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& b = r.plan.actions[0];
+  EXPECT_LT(b.to, a.to);
+  EXPECT_LE(b.tpot_ms_after, ctx.tpot_slo_ms);
+  EXPECT_NE(FindMode(b, "tpot_slo"), nullptr);
+}
+
+TEST(PlanTest, UnderloadedServerAsksForClientConcurrency) {
+  StepSpec s;  // each request arrives after a pause and is served in one prefill step
+  s.running = 1;
+  s.prefill_tokens = 8;
+  const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 5, 200000);
+  const auto r = Analyze(steps, 0, steps.back().end_us + 200000, testing_diag::TestCalibration(),
+                         testing_diag::TestContext(testing_diag::Small(), 64));
+  ASSERT_EQ(r.plan.actions.size(), 1u);
+  const Action& a = r.plan.actions[0];
+  EXPECT_EQ(a.kind, ActionKind::kRaiseClientConcurrency);
+  EXPECT_GE(a.to, 14);
+  // Before is what the window delivered, idle time included.
+  EXPECT_NEAR(a.tokens_per_s_before, r.profile.output_tokens_per_s, 1e-9);
+  EXPECT_GT(a.tokens_per_s_after, 10 * a.tokens_per_s_before);
+}
+
+TEST(PlanTest, PrefillBudgetLimitedRaisesMaxNumBatchedTokens) {
+  StepSpec s;
+  s.prefill_tokens = 16;
+  s.max_num_batched_tokens = 16;
+  s.queue_depth = 5;
+  s.max_num_seqs = 64;
+  s.seqs = 1;
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 64);
+  ctx.options.max_num_batched_tokens = 16;
+  const auto r = Plan(testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 6), ctx);
+  const Action* a = nullptr;
+  for (const Action& x : r.plan.actions) {
+    if (x.kind == ActionKind::kRaiseMaxNumBatchedTokens) a = &x;
+  }
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->from, 16);
+  EXPECT_GT(a->to, 16);
+  EXPECT_LE(a->to, 256);
+  EXPECT_GT(a->tokens_per_s_after, 1.3 * a->tokens_per_s_before);
+  EXPECT_GT(a->tpot_ms_after, a->tpot_ms_before);  // decodes sharing the step wait longer
+  EXPECT_EQ(a->options_after.max_num_batched_tokens, a->to);
+}
+
+// Launch-bound windows: graphs only on a backend that can capture them, and only when off.
+std::vector<StepRecord> LaunchBound() {
+  TrueModel t;
+  t.host_us = 40;
+  t.op_overhead_us = 0;  // CUDA-style: launches show up as gaps, not inside ops
+  ModelConfig m = testing_diag::Micro();
+  StepSpec s;
+  s.max_num_seqs = 1;
+  auto steps = testing_diag::Steps(m, t, s, 20);
+  for (StepRecord& r : steps) {  // add the launch gaps: 6 us per op
+    r.end_us += 6.0 * r.op_count;
+  }
+  for (size_t i = 1; i < steps.size(); ++i) {
+    const double w = steps[i].wall_us();
+    steps[i].start_us = steps[i - 1].end_us;
+    steps[i].end_us = steps[i].start_us + w;
+  }
+  return steps;
+}
+
+AnalyzerContext CudaContext(bool supports, bool on) {
+  auto ctx = testing_diag::TestContext(testing_diag::Micro(), 1);
+  ctx.backend = "cuda";
+  ctx.supports_graphs = supports;
+  ctx.options.cuda_graphs = on;
+  ctx.graph_sizes = {1, 2, 4, 8};
+  return ctx;
+}
+
+Calibration CudaCal() {
+  Calibration c = testing_diag::TestCalibration();
+  c.backend = "cuda";
+  c.op_dispatch_us = 6;
+  return c;
+}
+
+TEST(PlanTest, LaunchBoundOnGraphBackendEnablesGraphsFirst) {
+  const auto steps = LaunchBound();
+  const auto r = Analyze(steps, 0, steps.back().end_us, CudaCal(), CudaContext(true, false));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kLaunchBound) << r.verdict.summary;
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions[0];
+  EXPECT_EQ(a.kind, ActionKind::kEnableCudaGraphs);
+  EXPECT_TRUE(a.options_after.cuda_graphs);
+  EXPECT_GT(a.tokens_per_s_after, 1.5 * a.tokens_per_s_before);
+  EXPECT_LT(a.tpot_ms_after, a.tpot_ms_before);
+  const FailureMode* mem = FindMode(a, "graph_memory");
+  ASSERT_NE(mem, nullptr);
+  EXPECT_DOUBLE_EQ(mem->at, 4 * 10.0 * (1 << 20));  // estimated: 10 MiB per size
+  EXPECT_NE(FindMode(a, "padding_waste"), nullptr);
+}
+
+TEST(PlanTest, NoGraphsActionWithoutSupportOrWhenAlreadyOn) {
+  const auto steps = LaunchBound();
+  for (bool supports : {false, true}) {
+    const auto r =
+        Analyze(steps, 0, steps.back().end_us, CudaCal(), CudaContext(supports, supports));
+    EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kLaunchBound);
+    for (const Action& a : r.plan.actions) EXPECT_NE(a.kind, ActionKind::kEnableCudaGraphs);
+  }
+}
+
+}  // namespace
+}  // namespace saturn

@@ -1,0 +1,230 @@
+// Real workloads on the CPU backend through the in-process Engine, diagnosed correctly:
+//   a micro checkpoint at batch 1            -> LAUNCH_BOUND
+//   `small` at batch 1 decode                -> MEMORY_BOUND
+//   `small` at decode batch 64               -> COMPUTE_BOUND
+//   a trickle-fed server / an idle one       -> UNDERLOADED
+// and the plan's prediction for raising max_num_seqs, checked by the PlanTracker (printed;
+// asserted only loosely, the bench reports the error). Decisions rest on ratios with wide
+// margins, so a loaded 2-core machine still gets them right.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "engine/diag/analyzer.h"
+#include "engine/diag/engine_context.h"
+#include "engine/diag/plan_tracker.h"
+#include "engine/diag/report_format.h"
+#include "engine/engine.h"
+#include "engine/weights.h"
+#include "tests/diag/synthetic.h"
+
+namespace saturn {
+namespace {
+
+namespace fs = std::filesystem;
+
+GenerateRequest Req(int prompt_len, int max_tokens, int salt) {
+  GenerateRequest r;
+  for (int j = 0; j < prompt_len; ++j) r.prompt.push_back(3 + (salt * 31 + j * 7) % 250);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+// Runs `n` requests at once and waits for all; returns the window [first step, last step].
+std::vector<StepRecord> RunConcurrent(Engine* e, int n, int prompt_len, int max_tokens) {
+  const double t0 = NowUs();
+  std::vector<std::unique_ptr<RequestStream>> streams;
+  for (int i = 0; i < n; ++i) {
+    auto s = RequestStream::Open(e, Req(prompt_len, max_tokens, i));
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) streams.push_back(std::move(*s));
+  }
+  for (auto& s : streams) s->Drain(nullptr);
+  return e->steps().Since(t0);
+}
+
+DiagnosticsReport Diagnose(const Engine& e, const Calibration& cal,
+                           const std::vector<StepRecord>& steps, double begin = -1,
+                           double end = -1) {
+  if (begin < 0) begin = steps.front().start_us;
+  if (end < 0) end = steps.back().end_us;
+  DiagnosticsReport r = Analyze(steps, begin, end, cal, ContextFromEngine(e));
+  std::printf("%s\n", ReportToText(r).c_str());
+  if (getenv("SATURN_DIAG_JSON")) std::printf("%s\n", ReportToJson(r).c_str());
+  return r;
+}
+
+std::unique_ptr<Engine> MakeEngine(const std::string& model, int limit, int max_len) {
+  EngineConfig cfg;
+  cfg.model = model;
+  cfg.backend = "cpu";
+  cfg.max_model_len = max_len;
+  cfg.max_num_seqs_limit = limit;
+  cfg.options.max_num_seqs = limit;
+  cfg.max_num_batched_tokens_limit = 2048;
+  cfg.options.max_num_batched_tokens = 2048;
+  auto e = Engine::Create(cfg);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+Calibration Calibrated(Engine* e) {
+  auto cal = Calibrate(e->mutable_backend());
+  EXPECT_TRUE(cal.ok()) << cal.status();
+  std::printf("calibration: %.1f GFLOP/s, %.1f GB/s, %.2f us/op\n", cal->gemm_flops_per_s / 1e9,
+              cal->bandwidth_bytes_per_s / 1e9, cal->op_dispatch_us);
+  return *cal;
+}
+
+void SetMaxNumSeqs(Engine* e, int n) {
+  EngineOptions o = e->options();
+  o.max_num_seqs = n;
+  ASSERT_TRUE(e->UpdateOptions(o).ok());
+}
+
+class MicroWorkload : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("saturn_micro_" + std::to_string(::getpid())));
+    fs::create_directories(*dir_);
+    auto w = RandomWeights(testing_diag::Micro(), 7);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(SaveHfCheckpoint(*w, dir_->string()).ok());
+    engine_ = MakeEngine(dir_->string(), 8, 256).release();
+    ASSERT_NE(engine_, nullptr);
+    cal_ = new Calibration(Calibrated(engine_));
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    delete cal_;
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static fs::path* dir_;
+  static Engine* engine_;
+  static Calibration* cal_;
+};
+fs::path* MicroWorkload::dir_ = nullptr;
+Engine* MicroWorkload::engine_ = nullptr;
+Calibration* MicroWorkload::cal_ = nullptr;
+
+TEST_F(MicroWorkload, BatchOneIsLaunchBound) {
+  SetMaxNumSeqs(engine_, 1);
+  const auto steps = RunConcurrent(engine_, 4, 8, 200);  // one runs, three wait
+  ASSERT_GT(steps.size(), 400u);
+  const auto r = Diagnose(*engine_, *cal_, steps);
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kLaunchBound) << r.verdict.summary;
+  // No graphs on the CPU backend: the plan never offers them.
+  for (const Action& a : r.plan.actions) EXPECT_NE(a.kind, ActionKind::kEnableCudaGraphs);
+}
+
+TEST_F(MicroWorkload, TrickleFedIsUnderloaded) {
+  SetMaxNumSeqs(engine_, 8);
+  const double t0 = NowUs();
+  for (int i = 0; i < 4; ++i) {
+    auto s = RequestStream::Open(engine_, Req(8, 4, i));
+    ASSERT_TRUE(s.ok());
+    (*s)->Drain(nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double t1 = NowUs();
+  const auto r = Diagnose(*engine_, *cal_, engine_->steps().Since(t0), t0, t1);
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kUnderloaded) << r.verdict.summary;
+  EXPECT_GT(r.profile.idle_share, 0.6);
+  ASSERT_FALSE(r.plan.actions.empty());
+  EXPECT_EQ(r.plan.actions.back().kind, ActionKind::kRaiseClientConcurrency);
+}
+
+TEST_F(MicroWorkload, IdleServerIsUnderloaded) {
+  const double t0 = NowUs();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const double t1 = NowUs();
+  const auto steps = engine_->steps().Since(t0);
+  const auto r = Analyze(steps, t0, t1, *cal_, ContextFromEngine(*engine_));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kUnderloaded);
+}
+
+class SmallWorkload : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    engine_ = MakeEngine("small", 64, 128).release();
+    ASSERT_NE(engine_, nullptr);
+    cal_ = new Calibration(Calibrated(engine_));
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    delete cal_;
+  }
+  static Engine* engine_;
+  static Calibration* cal_;
+};
+Engine* SmallWorkload::engine_ = nullptr;
+Calibration* SmallWorkload::cal_ = nullptr;
+
+TEST_F(SmallWorkload, BatchOneDecodeIsMemoryBound) {
+  SetMaxNumSeqs(engine_, 1);
+  const auto steps = RunConcurrent(engine_, 2, 8, 10);  // one runs, one waits
+  const auto r = Diagnose(*engine_, *cal_, steps);
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kMemoryBound) << r.verdict.summary;
+  EXPECT_LT(r.profile.intensity, r.profile.ridge / 2);
+  ASSERT_FALSE(r.profile.classes.empty());
+  EXPECT_EQ(r.profile.classes[0].op_class, OpClass::kGemm);
+}
+
+TEST_F(SmallWorkload, DecodeBatch64IsComputeBound) {
+  SetMaxNumSeqs(engine_, 64);
+  const auto all = RunConcurrent(engine_, 64, 4, 4);
+  std::vector<StepRecord> decode;  // the decode steps at batch 64
+  for (const StepRecord& s : all) {
+    if (s.num_prefill_tokens == 0 && s.num_seqs == 64) decode.push_back(s);
+  }
+  ASSERT_FALSE(decode.empty());
+  const auto r = Diagnose(*engine_, *cal_, decode);
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kComputeBound) << r.verdict.summary;
+  EXPECT_GT(r.profile.intensity, 2 * r.profile.ridge);
+  // The whole window, long prefill included, is compute-bound too.
+  EXPECT_EQ(Diagnose(*engine_, *cal_, all).verdict.step_bound, Bottleneck::kComputeBound);
+}
+
+// Follows the plan once: at max_num_seqs=1 with 6 requests waiting the plan raises
+// max_num_seqs; after applying it the tracker compares measured with predicted.
+TEST_F(SmallWorkload, FollowsThePlanAndTracksTheError) {
+  SetMaxNumSeqs(engine_, 1);
+  const double t0 = NowUs();
+  std::vector<std::unique_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    auto s = RequestStream::Open(engine_, Req(8, 24, i));
+    ASSERT_TRUE(s.ok());
+    streams.push_back(std::move(*s));
+  }
+  while (engine_->steps().Since(t0).size() < 8) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto before = engine_->steps().Since(t0);
+  const auto r = Diagnose(*engine_, *cal_, before);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions.front();
+  EXPECT_EQ(a.kind, ActionKind::kRaiseMaxNumSeqs);
+  EXPECT_GT(a.to, 1);
+  PlanTracker tracker;
+  ASSERT_TRUE(engine_->UpdateOptions(EngineOptions{int(a.to), 2048, false}).ok());
+  tracker.RecordApplied(a, r.model, ContextFromEngine(*engine_), r.plan.context, NowUs());
+  for (auto& s : streams) s->Drain(nullptr);
+  const auto o = tracker.Evaluate(engine_->steps().Since(t0));
+  ASSERT_TRUE(o.has_value());
+  std::printf(
+      "plan %s: predicted %.1f tok/s TPOT %.1f ms; measured %.1f tok/s TPOT %.1f ms at "
+      "batch %.1f over %d steps: error %+.1f%% (model at that batch %+.1f%%)\n",
+      a.what.c_str(), o->predicted_tokens_per_s, o->predicted_tpot_ms, o->measured_tokens_per_s,
+      o->measured_tpot_ms, o->measured_batch, o->steady_steps, 100 * o->tokens_per_s_error,
+      100 * o->model_error);
+  EXPECT_GT(o->steady_steps, 0);
+  EXPECT_GT(o->measured_tokens_per_s, 0);
+}
+
+}  // namespace
+}  // namespace saturn
