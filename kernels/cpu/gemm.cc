@@ -16,9 +16,10 @@
 namespace saturn::cpu {
 namespace {
 
-// Rows of x up to which the skinny kernel beats OpenBLAS sgemm (measured on the CI machine
-// class; above it sgemm's packing pays for itself).
-constexpr int64_t kSkinnyMaxM = 16;
+// Rows of x up to which the skinny kernel beats or ties OpenBLAS sgemm: measured with
+// saturn-bench-gemm on the 2-core CI machine class (2026-11-29: skinny ahead at every M up
+// to 48, the two within noise at 64-128, sgemm ahead from 256).
+constexpr int64_t kSkinnyMaxM = 64;
 
 void SkinnyRowsScalar(const float* x, const float* w, float* out, int64_t m, int64_t n,
                       int64_t k, int64_t n_begin, int64_t n_end) {
@@ -96,13 +97,15 @@ bool HasAvx2() {
 
 }  // namespace
 
-absl::Status Gemm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out) {
+absl::Status Gemm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out,
+                  GemmPath path) {
   for (auto [name, t] : {std::pair{"x", &x}, std::pair{"w", &w}, std::pair{"out", &out}}) {
     if (absl::Status s = ExpectF32(name, *t); !s.ok()) return s;
   }
   const int64_t m = x.rows, n = w.rows, k = x.cols;
   if (n == 0 || m == 0) return absl::OkStatus();
-  if (m <= kSkinnyMaxM) {
+  const bool skinny = path == GemmPath::kAuto ? m <= kSkinnyMaxM : path == GemmPath::kSkinny;
+  if (skinny) {
     const float* xp = x.as<float>();
     const float* wp = w.as<float>();
     float* op = out.as<float>();

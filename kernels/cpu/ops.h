@@ -14,7 +14,11 @@
 namespace saturn::cpu {
 
 absl::Status Embedding(ThreadPool& pool, const Tensor& ids, const Tensor& table, const Tensor& out);
-absl::Status Gemm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out);
+// kAuto picks the skinny weight-streaming kernel for small M and OpenBLAS otherwise; the
+// other two force a path (bench/gemm_bench.cc compares them).
+enum class GemmPath { kAuto, kSkinny, kBlas };
+absl::Status Gemm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out,
+                  GemmPath path = GemmPath::kAuto);
 absl::Status RmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps,
                      const Tensor& out);
 absl::Status AddRmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& residual,
