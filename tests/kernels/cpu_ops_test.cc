@@ -20,7 +20,7 @@ class CpuOpsTest : public ::testing::TestWithParam<int> {
 TEST_P(CpuOpsTest, Gemm) {
   for (auto [m, n, k] : {std::tuple{1, 7, 5}, std::tuple{1, 320, 768}, std::tuple{3, 17, 33},
                          std::tuple{64, 130, 96}, std::tuple{5, 1, 9}, std::tuple{8, 131, 77},
-                         std::tuple{16, 64, 768}, std::tuple{17, 33, 40}}) {
+                         std::tuple{16, 64, 768}, std::tuple{17, 33, 40}, std::tuple{80, 20, 24}}) {
     std::vector<float> x = Random(rng_, m * k), w = Random(rng_, n * k);
     DevTensor dx = F32(*b_, m, k, x), dw = F32(*b_, n, k, w), out = Poisoned(*b_, m, n);
     ASSERT_TRUE(b_->Gemm(dx.t, dw.t, out.t).ok());
