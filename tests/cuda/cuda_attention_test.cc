@@ -29,6 +29,9 @@ struct AttnCase {
   std::vector<int> context_lens;  // per sequence (>= query_len)
 };
 
+// Keeps CTest's test names readable (gtest would otherwise print the struct's bytes).
+void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.name; }
+
 class CudaAttentionTest : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(CudaAttentionTest, MatchesCpu) {

@@ -26,6 +26,9 @@ struct RowsCols {
   int cols;
 };
 
+// Readable CTest names: "Shapes/CudaOpTest.Embedding/17x768".
+void PrintTo(const RowsCols& rc, std::ostream* os) { *os << rc.rows << "x" << rc.cols; }
+
 class CudaOpTest : public ::testing::TestWithParam<RowsCols> {
  protected:
   void SetUp() override {
@@ -150,7 +153,11 @@ TEST_P(CudaOpTest, RopeAndKvWrite) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpTest,
                          ::testing::Values(RowsCols{1, 64}, RowsCols{3, 256}, RowsCols{17, 768},
-                                           RowsCols{64, 2048}, RowsCols{5, 1000}));
+                                           RowsCols{64, 2048}, RowsCols{5, 1000}),
+                         [](const ::testing::TestParamInfo<RowsCols>& info) {
+                           return std::to_string(info.param.rows) + "x" +
+                                  std::to_string(info.param.cols);
+                         });
 
 }  // namespace
 }  // namespace saturn
