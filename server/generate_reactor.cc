@@ -31,6 +31,7 @@ struct GenerateReactor::Call {
   GenerateReactor* reactor = nullptr;  // null once OnDone ran
   ServingState* state = nullptr;
   Engine* engine = nullptr;
+  RequestMetrics* metrics = nullptr;  // set before Submit, then read-only
   std::optional<int64_t> call_token;  // ServingState registration
   int64_t request_id = 0;             // 0 until Submit returned
   std::string client_request_id;
@@ -67,6 +68,7 @@ struct GenerateReactor::Call {
 
   // Engine thread. Never blocks beyond the mutex.
   void OnEvent(const TokenEvent& ev) {
+    if (ev.final && metrics != nullptr) metrics->ObserveFinal(ev);
     std::lock_guard<std::mutex> lock(mu);
     std::string piece;
     if (want_text) {
@@ -132,12 +134,13 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Reject(
 }
 
 GenerateReactor::GenerateReactor(ServingState* state, Engine* engine, GenerateRequest request,
-                                 bool want_text)
+                                 bool want_text, RequestMetrics* metrics)
     : call_(std::make_shared<Call>()) {
   Call& c = *call_;
   c.reactor = this;
   c.state = state;
   c.engine = engine;
+  c.metrics = metrics;
   c.client_request_id = request.client_request_id;
   c.seed = request.sampling.seed;
   c.received_us = NowUs();

@@ -17,6 +17,7 @@
 
 #include "engine/engine.h"
 #include "saturn/v1/saturn.pb.h"
+#include "server/request_metrics.h"
 #include "server/serving_state.h"
 
 namespace saturn {
@@ -25,7 +26,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
  public:
   // Submits `request` to the engine. When the server is draining or Submit fails (queue full,
   // invalid request, engine shut down) the stream finishes at once with that status.
-  GenerateReactor(ServingState* state, Engine* engine, GenerateRequest request, bool want_text);
+  // `metrics` (optional) sees the final event.
+  GenerateReactor(ServingState* state, Engine* engine, GenerateRequest request, bool want_text,
+                  RequestMetrics* metrics = nullptr);
   // A stream that only returns `status` (request rejected before any engine work).
   static grpc::ServerWriteReactor<v1::GenerateResponse>* Reject(const grpc::Status& status);
 

@@ -36,6 +36,17 @@ ABSL_FLAG(int, max_queued_requests, 1024,
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "On SIGINT/SIGTERM, how long in-flight streams may run before ending with UNAVAILABLE");
 ABSL_FLAG(uint64_t, seed, 1234, "Seed of the built-in presets' random weights");
+ABSL_FLAG(std::string, calibration, "measure",
+          "measure: measure the device's GEMM peak, bandwidth and op dispatch cost at start; "
+          "file: load them from --calibration_file");
+ABSL_FLAG(std::string, calibration_file, "",
+          "Calibration JSON to load with --calibration=file (written by --save_calibration)");
+ABSL_FLAG(std::string, save_calibration, "", "Write the calibration in force to this JSON file");
+ABSL_FLAG(int, metrics_port, 0,
+          "Serve Prometheus metrics at http://HOST:PORT/metrics, HOST being --listen's host "
+          "(0: off; -1: any free port, logged)");
+ABSL_FLAG(double, metrics_window_seconds, 10,
+          "Window of the saturn: diagnostics gauges (bottleneck class, MFU, MBU, busy)");
 
 namespace {
 
@@ -67,6 +78,11 @@ int main(int argc, char** argv) {
   config.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   config.engine.weight_seed = absl::GetFlag(FLAGS_seed);
   config.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
+  config.calibration = absl::GetFlag(FLAGS_calibration);
+  config.calibration_file = absl::GetFlag(FLAGS_calibration_file);
+  config.save_calibration = absl::GetFlag(FLAGS_save_calibration);
+  config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  config.metrics_window_seconds = absl::GetFlag(FLAGS_metrics_window_seconds);
   const int kv_cache_mb = absl::GetFlag(FLAGS_kv_cache_mb);
   if (kv_cache_mb < 0) {
     return Fail(absl::StrCat("--kv_cache_mb: must be >= 0 (0: automatic), got ", kv_cache_mb));

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "server/generate_reactor.h"
+#include "server/report_proto.h"
 #include "server/status_util.h"
 
 namespace saturn {
@@ -25,8 +26,9 @@ uint64_t SplitMix64(uint64_t x) {
 
 }  // namespace
 
-SaturnService::SaturnService(ServingState* state)
+SaturnService::SaturnService(ServingState* state, DiagnosticsState* diag)
     : state_(state),
+      diag_(diag),
       seed_counter_((static_cast<uint64_t>(std::random_device{}()) << 32) ^
                     std::random_device{}()) {}
 
@@ -56,7 +58,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* SaturnService::Generate(
   absl::Status valid =
       ValidateForEngine(converted->request, engine->limits(), request->prompt_token_ids_size() > 0);
   if (!valid.ok()) return GenerateReactor::Reject(ToGrpcStatus(valid));
-  return new GenerateReactor(state_, engine, std::move(converted->request), converted->want_text);
+  return new GenerateReactor(state_, engine, std::move(converted->request), converted->want_text,
+                             diag_ != nullptr ? diag_->request_metrics() : nullptr);
 }
 
 grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerContext* context,
@@ -69,6 +72,12 @@ grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerConte
     return reactor;
   }
   FillServerInfo(*engine, Limits(*engine), state_->listen_address(), response);
+  if (diag_ != nullptr) {
+    if (std::optional<Calibration> cal = diag_->calibration(); cal.has_value()) {
+      ToProto(*cal, diag_->calibration_ms(), response->mutable_calibration());
+    }
+  }
+  ToProto(engine->runner().graph_info(), response->mutable_cuda_graphs());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -92,7 +101,11 @@ grpc::ServerUnaryReactor* SaturnService::UpdateEngineOptions(
     absl::StatusOr<EngineOptions> applied;
     {
       std::lock_guard<std::mutex> lock(update_mu_);
-      applied = engine->UpdateOptions(MergeOptions(engine->options(), *request));
+      const EngineOptions before = engine->options();
+      applied = engine->UpdateOptions(MergeOptions(before, *request));
+      // In force from the step boundary UpdateOptions waited for: a plan action it matches
+      // is tracked from here.
+      if (applied.ok() && diag_ != nullptr) diag_->OnOptionsApplied(before, *applied, NowUs());
     }
     if (applied.ok()) ToProto(*applied, response->mutable_options());
     reactor->Finish(ToGrpcStatus(applied.status()));

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "saturn/v1/saturn.grpc.pb.h"
+#include "server/diagnostics_state.h"
 #include "server/proto_convert.h"
 #include "server/serving_state.h"
 
@@ -17,7 +18,9 @@ namespace saturn {
 
 class SaturnService final : public v1::Saturn::CallbackService {
  public:
-  explicit SaturnService(ServingState* state);
+  // `diag` (optional): calibration for GetServerInfo, plan tracking on UpdateEngineOptions,
+  // request metrics from Generate. Outlives the service.
+  explicit SaturnService(ServingState* state, DiagnosticsState* diag = nullptr);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -33,6 +36,7 @@ class SaturnService final : public v1::Saturn::CallbackService {
   int64_t NextSeed();
 
   ServingState* state_;
+  DiagnosticsState* diag_;
   std::atomic<uint64_t> seed_counter_;
   // Serializes UpdateEngineOptions' read-merge-apply, so concurrent partial updates compose.
   std::mutex update_mu_;

@@ -10,6 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/model_config.h"
+#include "server/diagnostics_service.h"
+#include "server/diagnostics_state.h"
+#include "server/metrics_http.h"
 #include "server/saturn_service.h"
 
 namespace saturn {
@@ -28,14 +31,29 @@ std::string BoundAddress(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
 }
 
+// The metrics endpoint binds the gRPC listen host (brackets of an IPv6 literal removed).
+std::string MetricsHost(const std::string& listen) {
+  if (listen.rfind("unix:", 0) == 0) return "127.0.0.1";
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
 }  // namespace
 
 ServerApp::ServerApp(ServerConfig config)
     : config_(config),
       state_(std::move(config)),
-      saturn_service_(std::make_unique<SaturnService>(&state_)) {}
+      diag_(std::make_unique<DiagnosticsState>()),
+      saturn_service_(std::make_unique<SaturnService>(&state_, diag_.get())) {
+  AddService(std::make_unique<DiagnosticsService>(&state_, diag_.get()));
+}
 
 ServerApp::~ServerApp() { Shutdown(); }
+
+int ServerApp::metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
 
 void ServerApp::AddService(std::unique_ptr<grpc::Service> service) {
   extra_services_.push_back(std::move(service));
@@ -73,6 +91,8 @@ absl::Status ServerApp::LoadEngine() {
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config_.engine);
   if (!engine.ok()) return engine.status();
   engine_ = std::move(*engine);
+  // Before the engine is published: nothing else runs on the backend yet.
+  if (absl::Status s = diag_->InitCalibration(engine_.get(), config_); !s.ok()) return s;
   state_.set_has_text_tokenizer(PresetConfig(config_.engine.model).ok());
   state_.set_engine(engine_.get());
   const ModelConfig& m = engine_->model();
@@ -82,6 +102,16 @@ absl::Status ServerApp::LoadEngine() {
                    engine_->backend().name(), ", device ", engine_->backend().device_name(),
                    ", max_model_len ", engine_->limits().max_model_len, ", KV ", kv.num_blocks,
                    " blocks x ", kv.block_size, " tokens, on ", address(), " (SERVING)"));
+  if (config_.metrics_port != 0) {
+    metrics_ =
+        std::make_unique<MetricsHttpServer>(&state_, diag_.get(), config_.metrics_window_seconds);
+    if (absl::Status s = metrics_->Start(MetricsHost(config_.listen), config_.metrics_port);
+        !s.ok()) {
+      return s;
+    }
+    Log(absl::StrCat("metrics at http://", MetricsHost(config_.listen), ":", metrics_->port(),
+                     "/metrics"));
+  }
   return absl::OkStatus();
 }
 
@@ -95,6 +125,7 @@ void ServerApp::SetServing(bool serving) {
   if (health == nullptr) return;
   health->SetServingStatus("", serving);
   health->SetServingStatus(v1::Saturn::service_full_name(), serving);
+  health->SetServingStatus(v1::Diagnostics::service_full_name(), serving);
 }
 
 void ServerApp::Shutdown() {
@@ -102,6 +133,7 @@ void ServerApp::Shutdown() {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
 
+  if (metrics_ != nullptr) metrics_->Stop();
   SetServing(false);
   state_.StartDraining();  // new Generate calls: UNAVAILABLE
   const int in_flight = state_.active_calls();

@@ -2,12 +2,15 @@
 //
 //   StartListening(): gRPC up (Saturn, health NOT_SERVING, reflection, extra services);
 //                     Saturn calls answer UNAVAILABLE "model is loading"
-//   LoadEngine():     Engine::Create (load, warm up) -> health SERVING
-//   Shutdown():       health NOT_SERVING, refuse new calls, in-flight streams get
-//                     shutdown_grace, then the rest are cancelled in the engine and end with
-//                     UNAVAILABLE; Engine::Shutdown; gRPC server shut down; engine freed
+//   LoadEngine():     Engine::Create (load, warm up) -> calibration (measure or load; the
+//                     loop is idle) -> health SERVING -> metrics endpoint (--metrics_port)
+//   Shutdown():       metrics endpoint stopped, health NOT_SERVING, refuse new calls,
+//                     in-flight streams get shutdown_grace, then the rest are cancelled in the
+//                     engine and end with UNAVAILABLE; Engine::Shutdown; gRPC server shut
+//                     down; engine freed
 //
-// Another service (e.g. diagnostics) is one AddService() line before StartListening; it can
+// The Diagnostics service (server/diagnostics_service.h) is registered by the constructor.
+// Another service is one AddService() line before StartListening; it can
 // reach the engine through state() (engine() is null until LoadEngine returns).
 #pragma once
 
@@ -26,6 +29,8 @@
 namespace saturn {
 
 class SaturnService;
+class DiagnosticsState;
+class MetricsHttpServer;
 
 class ServerApp {
  public:
@@ -57,16 +62,22 @@ class ServerApp {
   // Null until LoadEngine succeeded.
   Engine* engine() const { return engine_.get(); }
   grpc::Server* grpc_server() const { return server_.get(); }
+  // Calibration, plan tracking and request metrics (always present).
+  DiagnosticsState* diagnostics() const { return diag_.get(); }
+  // The metrics endpoint's port once LoadEngine started it; 0 when off.
+  int metrics_port() const;
 
  private:
   void SetServing(bool serving);
 
   ServerConfig config_;
   ServingState state_;
+  std::unique_ptr<DiagnosticsState> diag_;  // before the services, which use it
   std::unique_ptr<SaturnService> saturn_service_;
   std::vector<std::unique_ptr<grpc::Service>> extra_services_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;
   std::mutex shutdown_mu_;
   bool shut_down_ = false;

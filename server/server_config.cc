@@ -78,6 +78,26 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--shutdown_grace: must be >= 0, got ", absl::FormatDuration(shutdown_grace)));
   }
+  if (calibration != "measure" && calibration != "file") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--calibration: \"", calibration, "\" is not one of measure, file"));
+  }
+  if (calibration == "file" && calibration_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--calibration_file: required with --calibration=file (a file --save_calibration wrote)");
+  }
+  if (calibration != "file" && !calibration_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--calibration_file: only read with --calibration=file (got --calibration=measure)");
+  }
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--metrics_port: must be in [0, 65535] (0: off; -1: any free port), got %d", metrics_port));
+  }
+  if (!(metrics_window_seconds > 0 && metrics_window_seconds <= 3600)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--metrics_window_seconds: must be in (0, 3600], got %g", metrics_window_seconds));
+  }
   // The engine's own checks (limits, KV capacity, ...): its messages name its fields, which
   // are the flags' names.
   if (absl::Status s = engine.Validate(); !s.ok()) {

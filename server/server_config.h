@@ -17,6 +17,14 @@ struct ServerConfig {
   // Server-level request limits (the engine checks the rest through ValidateRequest).
   int max_client_request_id_bytes = 256;
   int max_stop_token_ids = 256;
+  // Diagnostics (docs/DIAGNOSTICS.md): how the device's ceilings are obtained at start.
+  std::string calibration = "measure";  // measure | file
+  std::string calibration_file;         // read with calibration == "file"
+  std::string save_calibration;         // write the calibration here after start (optional)
+  // Prometheus text endpoint: 0 off; -1 any free port (logged; tests); else the port. It
+  // binds the host of `listen` (127.0.0.1 for unix: addresses).
+  int metrics_port = 0;
+  double metrics_window_seconds = 10;  // window of the saturn: diagnostics gauges
 
   // Checks every field; the error names the flag and the limit.
   absl::Status Validate() const;

@@ -1,0 +1,205 @@
+// saturn-bench-plan: follows the diagnostics plan on a live in-process engine and reports how
+// far its prediction was from what happened. Start at a small max_num_seqs under a closed loop
+// of --concurrency clients (each sends its next request when the previous one finishes),
+// diagnose a steady window, apply the plan's top action with Engine::UpdateOptions (what
+// UpdateEngineOptions does), let it settle, measure, and print predicted vs measured decode
+// tokens/s and TPOT with the errors (PlanTracker, engine/diag/plan_tracker.h).
+//
+//   saturn-bench-plan --model=small --start_seqs=1 --concurrency=8 --json=plan.json
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "engine/diag/analyzer.h"
+#include "engine/diag/calibration.h"
+#include "engine/diag/engine_context.h"
+#include "engine/diag/plan_tracker.h"
+#include "engine/diag/report_format.h"
+#include "engine/engine.h"
+
+ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
+ABSL_FLAG(std::string, backend, "cpu", "auto|cpu|cuda");
+ABSL_FLAG(int, threads, 0, "CPU backend threads (0: all cores)");
+ABSL_FLAG(int, start_seqs, 1, "max_num_seqs before the plan");
+ABSL_FLAG(int, concurrency, 8, "closed-loop clients (more than --start_seqs)");
+ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
+ABSL_FLAG(int, max_tokens, 64, "tokens generated per request");
+ABSL_FLAG(double, before_s, 4, "seconds of load diagnosed before the change");
+ABSL_FLAG(double, after_s, 6, "seconds of load measured after the change");
+ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
+
+namespace saturn {
+namespace {
+
+// `n` clients, each running one request at a time until Stop().
+class ClosedLoop {
+ public:
+  ClosedLoop(Engine* engine, int n, int prompt_len, int max_tokens) {
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this, engine, i, prompt_len, max_tokens] {
+        for (int k = 0; !stop_.load(); ++k) {
+          GenerateRequest r;
+          for (int j = 0; j < prompt_len; ++j) r.prompt.push_back(3 + (i * 131 + k * 7 + j) % 250);
+          r.sampling.max_tokens = max_tokens;
+          r.sampling.ignore_eos = true;
+          auto s = RequestStream::Open(engine, r);
+          if (!s.ok()) {
+            std::cerr << "request: " << s.status() << "\n";
+            return;
+          }
+          (*s)->Drain(nullptr);
+          ++finished_;
+        }
+      });
+    }
+  }
+  ~ClosedLoop() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  int finished() const { return finished_.load(); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> finished_{0};
+  std::vector<std::thread> threads_;
+};
+
+void Sleep(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+DiagnosticsReport Window(const Engine& e, const Calibration& cal, double begin, double end) {
+  std::vector<StepRecord> steps = e.steps().Since(begin);
+  std::erase_if(steps, [end](const StepRecord& r) { return r.end_us > end; });
+  return Analyze(steps, begin, end, cal, ContextFromEngine(e));
+}
+
+int Main() {
+  const int start = absl::GetFlag(FLAGS_start_seqs), n = absl::GetFlag(FLAGS_concurrency);
+  if (start < 1 || n <= start) {
+    std::cerr << "--concurrency must exceed --start_seqs >= 1\n";
+    return 2;
+  }
+  EngineConfig cfg;
+  cfg.model = absl::GetFlag(FLAGS_model);
+  cfg.backend = absl::GetFlag(FLAGS_backend);
+  cfg.num_threads = absl::GetFlag(FLAGS_threads);
+  cfg.max_model_len = absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_max_tokens) + 16;
+  cfg.max_num_seqs_limit = 64;
+  cfg.options.max_num_seqs = start;
+  cfg.step_ring_capacity = 1 << 15;
+  std::cerr << "loading " << cfg.model << " ...\n";
+  auto engine_or = Engine::Create(cfg);
+  if (!engine_or.ok()) {
+    std::cerr << "engine: " << engine_or.status() << "\n";
+    return 1;
+  }
+  Engine* engine = engine_or->get();
+  auto cal = Calibrate(engine->mutable_backend());
+  if (!cal.ok()) {
+    std::cerr << "calibration: " << cal.status() << "\n";
+    return 1;
+  }
+  std::printf("device %s | GEMM %.1f GFLOP/s | bandwidth %.1f GB/s | dispatch %.2f us/op\n",
+              cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
+              cal->op_dispatch_us);
+
+  ClosedLoop load(engine, n, absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_max_tokens));
+  Sleep(0.5);  // past the first admissions
+  const double b0 = NowUs();
+  Sleep(absl::GetFlag(FLAGS_before_s));
+  const double b1 = NowUs();
+  const DiagnosticsReport before = Window(*engine, *cal, b0, b1);
+  std::printf("--- before (max_num_seqs %d, %d clients) ---\n%s", start, n,
+              ReportToText(before).c_str());
+  if (before.plan.actions.empty()) {
+    std::printf("no plan action: %s\n", before.plan.note.c_str());
+    return 1;
+  }
+  const Action& a = before.plan.actions.front();
+  const AnalyzerContext ctx = ContextFromEngine(*engine);
+  const StepOptions& o = a.options_after;
+  auto applied =
+      engine->UpdateOptions(EngineOptions{o.max_num_seqs, o.max_num_batched_tokens, o.cuda_graphs});
+  if (!applied.ok()) {
+    std::cerr << "UpdateOptions: " << applied.status() << "\n";
+    return 1;
+  }
+  const double t_applied = NowUs();
+  PlanTracker tracker;
+  tracker.RecordApplied(a, before.model, ctx, before.plan.context, t_applied);
+  Sleep(absl::GetFlag(FLAGS_after_s));
+  const double a1 = NowUs();
+  std::vector<StepRecord> after_steps = engine->steps().Since(t_applied);
+  std::erase_if(after_steps, [a1](const StepRecord& r) { return r.end_us > a1; });
+  const auto t = tracker.Evaluate(after_steps);
+  const DiagnosticsReport after = Window(*engine, *cal, t_applied, a1);
+  load.Stop();
+  if (!t.has_value() || t->steady_steps == 0) {
+    std::cerr << "no steady decode steps after the change\n";
+    return 1;
+  }
+  std::printf("--- after \"%s\" ---\n%s", a.what.c_str(), ReportToText(after).c_str());
+  std::printf("\n%-28s %12s %12s %9s\n", "", "predicted", "measured", "error");
+  std::printf("%-28s %12.1f %12.1f %+8.1f%%\n", "decode tokens/s", t->predicted_tokens_per_s,
+              t->measured_tokens_per_s, 100 * t->tokens_per_s_error);
+  std::printf("%-28s %12.2f %12.2f %+8.1f%%\n", "TPOT ms", t->predicted_tpot_ms,
+              t->measured_tpot_ms, 100 * t->tpot_error);
+  std::printf("%-28s %12.1f %12.1f %+8.1f%%\n", "model at measured batch",
+              t->model_tokens_per_s_at_measured_batch, t->measured_tokens_per_s,
+              100 * t->model_error);
+  std::printf(
+      "batch planned %.1f, measured %.1f over %d steady steps; before: %.1f decode tok/s "
+      "(predicted %.1f); output tok/s before %.1f, after %.1f (%.2fx)\n",
+      a.batch_after, t->measured_batch, t->steady_steps, before.profile.decode_tokens_per_s,
+      a.tokens_per_s_before, before.profile.output_tokens_per_s, after.profile.output_tokens_per_s,
+      after.profile.output_tokens_per_s / std::max(1e-9, before.profile.output_tokens_per_s));
+
+  nlohmann::json out = {{"model", cfg.model},
+                        {"backend", engine->backend().name()},
+                        {"start_max_num_seqs", start},
+                        {"concurrency", n},
+                        {"calibration", nlohmann::json::parse(CalibrationToJson(*cal))},
+                        {"action", a.what},
+                        {"before", nlohmann::json::parse(ReportToJson(before))},
+                        {"after", nlohmann::json::parse(ReportToJson(after))},
+                        {"predicted_tokens_per_s", t->predicted_tokens_per_s},
+                        {"measured_tokens_per_s", t->measured_tokens_per_s},
+                        {"tokens_per_s_error", t->tokens_per_s_error},
+                        {"predicted_tpot_ms", t->predicted_tpot_ms},
+                        {"measured_tpot_ms", t->measured_tpot_ms},
+                        {"tpot_error", t->tpot_error},
+                        {"planned_batch", a.batch_after},
+                        {"measured_batch", t->measured_batch},
+                        {"model_error", t->model_error},
+                        {"steady_steps", t->steady_steps}};
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (!path.empty()) {
+    std::ofstream f(path);
+    f << out.dump(2) << "\n";
+    if (!f) {
+      std::cerr << "--json: cannot write " << path << "\n";
+      return 1;
+    }
+    std::cerr << "wrote " << path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace saturn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return saturn::Main();
+}

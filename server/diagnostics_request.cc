@@ -1,0 +1,109 @@
+// Diagnostics RPC checks and report building. Messages name the proto field and the limit.
+#include "server/diagnostics_request.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "server/report_proto.h"
+#if SATURN_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace saturn {
+
+absl::StatusOr<double> ResolveWindowSeconds(double window_seconds) {
+  if (window_seconds == 0) return kDefaultWindowSeconds;
+  if (!std::isfinite(window_seconds) || window_seconds < 0 || window_seconds > kMaxWindowSeconds) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("window_seconds: must be in (0, %g] (0: %g), got %g", kMaxWindowSeconds,
+                        kDefaultWindowSeconds, window_seconds));
+  }
+  return window_seconds;
+}
+
+absl::StatusOr<DiagWindow> ResolveWindow(const v1::GetDiagnosticsRequest& req, double now_us) {
+  const double b = req.window_begin_us(), e = req.window_end_us();
+  if (b == 0 && e == 0) {
+    absl::StatusOr<double> s = ResolveWindowSeconds(req.window_seconds());
+    if (!s.ok()) return s.status();
+    return DiagWindow{now_us - *s * 1e6, now_us};
+  }
+  if (req.window_seconds() != 0) {
+    return absl::InvalidArgumentError(
+        "window_seconds: set either window_seconds or window_begin_us/window_end_us, not both");
+  }
+  if (!std::isfinite(b) || b <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window_begin_us: must be a positive server timestamp (set with window_end_us), got %g",
+        b));
+  }
+  if (!std::isfinite(e) || e <= b) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("window_end_us: must be greater than window_begin_us %.0f, got %g", b, e));
+  }
+  if (e > now_us + kFutureSlackUs) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("window_end_us: %.0f is more than %g s past the server's now %.0f", e,
+                        kFutureSlackUs / 1e6, now_us));
+  }
+  if (e - b > kMaxWindowSeconds * 1e6) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("window_end_us - window_begin_us: at most %g s, got %.1f s",
+                        kMaxWindowSeconds, (e - b) / 1e6));
+  }
+  return DiagWindow{b, std::min(e, now_us)};
+}
+
+absl::StatusOr<int> ResolveIntervalMs(int interval_ms) {
+  if (interval_ms == 0) return kDefaultIntervalMs;
+  if (interval_ms < kMinIntervalMs || interval_ms > kMaxIntervalMs) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("interval_ms: must be in [%d, %d] (0: %d), got %d", kMinIntervalMs,
+                        kMaxIntervalMs, kDefaultIntervalMs, interval_ms));
+  }
+  return interval_ms;
+}
+
+absl::StatusOr<size_t> ResolveTraceSteps(int max_steps, size_t ring_capacity) {
+  if (max_steps == 0) return std::min<size_t>(kDefaultTraceSteps, ring_capacity);
+  if (max_steps < 0 || static_cast<size_t>(max_steps) > ring_capacity) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_steps: must be in [1, %d] (the step ring's capacity; 0: %d), got %d",
+                        ring_capacity, kDefaultTraceSteps, max_steps));
+  }
+  return static_cast<size_t>(max_steps);
+}
+
+absl::Status ValidateStepPoints(int max_step_points) {
+  if (max_step_points < 0 || max_step_points > kMaxStepPoints) {
+    return absl::InvalidArgumentError(absl::StrFormat("max_step_points: must be in [0, %d], got %d",
+                                                      kMaxStepPoints, max_step_points));
+  }
+  return absl::OkStatus();
+}
+
+double NvmlUtilization(const Engine& engine) {
+#if SATURN_WITH_CUDA
+  if (engine.backend().name() == "cuda") {
+    absl::StatusOr<int> pct = NvmlGpuUtilizationPercent(0);
+    if (pct.ok()) return *pct / 100.0;
+  }
+#else
+  static_cast<void>(engine);
+#endif
+  return -1;
+}
+
+void FillReport(const Engine& engine, DiagnosticsState* diag, const DiagWindow& window,
+                bool include_json, int max_step_points, v1::DiagnosticsReport* out) {
+  std::vector<StepRecord> steps;
+  const DiagnosticsReport r = diag->BuildReport(engine, window.begin_us, window.end_us, &steps);
+  ReportProtoOptions o;
+  o.include_json = include_json;
+  o.max_step_points = max_step_points;
+  o.nvml_utilization = NvmlUtilization(engine);
+  ToProto(r, steps, o, out);
+}
+
+}  // namespace saturn

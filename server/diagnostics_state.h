@@ -1,0 +1,70 @@
+// What the diagnostics side of the server keeps while it runs: the calibration measured (or
+// loaded) at start, the plans of the latest reports, the PlanTracker that closes the loop when
+// UpdateEngineOptions applies one of their actions, and the request-level metrics fed by the
+// Generate streams. Builds reports; never touches gRPC. Thread-safe (one mutex around the
+// recent plans; the tracker and metrics lock themselves). Owned by ServerApp, which outlives
+// every call and the metrics endpoint.
+#pragma once
+
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/diag/analyzer.h"
+#include "engine/diag/calibration.h"
+#include "engine/diag/plan_tracker.h"
+#include "engine/engine.h"
+#include "server/request_metrics.h"
+#include "server/server_config.h"
+
+namespace saturn {
+
+class DiagnosticsState {
+ public:
+  DiagnosticsState() = default;
+  DiagnosticsState(const DiagnosticsState&) = delete;
+  DiagnosticsState& operator=(const DiagnosticsState&) = delete;
+
+  // Measures the backend's ceilings (--calibration=measure) or loads them
+  // (--calibration=file), then saves them when --save_calibration is set. Call once, after
+  // Engine::Create and before serving: the engine loop must be idle. Errors name the flag.
+  absl::Status InitCalibration(Engine* engine, const ServerConfig& config);
+  // Nullopt before InitCalibration succeeded.
+  std::optional<Calibration> calibration() const;
+  // Wall time measuring took (0 when loaded from a file).
+  double calibration_ms() const;
+
+  // One report over steps fully inside [begin_us, end_us] (steady clock), with the tracked
+  // outcome of an applied action; remembers its plan. `steps_out` (optional) receives the
+  // window's steps. Requires a calibration (an empty one otherwise).
+  DiagnosticsReport BuildReport(const Engine& engine, double begin_us, double end_us,
+                                std::vector<StepRecord>* steps_out = nullptr);
+
+  // Called after UpdateEngineOptions applied `after` (was `before`) at `applied_us`. When
+  // `after` equals the options of an action of a recent plan, the tracker starts measuring
+  // it; any other real change stops tracking (its prediction no longer applies).
+  void OnOptionsApplied(const EngineOptions& before, const EngineOptions& after, double applied_us);
+  bool tracking() const { return tracker_.has_action(); }
+
+  RequestMetrics* request_metrics() { return &request_metrics_; }
+
+ private:
+  struct RecentPlan {
+    Plan plan;
+    StepModel model;
+    AnalyzerContext ctx;
+  };
+  static constexpr size_t kRecentPlans = 8;
+
+  mutable std::mutex mu_;
+  std::optional<Calibration> calibration_;  // guarded by mu_
+  double calibration_ms_ = 0;               // guarded by mu_
+  std::deque<RecentPlan> recent_;           // newest first; guarded by mu_
+  PlanTracker tracker_;
+  RequestMetrics request_metrics_;
+};
+
+}  // namespace saturn

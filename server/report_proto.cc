@@ -1,0 +1,189 @@
+// Field-by-field copies; the names match the analyzer's structs (docs/DIAGNOSTICS.md).
+#include "server/report_proto.h"
+
+#include <algorithm>
+
+#include "engine/diag/report_format.h"
+
+namespace saturn {
+namespace {
+
+void ToProto(const Profile& p, v1::Profile* out) {
+  out->set_window_s(p.window_s);
+  out->set_steps(p.steps);
+  out->set_steps_per_s(p.steps_per_s);
+  out->set_prefill_tokens_per_s(p.prefill_tokens_per_s);
+  out->set_decode_tokens_per_s(p.decode_tokens_per_s);
+  out->set_tokens_per_s(p.tokens_per_s);
+  out->set_mean_batch_seqs(p.mean_batch_seqs);
+  out->set_mean_batch_tokens(p.mean_batch_tokens);
+  out->set_mean_step_ms(p.mean_step_ms);
+  out->set_mean_decode_step_ms(p.mean_decode_step_ms);
+  out->set_mean_context(p.mean_context);
+  out->set_busy_fraction(p.busy_fraction);
+  out->set_idle_share(p.idle_share);
+  out->set_host_share(p.host_share);
+  out->set_launch_share(p.launch_share);
+  out->set_flops_per_s(p.flops_per_s);
+  out->set_bytes_per_s(p.bytes_per_s);
+  out->set_mfu(p.mfu);
+  out->set_mbu(p.mbu);
+  out->set_intensity(p.intensity);
+  out->set_ridge(p.ridge);
+  out->set_mean_queue_depth(p.mean_queue_depth);
+  out->set_mean_running(p.mean_running);
+  out->set_kv_usage(p.kv_usage);
+  out->set_kv_usage_max(p.kv_usage_max);
+  out->set_preemptions(p.preemptions);
+  out->set_graph_hit_rate(p.graph_hit_rate);
+  out->set_padding_waste(p.padding_waste);
+  out->set_output_tokens_per_s(p.output_tokens_per_s);
+  out->set_max_queue_depth(p.max_queue_depth);
+  out->set_loop_gap_us(p.loop_gap_us);
+}
+
+void ToProto(const ClassProfile& c, v1::OpClassProfile* out) {
+  out->set_op_class(OpClassName(c.op_class));
+  out->set_ops_per_step(c.ops_per_step);
+  out->set_time_share(c.time_share);
+  out->set_flops(c.flops);
+  out->set_bytes(c.bytes);
+  out->set_intensity(c.intensity);
+  out->set_flops_per_s(c.flops_per_s);
+  out->set_bytes_per_s(c.bytes_per_s);
+  out->set_mfu(c.mfu);
+  out->set_mbu(c.mbu);
+  out->set_roofline_efficiency(c.roofline_efficiency);
+  out->set_time_us(c.time_us);
+  out->set_compute_side(c.compute_side);
+}
+
+void ToProto(const Action& a, v1::PlanAction* out) {
+  out->set_kind(ActionKindName(a.kind));
+  out->set_what(a.what);
+  out->set_from(a.from);
+  out->set_to(a.to);
+  out->set_tokens_per_s_before(a.tokens_per_s_before);
+  out->set_tokens_per_s_after(a.tokens_per_s_after);
+  out->set_tpot_ms_before(a.tpot_ms_before);
+  out->set_tpot_ms_after(a.tpot_ms_after);
+  out->set_batch_after(a.batch_after);
+  out->set_max_num_seqs(a.options_after.max_num_seqs);
+  out->set_max_num_batched_tokens(a.options_after.max_num_batched_tokens);
+  out->set_cuda_graphs(a.options_after.cuda_graphs);
+  for (const FailureMode& f : a.tradeoffs) {
+    v1::Tradeoff* t = out->add_tradeoffs();
+    t->set_name(f.name);
+    t->set_at(f.at);
+    t->set_detail(f.detail);
+  }
+}
+
+void ToProto(const TrackedOutcome& t, v1::TrackedOutcome* out) {
+  out->set_kind(ActionKindName(t.kind));
+  out->set_what(t.what);
+  out->set_applied_us(t.applied_us);
+  out->set_steady_steps(t.steady_steps);
+  out->set_settled(t.settled);
+  out->set_measured_batch(t.measured_batch);
+  out->set_predicted_tokens_per_s(t.predicted_tokens_per_s);
+  out->set_measured_tokens_per_s(t.measured_tokens_per_s);
+  out->set_tokens_per_s_error(t.tokens_per_s_error);
+  out->set_predicted_tpot_ms(t.predicted_tpot_ms);
+  out->set_measured_tpot_ms(t.measured_tpot_ms);
+  out->set_tpot_error(t.tpot_error);
+  out->set_model_tokens_per_s_at_measured_batch(t.model_tokens_per_s_at_measured_batch);
+  out->set_model_error(t.model_error);
+}
+
+void ToProto(const StepRecord& r, v1::StepPoint* out) {
+  const double flops = r.total_flops(), bytes = r.total_bytes();
+  out->set_step_id(r.step_id);
+  out->set_intensity(bytes > 0 ? flops / bytes : 0);
+  out->set_flops_per_s(r.wall_us() > 0 ? flops / (r.wall_us() * 1e-6) : 0);
+  out->set_num_seqs(r.num_seqs);
+  out->set_prefill_tokens(r.num_prefill_tokens);
+  out->set_decode_tokens(r.num_decode_tokens);
+}
+
+}  // namespace
+
+v1::Bottleneck ToProto(Bottleneck b) {
+  switch (b) {
+    case Bottleneck::kUnderloaded:
+      return v1::BOTTLENECK_UNDERLOADED;
+    case Bottleneck::kLaunchBound:
+      return v1::BOTTLENECK_LAUNCH_BOUND;
+    case Bottleneck::kMemoryBound:
+      return v1::BOTTLENECK_MEMORY_BOUND;
+    case Bottleneck::kComputeBound:
+      return v1::BOTTLENECK_COMPUTE_BOUND;
+    case Bottleneck::kUnknown:
+      break;
+  }
+  return v1::BOTTLENECK_UNKNOWN;
+}
+
+void ToProto(const Calibration& c, double calibration_ms, v1::Calibration* out) {
+  out->set_backend(c.backend);
+  out->set_device(c.device);
+  out->set_dtype(c.dtype);
+  out->set_gemm_flops_per_s(c.gemm_flops_per_s);
+  out->set_bandwidth_bytes_per_s(c.bandwidth_bytes_per_s);
+  out->set_op_dispatch_us(c.op_dispatch_us);
+  out->set_op_issue_us(c.op_issue_us);
+  out->set_ridge_flops_per_byte(c.ridge_flops_per_byte());
+  out->set_gemm_method(c.gemm_method);
+  out->set_bandwidth_method(c.bandwidth_method);
+  out->set_dispatch_method(c.dispatch_method);
+  out->set_source(c.source);
+  out->set_calibration_ms(calibration_ms);
+}
+
+void ToProto(const GraphInfo& g, v1::CudaGraphInfo* out) {
+  out->mutable_captured_sizes()->Add(g.sizes.begin(), g.sizes.end());
+  out->set_capture_ms(g.capture_ms);
+  out->set_memory_bytes(static_cast<int64_t>(g.memory_bytes));
+}
+
+void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
+             const ReportProtoOptions& options, v1::DiagnosticsReport* out) {
+  out->set_window_begin_us(r.window_begin_us);
+  out->set_window_end_us(r.window_end_us);
+  out->set_bottleneck(ToProto(r.verdict.bottleneck));
+  out->set_step_bound(ToProto(r.verdict.step_bound));
+  out->set_summary(r.verdict.summary);
+  for (const Signal& s : r.verdict.signals) {
+    v1::Signal* o = out->add_signals();
+    o->set_name(s.name);
+    o->set_value(s.value);
+    o->set_threshold(s.threshold);
+    o->set_crossed(s.crossed);
+    o->set_source(s.source);
+    o->set_meaning(s.meaning);
+  }
+  ToProto(r.profile, out->mutable_profile());
+  for (const ClassProfile& c : r.profile.classes) ToProto(c, out->add_classes());
+  ToProto(r.calibration, 0, out->mutable_calibration());
+  for (const Action& a : r.plan.actions) ToProto(a, out->add_plan());
+  out->set_plan_note(r.plan.note);
+  out->set_kv_capacity_batch(r.plan.kv_capacity_batch);
+  out->set_plateau_batch(r.plan.plateau_batch);
+  out->set_plateau_tokens_per_s(r.plan.plateau_tokens_per_s);
+  if (r.tracked.has_value()) ToProto(*r.tracked, out->mutable_tracked());
+  out->set_text(ReportToText(r));
+  if (options.include_json) out->set_json(ReportToJson(r));
+  if (options.max_step_points > 0 && !steps.empty()) {
+    // Evenly spaced over the window, newest included.
+    const size_t n = std::min(steps.size(), static_cast<size_t>(options.max_step_points));
+    for (size_t i = 0; i < n; ++i) {
+      const size_t idx = n == 1 ? steps.size() - 1 : i * (steps.size() - 1) / (n - 1);
+      ToProto(steps[idx], out->add_step_points());
+    }
+  }
+  out->set_model_fit_error(r.model.fit_error);
+  out->set_model_form(r.model.rates[static_cast<size_t>(OpClass::kGemm)].additive ? "sum" : "max");
+  out->set_nvml_utilization(options.nvml_utilization);
+}
+
+}  // namespace saturn

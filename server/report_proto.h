@@ -1,0 +1,28 @@
+// DiagnosticsReport (engine/diag/analyzer.h) -> saturn.v1.DiagnosticsReport, plus the
+// calibration and CUDA-graph parts of ServerInfo. Pure functions, thread-safe.
+#pragma once
+
+#include <vector>
+
+#include "engine/diag/analyzer.h"
+#include "engine/model_runner.h"
+#include "engine/step_record.h"
+#include "saturn/v1/diagnostics.pb.h"
+#include "saturn/v1/saturn.pb.h"
+
+namespace saturn {
+
+struct ReportProtoOptions {
+  bool include_json = false;  // fill `json` with ReportToJson
+  int max_step_points = 0;    // fill `step_points` with up to this many of `steps`
+  double nvml_utilization = -1;
+};
+
+v1::Bottleneck ToProto(Bottleneck b);
+void ToProto(const Calibration& c, double calibration_ms, v1::Calibration* out);
+void ToProto(const GraphInfo& g, v1::CudaGraphInfo* out);
+// `steps`: the window's steps (for step points); the text rendering is always filled.
+void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
+             const ReportProtoOptions& options, v1::DiagnosticsReport* out);
+
+}  // namespace saturn

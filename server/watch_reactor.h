@@ -1,0 +1,44 @@
+// The WatchDiagnostics stream: a grpc::ServerWriteReactor paced by the diagnostics service's
+// TimerThread, never by a gRPC thread.
+//
+//   timer thread: Tick -> (every interval) build report -> StartWrite if no write in flight
+//                 -> post the next Tick (at most 200 ms later, to notice shutdown promptly)
+//   gRPC thread:  OnWriteDone -> Finish if one is pending
+//   OnCancel -> Finish(CANCELLED); server draining (seen by Tick) -> Finish(UNAVAILABLE);
+//   ServingState::AbortAll -> Finish(UNAVAILABLE)
+//
+// The engine is read only while a Tick holds its own ServingState call token, so shutdown
+// never frees the engine under a report being built. Finish waits for a write in flight;
+// OnDone deletes the reactor, after which Ticks find it gone and stop.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+
+#include "saturn/v1/diagnostics.pb.h"
+#include "server/diagnostics_state.h"
+#include "server/serving_state.h"
+#include "server/timer_thread.h"
+
+namespace saturn {
+
+class WatchReactor final : public grpc::ServerWriteReactor<v1::DiagnosticsReport> {
+ public:
+  // Starts the stream: the first report at once, then one every `interval_ms`.
+  WatchReactor(ServingState* state, DiagnosticsState* diag, TimerThread* timer,
+               double window_seconds, int interval_ms, bool include_json);
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  struct Call;
+  std::shared_ptr<Call> call_;
+};
+
+// A stream that only returns `status`.
+grpc::ServerWriteReactor<v1::DiagnosticsReport>* RejectWatch(const grpc::Status& status);
+
+}  // namespace saturn

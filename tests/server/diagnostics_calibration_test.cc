@@ -1,0 +1,92 @@
+// Calibration at server start: GetServerInfo reports it (with how it was measured) and the
+// CUDA graph info; --save_calibration then --calibration=file round-trips it; a missing or
+// malformed file is an error naming --calibration_file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/server/diagnostics_test_util.h"
+
+namespace saturn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+v1::ServerInfo Info(TestServer* s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(std::chrono::seconds(30)));
+  v1::ServerInfo info;
+  EXPECT_TRUE(s->stub->GetServerInfo(&ctx, {}, &info).ok());
+  return info;
+}
+
+TEST(DiagnosticsCalibrationTest, MeasuredSavedAndLoadedBack) {
+  const fs::path path =
+      fs::temp_directory_path() / ("saturn_cal_rt_" + std::to_string(::getpid()) + ".json");
+  ServerConfig config = TinyConfig();
+  config.save_calibration = path.string();
+  v1::Calibration measured;
+  {
+    auto s = StartServer(config);
+    ASSERT_NE(s, nullptr);
+    const v1::ServerInfo info = Info(s.get());
+    ASSERT_TRUE(info.has_calibration());
+    measured = info.calibration();
+    EXPECT_EQ(measured.source(), "measured");
+    EXPECT_EQ(measured.backend(), "cpu");
+    EXPECT_GT(measured.gemm_flops_per_s(), 0);
+    EXPECT_GT(measured.bandwidth_bytes_per_s(), 0);
+    EXPECT_GT(measured.op_dispatch_us(), 0);
+    EXPECT_GT(measured.ridge_flops_per_byte(), 0);
+    EXPECT_FALSE(measured.gemm_method().empty());
+    EXPECT_FALSE(measured.bandwidth_method().empty());
+    EXPECT_FALSE(measured.dispatch_method().empty());
+    EXPECT_GT(measured.calibration_ms(), 0);
+    EXPECT_TRUE(info.has_cuda_graphs());
+    EXPECT_EQ(info.cuda_graphs().captured_sizes_size(), 0);  // CPU backend: no graphs
+  }
+  ASSERT_TRUE(fs::exists(path));
+  config.save_calibration.clear();
+  config.calibration = "file";
+  config.calibration_file = path.string();
+  auto s = StartServer(config);
+  ASSERT_NE(s, nullptr);
+  const v1::Calibration loaded = Info(s.get()).calibration();
+  EXPECT_EQ(loaded.source(), path.string());
+  EXPECT_DOUBLE_EQ(loaded.gemm_flops_per_s(), measured.gemm_flops_per_s());
+  EXPECT_DOUBLE_EQ(loaded.bandwidth_bytes_per_s(), measured.bandwidth_bytes_per_s());
+  EXPECT_DOUBLE_EQ(loaded.op_dispatch_us(), measured.op_dispatch_us());
+  EXPECT_EQ(loaded.gemm_method(), measured.gemm_method());
+  EXPECT_EQ(loaded.calibration_ms(), 0);
+  fs::remove(path);
+}
+
+TEST(DiagnosticsCalibrationTest, BadFileFlagsAreErrorsNamingTheFlag) {
+  ServerConfig config = TinyConfig();
+  config.calibration = "file";
+  absl::Status v = config.Validate();
+  EXPECT_FALSE(v.ok());
+  EXPECT_NE(v.message().find("--calibration_file"), std::string::npos) << v;
+  config.calibration = "guess";
+  v = config.Validate();
+  EXPECT_NE(v.message().find("--calibration"), std::string::npos) << v;
+
+  const fs::path bad =
+      fs::temp_directory_path() / ("saturn_cal_bad_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(bad) << "{ not json";
+  for (const std::string& path : {bad.string(), bad.string() + ".missing"}) {
+    config.calibration = "file";
+    config.calibration_file = path;
+    ASSERT_TRUE(config.Validate().ok());
+    ServerApp app(config);
+    ASSERT_TRUE(app.StartListening().ok());
+    absl::Status s = app.LoadEngine();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("--calibration_file"), std::string::npos) << s;
+  }
+  fs::remove(bad);
+}
+
+}  // namespace
+}  // namespace saturn::testing
