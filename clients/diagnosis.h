@@ -1,7 +1,9 @@
-// The seam to the server's diagnosis of a run's time window. The diagnostics service
-// (saturn.v1.Diagnostics, GetDiagnostics(window)) is not in the API yet: until it is,
-// FetchDiagnosis answers UNIMPLEMENTED and the reports say "not available" with the reason.
-// Phase 2 fills in the body; the callers and the report fields do not change.
+// The server's diagnosis of a run's time window, as saturn-load stores and prints it:
+// GetDiagnostics (saturn.v1.Diagnostics) over exactly the window of a phase's measured
+// requests, on the server that served them. The stored text is JSON: the report proto's
+// fields (names as in diagnostics.proto) plus, under "report", the analyzer's full report
+// (the server's include_json rendering). ParseDiagnosis reads it back into the proto for
+// the table's short rendering (diag_render.h ShortDiagnosis).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "clients/connection.h"
+#include "saturn/v1/diagnostics.pb.h"
 
 namespace saturn::clients {
 
@@ -21,8 +24,14 @@ struct ServerWindow {
   int64_t end_us = 0;       // latest finish of a measured request
 };
 
-// The diagnosis of `window` as JSON text, or the reason there is none.
+// The diagnosis of `window` as JSON text, or the reason there is none (a server without the
+// Diagnostics service answers UNIMPLEMENTED; the message says so and names the target).
 absl::StatusOr<std::string> FetchDiagnosis(const Connection& conn, const ServerWindow& window,
                                            double timeout_s);
+
+// The stored JSON text of a report (see above).
+std::string DiagnosisJson(const v1::DiagnosticsReport& report);
+// Back to the proto (the "report" object and unknown fields are ignored).
+absl::StatusOr<v1::DiagnosticsReport> ParseDiagnosis(const std::string& json);
 
 }  // namespace saturn::clients

@@ -8,11 +8,42 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "clients/diag_render.h"
+#include "clients/diagnosis.h"
 
 namespace saturn::clients {
 namespace {
 
 std::string F(double x) { return absl::StrFormat("%.2f", x); }
+
+// The server's diagnosis of the phase's window, three lines per server (diag_render.h).
+void Diagnosis(const PhaseReport& p, std::string* out) {
+  if (p.diagnoses.empty()) {
+    absl::StrAppend(out, "  diagnosis    not available: ", p.diagnosis_note, "\n");
+    return;
+  }
+  for (const std::string& d : p.diagnoses) {
+    absl::StatusOr<v1::DiagnosticsReport> r = ParseDiagnosis(d);
+    if (!r.ok()) {
+      absl::StrAppend(out, "  diagnosis    unreadable: ", r.status().message(), "\n");
+      continue;
+    }
+    const char* head = "  diagnosis    ";
+    for (const std::string& line : ShortDiagnosis(*r)) {
+      absl::StrAppend(out, head, line, "\n");
+      head = "               ";
+    }
+  }
+}
+
+// One line per phase of a graphs comparison: verdict and top action.
+std::string DiagnosisLine(const PhaseReport& p) {
+  if (p.diagnoses.empty()) return absl::StrCat("not available: ", p.diagnosis_note);
+  absl::StatusOr<v1::DiagnosticsReport> r = ParseDiagnosis(p.diagnoses[0]);
+  if (!r.ok()) return "unreadable";
+  return absl::StrCat(BottleneckName(r->bottleneck()), "; ",
+                      r->plan().empty() ? "no plan action" : r->plan(0).what());
+}
 
 void Block(const SessionResult& res, const PhaseReport& p, std::string* out) {
   const RunMetrics& m = p.metrics;
@@ -60,11 +91,7 @@ void Block(const SessionResult& res, const PhaseReport& p, std::string* out) {
   row("ITL", m.itl_ms);
   row("E2E", m.e2e_ms);
   row("queue (server)", m.queue_ms);
-  if (!p.diagnoses.empty()) {
-    for (const std::string& d : p.diagnoses) absl::StrAppend(out, "  diagnosis    ", d, "\n");
-  } else {
-    absl::StrAppend(out, "  diagnosis    not available: ", p.diagnosis_note, "\n");
-  }
+  Diagnosis(p, out);
 }
 
 void Sweep(const SessionResult& res, std::string* out) {
@@ -91,6 +118,8 @@ void Compare(const SessionResult& res, std::string* out) {
     for (const CompareRow& r : CompareRows(off, on)) {
       absl::StrAppendFormat(out, "  %-28s %12s %12s %9sx\n", r.name, F(r.off), F(r.on), F(r.ratio));
     }
+    absl::StrAppend(out, "  diagnosis, graphs off        ", DiagnosisLine(off), "\n");
+    absl::StrAppend(out, "  diagnosis, graphs on         ", DiagnosisLine(on), "\n");
   }
 }
 

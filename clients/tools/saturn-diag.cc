@@ -1,0 +1,89 @@
+// saturn-diag: Saturn's live diagnostics from the command line (flags -> DiagOptions ->
+// RunDiagCommand). The only file that defines saturn-diag's flags. Exit codes: see
+// clients/diag_commands.h.
+//
+//   saturn-diag info
+//   saturn-diag get --window 30            saturn-diag get --json
+//   saturn-diag watch --interval_ms 2000   saturn-diag watch --count 5 > reports.txt
+//   saturn-diag trace -o trace.json        saturn-diag roofline -o roofline.svg
+//   saturn-diag apply --settle 20
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "clients/diag_commands.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server host:port");
+ABSL_FLAG(double, timeout, 10, "Seconds to connect, and for each call");
+ABSL_FLAG(bool, json, false, "Print JSON (the report proto's fields) instead of text");
+ABSL_FLAG(double, window, 10, "get/watch/roofline/apply: seconds of recent steps to diagnose");
+ABSL_FLAG(int, interval_ms, 1000, "watch: milliseconds between reports (>= 100)");
+ABSL_FLAG(int64_t, count, 0, "watch: stop after this many reports (0: until Ctrl-C)");
+ABSL_FLAG(int, steps, 200, "trace: export the last N steps");
+ABSL_FLAG(std::string, o, "", "trace/roofline: output file (FILE.json / FILE.svg)");
+ABSL_FLAG(double, settle, 10, "apply: seconds to wait after the change before measuring");
+ABSL_FLAG(int, max_step_points, 400, "roofline: most steps drawn as dots");
+ABSL_FLAG(bool, dry_run, false, "apply: print what would be sent, send nothing");
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void OnSignal(int) { g_interrupted.store(true); }
+
+constexpr char kUsage[] =
+    "Live diagnostics of a Saturn server.\n"
+    "usage: saturn-diag <command> [--target host:port] [--json] [flags]\n"
+    "  info                 model, backend, options and limits, KV cache, calibration, graphs\n"
+    "  get                  one report: verdict, signals, profile, op classes, plan, outcome\n"
+    "  watch                a report every --interval_ms (--count N to stop)\n"
+    "  trace -o FILE.json   the last --steps steps as a Perfetto / Chrome trace\n"
+    "  roofline -o FILE.svg the calibrated roofline with this window's op classes and steps\n"
+    "  apply                apply the plan's top action, wait --settle s, report the outcome";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  saturn::clients::DiagOptions o;
+  if (args.size() > 2) {
+    std::cerr << "saturn-diag: unexpected argument \"" << args[2] << "\" (one command at a time)\n"
+              << kUsage << std::endl;
+    return saturn::clients::kDiagExitUsage;
+  }
+  if (args.size() < 2) {
+    std::cerr << "saturn-diag: no command given\n" << kUsage << std::endl;
+    return saturn::clients::kDiagExitUsage;
+  }
+  o.command = args[1];
+  o.target = absl::GetFlag(FLAGS_target);
+  o.timeout_s = absl::GetFlag(FLAGS_timeout);
+  o.json = absl::GetFlag(FLAGS_json);
+  o.window_s = absl::GetFlag(FLAGS_window);
+  o.interval_ms = absl::GetFlag(FLAGS_interval_ms);
+  o.count = absl::GetFlag(FLAGS_count);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.output = absl::GetFlag(FLAGS_o);
+  o.settle_s = absl::GetFlag(FLAGS_settle);
+  o.max_step_points = absl::GetFlag(FLAGS_max_step_points);
+  o.dry_run = absl::GetFlag(FLAGS_dry_run);
+  o.tty = isatty(STDOUT_FILENO) != 0;
+
+  if (o.command == "watch" || o.command == "apply") {
+    // Stop at the next report (watch) or cut the settle wait short (apply).
+    struct sigaction sa = {};
+    sa.sa_handler = OnSignal;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+  }
+  return saturn::clients::RunDiagCommand(o, std::cout, std::cerr, &g_interrupted);
+}
