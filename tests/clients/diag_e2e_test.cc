@@ -6,97 +6,40 @@
 // flags or an unreachable target exit non-zero with the flag or target named.
 // Needs the saturn-server and saturn-diag targets built (the default build builds them).
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <fstream>
-#include <sstream>
-#include <thread>
+#include <string>
 
 #include "clients/diagnosis.h"
 #include "clients/load_session.h"
 #include "clients/report.h"
 #include "nlohmann/json.hpp"
 #include "tests/clients/diag_xml_check.h"
+#include "tests/clients/server_process.h"
 
 namespace saturn::clients {
 namespace {
 
-const std::string kServer = std::string(SATURN_BINARY_DIR) + "/server/saturn-server";
+using testing::kServerBinary;
+using testing::ReadFile;
+using testing::Spawned;
+using testing::StartServer;
+using testing::ToolRun;
+
 const std::string kDiag = std::string(SATURN_BINARY_DIR) + "/clients/saturn-diag";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 std::string Dir() {
-  static const std::string dir = [] {
-    std::string d = ::testing::TempDir() + "/saturn_diag_e2e_" + std::to_string(getpid());
-    mkdir(d.c_str(), 0755);
-    return d;
-  }();
+  static const std::string dir = testing::MakeProcessDir("saturn_diag_e2e_");
   return dir;
 }
 
-struct Spawned {
-  pid_t pid = -1;
-  std::string address;
-};
-
-// Starts saturn-server on 127.0.0.1:0 and waits (up to 120 s) for its "ready" line.
-Spawned StartServer(const std::string& log) {
-  Spawned s;
-  s.pid = fork();
-  if (s.pid == 0) {
-    FILE* f = freopen(log.c_str(), "w", stderr);
-    (void)f;
-    execl(kServer.c_str(), kServer.c_str(), "--model=tiny", "--backend=cpu", "--threads=1",
-          "--listen=127.0.0.1:0", "--max_model_len=512", "--kv_cache_mb=32", "--shutdown_grace=2s",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 1200; ++i) {
-    const std::string text = ReadFile(log);
-    const size_t ready = text.find("(SERVING)");
-    const size_t at = text.find("listening on ");
-    if (ready != std::string::npos && at != std::string::npos) {
-      s.address = text.substr(at + 13, text.find(' ', at + 13) - (at + 13));
-      return s;
-    }
-    int status = 0;
-    if (waitpid(s.pid, &status, WNOHANG) == s.pid) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ADD_FAILURE() << "saturn-server did not start; its log:\n" << ReadFile(log);
-  return s;
-}
-
-struct ToolRun {
-  int code = -1;
-  std::string out, err;
-};
-
-ToolRun RunDiag(const std::string& args) {
-  const std::string dir = Dir();
-  const std::string cmd = kDiag + " " + args + " >" + dir + "/diag.out 2>" + dir + "/diag.err";
-  const int rc = std::system(cmd.c_str());
-  ToolRun r;
-  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = ReadFile(dir + "/diag.out");
-  r.err = ReadFile(dir + "/diag.err");
-  return r;
-}
+ToolRun RunDiag(const std::string& args) { return testing::RunTool(kDiag, args, Dir(), "diag"); }
 
 class DiagE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_EQ(access(kServer.c_str(), X_OK), 0) << "build the saturn-server target: " << kServer;
+    ASSERT_EQ(access(kServerBinary.c_str(), X_OK), 0)
+        << "build the saturn-server target: " << kServerBinary;
     ASSERT_EQ(access(kDiag.c_str(), X_OK), 0) << "build the saturn-diag target: " << kDiag;
     server_ = new Spawned(StartServer(Dir() + "/saturn-server.log"));
     if (server_->address.empty()) return;
@@ -110,11 +53,7 @@ class DiagE2eTest : public ::testing::Test {
     load_ = new SessionResult(RunSession(c, SessionObserver(), nullptr));
   }
   static void TearDownTestSuite() {
-    if (server_ != nullptr && server_->pid > 0) {
-      kill(server_->pid, SIGTERM);
-      int status = 0;
-      waitpid(server_->pid, &status, 0);
-    }
+    testing::StopServer(server_);
     delete server_;
     delete load_;
     server_ = nullptr;

@@ -5,106 +5,46 @@
 // gets a plain message and a non-zero exit with the files still written.
 // Needs the saturn-server and saturn-load targets built (the default build builds them).
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <fstream>
-#include <sstream>
-#include <thread>
+#include <string>
 
 #include "clients/load_session.h"
 #include "clients/report.h"
 #include "nlohmann/json.hpp"
+#include "tests/clients/server_process.h"
 #include "tests/clients/table_figures.h"
 
 namespace saturn::clients {
 namespace {
 
-const std::string kServer = std::string(SATURN_BINARY_DIR) + "/server/saturn-server";
-const std::string kLoad = std::string(SATURN_BINARY_DIR) + "/clients/saturn-load";
+using testing::kServerBinary;
+using testing::ReadFile;
+using testing::Spawned;
+using testing::StartServer;
+using testing::ToolRun;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+const std::string kLoad = std::string(SATURN_BINARY_DIR) + "/clients/saturn-load";
 
 // A folder of this process's own, so that tests run in parallel do not share files.
 std::string Dir() {
-  static const std::string dir = [] {
-    std::string d = ::testing::TempDir() + "/saturn_load_e2e_" + std::to_string(getpid());
-    mkdir(d.c_str(), 0755);
-    return d;
-  }();
+  static const std::string dir = testing::MakeProcessDir("saturn_load_e2e_");
   return dir;
 }
 
-struct Spawned {
-  pid_t pid = -1;
-  std::string address;
-};
-
-// Starts saturn-server on 127.0.0.1:0 and waits (up to 120 s) for its "ready" line.
-Spawned StartServer(const std::string& log) {
-  Spawned s;
-  s.pid = fork();
-  if (s.pid == 0) {
-    FILE* f = freopen(log.c_str(), "w", stderr);
-    (void)f;
-    execl(kServer.c_str(), kServer.c_str(), "--model=tiny", "--backend=cpu", "--threads=1",
-          "--listen=127.0.0.1:0", "--max_model_len=512", "--kv_cache_mb=32", "--shutdown_grace=2s",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 1200; ++i) {
-    const std::string text = ReadFile(log);
-    const size_t ready = text.find("(SERVING)");
-    const size_t at = text.find("listening on ");
-    if (ready != std::string::npos && at != std::string::npos) {
-      s.address = text.substr(at + 13, text.find(' ', at + 13) - (at + 13));
-      return s;
-    }
-    int status = 0;
-    if (waitpid(s.pid, &status, WNOHANG) == s.pid) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ADD_FAILURE() << "saturn-server did not start; its log:\n" << ReadFile(log);
-  return s;
-}
-
-struct ToolRun {
-  int code = -1;
-  std::string out, err;
-};
-
-ToolRun RunLoad(const std::string& args) {
-  const std::string dir = Dir();
-  const std::string cmd = kLoad + " " + args + " >" + dir + "/load.out 2>" + dir + "/load.err";
-  const int rc = std::system(cmd.c_str());
-  ToolRun r;
-  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = ReadFile(dir + "/load.out");
-  r.err = ReadFile(dir + "/load.err");
-  return r;
-}
+ToolRun RunLoad(const std::string& args) { return testing::RunTool(kLoad, args, Dir(), "load"); }
 
 class LoadE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_EQ(access(kServer.c_str(), X_OK), 0) << "build the saturn-server target: " << kServer;
+    ASSERT_EQ(access(kServerBinary.c_str(), X_OK), 0)
+        << "build the saturn-server target: " << kServerBinary;
     ASSERT_EQ(access(kLoad.c_str(), X_OK), 0) << "build the saturn-load target: " << kLoad;
     server_ = new Spawned(StartServer(Dir() + "/saturn-server.log"));
   }
   static void TearDownTestSuite() {
-    if (server_ != nullptr && server_->pid > 0) {
-      kill(server_->pid, SIGTERM);
-      int status = 0;
-      waitpid(server_->pid, &status, 0);
-    }
+    testing::StopServer(server_);
     delete server_;
     server_ = nullptr;
   }

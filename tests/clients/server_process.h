@@ -1,0 +1,98 @@
+// Test helper for the end-to-end client tests: starts the built saturn-server (tiny model, CPU
+// backend) on a loopback port the kernel picks, stops it, and runs a built client tool with
+// its stdout and stderr captured. Header-only, test code only; POSIX (fork, exec, waitpid).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace saturn::clients::testing {
+
+inline const std::string kServerBinary = std::string(SATURN_BINARY_DIR) + "/server/saturn-server";
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A folder of this process's own (`prefix` + pid under the test temp dir), so that tests run
+// in parallel do not share files.
+inline std::string MakeProcessDir(const std::string& prefix) {
+  std::string d = ::testing::TempDir() + "/" + prefix + std::to_string(getpid());
+  mkdir(d.c_str(), 0755);
+  return d;
+}
+
+struct Spawned {
+  pid_t pid = -1;
+  std::string address;
+};
+
+// Starts saturn-server on 127.0.0.1:0 and waits (up to 120 s) for its "ready" line.
+inline Spawned StartServer(const std::string& log) {
+  Spawned s;
+  s.pid = fork();
+  if (s.pid == 0) {
+    FILE* f = freopen(log.c_str(), "w", stderr);
+    (void)f;
+    execl(kServerBinary.c_str(), kServerBinary.c_str(), "--model=tiny", "--backend=cpu",
+          "--threads=1", "--listen=127.0.0.1:0", "--max_model_len=512", "--kv_cache_mb=32",
+          "--shutdown_grace=2s", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 1200; ++i) {
+    const std::string text = ReadFile(log);
+    const size_t ready = text.find("(SERVING)");
+    const size_t at = text.find("listening on ");
+    if (ready != std::string::npos && at != std::string::npos) {
+      s.address = text.substr(at + 13, text.find(' ', at + 13) - (at + 13));
+      return s;
+    }
+    int status = 0;
+    if (waitpid(s.pid, &status, WNOHANG) == s.pid) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << "saturn-server did not start; its log:\n" << ReadFile(log);
+  return s;
+}
+
+// SIGTERM, then waits for it to exit. Null or never started: nothing to do.
+inline void StopServer(const Spawned* server) {
+  if (server != nullptr && server->pid > 0) {
+    kill(server->pid, SIGTERM);
+    int status = 0;
+    waitpid(server->pid, &status, 0);
+  }
+}
+
+struct ToolRun {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `binary args` through the shell, stdout and stderr to `dir`/`stem`.out and .err.
+inline ToolRun RunTool(const std::string& binary, const std::string& args, const std::string& dir,
+                       const std::string& stem) {
+  const std::string out = dir + "/" + stem + ".out", err = dir + "/" + stem + ".err";
+  const std::string cmd = binary + " " + args + " >" + out + " 2>" + err;
+  const int rc = std::system(cmd.c_str());
+  ToolRun r;
+  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
+  return r;
+}
+
+}  // namespace saturn::clients::testing
