@@ -12,19 +12,11 @@
 
 #include "engine/tokenizer.h"
 #include "server/proto_convert.h"
+#include "server/reject_reactor.h"
 #include "server/status_util.h"
 #include "server/text_stream.h"
 
 namespace saturn {
-namespace {
-
-class RejectReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
- public:
-  explicit RejectReactor(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
 
 struct GenerateReactor::Call {
   std::mutex mu;
@@ -130,7 +122,7 @@ struct GenerateReactor::Call {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Reject(
     const grpc::Status& status) {
-  return new RejectReactor(status);
+  return new RejectReactor<v1::GenerateResponse>(status);
 }
 
 GenerateReactor::GenerateReactor(ServingState* state, Engine* engine, GenerateRequest request,

@@ -9,18 +9,13 @@
 #include <utility>
 
 #include "server/diagnostics_request.h"
+#include "server/reject_reactor.h"
 
 namespace saturn {
 namespace {
 
 // Longest sleep between Ticks: bounds how long a draining server waits for a watch to end.
 constexpr auto kPoll = std::chrono::milliseconds(200);
-
-class RejectReactor final : public grpc::ServerWriteReactor<v1::DiagnosticsReport> {
- public:
-  explicit RejectReactor(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
 
 }  // namespace
 
@@ -95,7 +90,7 @@ struct WatchReactor::Call {
 };
 
 grpc::ServerWriteReactor<v1::DiagnosticsReport>* RejectWatch(const grpc::Status& status) {
-  return new RejectReactor(status);
+  return new RejectReactor<v1::DiagnosticsReport>(status);
 }
 
 WatchReactor::WatchReactor(ServingState* state, DiagnosticsState* diag, TimerThread* timer,
