@@ -5,7 +5,6 @@
 //
 //   saturn-bench-engine --model=small --batches=1,8,32,64 --json=out.json
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "engine/diag/calibration.h"
 #include "engine/engine.h"
 
@@ -51,12 +51,8 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
   const double t0 = NowUs();
   std::vector<std::unique_ptr<RequestStream>> streams;
   for (int i = 0; i < batch; ++i) {
-    GenerateRequest r;
-    for (int j = 0; j < absl::GetFlag(FLAGS_prompt_len); ++j) {
-      r.prompt.push_back(3 + (i * 131 + j * 17) % 250);
-    }
-    r.sampling.max_tokens = absl::GetFlag(FLAGS_decode_tokens);
-    r.sampling.ignore_eos = true;
+    const GenerateRequest r = bench::SyntheticRequest(i * 131, 17, absl::GetFlag(FLAGS_prompt_len),
+                                                      absl::GetFlag(FLAGS_decode_tokens));
     auto s = RequestStream::Open(engine, r);
     if (!s.ok()) return s.status();
     streams.push_back(std::move(*s));
@@ -163,10 +159,14 @@ int Main() {
   out["backend"] = (*engine)->backend().name();
   out["calibration"] = nlohmann::json::parse(CalibrationToJson(*cal));
   for (const Row& r : rows) {
-    nlohmann::json j = {{"batch", r.batch},           {"graphs", r.graphs},
-                        {"tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms},
-                        {"roofline_share", r.bound_share}, {"mbu", r.bandwidth_share},
-                        {"mfu", r.compute_share},     {"steps", r.steps},
+    nlohmann::json j = {{"batch", r.batch},
+                        {"graphs", r.graphs},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"step_ms", r.step_ms},
+                        {"roofline_share", r.bound_share},
+                        {"mbu", r.bandwidth_share},
+                        {"mfu", r.compute_share},
+                        {"steps", r.steps},
                         {"graph_steps", r.graph_steps}};
     if (b1 != nullptr) j["speedup_vs_batch1"] = r.tokens_per_s / b1->tokens_per_s;
     out["rows"].push_back(j);
@@ -179,17 +179,7 @@ int Main() {
       }
     }
   }
-  const std::string path = absl::GetFlag(FLAGS_json);
-  if (!path.empty()) {
-    std::ofstream f(path);
-    f << out.dump(2) << "\n";
-    if (!f) {
-      std::cerr << "--json: cannot write " << path << "\n";
-      return 1;
-    }
-    std::cerr << "wrote " << path << "\n";
-  }
-  return 0;
+  return bench::WriteJson(out, absl::GetFlag(FLAGS_json));
 }
 
 }  // namespace

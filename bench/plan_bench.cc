@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,6 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/bench_util.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/calibration.h"
 #include "engine/diag/engine_context.h"
@@ -46,10 +46,8 @@ class ClosedLoop {
     for (int i = 0; i < n; ++i) {
       threads_.emplace_back([this, engine, i, prompt_len, max_tokens] {
         for (int k = 0; !stop_.load(); ++k) {
-          GenerateRequest r;
-          for (int j = 0; j < prompt_len; ++j) r.prompt.push_back(3 + (i * 131 + k * 7 + j) % 250);
-          r.sampling.max_tokens = max_tokens;
-          r.sampling.ignore_eos = true;
+          const GenerateRequest r =
+              bench::SyntheticRequest(i * 131 + k * 7, 1, prompt_len, max_tokens);
           auto s = RequestStream::Open(engine, r);
           if (!s.ok()) {
             std::cerr << "request: " << s.status() << "\n";
@@ -79,9 +77,7 @@ class ClosedLoop {
 void Sleep(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
 DiagnosticsReport Window(const Engine& e, const Calibration& cal, double begin, double end) {
-  std::vector<StepRecord> steps = e.steps().Since(begin);
-  std::erase_if(steps, [end](const StepRecord& r) { return r.end_us > end; });
-  return Analyze(steps, begin, end, cal, ContextFromEngine(e));
+  return Analyze(bench::StepsIn(e, begin, end), begin, end, cal, ContextFromEngine(e));
 }
 
 int Main() {
@@ -140,9 +136,7 @@ int Main() {
   tracker.RecordApplied(a, before.model, ctx, before.plan.context, t_applied);
   Sleep(absl::GetFlag(FLAGS_after_s));
   const double a1 = NowUs();
-  std::vector<StepRecord> after_steps = engine->steps().Since(t_applied);
-  std::erase_if(after_steps, [a1](const StepRecord& r) { return r.end_us > a1; });
-  const auto t = tracker.Evaluate(after_steps);
+  const auto t = tracker.Evaluate(bench::StepsIn(*engine, t_applied, a1));
   const DiagnosticsReport after = Window(*engine, *cal, t_applied, a1);
   load.Stop();
   if (!t.has_value() || t->steady_steps == 0) {
@@ -183,17 +177,7 @@ int Main() {
                         {"measured_batch", t->measured_batch},
                         {"model_error", t->model_error},
                         {"steady_steps", t->steady_steps}};
-  const std::string path = absl::GetFlag(FLAGS_json);
-  if (!path.empty()) {
-    std::ofstream f(path);
-    f << out.dump(2) << "\n";
-    if (!f) {
-      std::cerr << "--json: cannot write " << path << "\n";
-      return 1;
-    }
-    std::cerr << "wrote " << path << "\n";
-  }
-  return 0;
+  return bench::WriteJson(out, absl::GetFlag(FLAGS_json));
 }
 
 }  // namespace

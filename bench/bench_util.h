@@ -1,0 +1,47 @@
+// Shared by the bench tools: the synthetic requests they submit, the engine's step records in
+// a time window, and writing the --json result. Header-only, bench code only; never used by
+// the server or the tests.
+#pragma once
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace saturn::bench {
+
+// A request of `prompt_len` synthetic tokens (3 + (offset + j * stride) % 250 for token j)
+// that generates exactly `max_tokens` tokens (EOS ignored).
+inline GenerateRequest SyntheticRequest(int offset, int stride, int prompt_len, int max_tokens) {
+  GenerateRequest r;
+  for (int j = 0; j < prompt_len; ++j) r.prompt.push_back(3 + (offset + j * stride) % 250);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+// The engine's steps that began at or after `begin_us` and ended by `end_us`.
+inline std::vector<StepRecord> StepsIn(const Engine& engine, double begin_us, double end_us) {
+  std::vector<StepRecord> steps = engine.steps().Since(begin_us);
+  std::erase_if(steps, [end_us](const StepRecord& r) { return r.end_us > end_us; });
+  return steps;
+}
+
+// Writes `out` to `path` (nothing when empty); 0, or 1 with a message when it cannot.
+inline int WriteJson(const nlohmann::json& out, const std::string& path) {
+  if (path.empty()) return 0;
+  std::ofstream f(path);
+  f << out.dump(2) << "\n";
+  if (!f) {
+    std::cerr << "--json: cannot write " << path << "\n";
+    return 1;
+  }
+  std::cerr << "wrote " << path << "\n";
+  return 0;
+}
+
+}  // namespace saturn::bench
