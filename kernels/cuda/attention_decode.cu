@@ -9,32 +9,23 @@
 //                                           + p % block_size
 //   K/V of kv head g in that row = cache[row, g*hd .. (g+1)*hd)
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/status_macros.h"
 
 namespace saturn::gpu {
 namespace {
 
 constexpr int kWarps = 8;
 
-struct DecodeArgs {
-  const int32_t* query_start;
-  const int32_t* context_lens;
-  const int32_t* block_tables;
-  int max_blocks_per_seq;
-  int block_size;
-  int num_heads;
-  int num_kv_heads;
-  int head_dim;
-  float scale;
-};
-
 // NPL: head-dim elements per lane (head_dim <= 32 * NPL).
 template <typename T, int NPL>
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionDecodeKernel(const T* __restrict__ q, const T* __restrict__ k_cache,
-                          const T* __restrict__ v_cache, T* __restrict__ out, DecodeArgs a) {
+                          const T* __restrict__ v_cache, T* __restrict__ out,
+                          PagedAttentionArgs a) {
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][32 * NPL];
   const int h = blockIdx.x, s = blockIdx.y;
@@ -109,15 +100,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T, int NPL>
 absl::Status Launch(cudaStream_t s, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                     const AttentionBatch& b, const AttentionShape& sh, const Tensor& out) {
-  DecodeArgs a{b.query_start.as<int32_t>(),
-               b.context_lens.as<int32_t>(),
-               b.block_tables.as<int32_t>(),
-               static_cast<int>(b.block_tables.cols),
-               sh.block_size,
-               sh.num_heads,
-               sh.num_kv_heads,
-               sh.head_dim,
-               sh.scale};
+  const PagedAttentionArgs a = MakePagedAttentionArgs(b, sh);
   const dim3 grid(sh.num_heads, b.num_seqs);
   AttentionDecodeKernel<T, NPL>
       <<<grid, kWarps * 32, 0, s>>>(q.as<T>(), k_cache.as<T>(), v_cache.as<T>(), out.as<T>(), a);
@@ -128,31 +111,20 @@ absl::Status Launch(cudaStream_t s, const Tensor& q, const Tensor& k_cache, cons
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status ByHeadDim(cudaStream_t s, const Tensor& q, const Tensor& kc, const Tensor& vc,
-                       const AttentionBatch& b, const AttentionShape& sh, const Tensor& out) {
-  if (sh.head_dim <= 32) return Launch<T, 1>(s, q, kc, vc, b, sh, out);
-  if (sh.head_dim <= 64) return Launch<T, 2>(s, q, kc, vc, b, sh, out);
-  if (sh.head_dim <= 128) return Launch<T, 4>(s, q, kc, vc, b, sh, out);
-  if (sh.head_dim <= 256) return Launch<T, 8>(s, q, kc, vc, b, sh, out);
-  return absl::UnimplementedError(
-      absl::StrCat("attention: head_dim ", sh.head_dim, " > 256 is not supported on CUDA"));
-}
-
 }  // namespace
 
 absl::Status AttentionDecode(cudaStream_t s, const Tensor& q, const Tensor& k_cache,
                              const Tensor& v_cache, const AttentionBatch& batch,
                              const AttentionShape& shape, const Tensor& out) {
-  if (q.dtype != k_cache.dtype || q.dtype != v_cache.dtype || q.dtype != out.dtype) {
-    return absl::InvalidArgumentError("attention: q, caches and out must share a dtype");
-  }
+  RETURN_IF_ERROR(CheckAttentionDtypes(q, k_cache, v_cache, out));
   if (batch.num_seqs == 0) return absl::OkStatus();
   if (batch.num_seqs > 65535) {
     return absl::InvalidArgumentError("attention: more than 65535 sequences in one call");
   }
-  SATURN_DISPATCH_FLOAT(q.dtype, "attention",
-                        return ByHeadDim<scalar_t>(s, q, k_cache, v_cache, batch, shape, out););
+  SATURN_DISPATCH_FLOAT(q.dtype, "attention", return ByHeadDim(shape.head_dim, [&](auto npl) {
+                          return Launch<scalar_t, decltype(npl)::value>(s, q, k_cache, v_cache,
+                                                                        batch, shape, out);
+                        }););
 }
 
 }  // namespace saturn::gpu

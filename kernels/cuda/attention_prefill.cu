@@ -9,9 +9,11 @@
 //   warp w owns rows w*4 .. w*4+3 of the tile; lane j scores key kv0+j of the K tile;
 //   lane j accumulates output dims j, j+32, ... (head_dim <= 32 * NPL)
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/status_macros.h"
 
 namespace saturn::gpu {
 namespace {
@@ -20,18 +22,6 @@ constexpr int kWarps = 4;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kKeysPerTile = 32;
-
-struct PrefillArgs {
-  const int32_t* query_start;
-  const int32_t* context_lens;
-  const int32_t* block_tables;
-  int max_blocks_per_seq;
-  int block_size;
-  int num_heads;
-  int num_kv_heads;
-  int head_dim;
-  float scale;
-};
 
 size_t SharedBytes(int hd) {
   return sizeof(float) *
@@ -42,7 +32,8 @@ size_t SharedBytes(int hd) {
 template <typename T, int NPL>
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionPrefillKernel(const T* __restrict__ q, const T* __restrict__ k_cache,
-                           const T* __restrict__ v_cache, T* __restrict__ out, PrefillArgs a) {
+                           const T* __restrict__ v_cache, T* __restrict__ out,
+                           PagedAttentionArgs a) {
   extern __shared__ float smem[];
   const int hd = a.head_dim;
   float* s_q = smem;                           // [rows][hd], pre-scaled
@@ -143,15 +134,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T, int NPL>
 absl::Status Launch(cudaStream_t s, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                     const AttentionBatch& b, const AttentionShape& sh, const Tensor& out) {
-  PrefillArgs a{b.query_start.as<int32_t>(),
-                b.context_lens.as<int32_t>(),
-                b.block_tables.as<int32_t>(),
-                static_cast<int>(b.block_tables.cols),
-                sh.block_size,
-                sh.num_heads,
-                sh.num_kv_heads,
-                sh.head_dim,
-                sh.scale};
+  const PagedAttentionArgs a = MakePagedAttentionArgs(b, sh);
   const size_t smem = SharedBytes(sh.head_dim);
   auto* kernel = &AttentionPrefillKernel<T, NPL>;
   if (smem > 48 * 1024) {
@@ -168,31 +151,20 @@ absl::Status Launch(cudaStream_t s, const Tensor& q, const Tensor& k_cache, cons
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status ByHeadDim(cudaStream_t s, const Tensor& q, const Tensor& kc, const Tensor& vc,
-                       const AttentionBatch& b, const AttentionShape& sh, const Tensor& out) {
-  if (sh.head_dim <= 32) return Launch<T, 1>(s, q, kc, vc, b, sh, out);
-  if (sh.head_dim <= 64) return Launch<T, 2>(s, q, kc, vc, b, sh, out);
-  if (sh.head_dim <= 128) return Launch<T, 4>(s, q, kc, vc, b, sh, out);
-  if (sh.head_dim <= 256) return Launch<T, 8>(s, q, kc, vc, b, sh, out);
-  return absl::UnimplementedError(
-      absl::StrCat("attention: head_dim ", sh.head_dim, " > 256 is not supported on CUDA"));
-}
-
 }  // namespace
 
 absl::Status AttentionPrefill(cudaStream_t s, const Tensor& q, const Tensor& k_cache,
                               const Tensor& v_cache, const AttentionBatch& batch,
                               const AttentionShape& shape, const Tensor& out) {
-  if (q.dtype != k_cache.dtype || q.dtype != v_cache.dtype || q.dtype != out.dtype) {
-    return absl::InvalidArgumentError("attention: q, caches and out must share a dtype");
-  }
+  RETURN_IF_ERROR(CheckAttentionDtypes(q, k_cache, v_cache, out));
   if (batch.num_seqs == 0 || batch.max_query_len <= 0) return absl::OkStatus();
   if (batch.num_seqs > 65535 || shape.num_heads > 65535) {
     return absl::InvalidArgumentError("attention: grid too large (seqs or heads > 65535)");
   }
-  SATURN_DISPATCH_FLOAT(q.dtype, "attention",
-                        return ByHeadDim<scalar_t>(s, q, k_cache, v_cache, batch, shape, out););
+  SATURN_DISPATCH_FLOAT(q.dtype, "attention", return ByHeadDim(shape.head_dim, [&](auto npl) {
+                          return Launch<scalar_t, decltype(npl)::value>(s, q, k_cache, v_cache,
+                                                                        batch, shape, out);
+                        }););
 }
 
 }  // namespace saturn::gpu
