@@ -23,7 +23,8 @@ absl::Status EngineConfig::Validate() const {
     return absl::InvalidArgumentError("block_size: must be in [1, 256]");
   }
   if (max_num_seqs_limit < 1 || max_num_batched_tokens_limit < 1) {
-    return absl::InvalidArgumentError("max_num_seqs_limit/max_num_batched_tokens_limit: must be >= 1");
+    return absl::InvalidArgumentError(
+        "max_num_seqs_limit/max_num_batched_tokens_limit: must be >= 1");
   }
   if (options.max_num_seqs < 1 || options.max_num_seqs > max_num_seqs_limit) {
     return absl::InvalidArgumentError(absl::StrCat("max_num_seqs: ", options.max_num_seqs,
@@ -32,8 +33,8 @@ absl::Status EngineConfig::Validate() const {
   if (options.max_num_batched_tokens < 1 ||
       options.max_num_batched_tokens > max_num_batched_tokens_limit) {
     return absl::InvalidArgumentError(
-        absl::StrCat("max_num_batched_tokens: ", options.max_num_batched_tokens,
-                     " is outside [1, ", max_num_batched_tokens_limit, "]"));
+        absl::StrCat("max_num_batched_tokens: ", options.max_num_batched_tokens, " is outside [1, ",
+                     max_num_batched_tokens_limit, "]"));
   }
   if (max_model_len < 0) return absl::InvalidArgumentError("max_model_len: must be >= 0");
   if (per_op_timing_every < 1) {
@@ -60,13 +61,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
 absl::Status Engine::Init() {
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(config_.model, config_.weight_seed));
   const ModelConfig& m = weights.config;
-  const int max_len = config_.max_model_len > 0
-                          ? config_.max_model_len
-                          : std::min(m.max_position_embeddings, 4096);
+  const int max_len =
+      config_.max_model_len > 0 ? config_.max_model_len : std::min(m.max_position_embeddings, 4096);
   if (max_len > m.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat("max_model_len: ", max_len,
-                                                   " exceeds the model's context of ",
-                                                   m.max_position_embeddings));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_model_len: ", max_len, " exceeds the model's context of ", m.max_position_embeddings));
   }
   const DType dt = backend_->compute_dtype();
   const size_t per_block = ModelRunner::KvBytesPerBlock(m, config_.block_size, dt);
@@ -84,8 +83,8 @@ absl::Status Engine::Init() {
   }
   RunnerConfig rc;
   rc.max_num_seqs_limit = config_.max_num_seqs_limit;
-  rc.max_num_batched_tokens_limit = std::max(config_.max_num_batched_tokens_limit,
-                                             config_.max_num_seqs_limit);
+  rc.max_num_batched_tokens_limit =
+      std::max(config_.max_num_batched_tokens_limit, config_.max_num_seqs_limit);
   rc.max_model_len = max_len;
   rc.block_size = config_.block_size;
   rc.num_kv_blocks = num_kv_blocks_;
@@ -118,7 +117,8 @@ absl::Status Engine::Warmup() {
   req.sampling.ignore_eos = true;
   absl::Status failure;
   live_[0].on_event = [&](const TokenEvent& ev) {
-    if (ev.final && ev.finish_reason == FinishReason::kError) failure = absl::InternalError(ev.error);
+    if (ev.final && ev.finish_reason == FinishReason::kError)
+      failure = absl::InternalError(ev.error);
   };
   scheduler_->Add(0, req);
   while (scheduler_->HasWork()) Step();
@@ -164,7 +164,8 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on
   const ModelLimits lim = limits();
   RETURN_IF_ERROR(ValidateRequest(request, lim));
   const int need = (static_cast<int>(request.prompt.size()) + request.sampling.max_tokens +
-                    config_.block_size - 1) / config_.block_size;
+                    config_.block_size - 1) /
+                   config_.block_size;
   if (need > num_kv_blocks_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_tokens: prompt + max_tokens needs ", need, " KV blocks but the cache holds ",
@@ -174,9 +175,9 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on
   if (stopping_) return absl::UnavailableError("engine is shutting down");
   if (config_.max_queued_requests > 0 &&
       static_cast<int>(incoming_.size()) + counters_.num_waiting >= config_.max_queued_requests) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "queue: ", config_.max_queued_requests,
-        " requests are already waiting (max_queued_requests); retry later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue: ", config_.max_queued_requests,
+                     " requests are already waiting (max_queued_requests); retry later"));
   }
   const int64_t id = next_id_++;
   incoming_.push_back(Pending{id, std::move(request), std::move(on_event), NowUs()});
@@ -354,8 +355,8 @@ bool Engine::Step() {
     }
   }
   const int64_t id = step_id_++;
-  const bool per_op =
-      backend_->per_op_timing_is_cheap() || id % config_.per_op_timing_every == 0;
+  const bool per_op = config_.instrument &&
+                      (backend_->per_op_timing_is_cheap() || id % config_.per_op_timing_every == 0);
   absl::StatusOr<RunnerOutput> out = runner_->Execute(plan, per_op);
   if (!out.ok()) {
     // A failed step fails the requests in it; the engine keeps serving the others.
@@ -414,8 +415,8 @@ bool Engine::Step() {
   rec.ops = std::move(out->timing.ops);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    rec.options = StepOptions{options_.max_num_seqs, options_.max_num_batched_tokens,
-                              runner_->use_graphs()};
+    rec.options =
+        StepOptions{options_.max_num_seqs, options_.max_num_batched_tokens, runner_->use_graphs()};
     counters_.generation_tokens += generated;
     counters_.requests_finished += finished;
     counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
@@ -427,7 +428,7 @@ bool Engine::Step() {
     counters_.steps = id + 1;
     kv_free_ = rec.kv_blocks_free;
   }
-  steps_.Push(std::move(rec));
+  if (config_.instrument) steps_.Push(std::move(rec));
   return true;
 }
 

@@ -41,20 +41,23 @@ struct EngineOptions {
 };
 
 struct EngineConfig {
-  std::string model = "small";  // preset name or Hugging Face checkpoint directory
-  uint64_t weight_seed = 1234;  // for presets
-  std::string backend = "auto"; // auto | cpu | cuda
-  int num_threads = 0;          // CPU backend threads (0: all cores)
-  size_t kv_cache_bytes = 0;    // 0: enough for max_num_seqs_limit full-length sequences,
-                                // capped at 1/4 of device memory
+  std::string model = "small";   // preset name or Hugging Face checkpoint directory
+  uint64_t weight_seed = 1234;   // for presets
+  std::string backend = "auto";  // auto | cpu | cuda
+  int num_threads = 0;           // CPU backend threads (0: all cores)
+  size_t kv_cache_bytes = 0;     // 0: enough for max_num_seqs_limit full-length sequences,
+                                 // capped at 1/8 of device memory
   int block_size = 16;
-  int max_model_len = 0;        // 0: min(model context, 4096)
+  int max_model_len = 0;  // 0: min(model context, 4096)
   EngineOptions options;
-  int max_num_seqs_limit = 256;            // upper bounds UpdateOptions may raise to
+  int max_num_seqs_limit = 256;  // upper bounds UpdateOptions may raise to
   int max_num_batched_tokens_limit = 8192;
-  std::vector<int> cuda_graph_sizes;       // empty: 1, 2, 4, 8, then steps of 8 to the limit
+  std::vector<int> cuda_graph_sizes;  // empty: 1, 2, 4, 8, then steps of 8 to the limit
   size_t step_ring_capacity = 4096;
   int per_op_timing_every = 8;  // where per-op device timing perturbs (CUDA), time every Nth step
+  // Per-op device timing and step records. Always on when serving; off only to measure what
+  // they cost (saturn-bench-instrumentation).
+  bool instrument = true;
   int max_queued_requests = 0;  // 0: unbounded; past it Submit returns RESOURCE_EXHAUSTED
 
   absl::Status Validate() const;
@@ -70,13 +73,13 @@ struct KvStats {
 
 struct EngineCounters {
   int64_t requests_submitted = 0;
-  int64_t requests_finished = 0;   // any reason
+  int64_t requests_finished = 0;  // any reason
   int64_t requests_cancelled = 0;
   int64_t requests_failed = 0;
   int64_t prompt_tokens = 0;
   int64_t generation_tokens = 0;
   int64_t preemptions = 0;
-  int num_waiting = 0;             // incl. submitted but not yet seen by the loop
+  int num_waiting = 0;  // incl. submitted but not yet seen by the loop
   int num_running = 0;
   int64_t steps = 0;
 };
@@ -151,19 +154,19 @@ class Engine {
   int num_kv_blocks_ = 0;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;          // wakes the loop
-  std::condition_variable options_cv_;  // wakes UpdateOptions callers
-  std::deque<Pending> incoming_;        // guarded by mu_
-  std::vector<int64_t> cancels_;        // guarded by mu_
-  bool stopping_ = false;               // guarded by mu_
-  EngineOptions options_;               // in force; guarded by mu_
-  bool has_pending_options_ = false;    // guarded by mu_
-  EngineOptions pending_options_;       // guarded by mu_
-  int64_t options_epoch_ = 0;           // bumped when pending options are applied
-  absl::Status options_error_;          // outcome of the last application
-  int64_t next_id_ = 1;                 // guarded by mu_
-  EngineCounters counters_;             // guarded by mu_
-  int kv_free_ = 0;                     // guarded by mu_ (mirror of the scheduler's)
+  std::condition_variable cv_;              // wakes the loop
+  std::condition_variable options_cv_;      // wakes UpdateOptions callers
+  std::deque<Pending> incoming_;            // guarded by mu_
+  std::vector<int64_t> cancels_;            // guarded by mu_
+  bool stopping_ = false;                   // guarded by mu_
+  EngineOptions options_;                   // in force; guarded by mu_
+  bool has_pending_options_ = false;        // guarded by mu_
+  EngineOptions pending_options_;           // guarded by mu_
+  int64_t options_epoch_ = 0;               // bumped when pending options are applied
+  absl::Status options_error_;              // outcome of the last application
+  int64_t next_id_ = 1;                     // guarded by mu_
+  EngineCounters counters_;                 // guarded by mu_
+  int kv_free_ = 0;                         // guarded by mu_ (mirror of the scheduler's)
   std::unordered_map<int64_t, Live> live_;  // engine thread only
   int64_t step_id_ = 0;                     // engine thread only
 
