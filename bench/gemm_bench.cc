@@ -91,10 +91,8 @@ int Main() {
     const double best = std::min(skinny, blas);
     std::printf("%5d %12.3f %12.3f %10s %14.1f\n", m, skinny, blas,
                 skinny <= blas ? "skinny" : "openblas", 100 * floor_ms / best);
-    out["rows"].push_back({{"m", m},
-                           {"skinny_ms", skinny},
-                           {"openblas_ms", blas},
-                           {"roofline_floor_ms", floor_ms}});
+    out["rows"].push_back(
+        {{"m", m}, {"skinny_ms", skinny}, {"openblas_ms", blas}, {"roofline_floor_ms", floor_ms}});
   }
   const std::string path = absl::GetFlag(FLAGS_json);
   if (!path.empty()) std::ofstream(path) << out.dump(2) << "\n";

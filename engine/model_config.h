@@ -10,14 +10,14 @@
 namespace saturn {
 
 struct ModelConfig {
-  std::string name;          // preset name or checkpoint directory
+  std::string name;  // preset name or checkpoint directory
   int vocab_size = 0;
-  int hidden_size = 0;       // d_model
-  int intermediate_size = 0; // SwiGLU inner width
+  int hidden_size = 0;        // d_model
+  int intermediate_size = 0;  // SwiGLU inner width
   int num_layers = 0;
   int num_heads = 0;
-  int num_kv_heads = 0;      // GQA: num_heads % num_kv_heads == 0
-  int head_dim = 0;          // hidden_size / num_heads unless config.json says otherwise
+  int num_kv_heads = 0;             // GQA: num_heads % num_kv_heads == 0
+  int head_dim = 0;                 // hidden_size / num_heads unless config.json says otherwise
   int max_position_embeddings = 0;  // the model's context length
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;

@@ -41,8 +41,8 @@ struct ModelRunner::Buffers {
   DeviceBuffer kv;  // [layers][K|V][(num_blocks + 1) * block_size, Hkv * hd]
   std::vector<Tensor> k_cache, v_cache;
   // Host staging (kept alive until the next synchronisation point).
-  std::vector<int32_t> h_ids, h_positions, h_slots, h_query_start, h_context_lens,
-      h_block_tables, h_sample_rows, h_top_k, h_step, h_tokens;
+  std::vector<int32_t> h_ids, h_positions, h_slots, h_query_start, h_context_lens, h_block_tables,
+      h_sample_rows, h_top_k, h_step, h_tokens;
   std::vector<float> h_temperature, h_top_p;
   std::vector<int64_t> h_seed;
   // Cost-model inputs of the prepared step.
@@ -65,9 +65,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(Backend* backen
     return absl::InvalidArgumentError("num_kv_blocks: must be positive");
   }
   if (config.max_model_len > weights.config.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_model_len: ", config.max_model_len, " exceeds the model's context of ",
-        weights.config.max_position_embeddings));
+    return absl::InvalidArgumentError(absl::StrCat("max_model_len: ", config.max_model_len,
+                                                   " exceeds the model's context of ",
+                                                   weights.config.max_position_embeddings));
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner(backend, weights.config, config));
   RETURN_IF_ERROR(r->UploadWeights(weights));
@@ -80,8 +80,8 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
   auto upload = [&](const std::vector<float>& host, int64_t rows, int64_t cols, DeviceBuffer* buf,
                     Tensor* view) -> absl::Status {
     if (static_cast<int64_t>(host.size()) != rows * cols) {
-      return absl::InvalidArgumentError(absl::StrCat("weights: expected ", rows, "x", cols,
-                                                     " values, got ", host.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights: expected ", rows, "x", cols, " values, got ", host.size()));
     }
     ASSIGN_OR_RETURN(*buf, backend_->Allocate(static_cast<size_t>(rows * cols) * DTypeSize(dt)));
     *view = buf->View(dt, rows, cols);
@@ -131,8 +131,8 @@ absl::Status ModelRunner::AllocateBuffers() {
                 hq = int64_t{m.num_heads} * m.head_dim, hkv = int64_t{m.num_kv_heads} * m.head_dim,
                 f = m.intermediate_size;
   auto alloc = [&](DeviceBuffer* buf, int64_t elems, DType t) -> absl::Status {
-    ASSIGN_OR_RETURN(*buf, backend_->Allocate(static_cast<size_t>(std::max<int64_t>(elems, 1)) *
-                                              DTypeSize(t)));
+    ASSIGN_OR_RETURN(
+        *buf, backend_->Allocate(static_cast<size_t>(std::max<int64_t>(elems, 1)) * DTypeSize(t)));
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(alloc(&b.ids, T, DType::kI32));
@@ -223,8 +223,8 @@ absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_
     const ScheduledSeq& s = plan.seqs[i];
     if (static_cast<int>(s.block_table.size()) > width ||
         s.context_len() > static_cast<int>(s.block_table.size()) * bs) {
-      return absl::InternalError(absl::StrCat("request ", s.request_id,
-                                              ": block table does not cover its context"));
+      return absl::InternalError(
+          absl::StrCat("request ", s.request_id, ": block table does not cover its context"));
     }
     std::copy(s.block_table.begin(), s.block_table.end(), table);
     std::fill(table + s.block_table.size(), table + width, scratch);
@@ -256,8 +256,8 @@ absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_
   RETURN_IF_ERROR(up(b.h_slots.data(), b.slots, DType::kI32, num_tokens));
   RETURN_IF_ERROR(up(b.h_query_start.data(), b.query_start, DType::kI32, num_seqs + 1));
   RETURN_IF_ERROR(up(b.h_context_lens.data(), b.context_lens, DType::kI32, num_seqs));
-  RETURN_IF_ERROR(up(b.h_block_tables.data(), b.block_tables, DType::kI32,
-                     int64_t{num_seqs} * width));
+  RETURN_IF_ERROR(
+      up(b.h_block_tables.data(), b.block_tables, DType::kI32, int64_t{num_seqs} * width));
   RETURN_IF_ERROR(up(b.h_sample_rows.data(), b.sample_rows, DType::kI32, r));
   RETURN_IF_ERROR(up(b.h_temperature.data(), b.temperature, DType::kF32, r));
   RETURN_IF_ERROR(up(b.h_top_k.data(), b.top_k, DType::kI32, r));
@@ -320,7 +320,8 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
     RETURN_IF_ERROR(backend_->Gemm(act, L.w_down_t, tmp));
   }
   if (R == 0) return absl::OkStatus();
-  const Tensor gathered = b.gathered.View(dt, R, d), gathered_normed = b.gathered_normed.View(dt, R, d);
+  const Tensor gathered = b.gathered.View(dt, R, d),
+               gathered_normed = b.gathered_normed.View(dt, R, d);
   const Tensor gathered_tmp = b.gate_up.View(dt, R, d);  // gate_up is free again here
   const Tensor rows = b.sample_rows.View(DType::kI32, 1, R);
   RETURN_IF_ERROR(backend_->GatherRows(hidden, rows, gathered));
@@ -394,7 +395,8 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
   }
   std::vector<int32_t>& tokens = buf_->h_tokens;
   tokens.resize(rows);
-  if (rows > 0) RETURN_IF_ERROR(backend_->Download(buf_->tokens.View(DType::kI32, 1, rows), tokens.data()));
+  if (rows > 0)
+    RETURN_IF_ERROR(backend_->Download(buf_->tokens.View(DType::kI32, 1, rows), tokens.data()));
   ASSIGN_OR_RETURN(out.timing, backend_->EndStep());
   if (out.graph_replayed) {
     // Captured attention records carry the capture-time cost; restate this step's.
@@ -405,8 +407,8 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
       AttentionBatch ab;
       ab.attended_pairs = buf_->attended_pairs;
       ab.context_tokens = buf_->context_tokens;
-      AttentionShape sh{model_.num_heads, model_.num_kv_heads, model_.head_dim,
-                        config_.block_size, 1.f};
+      AttentionShape sh{model_.num_heads, model_.num_kv_heads, model_.head_dim, config_.block_size,
+                        1.f};
       op.cost = cost::Attention(Tensor{nullptr, dt, n, hq}, buf_->k_cache[0], ab, sh);
     }
   }
@@ -435,8 +437,8 @@ absl::StatusOr<RunnerOutput> ModelRunner::ExecuteWithLogits(const StepPlan& plan
 
 absl::Status ModelRunner::CaptureGraphs() {
   if (!backend_->SupportsGraphs()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cuda_graphs: the ", backend_->name(), " backend cannot capture graphs"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda_graphs: the ", backend_->name(), " backend cannot capture graphs"));
   }
   if (!graphs_.empty()) return absl::OkStatus();
   std::vector<int> sizes;

@@ -26,26 +26,26 @@
 namespace saturn {
 
 struct RunnerConfig {
-  int max_num_seqs_limit = 256;           // static buffers are sized for these upper bounds
+  int max_num_seqs_limit = 256;  // static buffers are sized for these upper bounds
   int max_num_batched_tokens_limit = 8192;
   int max_model_len = 2048;
   int block_size = 16;
-  int num_kv_blocks = 0;                  // usable blocks (one more is reserved for padding)
-  std::vector<int> graph_sizes;           // decode batch sizes to capture (any order)
+  int num_kv_blocks = 0;         // usable blocks (one more is reserved for padding)
+  std::vector<int> graph_sizes;  // decode batch sizes to capture (any order)
 };
 
 struct GraphInfo {
-  std::vector<int> sizes;       // captured batch sizes, ascending
+  std::vector<int> sizes;  // captured batch sizes, ascending
   double capture_ms = 0;
   size_t memory_bytes = 0;
 };
 
 struct RunnerOutput {
-  std::vector<int> sampled;     // one token per plan seq with sample == true, in plan order
-  StepTiming timing;            // per-op records and device busy time from the backend
-  double prepare_us = 0;        // host time building and uploading inputs
+  std::vector<int> sampled;  // one token per plan seq with sample == true, in plan order
+  StepTiming timing;         // per-op records and device busy time from the backend
+  double prepare_us = 0;     // host time building and uploading inputs
   bool graph_replayed = false;
-  int graph_batch_size = 0;     // padded batch size when replayed
+  int graph_batch_size = 0;  // padded batch size when replayed
   int padding_tokens = 0;
 };
 

@@ -45,13 +45,13 @@ struct RequestTimings {
 };
 
 struct TokenEvent {
-  std::vector<int> token_ids;     // new tokens (empty on the final event of a cancelled request)
-  double time_us = 0;             // when the step that produced them finished
+  std::vector<int> token_ids;  // new tokens (empty on the final event of a cancelled request)
+  double time_us = 0;          // when the step that produced them finished
   bool final = false;
   FinishReason finish_reason = FinishReason::kNone;
-  std::string error;              // set when finish_reason == kError
-  Usage usage;                    // filled on the final event
-  RequestTimings timings;         // filled on the final event
+  std::string error;       // set when finish_reason == kError
+  Usage usage;             // filled on the final event
+  RequestTimings timings;  // filled on the final event
 };
 
 // Called on the engine thread, in order, once per event; the final event is the last call.

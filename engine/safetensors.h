@@ -13,9 +13,9 @@
 namespace saturn {
 
 struct SafetensorInfo {
-  std::string dtype;            // "F32", "BF16", "F16", ...
+  std::string dtype;  // "F32", "BF16", "F16", ...
   std::vector<int64_t> shape;
-  uint64_t begin = 0;           // byte offsets into the data section
+  uint64_t begin = 0;  // byte offsets into the data section
   uint64_t end = 0;
 };
 

@@ -38,7 +38,7 @@ struct ScheduledSeq {
   bool sample = false;           // chunk ends at the last known token: sample the next one
   // Sampling inputs when sample is true.
   SamplingParams sampling;
-  int sample_step = 0;           // index of the output token being drawn (0 = first)
+  int sample_step = 0;  // index of the output token being drawn (0 = first)
 
   int num_new_tokens() const { return static_cast<int>(token_ids.size()); }
   int context_len() const { return start_position + num_new_tokens(); }
@@ -64,7 +64,7 @@ struct RequestUpdate {
   int64_t request_id = 0;
   std::vector<int> new_tokens;  // 0 or 1 token
   FinishReason finish = FinishReason::kNone;
-  Usage usage;                  // running totals
+  Usage usage;  // running totals
 };
 
 class Scheduler {

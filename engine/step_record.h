@@ -44,7 +44,7 @@ struct StepRecord {
   double device_span_us = 0;
   bool per_op_timed = false;
   int op_count = 0;
-  double gap_us = 0;          // device idle between ops inside the span (span - busy)
+  double gap_us = 0;  // device idle between ops inside the span (span - busy)
 
   // Work.
   int num_seqs = 0;

@@ -26,7 +26,7 @@ struct LayerWeights {
 
 struct ModelWeights {
   ModelConfig config;
-  std::vector<float> embedding;   // [V, D]
+  std::vector<float> embedding;  // [V, D]
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [D]
   std::vector<float> lm_head;     // [V, D]; empty when config.tie_word_embeddings

@@ -26,8 +26,7 @@ absl::Status Expect(bool ok, const char* op, const std::string& what) {
 absl::Status ExpectShape(const char* op, const char* name, const Tensor& t, int64_t rows,
                          int64_t cols) {
   return Expect(t.rows == rows && t.cols == cols && t.data != nullptr, op,
-                absl::StrCat(name, " is ", t.ShapeString(), ", expected [", rows, ", ", cols,
-                             "]"));
+                absl::StrCat(name, " is ", t.ShapeString(), ", expected [", rows, ", ", cols, "]"));
 }
 
 absl::Status ExpectDType(const char* op, const char* name, const Tensor& t, DType d) {
@@ -97,8 +96,7 @@ absl::Status Backend::Gemm(const Tensor& x, const Tensor& w, const Tensor& out) 
   return Run(OpKind::kGemm, cost::Gemm(x, w, out), [&] { return DoGemm(x, w, out); });
 }
 
-absl::Status Backend::RmsNorm(const Tensor& x, const Tensor& weight, float eps,
-                              const Tensor& out) {
+absl::Status Backend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
   RETURN_IF_ERROR(ExpectShape("rms_norm", "weight", weight, 1, x.cols));
   RETURN_IF_ERROR(ExpectShape("rms_norm", "out", out, x.rows, x.cols));
   return Run(OpKind::kRmsNorm, cost::RmsNorm(x, weight),
@@ -114,8 +112,8 @@ absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& residual, const 
              [&] { return DoAddRmsNorm(x, residual, weight, eps, out); });
 }
 
-absl::Status Backend::Rope(const Tensor& q, const Tensor& k, const Tensor& positions,
-                           int head_dim, float theta) {
+absl::Status Backend::Rope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
+                           float theta) {
   RETURN_IF_ERROR(Expect(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be even"));
   RETURN_IF_ERROR(Expect(q.cols % head_dim == 0 && k.cols % head_dim == 0, "rope",
                          "q and k widths must be multiples of head_dim"));
@@ -140,17 +138,18 @@ absl::Status Backend::KvWrite(const Tensor& k, const Tensor& v, const Tensor& sl
 absl::Status Backend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                 const AttentionBatch& batch, const AttentionShape& shape,
                                 const Tensor& out) {
-  RETURN_IF_ERROR(Expect(shape.num_heads > 0 && shape.num_kv_heads > 0 &&
-                             shape.num_heads % shape.num_kv_heads == 0,
-                         "attention", "num_heads must be a positive multiple of num_kv_heads"));
+  RETURN_IF_ERROR(Expect(
+      shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0,
+      "attention", "num_heads must be a positive multiple of num_kv_heads"));
   RETURN_IF_ERROR(ExpectShape("attention", "q", q, q.rows,
                               static_cast<int64_t>(shape.num_heads) * shape.head_dim));
   RETURN_IF_ERROR(ExpectShape("attention", "out", out, q.rows, q.cols));
-  RETURN_IF_ERROR(Expect(k_cache.cols == static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim &&
-                             v_cache.cols == k_cache.cols,
-                         "attention", "cache width must be num_kv_heads * head_dim"));
-  RETURN_IF_ERROR(ExpectShape("attention", "query_start", batch.query_start, 1,
-                              batch.num_seqs + 1));
+  RETURN_IF_ERROR(
+      Expect(k_cache.cols == static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim &&
+                 v_cache.cols == k_cache.cols,
+             "attention", "cache width must be num_kv_heads * head_dim"));
+  RETURN_IF_ERROR(
+      ExpectShape("attention", "query_start", batch.query_start, 1, batch.num_seqs + 1));
   RETURN_IF_ERROR(ExpectShape("attention", "context_lens", batch.context_lens, 1, batch.num_seqs));
   RETURN_IF_ERROR(Expect(batch.block_tables.rows == batch.num_seqs, "attention",
                          "block_tables must have one row per sequence"));
@@ -237,8 +236,8 @@ absl::StatusOr<StepTiming> Backend::EndStep() {
 }
 
 absl::Status Backend::BeginGraphCapture() {
-  return absl::FailedPreconditionError(
-      absl::StrCat("the ", name(), " backend has no graph capture (CUDA graphs need --backend=cuda)"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the ", name(), " backend has no graph capture (CUDA graphs need --backend=cuda)"));
 }
 absl::StatusOr<int> Backend::EndGraphCapture() { return BeginGraphCapture(); }
 absl::Status Backend::ReplayGraph(int) { return BeginGraphCapture(); }

@@ -63,8 +63,8 @@ struct AttentionBatch {
   Tensor context_lens;  // i32 [1, num_seqs], device
   Tensor block_tables;  // i32 [num_seqs, max_blocks_per_seq], device
   int num_seqs = 0;
-  int max_query_len = 0;    // host-known upper bound on any query chunk length
-  int max_context_len = 0;  // host-known upper bound on any context length
+  int max_query_len = 0;       // host-known upper bound on any query chunk length
+  int max_context_len = 0;     // host-known upper bound on any context length
   int64_t attended_pairs = 0;  // sum over query rows of positions attended (cost model only)
   int64_t context_tokens = 0;  // sum over sequences of context_lens (cost model only)
 };
@@ -91,10 +91,10 @@ struct SamplingBatch {
 
 // Measured at the end of a step: what the device did, per op.
 struct StepTiming {
-  std::vector<OpRecord> ops;    // in issue order
-  double issue_us = 0;          // host time spent inside op calls
-  double device_busy_us = 0;    // union of op device intervals
-  double device_span_us = 0;    // first op device start .. last op device end
+  std::vector<OpRecord> ops;         // in issue order
+  double issue_us = 0;               // host time spent inside op calls
+  double device_busy_us = 0;         // union of op device intervals
+  double device_span_us = 0;         // first op device start .. last op device end
   bool per_op_device_times = false;  // false: only the step span was timed
   bool graph_replayed = false;
 };
@@ -222,6 +222,7 @@ class Backend {
 // Creates the backend named by `kind`: "cpu", "cuda" or "auto" (CUDA when a device is
 // present, else CPU with one log line saying why). num_threads applies to the CPU backend
 // (0: all cores).
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads = 0);
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind,
+                                                       int num_threads = 0);
 
 }  // namespace saturn

@@ -36,8 +36,8 @@ OpCost KvWrite(const Tensor& k, const Tensor& v) { return {0.0, 2.0 * (B(k) + B(
 OpCost Attention(const Tensor& q, const Tensor& k_cache, const AttentionBatch& batch,
                  const AttentionShape& shape) {
   // QK^T and PV: 2 FLOPs each per (query row, attended position, head, head_dim element).
-  const double flops = 4.0 * static_cast<double>(batch.attended_pairs) * shape.num_heads *
-                       shape.head_dim;
+  const double flops =
+      4.0 * static_cast<double>(batch.attended_pairs) * shape.num_heads * shape.head_dim;
   // Each sequence's K and V are read once (all query heads of a KV group share the read).
   const double kv_row_bytes = static_cast<double>(k_cache.cols) * DTypeSize(k_cache.dtype);
   const double bytes = 2.0 * B(q) + 2.0 * kv_row_bytes * static_cast<double>(batch.context_tokens);

@@ -28,42 +28,66 @@ enum class OpClass : uint8_t { kGemm, kAttention, kNorm, kElementwise, kSampling
 
 inline OpClass ClassOf(OpKind k) {
   switch (k) {
-    case OpKind::kGemm: return OpClass::kGemm;
-    case OpKind::kAttention: return OpClass::kAttention;
+    case OpKind::kGemm:
+      return OpClass::kGemm;
+    case OpKind::kAttention:
+      return OpClass::kAttention;
     case OpKind::kRmsNorm:
-    case OpKind::kAddRmsNorm: return OpClass::kNorm;
-    case OpKind::kSample: return OpClass::kSampling;
-    default: return OpClass::kElementwise;
+    case OpKind::kAddRmsNorm:
+      return OpClass::kNorm;
+    case OpKind::kSample:
+      return OpClass::kSampling;
+    default:
+      return OpClass::kElementwise;
   }
 }
 
 inline const char* OpKindName(OpKind k) {
   switch (k) {
-    case OpKind::kEmbedding: return "embedding";
-    case OpKind::kGemm: return "gemm";
-    case OpKind::kRmsNorm: return "rms_norm";
-    case OpKind::kAddRmsNorm: return "add_rms_norm";
-    case OpKind::kRope: return "rope";
-    case OpKind::kKvWrite: return "kv_write";
-    case OpKind::kAttention: return "attention";
-    case OpKind::kSwiGlu: return "swiglu";
-    case OpKind::kAdd: return "add";
-    case OpKind::kGatherRows: return "gather_rows";
-    case OpKind::kSample: return "sample";
-    case OpKind::kCopy: return "copy";
-    case OpKind::kCount: break;
+    case OpKind::kEmbedding:
+      return "embedding";
+    case OpKind::kGemm:
+      return "gemm";
+    case OpKind::kRmsNorm:
+      return "rms_norm";
+    case OpKind::kAddRmsNorm:
+      return "add_rms_norm";
+    case OpKind::kRope:
+      return "rope";
+    case OpKind::kKvWrite:
+      return "kv_write";
+    case OpKind::kAttention:
+      return "attention";
+    case OpKind::kSwiGlu:
+      return "swiglu";
+    case OpKind::kAdd:
+      return "add";
+    case OpKind::kGatherRows:
+      return "gather_rows";
+    case OpKind::kSample:
+      return "sample";
+    case OpKind::kCopy:
+      return "copy";
+    case OpKind::kCount:
+      break;
   }
   return "?";
 }
 
 inline const char* OpClassName(OpClass c) {
   switch (c) {
-    case OpClass::kGemm: return "gemm";
-    case OpClass::kAttention: return "attention";
-    case OpClass::kNorm: return "norm";
-    case OpClass::kElementwise: return "elementwise";
-    case OpClass::kSampling: return "sampling";
-    case OpClass::kCount: break;
+    case OpClass::kGemm:
+      return "gemm";
+    case OpClass::kAttention:
+      return "attention";
+    case OpClass::kNorm:
+      return "norm";
+    case OpClass::kElementwise:
+      return "elementwise";
+    case OpClass::kSampling:
+      return "sampling";
+    case OpClass::kCount:
+      break;
   }
   return "?";
 }

@@ -22,9 +22,9 @@ SATURN_HD uint64_t SplitMix64(uint64_t x) {
 
 // Uniform in [0, 1) from the top 53 bits.
 SATURN_HD double SampleUniform(int64_t seed, int32_t step) {
-  const uint64_t h = SplitMix64(SplitMix64(static_cast<uint64_t>(seed)) ^
-                                (static_cast<uint64_t>(static_cast<uint32_t>(step)) *
-                                 0xD1B54A32D192ED03ull));
+  const uint64_t h =
+      SplitMix64(SplitMix64(static_cast<uint64_t>(seed)) ^
+                 (static_cast<uint64_t>(static_cast<uint32_t>(step)) * 0xD1B54A32D192ED03ull));
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 

@@ -8,9 +8,9 @@
 #define SATURN_CONCAT_INNER(a, b) a##b
 #define SATURN_CONCAT(a, b) SATURN_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status saturn_status_ = (expr);    \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status saturn_status_ = (expr);          \
     if (!saturn_status_.ok()) return saturn_status_; \
   } while (0)
 

@@ -12,22 +12,32 @@ enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64 };
 
 inline size_t DTypeSize(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   return 0;
 }
 
 inline const char* DTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
   }
   return "?";
 }
@@ -41,7 +51,9 @@ struct Tensor {
   int64_t numel() const { return rows * cols; }
   size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
   template <typename T>
-  T* as() const { return static_cast<T*>(data); }
+  T* as() const {
+    return static_cast<T*>(data);
+  }
   // Rows [begin, begin + count) as a view.
   Tensor RowSlice(int64_t begin, int64_t count) const {
     return Tensor{static_cast<char*>(data) + begin * cols * DTypeSize(dtype), dtype, count, cols};

@@ -15,8 +15,7 @@ namespace saturn {
 namespace {
 
 double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double Median(std::vector<double> v) {
@@ -66,8 +65,8 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
     }
     c.gemm_flops_per_s = 2.0 * n * n * double(n) / Median(times);
     c.gemm_method = absl::StrCat(n, "x", n, "x", n, " ", DTypeName(dt),
-                                 " GEMM through the backend, random data, median of ",
-                                 opt.repeats, " after one warm-up");
+                                 " GEMM through the backend, random data, median of ", opt.repeats,
+                                 " after one warm-up");
   }
 
   // Copy bandwidth.
@@ -90,8 +89,10 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
       if (r > 0) times.push_back(dt_s);
     }
     c.bandwidth_bytes_per_s = 2.0 * double(bytes) / Median(times);
-    c.bandwidth_method = absl::StrCat(bytes >> 20, " MiB device-to-device copy through the backend"
-                                      ", bytes read + written, median of ", opt.repeats);
+    c.bandwidth_method = absl::StrCat(bytes >> 20,
+                                      " MiB device-to-device copy through the backend"
+                                      ", bytes read + written, median of ",
+                                      opt.repeats);
   }
 
   // Per-op dispatch cost: tiny adds back to back.
@@ -117,7 +118,8 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
     c.op_issue_us = Median(issue);
     c.dispatch_method = absl::StrCat(opt.dispatch_ops,
                                      " 16-element adds issued back to back, one sync; time per op,"
-                                     " median of ", opt.repeats);
+                                     " median of ",
+                                     opt.repeats);
   }
   return c;
 }

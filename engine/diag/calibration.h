@@ -17,12 +17,12 @@ namespace saturn {
 struct Calibration {
   std::string backend;
   std::string device;
-  std::string dtype;              // precision the GEMM peak was measured in
-  double gemm_flops_per_s = 0;    // peak GEMM FLOP/s
+  std::string dtype;            // precision the GEMM peak was measured in
+  double gemm_flops_per_s = 0;  // peak GEMM FLOP/s
   double bandwidth_bytes_per_s = 0;
-  double op_dispatch_us = 0;      // wall time per tiny op, issue to completion amortised
-  double op_issue_us = 0;         // host time per tiny op issue call
-  std::string gemm_method;        // how each was measured, in words
+  double op_dispatch_us = 0;  // wall time per tiny op, issue to completion amortised
+  double op_issue_us = 0;     // host time per tiny op issue call
+  std::string gemm_method;    // how each was measured, in words
   std::string bandwidth_method;
   std::string dispatch_method;
   std::string source = "measured";  // "measured" or the file it came from
@@ -32,8 +32,8 @@ struct Calibration {
 };
 
 struct CalibrationOptions {
-  int gemm_size = 0;        // 0: 1024 on CPU, 8192 on CUDA
-  size_t copy_bytes = 0;    // 0: 256 MiB on CPU, 2 GiB on CUDA
+  int gemm_size = 0;      // 0: 1024 on CPU, 8192 on CUDA
+  size_t copy_bytes = 0;  // 0: 256 MiB on CPU, 2 GiB on CUDA
   int dispatch_ops = 2000;
   int repeats = 5;
 };

@@ -97,8 +97,8 @@ TEST(EngineTest, PreemptionAndRecomputeGiveTheSameGreedyTokens) {
   ASSERT_TRUE(big.ok());
   EngineConfig small_cfg = TinyConfig();
   // 16 blocks of 16 tokens: eight requests of ~70 tokens cannot all stay resident.
-  small_cfg.kv_cache_bytes = 16 * ModelRunner::KvBytesPerBlock(*PresetConfig("tiny"), 16,
-                                                               DType::kF32);
+  small_cfg.kv_cache_bytes =
+      16 * ModelRunner::KvBytesPerBlock(*PresetConfig("tiny"), 16, DType::kF32);
   auto small = Engine::Create(small_cfg);
   ASSERT_TRUE(small.ok()) << small.status();
   std::vector<std::unique_ptr<RequestStream>> a, b;
