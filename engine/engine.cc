@@ -101,6 +101,7 @@ absl::Status Engine::Init() {
   sc.eos_token_id = m.eos_token_id;
   scheduler_ = std::make_unique<Scheduler>(sc, num_kv_blocks_, config_.block_size);
   if (config_.options.cuda_graphs) RETURN_IF_ERROR(runner_->SetUseGraphs(true));
+  graph_info_ = runner_->graph_info();
   options_ = config_.options;
   RETURN_IF_ERROR(Warmup());
   loop_ = std::thread([this] { Loop(); });
@@ -153,6 +154,11 @@ EngineCounters Engine::counters() const {
   EngineCounters c = counters_;
   c.num_waiting += static_cast<int>(incoming_.size());
   return c;
+}
+
+GraphInfo Engine::graph_info() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return graph_info_;
 }
 
 EngineOptions Engine::options() const {
@@ -292,6 +298,7 @@ void Engine::ApplyPendingOptions() {
   absl::Status s = runner_->SetUseGraphs(o.cuda_graphs);
   if (!s.ok()) o.cuda_graphs = runner_->use_graphs();
   std::lock_guard<std::mutex> lock(mu_);
+  graph_info_ = runner_->graph_info();
   options_ = o;
   options_error_ = s;
   ++options_epoch_;

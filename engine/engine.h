@@ -115,6 +115,9 @@ class Engine {
   const ModelRunner& runner() const { return *runner_; }
   ModelLimits limits() const;
   KvStats kv_stats() const;
+  // The captured CUDA graphs (sizes, capture time, memory); a copy, safe while the engine
+  // thread captures.
+  GraphInfo graph_info() const;
   EngineCounters counters() const;
   const StepRing& steps() const { return steps_; }
 
@@ -154,19 +157,20 @@ class Engine {
   int num_kv_blocks_ = 0;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;              // wakes the loop
-  std::condition_variable options_cv_;      // wakes UpdateOptions callers
-  std::deque<Pending> incoming_;            // guarded by mu_
-  std::vector<int64_t> cancels_;            // guarded by mu_
-  bool stopping_ = false;                   // guarded by mu_
-  EngineOptions options_;                   // in force; guarded by mu_
-  bool has_pending_options_ = false;        // guarded by mu_
-  EngineOptions pending_options_;           // guarded by mu_
-  int64_t options_epoch_ = 0;               // bumped when pending options are applied
-  absl::Status options_error_;              // outcome of the last application
-  int64_t next_id_ = 1;                     // guarded by mu_
-  EngineCounters counters_;                 // guarded by mu_
-  int kv_free_ = 0;                         // guarded by mu_ (mirror of the scheduler's)
+  std::condition_variable cv_;          // wakes the loop
+  std::condition_variable options_cv_;  // wakes UpdateOptions callers
+  std::deque<Pending> incoming_;        // guarded by mu_
+  std::vector<int64_t> cancels_;        // guarded by mu_
+  bool stopping_ = false;               // guarded by mu_
+  EngineOptions options_;               // in force; guarded by mu_
+  bool has_pending_options_ = false;    // guarded by mu_
+  EngineOptions pending_options_;       // guarded by mu_
+  int64_t options_epoch_ = 0;           // bumped when pending options are applied
+  absl::Status options_error_;          // outcome of the last application
+  int64_t next_id_ = 1;                 // guarded by mu_
+  EngineCounters counters_;             // guarded by mu_
+  GraphInfo graph_info_;  // guarded by mu_ (copy of the runner's, refreshed after captures)
+  int kv_free_ = 0;       // guarded by mu_ (mirror of the scheduler's)
   std::unordered_map<int64_t, Live> live_;  // engine thread only
   int64_t step_id_ = 0;                     // engine thread only
 

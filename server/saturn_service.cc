@@ -77,7 +77,7 @@ grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerConte
       ToProto(*cal, diag_->calibration_ms(), response->mutable_calibration());
     }
   }
-  ToProto(engine->runner().graph_info(), response->mutable_cuda_graphs());
+  ToProto(engine->graph_info(), response->mutable_cuda_graphs());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -20,7 +20,8 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
   c.max_num_batched_tokens_limit = engine.config().max_num_batched_tokens_limit;
   c.backend = engine.backend().name();
   c.supports_graphs = engine.backend().SupportsGraphs();
-  c.graph_sizes = engine.runner().graph_info().sizes;
+  const GraphInfo graphs = engine.graph_info();
+  c.graph_sizes = graphs.sizes;
   if (c.graph_sizes.empty()) {  // not captured yet: the sizes the engine would capture
     c.graph_sizes = engine.config().cuda_graph_sizes;
     if (c.graph_sizes.empty()) {
@@ -29,7 +30,7 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
     }
     std::sort(c.graph_sizes.begin(), c.graph_sizes.end());
   }
-  c.graph_memory_bytes = static_cast<double>(engine.runner().graph_info().memory_bytes);
+  c.graph_memory_bytes = static_cast<double>(graphs.memory_bytes);
   const EngineCounters n = engine.counters();
   c.num_waiting = n.num_waiting;
   c.num_running = n.num_running;
