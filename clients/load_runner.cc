@@ -1,12 +1,18 @@
 // The dispatcher loop and the Generate stream reactor (see load_runner.h).
 //
 // Ownership: each GenerateCall is held by a shared_ptr in Phase::live_ until its OnDone,
-// which hands the record to the phase and erases itself (the phase's lock is never held
-// while calling into gRPC, so a callback that runs inline cannot deadlock). The phase
-// waits until nothing is live before it returns, so calls never outlive it.
+// which hands the record to the phase and moves the call to Phase::ended_ (the phase's lock
+// is never held while calling into gRPC, so a callback that runs inline cannot deadlock).
+// Calls are destroyed on the dispatcher's thread, never inside OnDone: that is the pattern
+// of gRPC's callback examples (OnDone signals, the owner destroys), and it means no gRPC
+// thread is still tearing down a ClientContext after the phase returns and the caller goes
+// on to drop the channels (a race that aborted a test process at exit with gRPC's
+// "ref_counted.h: assertion failed: prior > 0"). The phase waits until nothing is live
+// before it returns, so calls never outlive it.
 #include "clients/load_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -28,12 +34,16 @@ double Since(Clock::time_point t0, Clock::time_point t) {
 
 class Phase;
 
+std::atomic<int64_t> g_live_calls{0};
+
 class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
   GenerateCall(Phase* phase, int64_t index, v1::GenerateRequest req, Clock::time_point t0)
       : phase_(phase), req_(std::move(req)), t0_(t0) {
     rec_.index = index;
+    g_live_calls.fetch_add(1);
   }
+  ~GenerateCall() override { g_live_calls.fetch_sub(1); }
   void Start(v1::Saturn::Stub* stub, double timeout_s) {
     ctx_.set_deadline(std::chrono::system_clock::now() +
                       std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6)));
@@ -93,6 +103,7 @@ class Phase {
   v1::GenerateRequest MakeRequest(int64_t i) const;
   Progress Snapshot(Clock::time_point now) const;  // needs mu_
   void CancelAll();
+  void ReapEnded();  // destroys the calls whose OnDone has run, on the calling thread
 
   const Connection& conn_;
   const Workload& workload_;
@@ -102,6 +113,7 @@ class Phase {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<GenerateCall*, std::shared_ptr<GenerateCall>> live_;
+  std::vector<std::shared_ptr<GenerateCall>> ended_;  // OnDone ran; not yet destroyed
   std::vector<RequestRecord> done_;
   int64_t sent_ = 0, completed_ = 0, errors_ = 0;
   std::string stop_reason_;
@@ -117,7 +129,7 @@ void GenerateCall::OnDone(const grpc::Status& s) {
     rec_.status = "NO_FINAL";
     rec_.error_message = "the stream ended OK without a final message";
   }
-  phase_->Finished(this, std::move(rec_));  // may destroy *this
+  phase_->Finished(this, std::move(rec_));  // *this must not be touched after this line
 }
 
 v1::GenerateRequest Phase::MakeRequest(int64_t i) const {
@@ -138,7 +150,6 @@ v1::GenerateRequest Phase::MakeRequest(int64_t i) const {
 }
 
 void Phase::Finished(GenerateCall* call, RequestRecord rec) {
-  std::shared_ptr<GenerateCall> keep;  // destroyed after the lock is released
   std::lock_guard<std::mutex> lock(mu_);
   if (rec.ok()) {
     ++completed_;
@@ -155,11 +166,19 @@ void Phase::Finished(GenerateCall* call, RequestRecord rec) {
   done_.push_back(std::move(rec));
   auto it = live_.find(call);
   if (it != live_.end()) {
-    keep = std::move(it->second);
+    ended_.push_back(std::move(it->second));  // destroyed by the dispatcher (ReapEnded)
     live_.erase(it);
   }
   cv_.notify_all();
-  // `keep` must die after `lock`: declared first, destroyed last.
+}
+
+void Phase::ReapEnded() {
+  std::vector<std::shared_ptr<GenerateCall>> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended.swap(ended_);
+  }
+  // Destroyed here, outside the lock: each call's OnDone has already run.
 }
 
 Progress Phase::Snapshot(Clock::time_point now) const {
@@ -213,6 +232,7 @@ PhaseOutcome Phase::Run(const ProgressFn& progress, const std::atomic<bool>* int
     const auto now = Clock::now();
     if (now >= next_progress) {
       report(false);
+      ReapEnded();
       next_progress = now + tick;
     }
     if (interrupt != nullptr && interrupt->load()) {
@@ -259,6 +279,7 @@ PhaseOutcome Phase::Run(const ProgressFn& progress, const std::atomic<bool>* int
     }
     report(true);
   }
+  ReapEnded();  // every call has ended: none outlives the phase
   report(true);
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -271,6 +292,8 @@ PhaseOutcome Phase::Run(const ProgressFn& progress, const std::atomic<bool>* int
 }
 
 }  // namespace
+
+int64_t LiveGenerateCalls() { return g_live_calls.load(); }
 
 bool IsPermanentRejection(const std::string& status) {
   return status == "INVALID_ARGUMENT" || status == "FAILED_PRECONDITION" ||

@@ -57,11 +57,15 @@ struct PhaseOutcome {
 
 using ProgressFn = std::function<void(const Progress&)>;
 
-// Runs one phase and returns when every request sent has ended. `progress` (optional) is
+// Runs one phase and returns when every request sent has ended and its stream object (with
+// its gRPC ClientContext) has been destroyed on the calling thread. `progress` (optional) is
 // called from the calling thread about every 100 ms and once at the end.
 PhaseOutcome RunPhase(const Connection& conn, const Workload& workload,
                       const PhaseSettings& settings, const ProgressFn& progress,
                       const std::atomic<bool>* interrupt);
+
+// Stream objects alive in this process (all phases): 0 whenever no RunPhase is running.
+int64_t LiveGenerateCalls();
 
 // Whether a failed request's status means the server will reject every such request.
 bool IsPermanentRejection(const std::string& status);

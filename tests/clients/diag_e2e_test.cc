@@ -60,6 +60,7 @@ class DiagE2eTest : public ::testing::Test {
     load_ = nullptr;
   }
   void SetUp() override {
+    ASSERT_NE(server_, nullptr) << "the suite's set-up failed (see above)";
     ASSERT_FALSE(server_->address.empty());
     ASSERT_NE(load_, nullptr);
     ASSERT_EQ(load_->exit_code, 0) << load_->error;

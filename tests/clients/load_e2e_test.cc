@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "clients/load_runner.h"
 #include "clients/load_session.h"
 #include "clients/report.h"
 #include "nlohmann/json.hpp"
@@ -48,7 +49,10 @@ class LoadE2eTest : public ::testing::Test {
     delete server_;
     server_ = nullptr;
   }
-  void SetUp() override { ASSERT_FALSE(server_->address.empty()); }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr) << "the suite's set-up failed (see above)";
+    ASSERT_FALSE(server_->address.empty());
+  }
 
   static LoadConfig Config() {
     LoadConfig c;
@@ -60,6 +64,9 @@ class LoadE2eTest : public ::testing::Test {
   }
 
   static void ExpectAccounted(const SessionResult& res) {
+    // Every stream object is gone once the session returns (none is torn down later on a
+    // gRPC thread, racing whatever the caller does next).
+    EXPECT_EQ(LiveGenerateCalls(), 0);
     for (const PhaseReport& p : res.phases) {
       EXPECT_EQ(p.metrics.sent, static_cast<int64_t>(p.outcome.records.size())) << p.label;
       EXPECT_EQ(p.metrics.completed + p.metrics.errors, p.metrics.sent) << p.label;
