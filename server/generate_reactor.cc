@@ -29,6 +29,7 @@ struct GenerateReactor::Call {
   std::string client_request_id;
   int64_t seed = 0;
   double received_us = 0;
+  double last_token_us = 0;  // engine thread only: time of the previous token event
   bool want_text = false;
   Utf8Stream text;
 
@@ -60,6 +61,13 @@ struct GenerateReactor::Call {
 
   // Engine thread. Never blocks beyond the mutex.
   void OnEvent(const TokenEvent& ev) {
+    if (!ev.token_ids.empty()) {
+      if (metrics != nullptr && last_token_us > 0) {
+        metrics->ObserveInterToken((ev.time_us - last_token_us) * 1e-6,
+                                   static_cast<int>(ev.token_ids.size()));
+      }
+      last_token_us = ev.time_us;
+    }
     if (ev.final && metrics != nullptr) metrics->ObserveFinal(ev);
     std::lock_guard<std::mutex> lock(mu);
     std::string piece;

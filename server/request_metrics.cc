@@ -84,6 +84,7 @@ RequestMetrics::RequestMetrics()
     : finished_{{"length", 0}, {"stop", 0}, {"abort", 0}, {"error", 0}},
       ttft_(LatencyBuckets()),
       tpot_(LatencyBuckets()),
+      itl_(LatencyBuckets()),
       e2e_(LatencyBuckets()),
       queue_(LatencyBuckets()),
       iteration_tokens_(TokenBuckets()) {}
@@ -104,6 +105,12 @@ void RequestMetrics::ObserveFinal(const TokenEvent& ev) {
   if (t.first_token_us > 0 && t.finished_us > 0 && ev.usage.completion_tokens > 1) {
     tpot_.Observe((t.finished_us - t.first_token_us) * 1e-6 / (ev.usage.completion_tokens - 1));
   }
+}
+
+void RequestMetrics::ObserveInterToken(double gap_s, int tokens) {
+  if (tokens <= 0 || !(gap_s >= 0)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i = 0; i < tokens; ++i) itl_.Observe(gap_s / tokens);
 }
 
 void RequestMetrics::ObserveSteps(const StepRing& ring) {
@@ -139,8 +146,10 @@ void RequestMetrics::Render(std::string* out) const {
   }
   ttft_.Render("saturn:time_to_first_token_seconds",
                "Arrival to first generated token (finished requests).", out);
-  tpot_.Render("saturn:time_per_output_token_seconds",
-               "Mean time between output tokens of a finished request.", out);
+  tpot_.Render("saturn:request_time_per_output_token_seconds",
+               "Mean time between output tokens of a finished request (one per request).", out);
+  itl_.Render("saturn:inter_token_latency_seconds",
+              "Time between successive output tokens of a request (one per token).", out);
   e2e_.Render("saturn:e2e_request_latency_seconds", "Arrival to finish (finished requests).", out);
   queue_.Render("saturn:request_queue_time_seconds",
                 "Arrival to first scheduled (finished requests).", out);

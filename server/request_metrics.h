@@ -46,6 +46,10 @@ class RequestMetrics {
   RequestMetrics();
   // A request's final event (any finish reason). Engine thread; never blocks beyond the lock.
   void ObserveFinal(const TokenEvent& ev);
+  // `tokens` tokens arrived `gap_s` seconds after the request's previous token event: one
+  // inter-token latency observation of gap_s / tokens per token (vLLM v1's
+  // inter_token_latency_seconds). Engine thread.
+  void ObserveInterToken(double gap_s, int tokens);
   // Adds the steps in `ring` that ended after the last call to the tokens-per-step histogram
   // (steps the ring dropped between two scrapes are not counted).
   void ObserveSteps(const StepRing& ring);
@@ -59,7 +63,8 @@ class RequestMetrics {
   int64_t preemptions_ = 0;
   std::map<std::string, int64_t> finished_;  // by finished_reason label
   Histogram ttft_;
-  Histogram tpot_;
+  Histogram tpot_;  // per request
+  Histogram itl_;   // per token
   Histogram e2e_;
   Histogram queue_;
   Histogram iteration_tokens_;

@@ -84,11 +84,20 @@ TEST(MetricsEndpointTest, ServesParseableTextWithCountersMatchingRequests) {
   EXPECT_EQ(v.at("saturn:generation_tokens_total"), kRequests * kTokens);
   for (const char* h :
        {"saturn:time_to_first_token_seconds", "saturn:e2e_request_latency_seconds",
-        "saturn:request_queue_time_seconds", "saturn:time_per_output_token_seconds"}) {
+        "saturn:request_queue_time_seconds", "saturn:request_time_per_output_token_seconds"}) {
     EXPECT_EQ(v.at(std::string(h) + "_count"), kRequests) << h;
     EXPECT_EQ(v.at(std::string(h) + "_bucket{le=\"+Inf\"}"), kRequests) << h;
     EXPECT_GT(v.at(std::string(h) + "_sum"), 0) << h;
   }
+  // One inter-token observation per token after each request's first.
+  const double itl_n = kRequests * (kTokens - 1);
+  EXPECT_EQ(v.at("saturn:inter_token_latency_seconds_count"), itl_n);
+  EXPECT_EQ(v.at("saturn:inter_token_latency_seconds_bucket{le=\"+Inf\"}"), itl_n);
+  EXPECT_GT(v.at("saturn:inter_token_latency_seconds_sum"), 0);
+  // Per token and per request, the mean gaps agree: every request here has kTokens tokens.
+  EXPECT_NEAR(v.at("saturn:inter_token_latency_seconds_sum") / itl_n,
+              v.at("saturn:request_time_per_output_token_seconds_sum") / kRequests,
+              1e-6 + 1e-3 * v.at("saturn:inter_token_latency_seconds_sum") / itl_n);
   EXPECT_GE(v.at("saturn:iteration_tokens_total_count"), kTokens);
   EXPECT_EQ(v.at("saturn:num_requests_running"), 0);
   EXPECT_EQ(v.at("saturn:num_requests_waiting"), 0);
