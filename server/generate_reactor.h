@@ -26,7 +26,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
  public:
   // Submits `request` to the engine. When the server is draining or Submit fails (queue full,
   // invalid request, engine shut down) the stream finishes at once with that status.
-  // `metrics` (optional) sees the final event.
+  // `metrics` (optional) sees the gaps between token events and the final event.
   GenerateReactor(ServingState* state, Engine* engine, GenerateRequest request, bool want_text,
                   RequestMetrics* metrics = nullptr);
   // A stream that only returns `status` (request rejected before any engine work).

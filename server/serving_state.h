@@ -64,4 +64,21 @@ class ServingState {
   std::map<int64_t, std::function<void()>> calls_;
 };
 
+// The end of a streaming reactor's call (its OnDone, before `delete this`): detaches the
+// reactor from the call's shared state, so that engine or timer callbacks that outlive it
+// stop touching it, and ends the ServingState registration outside the call's lock. `Call`
+// has `mu`, `reactor`, `state` and `call_token`.
+template <typename Call>
+void EndReactorCall(Call& call) {
+  std::optional<int64_t> token;
+  ServingState* state = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(call.mu);
+    call.reactor = nullptr;
+    token = call.call_token;
+    state = call.state;
+  }
+  if (token.has_value()) state->EndCall(*token);
+}
+
 }  // namespace saturn

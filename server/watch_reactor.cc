@@ -136,15 +136,7 @@ void WatchReactor::OnCancel() {
 }
 
 void WatchReactor::OnDone() {
-  std::optional<int64_t> token;
-  ServingState* state = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(call_->mu);
-    call_->reactor = nullptr;
-    token = call_->call_token;
-    state = call_->state;
-  }
-  if (token.has_value()) state->EndCall(*token);
+  EndReactorCall(*call_);
   delete this;
 }
 
