@@ -14,24 +14,14 @@ namespace {
 using testing::IdsRequest;
 using testing::RunStream;
 
-class CancelTest : public ::testing::Test {
+class CancelTest : public testing::SharedServerTest {
  protected:
-  static void SetUpTestSuite() { server_ = testing::StartServer(testing::TinyConfig()).release(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr); }
-
   void ExpectStillServes() {
     testing::StreamResult r = RunStream(server_->stub.get(), IdsRequest({1, 2, 3}, 4));
     ASSERT_TRUE(r.status.ok()) << r.status.error_message();
     EXPECT_EQ(r.final_message->usage().completion_tokens(), 4);
   }
-
-  static testing::TestServer* server_;
 };
-testing::TestServer* CancelTest::server_ = nullptr;
 
 TEST_F(CancelTest, TryCancelMidStreamFreesKvBlocks) {
   Engine& engine = *server_->engine();

@@ -16,18 +16,9 @@ namespace {
 
 using testing::IdsRequest;
 using testing::RunStream;
-using testing::StartServer;
-using testing::TinyConfig;
 
-class GenerateTest : public ::testing::Test {
+class GenerateTest : public testing::SharedServerTest {
  protected:
-  static void SetUpTestSuite() { server_ = StartServer(TinyConfig()).release(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr); }
-
   // The engine's own tokens for the same request.
   static std::vector<int> EngineTokens(GenerateRequest req, TokenEvent* final_event) {
     auto stream = RequestStream::Open(server_->engine(), std::move(req));
@@ -36,10 +27,7 @@ class GenerateTest : public ::testing::Test {
     if (stream.ok()) *final_event = (*stream)->Drain(&tokens);
     return tokens;
   }
-
-  static testing::TestServer* server_;
 };
-testing::TestServer* GenerateTest::server_ = nullptr;
 
 void ExpectWellFormed(const testing::StreamResult& r) {
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();

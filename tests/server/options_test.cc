@@ -8,15 +8,8 @@
 namespace saturn {
 namespace {
 
-class OptionsTest : public ::testing::Test {
+class OptionsTest : public testing::SharedServerTest {
  protected:
-  static void SetUpTestSuite() { server_ = testing::StartServer(testing::TinyConfig()).release(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr); }
-
   static grpc::Status Update(const v1::UpdateEngineOptionsRequest& req,
                              v1::UpdateEngineOptionsResponse* resp) {
     grpc::ClientContext ctx;
@@ -30,10 +23,7 @@ class OptionsTest : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st.error_message();
     return info;
   }
-
-  static testing::TestServer* server_;
 };
-testing::TestServer* OptionsTest::server_ = nullptr;
 
 TEST_F(OptionsTest, ServerInfoDescribesTheRunningEngine) {
   const v1::ServerInfo info = Info();

@@ -61,6 +61,19 @@ inline std::unique_ptr<TestServer> StartServer(const ServerConfig& config, bool 
   return s;
 }
 
+// A suite whose tests share one tiny-model server, started once for the suite.
+class SharedServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = StartServer(TinyConfig()).release(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(server_, nullptr); }
+
+  static inline TestServer* server_ = nullptr;
+};
+
 struct StreamResult {
   grpc::Status status;
   std::vector<int> tokens;

@@ -91,17 +91,7 @@ std::vector<BadCase> BadCases() {
   };
 }
 
-class ValidationTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { server_ = testing::StartServer(testing::TinyConfig()).release(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr); }
-  static testing::TestServer* server_;
-};
-testing::TestServer* ValidationTest::server_ = nullptr;
+class ValidationTest : public testing::SharedServerTest {};
 
 TEST_F(ValidationTest, EveryBadFieldIsInvalidArgumentNamingFieldAndLimit) {
   const int64_t submitted_before = server_->engine()->counters().requests_submitted;
