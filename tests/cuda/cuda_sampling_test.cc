@@ -1,6 +1,8 @@
 // Sampling on CUDA against the CPU twin on identical f32 logits: greedy equality (ties go to
 // the lower index), and the same token for the same seed and step under temperature, top-k
-// and top-p, with logits spread far enough apart that rounding cannot reorder them.
+// and top-p: on spread logits, on LM-like random rows, on exact ties at top-p boundaries and
+// on rows holding -0.0 and +0.0 (the host emulation, tests/kernels/sample_search_test.cc,
+// checks the same arithmetic without a device).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -122,6 +124,61 @@ TEST(CudaSamplingTest, SeedsChangeTheDrawAndStayInRange) {
     EXPECT_GE(t, 0);
     EXPECT_LT(t, vocab);
   }
+}
+
+// Peaked rows (a few large logits over a Gaussian floor): p is not spread, so u often lands
+// within a float ulp of a CDF boundary; only double accumulation agrees with the CPU there.
+TEST(CudaSamplingTest, LmLikeRowsSameTokenAsCpu) {
+  SATURN_REQUIRE_CUDA(gpu);
+  auto cpu = CreateBackend("cpu", 2);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const int vocab = 32000, n = 256;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> floor(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(n) * vocab);
+  for (float& x : logits) x = floor(rng);
+  for (int r = 0; r < n; ++r) {
+    for (int j = 0; j < 8; ++j) logits[static_cast<size_t>(r) * vocab + rng() % vocab] += 6.0f + j;
+  }
+  std::vector<Row> rows;
+  const float temps[] = {0.7f, 1.0f, 1.5f};
+  const int ks[] = {0, 0, 50, 1000};
+  const float ps[] = {1.0f, 0.95f, 0.9f, 0.5f, 0.99f};
+  for (int i = 0; i < n; ++i) {
+    rows.push_back(Row{temps[i % 3], ks[(i / 3) % 4], ps[(i / 12) % 5], 5000 + i, i % 11});
+  }
+  EXPECT_EQ(SampleOn(gpu.get(), logits, vocab, rows), SampleOn(cpu->get(), logits, vocab, rows));
+}
+
+// Five equal maxima under top_k = 5: the prefix mass meets 0.2, 0.4, ... exactly at top_p;
+// and -0.0 / +0.0 in one row rank as equal (lower index first), as on the CPU.
+TEST(CudaSamplingTest, ExactTiesAndSignedZerosSameTokenAsCpu) {
+  SATURN_REQUIRE_CUDA(gpu);
+  auto cpu = CreateBackend("cpu", 2);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const int vocab = 64;
+  std::vector<float> row(vocab, -3.0f);
+  for (int i : {3, 9, 17, 40, 63}) row[i] = 2.0f;
+  row[20] = -0.0f;
+  row[21] = 0.0f;
+  std::vector<Row> rows;
+  for (float p : {0.2f, 0.4f, 0.6f, 0.8f, 1.0f}) {
+    for (int s = 0; s < 40; ++s) rows.push_back(Row{1.0f, 5, p, 77 + s, s});
+  }
+  std::vector<float> zeros(vocab, -9.0f);
+  zeros[1] = -0.0f;
+  zeros[2] = 0.0f;
+  for (int k : {1, 2}) {
+    for (int s = 0; s < 8; ++s) rows.push_back(Row{1.0f, k, 1.0f, s, 0});
+  }
+  std::vector<float> logits;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& src = i < 200 ? row : zeros;
+    logits.insert(logits.end(), src.begin(), src.end());
+  }
+  const auto got = SampleOn(gpu.get(), logits, vocab, rows);
+  EXPECT_EQ(got, SampleOn(cpu->get(), logits, vocab, rows));
+  EXPECT_EQ(got[200], 1);  // top_k = 1 keeps -0.0 at index 1, not +0.0 at index 2
 }
 
 }  // namespace

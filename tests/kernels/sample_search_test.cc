@@ -1,0 +1,203 @@
+// The device sampler's arithmetic (kernels/cuda/sample_search.h), run on the host in the
+// kernel's thread partition and summation order (EmulatedBlock), picks the same token as
+// the CPU sampler on every row: random rows at vocabulary 4096 and 32000 with temperature,
+// top-k and top-p, rows of exact ties at top-p boundaries, tie-heavy random rows, greedy rows
+// and rows holding both -0.0 and +0.0. Needs no GPU: it is the same code the kernel runs.
+#include "kernels/cuda/sample_search.h"
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "tests/kernels/cpu_test_util.h"
+
+namespace saturn::testing {
+namespace {
+
+namespace ss = saturn::sample_search;
+
+struct Row {
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  int64_t seed = 0;
+  int32_t step = 0;
+};
+
+// One token per row from the CPU backend; logits are [rows, vocab].
+std::vector<int32_t> CpuTokens(const std::vector<float>& logits, int vocab,
+                               const std::vector<Row>& rows) {
+  auto b = MakeCpu(1);
+  const int64_t n = rows.size();
+  std::vector<float> temp, top_p;
+  std::vector<int32_t> top_k, step;
+  std::vector<int64_t> seed;
+  for (const Row& r : rows) {
+    temp.push_back(r.temperature);
+    top_k.push_back(r.top_k);
+    top_p.push_back(r.top_p);
+    seed.push_back(r.seed);
+    step.push_back(r.step);
+  }
+  DevTensor dl = F32(*b, n, vocab, logits), dt = F32(*b, 1, n, temp), dk = I32(*b, 1, n, top_k);
+  DevTensor dp = F32(*b, 1, n, top_p), ds = FromHost(*b, DType::kI64, 1, n, seed);
+  DevTensor dst = I32(*b, 1, n, step), out = I32(*b, 1, n, std::vector<int32_t>(n, -7));
+  absl::Status s = b->Sample(dl.t, SamplingBatch{dt.t, dk.t, dp.t, ds.t, dst.t}, out.t);
+  EXPECT_TRUE(s.ok()) << s;
+  return ToHost<int32_t>(*b, out.t);
+}
+
+// One token per row from the device sampler's code, emulated on the host.
+std::vector<int32_t> EmulatedTokens(const std::vector<float>& logits, int vocab,
+                                    const std::vector<Row>& rows) {
+  auto block = std::make_unique<ss::EmulatedBlock>();
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<float> x(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+    const Row& r = rows[i];
+    out.push_back(ss::SampleRowSearch(*block, x.data(), vocab, r.temperature, r.top_k, r.top_p,
+                                      r.seed, r.step));
+  }
+  return out;
+}
+
+void ExpectSameTokens(const std::vector<float>& logits, int vocab, const std::vector<Row>& rows) {
+  const std::vector<int32_t> cpu = CpuTokens(logits, vocab, rows);
+  const std::vector<int32_t> gpu = EmulatedTokens(logits, vocab, rows);
+  ASSERT_EQ(cpu.size(), gpu.size());
+  int mismatches = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (cpu[i] == gpu[i]) continue;
+    if (++mismatches <= 5) {
+      ADD_FAILURE() << "row " << i << " (T=" << rows[i].temperature << " top_k=" << rows[i].top_k
+                    << " top_p=" << rows[i].top_p << " seed=" << rows[i].seed << "): cpu " << cpu[i]
+                    << ", emulated device " << gpu[i];
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << rows.size() << " rows";
+}
+
+// Peaked random rows: a few large logits over a Gaussian floor, as an LM head gives.
+std::vector<float> LmLikeLogits(std::mt19937& rng, int rows, int vocab) {
+  std::normal_distribution<float> floor(0.0f, 2.0f);
+  std::uniform_int_distribution<int> pick(0, vocab - 1);
+  std::vector<float> v(static_cast<size_t>(rows) * vocab);
+  for (float& x : v) x = floor(rng);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < 8; ++j) v[static_cast<size_t>(r) * vocab + pick(rng)] += 6.0f + j;
+  }
+  return v;
+}
+
+std::vector<Row> MixedRows(int n, int64_t seed0) {
+  const float temps[] = {0.7f, 1.0f, 1.5f};
+  const int ks[] = {0, 0, 50, 1000};
+  const float ps[] = {1.0f, 0.95f, 0.9f, 0.5f, 0.99f};
+  std::vector<Row> rows;
+  for (int i = 0; i < n; ++i) {
+    rows.push_back(Row{temps[i % 3], ks[(i / 3) % 4], ps[(i / 12) % 5], seed0 + i, i % 11});
+  }
+  return rows;
+}
+
+TEST(SampleSearchTest, RandomRowsMatchCpuAtVocab4096) {
+  std::mt19937 rng(42);
+  const int vocab = 4096, n = 600;
+  ExpectSameTokens(LmLikeLogits(rng, n, vocab), vocab, MixedRows(n, 1000));
+}
+
+TEST(SampleSearchTest, RandomRowsMatchCpuAtVocab32000) {
+  std::mt19937 rng(7);
+  const int vocab = 32000, n = 180;
+  ExpectSameTokens(LmLikeLogits(rng, n, vocab), vocab, MixedRows(n, 5000));
+}
+
+// top_k = 5 over five equal maxima: p = 0.2 each, so the prefix mass hits 0.2, 0.4, ...
+// exactly at the float top_p values (whose doubles are a hair above or below), and u lands
+// on every boundary as the seed varies.
+TEST(SampleSearchTest, ExactTiesAtTopPBoundariesMatchCpu) {
+  const int vocab = 64;
+  std::vector<float> row(vocab, -3.0f);
+  for (int i : {3, 9, 17, 40, 63}) row[i] = 2.0f;
+  std::vector<Row> rows;
+  for (float p : {0.2f, 0.4f, 0.6f, 0.8f, 1.0f, 0.3f}) {
+    for (int s = 0; s < 40; ++s) rows.push_back(Row{1.0f, 5, p, 77 + s, s});
+    for (int s = 0; s < 10; ++s) rows.push_back(Row{0.5f, 0, p, 900 + s, s});
+  }
+  std::vector<float> logits;
+  for (size_t i = 0; i < rows.size(); ++i) logits.insert(logits.end(), row.begin(), row.end());
+  ExpectSameTokens(logits, vocab, rows);
+}
+
+// Logits from a handful of values: large tie groups everywhere, including at the top-k and
+// top-p bounds.
+TEST(SampleSearchTest, TieHeavyRowsMatchCpu) {
+  std::mt19937 rng(3);
+  const int n = 800;
+  for (int vocab : {37, 500}) {
+    SCOPED_TRACE(vocab);
+    std::uniform_int_distribution<int> level(0, 4);
+    std::vector<float> logits(static_cast<size_t>(n) * vocab);
+    for (float& x : logits) x = 0.5f * static_cast<float>(level(rng));
+    std::vector<Row> rows;
+    const int ks[] = {0, 3, 5, 10};
+    const float ps[] = {1.0f, 0.1f, 0.2f, 0.4f, 0.5f, 0.75f};
+    for (int i = 0; i < n; ++i) {
+      rows.push_back(Row{i % 2 ? 1.0f : 0.25f, ks[i % 4], ps[(i / 4) % 6], 31 * i + 5, i % 3});
+    }
+    ExpectSameTokens(logits, vocab, rows);
+  }
+}
+
+TEST(SampleSearchTest, GreedyRowsTakeTheLowestIndexOfTheMaximum) {
+  const int vocab = 2000;
+  std::mt19937 rng(11);
+  std::vector<float> logits = Random(rng, 4 * vocab);
+  logits[1 * vocab + 700] = 9.0f;
+  logits[1 * vocab + 1999] = 9.0f;
+  logits[2 * vocab + 5] = 9.0f;
+  logits[2 * vocab + 517] = 9.0f;  // the same lane of another pass: merged within a thread
+  const std::vector<Row> rows{{0.0f}, {0.0f}, {-1.0f}, {0.0f}};
+  ExpectSameTokens(logits, vocab, rows);
+  const auto got = EmulatedTokens(logits, vocab, rows);
+  EXPECT_EQ(got[1], 700);
+  EXPECT_EQ(got[2], 5);
+}
+
+// -0.0 and +0.0 compare equal on the CPU, so the lower index comes first; keyed by raw bits,
+// +0.0 would rank above -0.0 and top_k = 1 would keep the wrong one (review finding 18).
+TEST(SampleSearchTest, NegativeZeroRanksAsPositiveZero) {
+  EXPECT_EQ(ss::OrderKey(-0.0f), ss::OrderKey(0.0f));
+  EXPECT_LT(ss::OrderKey(-1e-30f), ss::OrderKey(-0.0f));
+  EXPECT_GT(ss::OrderKey(1e-30f), ss::OrderKey(-0.0f));
+  const int vocab = 6;
+  const std::vector<float> row{-1.0f, -0.0f, 0.0f, -2.0f, -0.0f, -5.0f};
+  std::vector<Row> rows;
+  std::vector<float> logits;
+  for (int k : {1, 2, 3}) {
+    for (int s = 0; s < 8; ++s) {
+      rows.push_back(Row{1.0f, k, 1.0f, s, 0});
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+  }
+  ExpectSameTokens(logits, vocab, rows);
+  for (int t : EmulatedTokens(logits, vocab, {rows[0]})) EXPECT_EQ(t, 1);
+}
+
+// The emulation runs the kernel's partition: a row shorter than the block leaves threads
+// idle, a longer one gives every thread several elements; both must agree with the CPU, and
+// the pass count stays what the header promises (8 key passes + tie passes per search).
+TEST(SampleSearchTest, PassCountOfOneDraw) {
+  std::mt19937 rng(5);
+  const int vocab = 3 * ss::kThreads + 7;
+  std::vector<float> x = Random(rng, vocab, -4.0f, 4.0f);
+  ss::EmulatedBlock block;
+  (void)ss::SampleRowSearch(block, x.data(), vocab, 1.0f, 0, 1.0f, 1, 0);
+  // scale, denominator, then one search: total + 8 key passes + base, total + <= 3 index
+  // passes (12 bits of 1543 at 16-ary) + base.
+  EXPECT_GE(block.passes(), 2 + 10 + 3);
+  EXPECT_LE(block.passes(), 2 + 10 + 5);
+}
+
+}  // namespace
+}  // namespace saturn::testing
