@@ -393,6 +393,7 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
     PlanBounds(plan, &num_tokens, &max_query, &max_context);
     RETURN_IF_ERROR(Forward(num_tokens, n, rows, max_query, max_context, false));
   }
+  backend_->MarkStepEnd();  // the device span ends with Sample, not with the copy back
   std::vector<int32_t>& tokens = buf_->h_tokens;
   tokens.resize(rows);
   if (rows > 0)
@@ -426,6 +427,7 @@ absl::StatusOr<RunnerOutput> ModelRunner::ExecuteWithLogits(const StepPlan& plan
   PlanBounds(plan, &num_tokens, &max_query, &max_context);
   RETURN_IF_ERROR(Forward(num_tokens, static_cast<int>(plan.seqs.size()), rows, max_query,
                           max_context, /*keep_logits=*/true));
+  backend_->MarkStepEnd();
   logits->resize(static_cast<size_t>(rows) * model_.vocab_size);
   if (rows > 0) {
     RETURN_IF_ERROR(backend_->Download(buf_->logits.View(DType::kF32, rows, model_.vocab_size),
@@ -453,14 +455,24 @@ absl::Status ModelRunner::CaptureGraphs() {
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {  // largest first
     const int s = *it;
     ASSIGN_OR_RETURN(const int rows, PrepareInputs(empty, s));
+    // One eager forward at this size first, so each GEMM shape's first cuBLAS call and each
+    // kernel's lazy module load happen outside the capture (PyTorch's practice).
+    backend_->BeginStep(false);
+    RETURN_IF_ERROR(Forward(s, s, rows, 1, config_.max_model_len, false));
+    backend_->MarkStepEnd();
     RETURN_IF_ERROR(backend_->Synchronize());
+    RETURN_IF_ERROR(backend_->EndStep().status());
     backend_->BeginStep(false);
     RETURN_IF_ERROR(backend_->BeginGraphCapture());
     absl::Status fwd = Forward(s, s, rows, 1, config_.max_model_len, false);
-    absl::StatusOr<int> handle = backend_->EndGraphCapture();
-    RETURN_IF_ERROR(fwd);
-    if (!handle.ok()) return handle.status();
-    graphs_.emplace_back(s, *handle);
+    if (!fwd.ok()) {
+      // A partial graph is never instantiated; the capture's own error, if any, is secondary.
+      (void)backend_->AbortGraphCapture();
+      (void)backend_->EndStep();
+      return fwd;
+    }
+    ASSIGN_OR_RETURN(const int handle, backend_->EndGraphCapture());
+    graphs_.emplace_back(s, handle);
     RETURN_IF_ERROR(backend_->EndStep().status());
   }
   std::sort(graphs_.begin(), graphs_.end());

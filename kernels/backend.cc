@@ -199,6 +199,19 @@ absl::Status Backend::Copy(const Tensor& src, const Tensor& dst) {
   return Run(OpKind::kCopy, cost::Copy(src), [&] { return DoCopy(src, dst); });
 }
 
+void Backend::AppendReplayedOps(const std::vector<OpRecord>& ops, double issue_begin_us,
+                                double issue_end_us) {
+  bool first = true;
+  for (OpRecord op : ops) {
+    op.issue_begin_us = first ? issue_begin_us : issue_end_us;
+    op.issue_end_us = issue_end_us;
+    op.device_begin_us = -1;
+    op.device_end_us = -1;
+    ops_.push_back(op);
+    first = false;
+  }
+}
+
 void Backend::BeginStep(bool per_op_device_times) {
   ops_.clear();
   per_op_device_times_ = per_op_device_times;
@@ -240,6 +253,7 @@ absl::Status Backend::BeginGraphCapture() {
       "the ", name(), " backend has no graph capture (CUDA graphs need --backend=cuda)"));
 }
 absl::StatusOr<int> Backend::EndGraphCapture() { return BeginGraphCapture(); }
+absl::Status Backend::AbortGraphCapture() { return BeginGraphCapture(); }
 absl::Status Backend::ReplayGraph(int) { return BeginGraphCapture(); }
 
 }  // namespace saturn

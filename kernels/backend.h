@@ -165,6 +165,10 @@ class Backend {
   // Starts a step: clears the op list. per_op_device_times asks for each op's device
   // interval (always true on the CPU backend, sampled on CUDA where it perturbs).
   virtual void BeginStep(bool per_op_device_times);
+  // Marks the end of the step's device work: called after the last op, before the Download
+  // of its results, so the copy back and the host's wake-up stay out of the step's span
+  // (CUDA records its step-end event here; EndStep records it when no mark was made).
+  virtual void MarkStepEnd() {}
   // Waits for the step's work and returns its timings.
   virtual absl::StatusOr<StepTiming> EndStep();
 
@@ -174,6 +178,8 @@ class Backend {
   virtual absl::Status BeginGraphCapture();
   // Returns a handle for ReplayGraph.
   virtual absl::StatusOr<int> EndGraphCapture();
+  // Ends a capture whose ops failed: the partial graph is destroyed, never instantiated.
+  virtual absl::Status AbortGraphCapture();
   virtual absl::Status ReplayGraph(int handle);
   virtual size_t graph_memory_bytes() const { return 0; }
 
@@ -207,6 +213,12 @@ class Backend {
   virtual void MarkOpDeviceEnd(size_t index) = 0;
   // Fills device_begin_us/device_end_us of ops_ once the step's work is complete.
   virtual absl::Status ResolveDeviceTimes(StepTiming* timing) = 0;
+
+  // Appends a replayed graph's ops to the step. The replay's host interval
+  // [issue_begin_us, issue_end_us] goes to the first op only (the others get none), so the
+  // step's issue_us counts the launch once, not once per captured op.
+  void AppendReplayedOps(const std::vector<OpRecord>& ops, double issue_begin_us,
+                         double issue_end_us);
 
   // Current step's ops, appended by the op wrappers.
   std::vector<OpRecord> ops_;

@@ -3,27 +3,55 @@
 // (and EndGraphCapture, which uploads the graph). Never exits: every CUDA failure becomes a
 // Status.
 //
+// Threads: every public entry point first makes this backend's device current on the calling
+// thread (UseDevice), so buffers freed or copied from another thread act on the right device.
+// During a capture, Allocate/Upload/UploadF32/Download/Synchronize are refused with
+// FAILED_PRECONDITION (each would invalidate the capture) and Free is deferred to its end.
+//
 // Timing: per-op begin/end events come from a pool reused every step and are resolved
-// against a step-start event recorded in BeginStep. A graph replay is timed as one span (its
-// ops keep their FLOPs/bytes but no per-op device interval): events baked into the graph
-// would cost every replay, not only the sampled steps. See docs/CUDA.md.
+// against a step-start event recorded in BeginStep. The step-end event is recorded by
+// MarkStepEnd, right after the last op and before the tokens' copy back. A graph replay is timed as
+// one span (its ops keep their FLOPs/bytes but no per-op device interval): events baked into the
+// graph would cost every replay, not only the sampled steps. See docs/CUDA.md.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/status_macros.h"
 
 namespace saturn {
 namespace {
 
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;  // Hopper's recommended size
 constexpr size_t kStagingFloats = 8u << 20;          // 32 MiB f32 staging for UploadF32
+
+// cudaSetDevice for the calling thread, skipped when this thread already made `device`
+// current through here (every device switch in the CUDA backend goes through this).
+cudaError_t UseDevice(int device) {
+  thread_local int current = -1;
+  if (current == device) return cudaSuccess;
+  const cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) current = device;
+  return e;
+}
+
+absl::Status RefuseDuringCapture(bool capturing, const char* what) {
+  if (!capturing) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(what,
+                   " during CUDA graph capture (it would invalidate the capture; the runner "
+                   "uploads and allocates before BeginGraphCapture)"));
+}
 
 double NowUs() {
   return std::chrono::duration<double, std::micro>(
@@ -44,19 +72,25 @@ class CudaBackend final : public Backend {
   bool per_op_timing_is_cheap() const override { return false; }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "Allocate"));
     if (bytes == 0) return DeviceBuffer();
+    CUDA_CHECK(UseDevice(device_));
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, bytes));
     return DeviceBuffer(this, p, bytes);
   }
-  void Free(void* ptr) override { (void)cudaFree(ptr); }
+  void Free(void* ptr) override;
   absl::Status Upload(const void* host, const Tensor& dst) override {
+    RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "Upload"));
     if (dst.bytes() == 0) return absl::OkStatus();
+    CUDA_CHECK(UseDevice(device_));
     CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
     return absl::OkStatus();
   }
   absl::Status UploadF32(const float* host, const Tensor& dst) override;
   absl::Status Download(const Tensor& src, void* host) override {
+    RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "Download"));
+    CUDA_CHECK(UseDevice(device_));
     if (src.bytes() > 0) {
       CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
     }
@@ -64,14 +98,22 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
   absl::Status Synchronize() override {
+    RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "Synchronize"));
+    CUDA_CHECK(UseDevice(device_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return absl::OkStatus();
   }
 
   void BeginStep(bool per_op_device_times) override;
+  void MarkStepEnd() override;
+  absl::StatusOr<StepTiming> EndStep() override {
+    CUDA_CHECK(UseDevice(device_));
+    return Backend::EndStep();
+  }
   bool SupportsGraphs() const override { return true; }
   absl::Status BeginGraphCapture() override;
   absl::StatusOr<int> EndGraphCapture() override;
+  absl::Status AbortGraphCapture() override;
   absl::Status ReplayGraph(int handle) override;
   size_t graph_memory_bytes() const override { return graph_memory_bytes_; }
 
@@ -161,6 +203,9 @@ class CudaBackend final : public Backend {
     size_t memory_bytes = 0;
   };
 
+  // Ends the stream capture and returns its graph (null when the capture was invalidated).
+  absl::StatusOr<cudaGraph_t> FinishCapture();
+  void FreeDeferred();
   cudaEvent_t AcquireEvent();
   void MarkOp(size_t index, bool end);
   absl::StatusOr<double> ElapsedUs(cudaEvent_t from, cudaEvent_t to) const;
@@ -180,18 +225,22 @@ class CudaBackend final : public Backend {
   cudaEvent_t step_end_event_ = nullptr;
   cudaEvent_t first_op_event_ = nullptr;
   bool first_op_recorded_ = false;
+  bool step_end_recorded_ = false;
   bool nvtx_step_open_ = false;
   bool graph_replayed_ = false;
 
-  // Graphs.
-  bool capturing_ = false;
+  // Graphs. capturing_ is read by the guards on any thread.
+  std::atomic<bool> capturing_{false};
+  std::mutex deferred_mu_;
+  std::vector<void*> deferred_frees_;  // Free calls made during a capture
   size_t capture_first_op_ = 0;
+  std::vector<OpRecord> captured_ops_;  // ops of the capture that just ended
   std::vector<Graph> graphs_;
   size_t graph_memory_bytes_ = 0;
 };
 
 absl::Status CudaBackend::Init() {
-  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(UseDevice(device_));
   CUDA_CHECK(cudaFree(nullptr));  // creates the context: fails here if the device is unusable
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -212,11 +261,9 @@ absl::Status CudaBackend::Init() {
 }
 
 CudaBackend::~CudaBackend() {
-  if (capturing_) {
-    cudaGraph_t g = nullptr;
-    (void)cudaStreamEndCapture(stream_, &g);
-    if (g != nullptr) (void)cudaGraphDestroy(g);
-  }
+  (void)UseDevice(device_);
+  if (capturing_) (void)AbortGraphCapture();
+  FreeDeferred();
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   for (Graph& g : graphs_) {
     if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
@@ -233,12 +280,13 @@ CudaBackend::~CudaBackend() {
 }
 
 absl::Status CudaBackend::UploadF32(const float* host, const Tensor& dst) {
+  RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "UploadF32"));
   if (dst.dtype == DType::kF32) return Upload(host, dst);
   if (dst.dtype != DType::kBF16) {
     return absl::UnimplementedError(
         absl::StrCat("UploadF32: target dtype ", DTypeName(dst.dtype), " on CUDA"));
   }
-  if (capturing_) return absl::FailedPreconditionError("UploadF32 during graph capture");
+  CUDA_CHECK(UseDevice(device_));
   if (staging_ == nullptr)
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&staging_), kStagingFloats * sizeof(float)));
   const int64_t n = dst.numel();
@@ -258,12 +306,38 @@ void CudaBackend::BeginStep(bool per_op_device_times) {
   events_used_ = 0;
   op_events_.clear();
   first_op_recorded_ = false;
+  step_end_recorded_ = false;
   graph_replayed_ = false;
-  if (device_ != 0) (void)cudaSetDevice(device_);
+  (void)UseDevice(device_);
   if (nvtx_step_open_) nvtxRangePop();
   nvtxRangePushA("step");
   nvtx_step_open_ = true;
   if (!capturing_) (void)cudaEventRecord(step_start_event_, stream_);
+}
+
+void CudaBackend::Free(void* ptr) {
+  if (ptr == nullptr) return;
+  if (capturing_) {  // cudaFree would invalidate the capture: free when it ends
+    std::lock_guard<std::mutex> lock(deferred_mu_);
+    deferred_frees_.push_back(ptr);
+    return;
+  }
+  (void)UseDevice(device_);
+  (void)cudaFree(ptr);
+}
+
+void CudaBackend::FreeDeferred() {
+  std::vector<void*> ptrs;
+  {
+    std::lock_guard<std::mutex> lock(deferred_mu_);
+    ptrs.swap(deferred_frees_);
+  }
+  for (void* p : ptrs) (void)cudaFree(p);
+}
+
+void CudaBackend::MarkStepEnd() {
+  if (capturing_ || step_end_recorded_) return;
+  step_end_recorded_ = cudaEventRecord(step_end_event_, stream_) == cudaSuccess;
 }
 
 cudaEvent_t CudaBackend::AcquireEvent() {
@@ -296,8 +370,9 @@ absl::Status CudaBackend::ResolveDeviceTimes(StepTiming* timing) {
     nvtxRangePop();
     nvtx_step_open_ = false;
   }
-  CUDA_CHECK(cudaEventRecord(step_end_event_, stream_));
-  CUDA_CHECK(cudaEventSynchronize(step_end_event_));  // device faults surface here
+  // The runner marked the end right after the last op; other callers end here.
+  if (!step_end_recorded_) CUDA_CHECK(cudaEventRecord(step_end_event_, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // device faults surface here
   timing->graph_replayed = graph_replayed_;
   if (per_op_device_times_) {
     for (size_t i = 0; i < ops_.size() && i < op_events_.size(); ++i) {
@@ -330,22 +405,50 @@ absl::Status CudaBackend::ResolveDeviceTimes(StepTiming* timing) {
 
 absl::Status CudaBackend::BeginGraphCapture() {
   if (capturing_) return absl::FailedPreconditionError("graph capture already in progress");
+  CUDA_CHECK(UseDevice(device_));
   CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
   capture_first_op_ = ops_.size();
   return absl::OkStatus();
 }
 
+absl::StatusOr<cudaGraph_t> CudaBackend::FinishCapture() {
+  if (!capturing_) return absl::FailedPreconditionError("no graph capture in progress");
+  capturing_ = false;
+  if (capture_first_op_ < ops_.size()) {
+    captured_ops_.assign(ops_.begin() + static_cast<std::ptrdiff_t>(capture_first_op_), ops_.end());
+  } else {
+    captured_ops_.clear();
+  }
+  ops_.resize(std::min(capture_first_op_, ops_.size()));  // captured, not run
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+  FreeDeferred();
+  if (e != cudaSuccess) {
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();  // clear it, so the next launch check does not report it
+    CUDA_CHECK(e);
+  }
+  return graph;
+}
+
+absl::Status CudaBackend::AbortGraphCapture() {
+  CUDA_CHECK(UseDevice(device_));
+  absl::StatusOr<cudaGraph_t> graph = FinishCapture();
+  if (!graph.ok()) return graph.status();
+  if (*graph != nullptr) CUDA_CHECK(cudaGraphDestroy(*graph));
+  captured_ops_.clear();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> CudaBackend::EndGraphCapture() {
   if (!capturing_)
     return absl::FailedPreconditionError("EndGraphCapture without BeginGraphCapture");
-  capturing_ = false;
+  CUDA_CHECK(UseDevice(device_));
   Graph g;
-  if (capture_first_op_ <= ops_.size()) {
-    g.ops.assign(ops_.begin() + static_cast<std::ptrdiff_t>(capture_first_op_), ops_.end());
-    ops_.resize(capture_first_op_);  // captured, not run
-  }
-  CUDA_CHECK(cudaStreamEndCapture(stream_, &g.graph));
+  ASSIGN_OR_RETURN(g.graph, FinishCapture());
+  g.ops = std::move(captured_ops_);
+  captured_ops_.clear();
   size_t free_before = 0, free_after = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
   const cudaError_t inst = cudaGraphInstantiate(&g.exec, g.graph, 0);
@@ -373,6 +476,7 @@ absl::Status CudaBackend::ReplayGraph(int handle) {
     return absl::InvalidArgumentError(absl::StrCat("ReplayGraph: unknown handle ", handle));
   }
   if (capturing_) return absl::FailedPreconditionError("ReplayGraph during graph capture");
+  CUDA_CHECK(UseDevice(device_));
   const Graph& g = graphs_[static_cast<size_t>(handle)];
   const double begin = NowUs() - step_host_start_us_;
   nvtxRangePushA("graph_replay");
@@ -382,14 +486,7 @@ absl::Status CudaBackend::ReplayGraph(int handle) {
   const cudaError_t e = cudaGraphLaunch(g.exec, stream_);
   nvtxRangePop();
   CUDA_CHECK(e);
-  const double end = NowUs() - step_host_start_us_;
-  for (OpRecord op : g.ops) {
-    op.issue_begin_us = begin;
-    op.issue_end_us = end;
-    op.device_begin_us = -1;
-    op.device_end_us = -1;
-    ops_.push_back(op);
-  }
+  AppendReplayedOps(g.ops, begin, NowUs() - step_host_start_us_);
   graph_replayed_ = true;
   return absl::OkStatus();
 }

@@ -1,12 +1,16 @@
 // The per-family "last launch" table the launchers fill and the occupancy report reads.
-// Host-only; ops are issued from one thread per backend, so plain storage suffices.
+// Host-only. Launchers write it on the engine thread while diagnostics threads read it
+// (KernelOccupancyReport), so a mutex keeps every record whole: a reader never pairs one
+// launch's kernel with another launch's grid or shared-memory size.
 #include <array>
+#include <mutex>
 
 #include "kernels/cuda/ops.h"
 
 namespace saturn::gpu {
 namespace {
-std::array<LaunchRecord, static_cast<size_t>(KernelFamily::kCount)> g_launches;
+std::mutex g_mu;
+std::array<LaunchRecord, static_cast<size_t>(KernelFamily::kCount)> g_launches;  // by g_mu
 }  // namespace
 
 const char* KernelFamilyName(KernelFamily f) {
@@ -43,9 +47,14 @@ const char* KernelFamilyName(KernelFamily f) {
 
 void RecordLaunch(KernelFamily f, const void* kernel, int64_t grid_blocks, int threads,
                   size_t dynamic_smem) {
-  g_launches[static_cast<size_t>(f)] = LaunchRecord{kernel, grid_blocks, threads, dynamic_smem};
+  const LaunchRecord r{kernel, grid_blocks, threads, dynamic_smem};
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_launches[static_cast<size_t>(f)] = r;
 }
 
-LaunchRecord LastLaunch(KernelFamily f) { return g_launches[static_cast<size_t>(f)]; }
+LaunchRecord LastLaunch(KernelFamily f) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_launches[static_cast<size_t>(f)];
+}
 
 }  // namespace saturn::gpu

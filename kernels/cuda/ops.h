@@ -67,7 +67,8 @@ struct LaunchRecord {
   int threads = 0;
   size_t dynamic_smem = 0;
 };
-// Remembered per family by every launcher (host-side, cheap, single-threaded issue).
+// Remembered per family by every launcher (host-side, cheap); thread-safe: written on the
+// engine thread, read by diagnostics threads.
 void RecordLaunch(KernelFamily f, const void* kernel, int64_t grid_blocks, int threads,
                   size_t dynamic_smem);
 LaunchRecord LastLaunch(KernelFamily f);

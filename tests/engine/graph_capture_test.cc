@@ -1,0 +1,361 @@
+// The runner's graph path on the host, through a backend that captures like CUDA does (ops
+// issued during a capture are recorded, not run; a replay runs them and appends their records)
+// on top of the CPU backend, and logs every call. Checks what the CUDA backend relies on:
+// one eager forward per size before its capture, nothing allocated/uploaded/downloaded/
+// synchronised inside a capture, a failed capture aborted rather than instantiated, the
+// step-end mark after the last op and before the copy back, a replay's issue time counted
+// once, and replayed steps (padding rows included) giving the eager tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/kv_cache.h"
+#include "engine/model_config.h"
+#include "engine/model_runner.h"
+#include "engine/weights.h"
+
+namespace saturn {
+namespace {
+
+class CapturingBackend final : public Backend {
+ public:
+  explicit CapturingBackend(std::unique_ptr<Backend> cpu) : cpu_(std::move(cpu)) {}
+
+  std::vector<std::string> log;
+  std::string fail_in_capture;  // an op kind that fails while capturing ("" = none)
+
+  std::string name() const override { return "capturing-cpu"; }
+  std::string device_name() const override { return cpu_->device_name(); }
+  DType compute_dtype() const override { return cpu_->compute_dtype(); }
+  size_t device_memory_bytes() const override { return cpu_->device_memory_bytes(); }
+  bool per_op_timing_is_cheap() const override { return false; }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    if (absl::Status s = Host("allocate"); !s.ok()) return s;
+    return cpu_->Allocate(bytes);
+  }
+  absl::Status Upload(const void* host, const Tensor& dst) override {
+    if (absl::Status s = Host("upload"); !s.ok()) return s;
+    return cpu_->Upload(host, dst);
+  }
+  absl::Status UploadF32(const float* host, const Tensor& dst) override {
+    if (absl::Status s = Host("upload_f32"); !s.ok()) return s;
+    return cpu_->UploadF32(host, dst);
+  }
+  absl::Status Download(const Tensor& src, void* host) override {
+    if (absl::Status s = Host("download"); !s.ok()) return s;
+    return cpu_->Download(src, host);
+  }
+  absl::Status Synchronize() override {
+    if (absl::Status s = Host("synchronize"); !s.ok()) return s;
+    return cpu_->Synchronize();
+  }
+  void Free(void*) override { ADD_FAILURE() << "buffers are owned by the CPU backend"; }
+
+  void BeginStep(bool per_op) override {
+    log.push_back("begin_step");
+    Backend::BeginStep(per_op);
+  }
+  void MarkStepEnd() override { log.push_back("mark_step_end"); }
+  absl::StatusOr<StepTiming> EndStep() override {
+    log.push_back("end_step");
+    return Backend::EndStep();
+  }
+
+  bool SupportsGraphs() const override { return true; }
+  absl::Status BeginGraphCapture() override {
+    log.push_back("begin_capture");
+    if (capturing_) return absl::FailedPreconditionError("already capturing");
+    capturing_ = true;
+    capture_first_op_ = ops_.size();
+    pending_.clear();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> EndGraphCapture() override {
+    log.push_back("end_capture");
+    if (!capturing_) return absl::FailedPreconditionError("not capturing");
+    capturing_ = false;
+    Graph g;
+    g.ops.assign(ops_.begin() + capture_first_op_, ops_.end());
+    ops_.resize(capture_first_op_);
+    g.run = std::move(pending_);
+    graphs_.push_back(std::move(g));
+    return static_cast<int>(graphs_.size() - 1);
+  }
+  absl::Status AbortGraphCapture() override {
+    log.push_back("abort_capture");
+    capturing_ = false;
+    ops_.resize(std::min(capture_first_op_, ops_.size()));
+    pending_.clear();
+    return absl::OkStatus();
+  }
+  absl::Status ReplayGraph(int handle) override {
+    log.push_back("replay");
+    const Graph& g = graphs_.at(handle);
+    const double begin = Now();
+    for (const auto& fn : g.run) {
+      if (absl::Status s = fn(); !s.ok()) return s;
+    }
+    AppendReplayedOps(g.ops, begin, Now());
+    return absl::OkStatus();
+  }
+  size_t num_graphs() const { return graphs_.size(); }
+
+ protected:
+  using Fn = std::function<absl::Status()>;
+  absl::Status DoEmbedding(const Tensor& ids, const Tensor& t, const Tensor& out) override {
+    return Op("embedding", [=, this] { return cpu_->Embedding(ids, t, out); });
+  }
+  absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
+    return Op("gemm", [=, this] { return cpu_->Gemm(x, w, out); });
+  }
+  absl::Status DoRmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) override {
+    return Op("rms_norm", [=, this] { return cpu_->RmsNorm(x, w, eps, out); });
+  }
+  absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& r, const Tensor& w, float eps,
+                            const Tensor& out) override {
+    return Op("add_rms_norm", [=, this] { return cpu_->AddRmsNorm(x, r, w, eps, out); });
+  }
+  absl::Status DoRope(const Tensor& q, const Tensor& k, const Tensor& pos, int hd,
+                      float theta) override {
+    return Op("rope", [=, this] { return cpu_->Rope(q, k, pos, hd, theta); });
+  }
+  absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slots, const Tensor& kc,
+                         const Tensor& vc) override {
+    return Op("kv_write", [=, this] { return cpu_->KvWrite(k, v, slots, kc, vc); });
+  }
+  absl::Status DoAttention(const Tensor& q, const Tensor& kc, const Tensor& vc,
+                           const AttentionBatch& b, const AttentionShape& sh,
+                           const Tensor& out) override {
+    return Op("attention", [=, this] { return cpu_->Attention(q, kc, vc, b, sh, out); });
+  }
+  absl::Status DoSwiGlu(const Tensor& gu, const Tensor& out) override {
+    return Op("swiglu", [=, this] { return cpu_->SwiGlu(gu, out); });
+  }
+  absl::Status DoAdd(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    return Op("add", [=, this] { return cpu_->Add(a, b, out); });
+  }
+  absl::Status DoGatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override {
+    return Op("gather_rows", [=, this] { return cpu_->GatherRows(x, idx, out); });
+  }
+  absl::Status DoSample(const Tensor& logits, const SamplingBatch& p,
+                        const Tensor& tokens) override {
+    return Op("sample", [=, this] { return cpu_->Sample(logits, p, tokens); });
+  }
+  absl::Status DoCopy(const Tensor& src, const Tensor& dst) override {
+    return Op("copy", [=, this] { return cpu_->Copy(src, dst); });
+  }
+  void MarkOpDeviceBegin(size_t) override {}
+  void MarkOpDeviceEnd(size_t) override {}
+  absl::Status ResolveDeviceTimes(StepTiming*) override { return absl::OkStatus(); }
+
+ private:
+  struct Graph {
+    std::vector<OpRecord> ops;
+    std::vector<Fn> run;
+  };
+  static double Now() {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // Host round trips and allocations are refused inside a capture, as on CUDA.
+  absl::Status Host(const char* what) {
+    log.push_back(what);
+    if (!capturing_) return absl::OkStatus();
+    ADD_FAILURE() << what << " inside a graph capture";
+    return absl::FailedPreconditionError(absl::StrCat(what, " during capture"));
+  }
+  absl::Status Op(const char* kind, Fn fn) {
+    log.push_back(absl::StrCat(capturing_ ? "captured:" : "op:", kind));
+    if (capturing_) {
+      if (fail_in_capture == kind) return absl::InternalError("injected capture failure");
+      pending_.push_back(std::move(fn));
+      return absl::OkStatus();
+    }
+    return fn();
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  bool capturing_ = false;
+  size_t capture_first_op_ = 0;
+  std::vector<Fn> pending_;
+  std::vector<Graph> graphs_;
+};
+
+class GraphCaptureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cfg = PresetConfig("tiny");
+    ASSERT_TRUE(cfg.ok());
+    cfg->max_position_embeddings = 128;
+    auto w = RandomWeights(*cfg, 3);
+    ASSERT_TRUE(w.ok()) << w.status();
+    weights_ = std::move(*w);
+    auto cpu = CreateBackend("cpu", 1);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    backend_ = std::make_unique<CapturingBackend>(std::move(*cpu));
+  }
+  std::unique_ptr<ModelRunner> MakeRunner(std::vector<int> graph_sizes) {
+    RunnerConfig rc;
+    rc.max_num_seqs_limit = 4;
+    rc.max_num_batched_tokens_limit = 64;
+    rc.max_model_len = 64;
+    rc.block_size = 4;
+    rc.num_kv_blocks = 64;
+    rc.graph_sizes = std::move(graph_sizes);
+    auto r = ModelRunner::Create(backend_.get(), weights_, rc);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+  // Index of the first log entry at or after `from` equal to `what` (log size if none).
+  size_t Find(const std::string& what, size_t from = 0) const {
+    const auto& l = backend_->log;
+    return std::find(l.begin() + from, l.end(), what) - l.begin();
+  }
+
+  ModelWeights weights_;
+  std::unique_ptr<CapturingBackend> backend_;
+};
+
+TEST_F(GraphCaptureTest, EachSizeRunsEagerlyOnceBeforeItsCaptureAndCaptureIsPure) {
+  auto runner = MakeRunner({1, 2, 4});
+  ASSERT_NE(runner, nullptr);
+  backend_->log.clear();
+  ASSERT_TRUE(runner->CaptureGraphs().ok());
+  EXPECT_EQ(backend_->num_graphs(), 3u);
+  EXPECT_EQ(runner->graph_info().sizes, (std::vector<int>{1, 2, 4}));
+  const auto& log = backend_->log;
+  size_t prev_end = 0;
+  for (int size = 0; size < 3; ++size) {
+    const size_t begin = Find("begin_capture", prev_end);
+    const size_t end = Find("end_capture", begin);
+    ASSERT_LT(end, log.size()) << "capture " << size;
+    // Before the capture: an eager forward through Sample, its end mark and a sync.
+    const size_t eager_sample = Find("op:sample", prev_end);
+    EXPECT_LT(eager_sample, begin) << "no eager forward before capture " << size;
+    EXPECT_LT(Find("mark_step_end", eager_sample), begin);
+    EXPECT_LT(Find("synchronize", eager_sample), begin);
+    // Inside: ops only (recorded, never run), through Sample; no host round trip.
+    size_t captured = 0;
+    for (size_t i = begin + 1; i < end; ++i) {
+      EXPECT_EQ(log[i].rfind("captured:", 0), 0u) << log[i] << " inside capture " << size;
+      ++captured;
+    }
+    EXPECT_EQ(log[end - 1], "captured:sample");
+    EXPECT_GT(captured, 10u);
+    prev_end = end;
+  }
+  EXPECT_EQ(Find("abort_capture"), log.size());
+}
+
+TEST_F(GraphCaptureTest, AFailedCaptureIsAbortedNotInstantiated) {
+  auto runner = MakeRunner({2, 4});
+  ASSERT_NE(runner, nullptr);
+  backend_->fail_in_capture = "attention";
+  backend_->log.clear();
+  absl::Status s = runner->SetUseGraphs(true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("injected capture failure"), std::string::npos) << s;
+  EXPECT_LT(Find("abort_capture"), backend_->log.size());
+  EXPECT_EQ(Find("end_capture"), backend_->log.size());  // nothing instantiated
+  EXPECT_EQ(backend_->num_graphs(), 0u);
+  EXPECT_FALSE(runner->use_graphs());
+  EXPECT_TRUE(runner->graph_info().sizes.empty());
+  // The runner still serves eagerly, and a later capture (now succeeding) works.
+  backend_->fail_in_capture.clear();
+  ASSERT_TRUE(runner->SetUseGraphs(true).ok());
+  EXPECT_EQ(backend_->num_graphs(), 2u);
+}
+
+// A prompt for each of `n` sequences, then decode steps; returns the tokens of the last step.
+struct DecodeRun {
+  std::vector<int> tokens;
+  RunnerOutput last;
+};
+DecodeRun Decode(ModelRunner* runner, int n, int steps, CapturingBackend* log_owner) {
+  BlockManager blocks(64, 4);
+  std::vector<ScheduledSeq> seqs(n);
+  StepPlan prefill;
+  for (int i = 0; i < n; ++i) {
+    ScheduledSeq& s = seqs[i];
+    s.request_id = i;
+    for (int j = 0; j < 5 + 3 * i; ++j) s.token_ids.push_back((i * 31 + j * 7) % 256);
+    EXPECT_TRUE(blocks.EnsureCapacity(&s.block_table, 5 + 3 * i + steps + 1));
+    s.sample = true;
+    s.is_prefill = true;
+    prefill.seqs.push_back(s);
+  }
+  auto out = runner->Execute(prefill, false);
+  EXPECT_TRUE(out.ok()) << out.status();
+  DecodeRun run;
+  if (!out.ok()) return run;
+  std::vector<int> next = out->sampled;
+  for (int step = 0; step < steps; ++step) {
+    StepPlan plan;
+    for (int i = 0; i < n; ++i) {
+      ScheduledSeq& s = seqs[i];
+      s.start_position += s.num_new_tokens();
+      s.token_ids = {next[i]};
+      s.is_prefill = false;
+      s.sample_step = step + 1;
+      plan.seqs.push_back(s);
+    }
+    log_owner->log.clear();
+    auto o = runner->Execute(plan, false);
+    EXPECT_TRUE(o.ok()) << o.status();
+    if (!o.ok()) return run;
+    next = o->sampled;
+    run.tokens.insert(run.tokens.end(), next.begin(), next.end());
+    run.last = *o;
+  }
+  return run;
+}
+
+TEST_F(GraphCaptureTest, ReplayedDecodeGivesTheEagerTokensAndCountsIssueOnce) {
+  auto eager = MakeRunner({});
+  ASSERT_NE(eager, nullptr);
+  const DecodeRun want = Decode(eager.get(), 3, 4, backend_.get());
+  auto graphs = MakeRunner({1, 4});  // 3 sequences replay the size-4 graph with one pad row
+  ASSERT_NE(graphs, nullptr);
+  ASSERT_TRUE(graphs->SetUseGraphs(true).ok());
+  const DecodeRun got = Decode(graphs.get(), 3, 4, backend_.get());
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_TRUE(got.last.graph_replayed);
+  EXPECT_EQ(got.last.graph_batch_size, 4);
+  EXPECT_EQ(got.last.padding_tokens, 1);
+  // The replay's host interval belongs to its first op; the step counts it once.
+  const StepTiming& t = got.last.timing;
+  ASSERT_GT(t.ops.size(), 10u);
+  EXPECT_NEAR(t.issue_us, t.ops[0].issue_end_us - t.ops[0].issue_begin_us, 1e-9);
+  for (size_t i = 1; i < t.ops.size(); ++i) {
+    EXPECT_EQ(t.ops[i].issue_end_us, t.ops[i].issue_begin_us) << "op " << i;
+  }
+  EXPECT_EQ(t.ops.back().kind, OpKind::kSample);
+  // The step end is marked after the replay and before the tokens come back.
+  const size_t replay = Find("replay"), mark = Find("mark_step_end"), down = Find("download");
+  EXPECT_LT(replay, mark);
+  EXPECT_LT(mark, down);
+  EXPECT_LT(down, backend_->log.size());
+}
+
+TEST_F(GraphCaptureTest, EagerStepMarksItsEndAfterSampleBeforeTheDownload) {
+  auto runner = MakeRunner({});
+  ASSERT_NE(runner, nullptr);
+  (void)Decode(runner.get(), 2, 1, backend_.get());
+  const auto& log = backend_->log;
+  const size_t mark = Find("mark_step_end"), down = Find("download");
+  ASSERT_LT(mark, log.size());
+  ASSERT_GT(mark, 0u);
+  EXPECT_EQ(log[mark - 1], "op:sample");
+  EXPECT_LT(mark, down);
+  EXPECT_LT(down, Find("end_step"));
+}
+
+}  // namespace
+}  // namespace saturn
