@@ -3,17 +3,23 @@
 # CUDA test binaries and saturn-bench-engine (SATURN_ENGINE_ONLY, sm_90), plus the non-system
 # shared libraries they load (Abseil, OpenBLAS, gfortran, GTest, ...; not libc/libstdc++ and
 # not the CUDA driver or cuBLAS, which the GPU machine has), packed into .gpu_bundle/
-# (git-ignored; carried to the device with carry [".gpu_bundle"]).
+# (git-ignored; carried to the device with carry [".gpu_bundle"]). cuBLAS/cuBLASLt are left
+# out on purpose (cuBLASLt alone is ~500 MB, over the carry limit): gpu_check.sh finds them
+# on the GPU machine and its first stage stops, naming them, if any binary cannot load.
 #
-#   bench/gpu_bundle.sh            # BUILD_DIR=build-gpu JOBS=2 by default
+#   /work/tools/cpu bench/gpu_bundle.sh   # BUILD_DIR=build-gpu JOBS=2 by default
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-2}
 DEST=$ROOT/.gpu_bundle
 
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 cmake -S "$ROOT" -B "$BUILD" -DSATURN_ENGINE_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}" >/dev/null
 
 targets=()
 for src in "$ROOT"/tests/cuda/*_test.cc; do
@@ -48,6 +54,9 @@ mkdir -p "$DEST"
 tar -C "$stage" -czf "$DEST/bundle.tar.gz" bin lib
 {
   echo "built $(date -u +%FT%TZ) from $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'uncommitted tree')"
+  # What gpu_check.sh must find on the GPU machine (its ldd stage checks every binary).
+  echo "needs from the machine: $(for b in "$stage"/bin/*; do ldd "$b"; done |
+    awk '{print $1}' | grep -E '^lib(cuda|cudart|cublas|cublasLt|nvidia)' | sort -u | tr '\n' ' ')"
   (cd "$stage" && ls -l bin lib)
 } >"$DEST/MANIFEST.txt"
 du -sh "$DEST"

@@ -1,96 +1,265 @@
 #!/usr/bin/env bash
 # One command for the GPU machine: unpacks .gpu_bundle/ (made here by bench/gpu_bundle.sh),
-# then nvidia-smi, the CUDA tests, compute-sanitizer memcheck over a short test, and the
-# engine bench (small and 1b, batch 1..256, graphs off and on). Writes gpu_check.json,
-# gpu_check.log and gpu_check.txt (a short table) to $OUT, or to bench/results/ when OUT is
-# unset. Every stage has its own timeout and the whole run stays under 8 minutes; a failing
-# stage is recorded and the next one runs.
+# finds cuBLAS/cuBLASLt 13 wherever that machine installs them, checks with ldd that every
+# binary loads, then runs the stages of one pass, each under its own timeout inside the
+# pass's budget. A failing stage is recorded and the next one runs; a binary that cannot
+# load stops the run at once with the missing libraries named.
 #
-#   device run:  bench/gpu_check.sh          (carry [".gpu_bundle"], timeout_s 540)
+#   pass 1 (default, <= 300 s): nvidia-smi, every tests/cuda binary, compute-sanitizer
+#     memcheck over the sampling, attention and capture tests, saturn-bench-engine small at
+#     batch 1..64 with --graphs=both (one engine, one calibration for both modes).
+#   pass 2 (--pass=2, optional, <= 300 s): saturn-bench-engine 1b at batch 1..256 and small
+#     at batch 128 and 256, each --graphs=both.
+#   --dry-run: prints the plan (stages, each one's time limit, the budget) and runs the
+#     library search and the ldd check for real, here, on the bundle (or, without one, on
+#     the binaries in build/). Runs nothing else.
+#
+# Writes gpu_check.json, gpu_check.log and gpu_check.txt (a short table) to $OUT, or to
+# bench/results/ when OUT is unset.
+#
+#   device run: command "bench/gpu_check.sh", carry [".gpu_bundle"], timeout_s 330
+#   (second call, only if the first passed: "bench/gpu_check.sh --pass=2", same carry)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUNDLE=${GPU_BUNDLE:-$ROOT/.gpu_bundle}
-RESULTS=${OUT:-$ROOT/bench/results}
-BUDGET_S=${GPU_CHECK_BUDGET_S:-470}
+PASS=1
+DRY_RUN=0
+for arg in "$@"; do
+  case $arg in
+    --pass=1 | --pass=2) PASS=${arg#--pass=} ;;
+    --dry-run) DRY_RUN=1 ;;
+    -h | --help)
+      sed -n '2,23p' "$0"
+      exit 0
+      ;;
+    *)
+      echo "gpu_check: unknown argument '$arg' (use --pass=1|2, --dry-run)" >&2
+      exit 2
+      ;;
+  esac
+done
+BUDGET_S=${GPU_CHECK_BUDGET_S:-290} # the device call's timeout_s is this plus ~40 s slack
+if [ "$DRY_RUN" = 1 ]; then
+  RESULTS=$(mktemp -d)
+else
+  RESULTS=${OUT:-$ROOT/bench/results}
+fi
 mkdir -p "$RESULTS"
 LOG=$RESULTS/gpu_check.log
 : >"$LOG"
 START=$(date +%s)
 WORK=$(mktemp -d)
-STAGES=$WORK/stages.tsv  # name, rc, seconds, result file
+trap 'rm -rf "$WORK"; [ "$DRY_RUN" = 1 ] && rm -rf "$RESULTS"' EXIT
+STAGES=$WORK/stages.tsv # name, rc, seconds, result file, limit
 : >"$STAGES"
+PLANNED=0
 
 log() { echo "[gpu_check +$(($(date +%s) - START))s] $*" | tee -a "$LOG"; }
 left() { echo $((BUDGET_S - ($(date +%s) - START))); }
 
 # stage NAME TIMEOUT_S RESULT_FILE CMD...: runs under timeout (shortened to the time left).
+# In a dry run it prints the stage and its limit instead.
 stage() {
   local name=$1 limit=$2 result=$3
   shift 3
+  [ "${IN_GROUP:-0}" = 1 ] || PLANNED=$((PLANNED + limit))
+  if [ "$DRY_RUN" = 1 ]; then
+    printf '  %-40s %4ss  %s\n' "${IN_GROUP:+  }$name" "$limit" "$(basename "$1") ${*:2}" | cut -c1-150
+    return 0
+  fi
   local remain
   remain=$(left)
   if [ "$remain" -lt 10 ]; then
     log "$name: skipped (budget spent)"
-    printf '%s\t%s\t%s\t%s\n' "$name" skipped 0 "" >>"$STAGES"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" skipped 0 "" "$limit" >>"$STAGES"
     return 0
   fi
   [ "$limit" -gt "$remain" ] && limit=$remain
   log "$name: start (timeout ${limit}s)"
-  local t0=$(date +%s)
+  local t0
+  t0=$(date +%s)
   timeout --kill-after=5 "$limit" "$@" >>"$LOG" 2>&1
   local rc=$?
   log "$name: rc=$rc in $(($(date +%s) - t0))s"
-  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - t0))" "$result" >>"$STAGES"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - t0))" "$result" "$limit" >>"$STAGES"
 }
 
-if [ ! -f "$BUNDLE/bundle.tar.gz" ]; then
+# --- the binaries ------------------------------------------------------------------------
+if [ -f "$BUNDLE/bundle.tar.gz" ]; then
+  tar -xzf "$BUNDLE/bundle.tar.gz" -C "$WORK"
+  log "bundle: $(head -n1 "$BUNDLE/MANIFEST.txt" 2>/dev/null)"
+elif [ "$DRY_RUN" = 1 ] && [ -d "$ROOT/build" ]; then
+  mkdir -p "$WORK/bin" "$WORK/lib"
+  for src in "$ROOT"/tests/cuda/*_test.cc; do
+    f=$ROOT/build/tests/$(basename "$src" .cc)
+    [ -x "$f" ] && ln -s "$f" "$WORK/bin/$(basename "$f")"
+  done
+  [ -x "$ROOT/build/bench/saturn-bench-engine" ] &&
+    ln -s "$ROOT/build/bench/saturn-bench-engine" "$WORK/bin/saturn-bench-engine"
+  log "no $BUNDLE/bundle.tar.gz: dry run over the binaries in build/ instead"
+else
   log "no $BUNDLE/bundle.tar.gz: run bench/gpu_bundle.sh first (and carry .gpu_bundle)"
   exit 2
 fi
-tar -xzf "$BUNDLE/bundle.tar.gz" -C "$WORK"
-# cuBLAS 13 and the driver come from the machine: its CUDA install or the pip wheels.
-CUDA_LIBS=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-  $(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null); do
-  [ -d "$d" ] && CUDA_LIBS="$CUDA_LIBS:$d"
-done
-export LD_LIBRARY_PATH="$WORK/lib$CUDA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-log "bundle: $(cat "$BUNDLE/MANIFEST.txt" 2>/dev/null | head -n1)"
+BIN=$WORK/bin
 
-stage nvidia-smi 20 "" nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,utilization.gpu --format=csv
-
-for t in "$WORK"/bin/*_test; do
-  [ -x "$t" ] || continue
-  n=$(basename "$t")
-  stage "test:$n" 90 "$WORK/$n.json" "$t" --gtest_output="json:$WORK/$n.json"
-done
-
-if command -v compute-sanitizer >/dev/null 2>&1 && [ -x "$WORK/bin/cuda_attention_test" ]; then
-  stage memcheck 90 "" compute-sanitizer --tool memcheck --error-exitcode 9 \
-    "$WORK/bin/cuda_attention_test" --gtest_filter='*ragged*:*decode_gqa_hd32*'
-else
-  log "memcheck: compute-sanitizer or cuda_attention_test missing, skipped"
-fi
-
-if [ -x "$WORK/bin/saturn-bench-engine" ]; then
-  for model in small 1b; do
-    for graphs in off on; do
-      stage "bench:$model:graphs=$graphs" 75 "$WORK/bench_${model}_$graphs.json" \
-        "$WORK/bin/saturn-bench-engine" --backend=cuda --model=$model \
-        --batches=1,2,4,8,16,32,64,128,256 --graphs=$graphs --json="$WORK/bench_${model}_$graphs.json"
-    done
+# --- cuBLAS/cuBLASLt 13 and the driver: from the machine, wherever they are ---------------
+# The bundle leaves them out (cuBLASLt alone is ~500 MB). CUDA 13 may put them in the
+# toolkit (lib64, targets/), in pip wheels (nvidia/cu13/lib; nvidia/cublas/lib is the cu12
+# layout) or in the loader cache.
+candidate_dirs() {
+  local d
+  for d in ${CUDA_HOME:+$CUDA_HOME/lib64} /usr/local/cuda/lib64 \
+    /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 \
+    /usr/local/cuda-13*/targets/x86_64-linux/lib; do
+    echo "$d"
   done
+  local py
+  for py in python3 /opt/torch/.venv/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    "$py" - <<'PY' 2>/dev/null
+import glob, os, site, sys
+roots = set(site.getsitepackages() + [site.getusersitepackages()] + sys.path)
+try:
+    import nvidia
+    roots.update(os.path.dirname(p) for p in nvidia.__path__)
+except Exception:
+    pass
+for r in sorted(x for x in roots if x and os.path.isdir(x)):
+    for d in glob.glob(os.path.join(r, "nvidia", "cu13", "lib")) + \
+             glob.glob(os.path.join(r, "nvidia", "*", "lib")):
+        print(d)
+PY
+  done
+  ldconfig -p 2>/dev/null | awk '/libcublas(Lt)?\.so/{print $NF}' | xargs -r -n1 dirname
+}
+CUDA_LIBS=""
+while read -r d; do
+  [ -d "$d" ] || continue
+  ls "$d"/libcublas.so* "$d"/libcublasLt.so* >/dev/null 2>&1 || continue
+  case ":$CUDA_LIBS:" in *":$d:"*) continue ;; esac
+  CUDA_LIBS="$CUDA_LIBS:$d"
+done < <(candidate_dirs | awk '!seen[$0]++')
+export LD_LIBRARY_PATH="$WORK/lib$CUDA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+log "cuBLAS found in: ${CUDA_LIBS#:}"
+
+# --- stage 0: every binary loads (ldd), else stop with the missing libraries named -------
+missing=""
+for b in "$BIN"/*; do
+  [ -e "$b" ] || continue
+  nf=$(ldd "$b" 2>&1 | awk '/not found/{print $1}' | sort -u | tr '\n' ' ')
+  [ -n "$nf" ] && missing="$missing  $(basename "$b"): $nf\n"
+done
+if [ -n "$missing" ]; then
+  log "ldd: libraries not found, nothing can run:"
+  printf "$missing" | tee -a "$LOG"
+  log "searched: $(candidate_dirs | awk '!seen[$0]++' | tr '\n' ' ')"
+  log "fix: point CUDA_HOME at a CUDA 13 toolkit, or install the nvidia-cublas 13 wheel"
+  printf '%s\t%s\t%s\t%s\t%s\n' ldd 127 0 "" 10 >>"$STAGES"
+  LDD_OK=0
 else
-  log "bench: saturn-bench-engine not in the bundle, skipped"
+  log "ldd: all $(ls "$BIN" | wc -l) binaries resolve every library"
+  printf '%s\t%s\t%s\t%s\t%s\n' ldd 0 0 "" 10 >>"$STAGES"
+  LDD_OK=1
 fi
 
-python3 - "$STAGES" "$RESULTS" <<'PY'
+if [ "$DRY_RUN" = 1 ]; then
+  echo "gpu_check --dry-run: pass $PASS, budget ${BUDGET_S}s (device call: timeout_s $((BUDGET_S + 40)))"
+  echo "  ldd                                       $([ $LDD_OK = 1 ] && echo ok || echo FAILED)"
+fi
+
+# --- the stages of the pass ---------------------------------------------------------------
+# A group of stages shares one allotment: each stage's limit is min(cap, what the group has
+# left), so slow tests squeeze memcheck's share, never the bench's.
+GROUP_LEFT=0
+# group NAME SECONDS: starts a group of stages sharing SECONDS.
+group() {
+  GROUP_LEFT=$2
+  PLANNED=$((PLANNED + $2))
+  [ "$DRY_RUN" = 1 ] && printf '  %-40s %4ss  (shared; each stage below gets at most its cap)\n' "[$1]" "$2"
+  return 0
+}
+group_stage() {
+  local cap=$1 name=$2
+  shift 2
+  local limit=$cap
+  [ "$DRY_RUN" = 0 ] && [ "$GROUP_LEFT" -lt "$limit" ] && limit=$GROUP_LEFT
+  if [ "$limit" -lt 5 ]; then
+    log "$name: skipped (its group's time is spent)"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" skipped 0 "" 0 >>"$STAGES"
+    return 0
+  fi
+  local t0
+  t0=$(date +%s)
+  IN_GROUP=1 stage "$name" "$limit" "$@"
+  GROUP_LEFT=$((GROUP_LEFT - ($(date +%s) - t0)))
+}
+# compute-sanitizer refuses some virtualised devices ("Device not supported", seen under
+# gVisor): that is recorded as rc "unsupported", not as a memory error.
+cat >"$WORK/memcheck.sh" <<'SH'
+#!/usr/bin/env bash
+out=$(mktemp)
+compute-sanitizer --tool memcheck --error-exitcode 9 "$@" >"$out" 2>&1
+rc=$?
+cat "$out"
+if [ $rc -ne 0 ] && grep -q "Device not supported" "$out"; then rc=77; fi
+rm -f "$out"
+exit $rc
+SH
+chmod +x "$WORK/memcheck.sh"
+
+run_pass1() {
+  stage nvidia-smi 10 "" nvidia-smi \
+    --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,utilization.gpu --format=csv
+  local t n
+  group tests 120
+  for t in "$BIN"/*_test; do
+    [ -e "$t" ] || continue
+    n=$(basename "$t")
+    group_stage 60 "test:$n" "$WORK/$n.json" "$t" --gtest_output="json:$WORK/$n.json"
+  done
+  group memcheck 60 # short, kernel-heavy filters: memcheck slows every launch many times
+  if command -v compute-sanitizer >/dev/null 2>&1 || [ "$DRY_RUN" = 1 ]; then
+    group_stage 30 memcheck:sampling "" "$WORK/memcheck.sh" "$BIN/cuda_sampling_test" \
+      --gtest_filter='-*LmLike*'
+    group_stage 30 memcheck:attention "" "$WORK/memcheck.sh" "$BIN/cuda_attention_test" \
+      --gtest_filter='*ragged*:*decode_gqa_hd32*'
+    group_stage 30 memcheck:capture "" "$WORK/memcheck.sh" "$BIN/cuda_capture_test" \
+      --gtest_filter='-*StepEnd*'
+  else
+    log "memcheck: compute-sanitizer not on PATH, skipped"
+  fi
+  stage bench:small 90 "$WORK/bench_small.json" "$BIN/saturn-bench-engine" --backend=cuda \
+    --model=small --batches=1,2,4,8,16,32,64 --graphs=both --json="$WORK/bench_small.json"
+}
+run_pass2() {
+  stage nvidia-smi 15 "" nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
+  stage bench:1b 180 "$WORK/bench_1b.json" "$BIN/saturn-bench-engine" --backend=cuda \
+    --model=1b --batches=1,8,32,64,128,256 --graphs=both --json="$WORK/bench_1b.json"
+  stage bench:small-large-batch 90 "$WORK/bench_small_large.json" "$BIN/saturn-bench-engine" \
+    --backend=cuda --model=small --batches=128,256 --graphs=both \
+    --json="$WORK/bench_small_large.json"
+}
+if [ "$LDD_OK" = 1 ] || [ "$DRY_RUN" = 1 ]; then
+  [ "$PASS" = 1 ] && run_pass1 || run_pass2
+fi
+
+if [ "$DRY_RUN" = 1 ]; then
+  echo "  stage limits add up to ${PLANNED}s; each is cut to what is left of ${BUDGET_S}s"
+  [ "$PLANNED" -le $((BUDGET_S + 60)) ] || echo "  WARNING: limits exceed the budget by more than 60s"
+  [ "$LDD_OK" = 1 ] || exit 3
+  exit 0
+fi
+
+python3 - "$STAGES" "$RESULTS" "$PASS" "$BUDGET_S" <<'PY'
 import json, os, sys
-stages_file, results = sys.argv[1], sys.argv[2]
-report = {"stages": []}
+stages_file, results, pass_no, budget = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+report = {"pass": int(pass_no), "budget_s": int(budget), "stages": []}
 for line in open(stages_file):
-    name, rc, secs, result = (line.rstrip("\n").split("\t") + [""] * 4)[:4]
-    entry = {"name": name, "rc": rc, "seconds": int(secs or 0)}
+    name, rc, secs, result, limit = (line.rstrip("\n").split("\t") + [""] * 5)[:5]
+    if name.startswith("memcheck:") and rc == "77":
+        rc = "unsupported"  # compute-sanitizer refused this device (memcheck.sh)
+    entry = {"name": name, "rc": rc, "seconds": int(secs or 0), "limit_s": int(limit or 0)}
     if result and os.path.exists(result):
         try:
             data = json.load(open(result))
@@ -104,7 +273,7 @@ for line in open(stages_file):
         elif data is not None:
             entry["result"] = data
     report["stages"].append(entry)
-report["ok"] = all(s["rc"] in ("0", "skipped") for s in report["stages"])
+report["ok"] = all(s["rc"] in ("0", "skipped", "unsupported") for s in report["stages"])
 json.dump(report, open(os.path.join(results, "gpu_check.json"), "w"), indent=1)
 rows = ["%-34s %8s %6s  %s" % ("stage", "rc", "sec", "detail")]
 for s in report["stages"]:
@@ -122,4 +291,4 @@ text = "\n".join(rows)
 open(os.path.join(results, "gpu_check.txt"), "w").write(text + "\n")
 print(text)
 PY
-rm -rf "$WORK"
+[ "$LDD_OK" = 1 ] || exit 3
