@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/op_cost.h"
@@ -19,6 +20,38 @@ double HostUs() {
       .count();
 }
 
+// Where each step input lives inside the one packed input buffer (host staging and device
+// alike): regions in a fixed order, each 16-byte aligned, sized for this step's counts. The
+// offsets depend only on (tokens, seqs, block-table width), so a decode graph captured at a
+// batch size reads its inputs where every later step of that size writes them.
+struct InputLayout {
+  size_t ids, positions, slots, query_start, context_lens, block_tables, sample_rows, temperature,
+      top_k, top_p, seed, step, end;
+};
+
+InputLayout LayoutFor(int64_t tokens, int64_t seqs, int64_t width) {
+  InputLayout l{};
+  size_t at = 0;
+  auto region = [&](size_t* off, int64_t count, size_t elem) {
+    *off = at;
+    at += (static_cast<size_t>(count) * elem + 15) & ~size_t{15};
+  };
+  region(&l.seed, seqs, 8);
+  region(&l.ids, tokens, 4);
+  region(&l.positions, tokens, 4);
+  region(&l.slots, tokens, 4);
+  region(&l.query_start, seqs + 1, 4);
+  region(&l.context_lens, seqs, 4);
+  region(&l.sample_rows, seqs, 4);
+  region(&l.temperature, seqs, 4);
+  region(&l.top_k, seqs, 4);
+  region(&l.top_p, seqs, 4);
+  region(&l.step, seqs, 4);
+  region(&l.block_tables, seqs * width, 4);
+  l.end = at;
+  return l;
+}
+
 }  // namespace
 
 struct ModelRunner::DeviceWeights {
@@ -31,18 +64,27 @@ struct ModelRunner::DeviceWeights {
   std::vector<Layer> layers;
 };
 
-// Device buffers sized for the configured upper bounds, plus their host staging copies.
+// Device buffers sized for the configured upper bounds, plus their host staging copies. The
+// step inputs travel packed: built in the h_* vectors, copied into one host staging buffer
+// (page-locked on CUDA) at the step's InputLayout, uploaded with one copy into `inputs`.
 struct ModelRunner::Buffers {
+  struct HostFree {
+    Backend* backend;
+    void operator()(void* p) const { backend->FreeHost(p); }
+  };
+  using HostMemory = std::unique_ptr<void, HostFree>;
+
   int max_tokens = 0, max_seqs = 0, max_blocks_per_seq = 0;
-  DeviceBuffer ids, positions, slots, query_start, context_lens, block_tables, sample_rows;
-  DeviceBuffer temperature, top_k, top_p, seed, step, tokens;
+  DeviceBuffer inputs, tokens;
+  HostMemory h_inputs{nullptr, HostFree{nullptr}}, h_tokens{nullptr, HostFree{nullptr}};
+  InputLayout layout{};  // of the prepared step
   DeviceBuffer hidden, normed, q, k, v, attn_out, tmp, gate_up, act, gathered, gathered_normed;
   DeviceBuffer logits;
   DeviceBuffer kv;  // [layers][K|V][(num_blocks + 1) * block_size, Hkv * hd]
   std::vector<Tensor> k_cache, v_cache;
   // Host staging (kept alive until the next synchronisation point).
   std::vector<int32_t> h_ids, h_positions, h_slots, h_query_start, h_context_lens, h_block_tables,
-      h_sample_rows, h_top_k, h_step, h_tokens;
+      h_sample_rows, h_top_k, h_step;
   std::vector<float> h_temperature, h_top_p;
   std::vector<int64_t> h_seed;
   // Cost-model inputs of the prepared step.
@@ -135,19 +177,13 @@ absl::Status ModelRunner::AllocateBuffers() {
         *buf, backend_->Allocate(static_cast<size_t>(std::max<int64_t>(elems, 1)) * DTypeSize(t)));
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(alloc(&b.ids, T, DType::kI32));
-  RETURN_IF_ERROR(alloc(&b.positions, T, DType::kI32));
-  RETURN_IF_ERROR(alloc(&b.slots, T, DType::kI32));
-  RETURN_IF_ERROR(alloc(&b.query_start, S + 1, DType::kI32));
-  RETURN_IF_ERROR(alloc(&b.context_lens, S, DType::kI32));
-  RETURN_IF_ERROR(alloc(&b.block_tables, S * b.max_blocks_per_seq, DType::kI32));
-  RETURN_IF_ERROR(alloc(&b.sample_rows, S, DType::kI32));
-  RETURN_IF_ERROR(alloc(&b.temperature, S, DType::kF32));
-  RETURN_IF_ERROR(alloc(&b.top_k, S, DType::kI32));
-  RETURN_IF_ERROR(alloc(&b.top_p, S, DType::kF32));
-  RETURN_IF_ERROR(alloc(&b.seed, S, DType::kI64));
-  RETURN_IF_ERROR(alloc(&b.step, S, DType::kI32));
+  const size_t input_bytes = LayoutFor(T, S, b.max_blocks_per_seq).end;
+  ASSIGN_OR_RETURN(b.inputs, backend_->Allocate(input_bytes));
   RETURN_IF_ERROR(alloc(&b.tokens, S, DType::kI32));
+  ASSIGN_OR_RETURN(void* h_in, backend_->AllocateHost(input_bytes));
+  b.h_inputs = Buffers::HostMemory(h_in, Buffers::HostFree{backend_});
+  ASSIGN_OR_RETURN(void* h_tok, backend_->AllocateHost(static_cast<size_t>(S) * sizeof(int32_t)));
+  b.h_tokens = Buffers::HostMemory(h_tok, Buffers::HostFree{backend_});
   RETURN_IF_ERROR(alloc(&b.hidden, T * d, dt));
   RETURN_IF_ERROR(alloc(&b.normed, T * d, dt));
   RETURN_IF_ERROR(alloc(&b.q, T * hq, dt));
@@ -248,22 +284,27 @@ absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_
   }
   b.h_query_start[num_seqs] = t;
   const int r = static_cast<int>(b.h_sample_rows.size());
-  auto up = [&](const void* host, const DeviceBuffer& dst, DType dt, int64_t count) {
-    return count == 0 ? absl::OkStatus() : backend_->Upload(host, dst.View(dt, 1, count));
+  // Pack into the staging buffer at this step's layout, then one upload of the whole step.
+  b.layout = LayoutFor(num_tokens, num_seqs, width);
+  char* stage = static_cast<char*>(b.h_inputs.get());
+  auto pack = [&](size_t off, const auto& v, int64_t count) {
+    if (count > 0) std::memcpy(stage + off, v.data(), count * sizeof(v[0]));
   };
-  RETURN_IF_ERROR(up(b.h_ids.data(), b.ids, DType::kI32, num_tokens));
-  RETURN_IF_ERROR(up(b.h_positions.data(), b.positions, DType::kI32, num_tokens));
-  RETURN_IF_ERROR(up(b.h_slots.data(), b.slots, DType::kI32, num_tokens));
-  RETURN_IF_ERROR(up(b.h_query_start.data(), b.query_start, DType::kI32, num_seqs + 1));
-  RETURN_IF_ERROR(up(b.h_context_lens.data(), b.context_lens, DType::kI32, num_seqs));
-  RETURN_IF_ERROR(
-      up(b.h_block_tables.data(), b.block_tables, DType::kI32, int64_t{num_seqs} * width));
-  RETURN_IF_ERROR(up(b.h_sample_rows.data(), b.sample_rows, DType::kI32, r));
-  RETURN_IF_ERROR(up(b.h_temperature.data(), b.temperature, DType::kF32, r));
-  RETURN_IF_ERROR(up(b.h_top_k.data(), b.top_k, DType::kI32, r));
-  RETURN_IF_ERROR(up(b.h_top_p.data(), b.top_p, DType::kF32, r));
-  RETURN_IF_ERROR(up(b.h_seed.data(), b.seed, DType::kI64, r));
-  RETURN_IF_ERROR(up(b.h_step.data(), b.step, DType::kI32, r));
+  const InputLayout& l = b.layout;
+  pack(l.ids, b.h_ids, num_tokens);
+  pack(l.positions, b.h_positions, num_tokens);
+  pack(l.slots, b.h_slots, num_tokens);
+  pack(l.query_start, b.h_query_start, num_seqs + 1);
+  pack(l.context_lens, b.h_context_lens, num_seqs);
+  pack(l.block_tables, b.h_block_tables, int64_t{num_seqs} * width);
+  pack(l.sample_rows, b.h_sample_rows, r);
+  pack(l.temperature, b.h_temperature, r);
+  pack(l.top_k, b.h_top_k, r);
+  pack(l.top_p, b.h_top_p, r);
+  pack(l.seed, b.h_seed, r);
+  pack(l.step, b.h_step, r);
+  RETURN_IF_ERROR(backend_->Upload(
+      stage, b.inputs.View(DType::kI32, 1, static_cast<int64_t>(l.end / sizeof(int32_t)))));
   return r;
 }
 
@@ -276,17 +317,18 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
   const int64_t T = num_tokens, R = num_sample_rows, d = m.hidden_size,
                 hq = int64_t{m.num_heads} * m.head_dim, hkv = int64_t{m.num_kv_heads} * m.head_dim,
                 f = m.intermediate_size;
-  const Tensor ids = b.ids.View(DType::kI32, 1, T);
-  const Tensor positions = b.positions.View(DType::kI32, 1, T);
-  const Tensor slots = b.slots.View(DType::kI32, 1, T);
+  const InputLayout& in = b.layout;  // set by PrepareInputs for these counts
+  const Tensor ids = b.inputs.View(DType::kI32, 1, T, in.ids);
+  const Tensor positions = b.inputs.View(DType::kI32, 1, T, in.positions);
+  const Tensor slots = b.inputs.View(DType::kI32, 1, T, in.slots);
   const Tensor hidden = b.hidden.View(dt, T, d), normed = b.normed.View(dt, T, d),
                tmp = b.tmp.View(dt, T, d), q = b.q.View(dt, T, hq), k = b.k.View(dt, T, hkv),
                v = b.v.View(dt, T, hkv), attn_out = b.attn_out.View(dt, T, hq),
                gate_up = b.gate_up.View(dt, T, 2 * f), act = b.act.View(dt, T, f);
   AttentionBatch batch;
-  batch.query_start = b.query_start.View(DType::kI32, 1, num_seqs + 1);
-  batch.context_lens = b.context_lens.View(DType::kI32, 1, num_seqs);
-  batch.block_tables = b.block_tables.View(DType::kI32, num_seqs, b.max_blocks_per_seq);
+  batch.query_start = b.inputs.View(DType::kI32, 1, num_seqs + 1, in.query_start);
+  batch.context_lens = b.inputs.View(DType::kI32, 1, num_seqs, in.context_lens);
+  batch.block_tables = b.inputs.View(DType::kI32, num_seqs, b.max_blocks_per_seq, in.block_tables);
   batch.num_seqs = num_seqs;
   batch.max_query_len = max_query_len;
   batch.max_context_len = max_context_len;
@@ -323,7 +365,7 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
   const Tensor gathered = b.gathered.View(dt, R, d),
                gathered_normed = b.gathered_normed.View(dt, R, d);
   const Tensor gathered_tmp = b.gate_up.View(dt, R, d);  // gate_up is free again here
-  const Tensor rows = b.sample_rows.View(DType::kI32, 1, R);
+  const Tensor rows = b.inputs.View(DType::kI32, 1, R, in.sample_rows);
   RETURN_IF_ERROR(backend_->GatherRows(hidden, rows, gathered));
   RETURN_IF_ERROR(backend_->GatherRows(tmp, rows, gathered_tmp));
   RETURN_IF_ERROR(backend_->AddRmsNorm(gathered_tmp, gathered, w.final_norm_t, m.rms_norm_eps,
@@ -332,11 +374,11 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
   RETURN_IF_ERROR(backend_->Gemm(gathered_normed, w.lm_head_t, logits));
   if (keep_logits) return absl::OkStatus();
   SamplingBatch sp;
-  sp.temperature = b.temperature.View(DType::kF32, 1, R);
-  sp.top_k = b.top_k.View(DType::kI32, 1, R);
-  sp.top_p = b.top_p.View(DType::kF32, 1, R);
-  sp.seed = b.seed.View(DType::kI64, 1, R);
-  sp.step = b.step.View(DType::kI32, 1, R);
+  sp.temperature = b.inputs.View(DType::kF32, 1, R, in.temperature);
+  sp.top_k = b.inputs.View(DType::kI32, 1, R, in.top_k);
+  sp.top_p = b.inputs.View(DType::kF32, 1, R, in.top_p);
+  sp.seed = b.inputs.View(DType::kI64, 1, R, in.seed);
+  sp.step = b.inputs.View(DType::kI32, 1, R, in.step);
   return backend_->Sample(logits, sp, b.tokens.View(DType::kI32, 1, R));
 }
 
@@ -394,10 +436,11 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
     RETURN_IF_ERROR(Forward(num_tokens, n, rows, max_query, max_context, false));
   }
   backend_->MarkStepEnd();  // the device span ends with Sample, not with the copy back
-  std::vector<int32_t>& tokens = buf_->h_tokens;
-  tokens.resize(rows);
-  if (rows > 0)
-    RETURN_IF_ERROR(backend_->Download(buf_->tokens.View(DType::kI32, 1, rows), tokens.data()));
+  const int32_t* tokens = static_cast<const int32_t*>(buf_->h_tokens.get());
+  if (rows > 0) {
+    RETURN_IF_ERROR(
+        backend_->Download(buf_->tokens.View(DType::kI32, 1, rows), buf_->h_tokens.get()));
+  }
   ASSIGN_OR_RETURN(out.timing, backend_->EndStep());
   if (out.graph_replayed) {
     // Captured attention records carry the capture-time cost; restate this step's.
@@ -414,7 +457,7 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
     }
   }
   const int keep = out.graph_replayed ? n : rows;  // padding rows are discarded
-  out.sampled.assign(tokens.begin(), tokens.begin() + std::min(keep, rows));
+  out.sampled.assign(tokens, tokens + std::min(keep, rows));
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/op_cost.h"
@@ -56,6 +57,18 @@ void DeviceBuffer::Reset() {
   ptr_ = nullptr;
   owner_ = nullptr;
   bytes_ = 0;
+}
+
+absl::StatusOr<void*> Backend::AllocateHost(size_t bytes) {
+  void* p = ::operator new (std::max<size_t>(bytes, 1), std::align_val_t{64}, std::nothrow);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("AllocateHost: ", bytes, " bytes"));
+  }
+  return p;
+}
+
+void Backend::FreeHost(void* ptr) {
+  if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{64});
 }
 
 template <typename Fn>

@@ -117,6 +117,10 @@ class Backend {
   // Copies host bytes into dst (same dtype, dst.bytes() bytes). The host memory must stay
   // valid until the next Synchronize()/Download().
   virtual absl::Status Upload(const void* host, const Tensor& dst) = 0;
+  // Host memory for staging step inputs and results: page-locked on CUDA (one DMA, no driver
+  // bounce copy), 64-byte aligned ordinary memory elsewhere. Released with FreeHost.
+  virtual absl::StatusOr<void*> AllocateHost(size_t bytes);
+  virtual void FreeHost(void* ptr);
   // Converts host f32 values to dst.dtype and copies them (used for weights).
   virtual absl::Status UploadF32(const float* host, const Tensor& dst) = 0;
   // Waits for all issued work, then copies src into host memory.

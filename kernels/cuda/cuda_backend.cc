@@ -87,6 +87,18 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
     return absl::OkStatus();
   }
+  absl::StatusOr<void*> AllocateHost(size_t bytes) override {
+    RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "AllocateHost"));
+    CUDA_CHECK(UseDevice(device_));
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault));
+    return p;
+  }
+  void FreeHost(void* ptr) override {
+    if (ptr == nullptr) return;
+    (void)UseDevice(device_);
+    (void)cudaFreeHost(ptr);
+  }
   absl::Status UploadF32(const float* host, const Tensor& dst) override;
   absl::Status Download(const Tensor& src, void* host) override {
     RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "Download"));

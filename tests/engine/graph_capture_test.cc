@@ -4,7 +4,8 @@
 // one eager forward per size before its capture, nothing allocated/uploaded/downloaded/
 // synchronised inside a capture, a failed capture aborted rather than instantiated, the
 // step-end mark after the last op and before the copy back, a replay's issue time counted
-// once, and replayed steps (padding rows included) giving the eager tokens.
+// once, replayed steps (padding rows included) giving the eager tokens, and one packed
+// upload per step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -355,6 +356,9 @@ TEST_F(GraphCaptureTest, EagerStepMarksItsEndAfterSampleBeforeTheDownload) {
   EXPECT_EQ(log[mark - 1], "op:sample");
   EXPECT_LT(mark, down);
   EXPECT_LT(down, Find("end_step"));
+  // The step's inputs go up packed in one copy, its tokens come back in one.
+  EXPECT_EQ(std::count(log.begin(), log.end(), "upload"), 1);
+  EXPECT_EQ(std::count(log.begin(), log.end(), "download"), 1);
 }
 
 }  // namespace
