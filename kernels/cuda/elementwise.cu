@@ -1,5 +1,6 @@
 // Elementwise ops: add, gather rows, copy, and the f32 -> bf16 conversion behind UploadF32.
-// Flat grid-stride loops (gather: one block per output row). Copy is a device-to-device
+// Flat grid-stride loops (gather: one block per output row); add takes 16-byte packs when
+// its operands are whole vectors on aligned pointers. Copy is a device-to-device
 // cudaMemcpyAsync, which graph capture records as a memcpy node.
 #include <algorithm>
 
@@ -7,6 +8,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/vector_access.cuh"
 
 namespace saturn::gpu {
 namespace {
@@ -20,6 +22,20 @@ __global__ void AddKernel(const T* a, const T* b, T* out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     Store(out, i, Load(a, i) + Load(b, i));
+  }
+}
+
+template <typename T>
+__global__ void AddVecKernel(const T* a, const T* b, T* out, int64_t packs) {
+  constexpr int N = kVec<T>;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < packs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float x[N], y[N];
+    LoadVec(a, i * N, x);
+    LoadVec(b, i * N, y);
+#pragma unroll
+    for (int k = 0; k < N; ++k) x[k] += y[k];
+    StoreVec(out, i * N, x);
   }
 }
 
@@ -57,6 +73,15 @@ absl::Status Add(cudaStream_t s, const Tensor& a, const Tensor& b, const Tensor&
   if (n == 0) return absl::OkStatus();
   const int64_t blocks = FlatBlocks(n);
   SATURN_DISPATCH_FLOAT(a.dtype, "add", {
+    if (CanVectorize(n, sizeof(scalar_t), {a.data, b.data, out.data})) {
+      const int64_t vblocks = FlatBlocks(n / kVec<scalar_t>);
+      AddVecKernel<scalar_t><<<static_cast<unsigned>(vblocks), kThreads, 0, s>>>(
+          a.as<scalar_t>(), b.as<scalar_t>(), out.as<scalar_t>(), n / kVec<scalar_t>);
+      CUDA_CHECK_LAUNCH("AddVecKernel");
+      RecordLaunch(KernelFamily::kElementwise,
+                   reinterpret_cast<const void*>(&AddVecKernel<scalar_t>), vblocks, kThreads, 0);
+      return absl::OkStatus();
+    }
     AddKernel<scalar_t><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
         a.as<scalar_t>(), b.as<scalar_t>(), out.as<scalar_t>(), n);
     CUDA_CHECK_LAUNCH("AddKernel");

@@ -1,6 +1,7 @@
 // Each CUDA op against its CPU twin on random, bf16-exact inputs of several shapes: outputs
-// are poisoned with NaN first, then compared by normalised error within bf16 bounds. Skips
-// without a CUDA device.
+// are poisoned with NaN first, then compared by normalised error within bf16 bounds. Widths
+// that are whole 16-byte vectors take the vector kernels, others (and misaligned views) the
+// scalar ones. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -151,9 +152,47 @@ TEST_P(CudaOpTest, RopeAndKvWrite) {
   EXPECT_LT(RelError(got, ref), kBf16Tolerance);
 }
 
+// Views one bf16 element into their buffers: the vector kernels' alignment check must send
+// these to the scalar kernels (a vector load there would fault or read the wrong elements).
+TEST_P(CudaOpTest, MisalignedViewsTakeTheScalarPath) {
+  const auto [rows, cols] = GetParam();
+  const int64_t n = int64_t{rows} * cols;
+  const auto x = RandomValues(n + 8, 14), r = RandomValues(n + 8, 15),
+             w = RandomValues(cols + 8, 16), gu = RandomValues(2 * n + 8, 17, 3.0f);
+  std::vector<float> ref, got;
+  for (Backend* b : {cpu_.get(), gpu_.get()}) {
+    const DType dt = b->compute_dtype();
+    const size_t e = DTypeSize(dt);  // one element in: 2 bytes on CUDA, 4 on the CPU
+    DevTensor bx = ComputeTensor(b, 1, n + 8, x), br = ComputeTensor(b, 1, n + 8, r),
+              bw = ComputeTensor(b, 1, cols + 8, w), bg = ComputeTensor(b, 1, 2 * n + 8, gu),
+              bo = ComputeTensor(b, 1, n + 8, {});
+    auto view = [&](const DevTensor& d, int64_t rr, int64_t cc) {
+      return Tensor{static_cast<char*>(d.t.data) + e, dt, rr, cc};
+    };
+    const Tensor vx = view(bx, rows, cols), vr = view(br, rows, cols), vw = view(bw, 1, cols),
+                 vg = view(bg, rows, 2 * cols), vo = view(bo, rows, cols);
+    std::vector<float>& dst = b == cpu_.get() ? ref : got;
+    auto take = [&](const Tensor& t) {
+      const auto v = ReadFloats(b, t);
+      dst.insert(dst.end(), v.begin(), v.end());
+    };
+    ASSERT_TRUE(b->RmsNorm(vx, vw, 1e-5f, vo).ok());
+    take(vo);
+    ASSERT_TRUE(b->AddRmsNorm(vx, vr, vw, 1e-5f, vo).ok());
+    take(vo);
+    take(vr);
+    ASSERT_TRUE(b->Add(vx, vr, vo).ok());
+    take(vo);
+    ASSERT_TRUE(b->SwiGlu(vg, vo).ok());
+    take(vo);
+  }
+  EXPECT_LT(RelError(got, ref), kBf16Tolerance);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpTest,
                          ::testing::Values(RowsCols{1, 64}, RowsCols{3, 256}, RowsCols{17, 768},
-                                           RowsCols{64, 2048}, RowsCols{5, 1000}),
+                                           RowsCols{64, 2048}, RowsCols{5, 1000},
+                                           RowsCols{3, 100}),  // 100: not whole 16-byte vectors
                          [](const ::testing::TestParamInfo<RowsCols>& info) {
                            return std::to_string(info.param.rows) + "x" +
                                   std::to_string(info.param.cols);
