@@ -1,6 +1,6 @@
 // Elementwise ops: add, gather rows, copy, and the f32 -> bf16 conversion behind UploadF32.
-// Flat grid-stride loops (gather: one block per output row); add takes 16-byte packs when
-// its operands are whole vectors on aligned pointers. Copy is a device-to-device
+// Flat grid-stride loops (gather: one block per output row); add and gather take 16-byte
+// packs when their rows are whole vectors on aligned pointers. Copy is a device-to-device
 // cudaMemcpyAsync, which graph capture records as a memcpy node.
 #include <algorithm>
 
@@ -55,6 +55,14 @@ __global__ void GatherRowsKernel(const T* __restrict__ x, const int32_t* __restr
   }
 }
 
+__global__ void GatherRowsVecKernel(const char* __restrict__ x, const int32_t* __restrict__ idx,
+                                    char* __restrict__ out, int64_t x_rows, int64_t row_bytes) {
+  const int64_t r = blockIdx.x;
+  const int64_t src = idx[r];
+  CopyRowVec(src >= 0 && src < x_rows ? x + src * row_bytes : nullptr, out + r * row_bytes,
+             row_bytes);
+}
+
 __global__ void ConvertKernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst,
                               int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -94,6 +102,15 @@ absl::Status Add(cudaStream_t s, const Tensor& a, const Tensor& b, const Tensor&
 absl::Status GatherRows(cudaStream_t s, const Tensor& x, const Tensor& indices, const Tensor& out) {
   if (out.rows == 0) return absl::OkStatus();
   const int threads = x.cols >= 256 ? 256 : 128;
+  if (x.dtype == out.dtype && CanVectorize(x.cols, DTypeSize(x.dtype), {x.data, out.data})) {
+    GatherRowsVecKernel<<<static_cast<unsigned>(out.rows), threads, 0, s>>>(
+        static_cast<const char*>(x.data), indices.as<int32_t>(), static_cast<char*>(out.data),
+        x.rows, x.cols * static_cast<int64_t>(DTypeSize(x.dtype)));
+    CUDA_CHECK_LAUNCH("GatherRowsVecKernel");
+    RecordLaunch(KernelFamily::kGatherRows, reinterpret_cast<const void*>(&GatherRowsVecKernel),
+                 out.rows, threads, 0);
+    return absl::OkStatus();
+  }
   SATURN_DISPATCH_FLOAT(x.dtype, "gather_rows", {
     GatherRowsKernel<scalar_t><<<static_cast<unsigned>(out.rows), threads, 0, s>>>(
         x.as<scalar_t>(), indices.as<int32_t>(), out.as<scalar_t>(), x.rows, x.cols);

@@ -32,4 +32,14 @@ __device__ __forceinline__ void StoreVec(T* p, int64_t i, const float (&v)[kVec<
   *reinterpret_cast<uint4*>(p + i) = raw;
 }
 
+// Copies `bytes` (a multiple of 16, both pointers 16-byte aligned) with the block's threads,
+// 16 bytes per load; src == nullptr writes zeros (all-zero bits are 0 in f32 and bf16).
+__device__ __forceinline__ void CopyRowVec(const void* src, void* dst, int64_t bytes) {
+  const uint4* s = static_cast<const uint4*>(src);
+  uint4* d = static_cast<uint4*>(dst);
+  for (int64_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) {
+    d[i] = s != nullptr ? s[i] : make_uint4(0, 0, 0, 0);
+  }
+}
+
 }  // namespace saturn::gpu

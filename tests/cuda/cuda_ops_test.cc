@@ -165,7 +165,7 @@ TEST_P(CudaOpTest, MisalignedViewsTakeTheScalarPath) {
     const size_t e = DTypeSize(dt);  // one element in: 2 bytes on CUDA, 4 on the CPU
     DevTensor bx = ComputeTensor(b, 1, n + 8, x), br = ComputeTensor(b, 1, n + 8, r),
               bw = ComputeTensor(b, 1, cols + 8, w), bg = ComputeTensor(b, 1, 2 * n + 8, gu),
-              bo = ComputeTensor(b, 1, n + 8, {});
+              bo = ComputeTensor(b, 1, n + 8, {}), bc = ComputeTensor(b, 1, n + 8, r);
     auto view = [&](const DevTensor& d, int64_t rr, int64_t cc) {
       return Tensor{static_cast<char*>(d.t.data) + e, dt, rr, cc};
     };
@@ -185,6 +185,31 @@ TEST_P(CudaOpTest, MisalignedViewsTakeTheScalarPath) {
     take(vo);
     ASSERT_TRUE(b->SwiGlu(vg, vo).ok());
     take(vo);
+    // Row copies: embedding rows of x, gathered rows of x, KV rows written into x's buffer.
+    const int vocab = rows;
+    std::vector<int32_t> ids(rows), slots(rows);
+    for (int i = 0; i < rows; ++i) {
+      ids[i] = (i * 7 + 3) % vocab;
+      slots[i] = rows - 1 - i;
+    }
+    DevTensor di = RawTensor(b, DType::kI32, 1, rows, ids),
+              ds = RawTensor(b, DType::kI32, 1, rows, slots);
+    ASSERT_TRUE(b->Embedding(di.t, vx, vo).ok());
+    take(vo);
+    ASSERT_TRUE(b->GatherRows(vr, di.t, vo).ok());
+    take(vo);
+    const Tensor vc = view(bc, rows, cols);
+    ASSERT_TRUE(b->KvWrite(vr, vo, ds.t, vx, vc).ok());
+    take(vx);
+    take(vc);
+    // RoPE on heads of 32 (q: 2 heads, k: 1) inside the misaligned buffers.
+    if (cols >= 96) {
+      DevTensor dp = RawTensor(b, DType::kI32, 1, rows, ids);
+      const Tensor q = view(bx, rows, 64), k = view(bg, rows, 32);
+      ASSERT_TRUE(b->Rope(q, k, dp.t, 32, 10000.0f).ok());
+      take(q);
+      take(k);
+    }
   }
   EXPECT_LT(RelError(got, ref), kBf16Tolerance);
 }
