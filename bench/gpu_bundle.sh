@@ -7,7 +7,7 @@
 # out on purpose (cuBLASLt alone is ~500 MB, over the carry limit): gpu_check.sh finds them
 # on the GPU machine and its first stage stops, naming them, if any binary cannot load.
 #
-#   /work/tools/cpu bench/gpu_bundle.sh   # BUILD_DIR=build-gpu JOBS=2 by default
+#   bench/gpu_bundle.sh            # BUILD_DIR=build-gpu JOBS=2 by default
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
