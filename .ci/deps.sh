@@ -6,6 +6,7 @@ pkgs=(build-essential cmake pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev
       libgtest-dev libgmock-dev)
+pkgs+=("$@")  # extras a caller asks for (tests/run_all.sh: prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "clients/diag_fleet.h"
 #include "clients/diag_render.h"
 #include "clients/roofline_svg.h"
 #include "nlohmann/json.hpp"
@@ -182,6 +183,10 @@ absl::Status DiagOptions::Validate() const {
                      "; expected one of info, get, watch, trace, roofline, apply"));
   }
   if (target.empty()) return bad("--target: must be host:port");
+  if (target.find(',') != std::string::npos && command != "get") {
+    return bad(absl::StrCat("--target: a comma-separated list of replicas works with get only; ",
+                            command, " takes one host:port"));
+  }
   if (!(timeout_s > 0)) return bad(absl::StrCat("--timeout: must be > 0 seconds, got ", timeout_s));
   if (!(window_s > 0) || window_s > 86400) {
     return bad(absl::StrCat("--window: must be in (0, 86400] seconds, got ", window_s));
@@ -245,6 +250,7 @@ int DiagFail(const DiagOptions& o, const absl::Status& s, std::ostream& err) {
 int RunDiagCommand(const DiagOptions& o, std::ostream& out, std::ostream& err,
                    const std::atomic<bool>* interrupt) {
   if (absl::Status s = o.Validate(); !s.ok()) return DiagFail(o, s, err);
+  if (o.target.find(',') != std::string::npos) return RunFleetGet(o, out, err);
   absl::StatusOr<DiagClient> c = DiagClient::Connect(o);
   if (!c.ok()) return DiagFail(o, c.status(), err);
   if (o.command == "info") return Info(o, *c, out);

@@ -3,7 +3,8 @@
 //
 //   info      GetServerInfo: model, backend and device, options and limits, KV capacity,
 //             calibration, CUDA graphs
-//   get       GetDiagnostics: one report over --window seconds
+//   get       GetDiagnostics: one report over --window seconds; with --target a,b,c one
+//             report per replica and a fleet verdict (diag_fleet.h)
 //   watch     WatchDiagnostics: a report every --interval_ms; on a terminal the screen is
 //             cleared and redrawn, otherwise reports follow each other; --count N stops
 //   trace     ExportTrace of the last --steps steps, checked to parse, written to -o FILE.json

@@ -278,6 +278,7 @@ void Engine::DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* 
     live.on_event = std::move(p.on_event);
     live.timings.arrival_us = p.arrival_us;
     live.prompt_tokens = static_cast<int>(p.request.prompt.size());
+    live.wants_prompt_logprobs = p.request.sampling.prompt_logprobs >= 0;
     scheduler_->Add(p.id, p.request);
   }
   std::vector<int64_t> known;
@@ -311,6 +312,7 @@ void Engine::Emit(int64_t id, TokenEvent ev) {
   Live& live = it->second;
   if (!ev.token_ids.empty() && live.timings.first_token_us == 0) {
     live.timings.first_token_us = ev.time_us;
+    if (live.wants_prompt_logprobs) ev.prompt_logprobs = std::move(live.prompt_logprobs);
   }
   if (ev.final) {
     live.timings.finished_us = ev.time_us;
@@ -344,6 +346,27 @@ void Engine::EndRequests(const std::vector<int64_t>& ids, FinishReason reason,
   kv_free_ = scheduler_->blocks().num_free();
 }
 
+void Engine::AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
+                            const std::vector<RequestUpdate>& updates,
+                            std::vector<TokenEvent>* events) {
+  std::unordered_map<int64_t, SeqLogprobs*> by_id;
+  for (size_t i = 0; i < plan.seqs.size() && i < out->logprobs.size(); ++i) {
+    SeqLogprobs& lp = out->logprobs[i];
+    by_id[plan.seqs[i].request_id] = &lp;
+    auto it = live_.find(plan.seqs[i].request_id);
+    if (it == live_.end() || lp.prompt.empty()) continue;
+    auto& kept = it->second.prompt_logprobs;
+    kept.insert(kept.end(), std::make_move_iterator(lp.prompt.begin()),
+                std::make_move_iterator(lp.prompt.end()));
+  }
+  for (size_t k = 0; k < updates.size(); ++k) {
+    const RequestUpdate& u = updates[k];
+    auto it = by_id.find(u.request_id);
+    if (u.new_tokens.empty() || it == by_id.end() || !it->second->sampled.has_value()) continue;
+    (*events)[k].logprobs.push_back(std::move(*it->second->sampled));
+  }
+}
+
 bool Engine::Step() {
   StepRecord rec;
   rec.start_us = NowUs();
@@ -375,9 +398,12 @@ bool Engine::Step() {
   }
   const double post0 = NowUs();
   std::vector<RequestUpdate> updates = scheduler_->Update(plan, out->sampled);
+  std::vector<TokenEvent> events(updates.size());
+  if (!out->logprobs.empty()) AttachLogprobs(plan, &*out, updates, &events);
   int64_t generated = 0, finished = 0;
-  for (RequestUpdate& u : updates) {
-    TokenEvent ev;
+  for (size_t k = 0; k < updates.size(); ++k) {
+    RequestUpdate& u = updates[k];
+    TokenEvent& ev = events[k];
     ev.token_ids = std::move(u.new_tokens);
     ev.time_us = post0;
     generated += static_cast<int64_t>(ev.token_ids.size());

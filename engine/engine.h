@@ -133,6 +133,8 @@ class Engine {
     EventCallback on_event;
     RequestTimings timings;
     int prompt_tokens = 0;
+    bool wants_prompt_logprobs = false;
+    std::vector<PositionLogprobs> prompt_logprobs;  // gathered until the first token event
   };
 
   Engine(const EngineConfig& config, std::unique_ptr<Backend> backend);
@@ -146,6 +148,9 @@ class Engine {
   void ApplyPendingOptions();
   // Delivers an event; a final event also forgets the request.
   void Emit(int64_t id, TokenEvent ev);
+  // Keeps the step's prompt logprobs and attaches the logprobs to the step's events.
+  void AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
+                      const std::vector<RequestUpdate>& updates, std::vector<TokenEvent>* events);
   // Ends every request in `ids` with `reason` (error text when kError).
   void EndRequests(const std::vector<int64_t>& ids, FinishReason reason, const std::string& error);
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/logprobs.h"
 #include "kernels/op_cost.h"
 #include "kernels/status_macros.h"
 
@@ -80,13 +81,16 @@ struct ModelRunner::Buffers {
   InputLayout layout{};  // of the prepared step
   DeviceBuffer hidden, normed, q, k, v, attn_out, tmp, gate_up, act, gathered, gathered_normed;
   DeviceBuffer logits;
-  DeviceBuffer kv;  // [layers][K|V][(num_blocks + 1) * block_size, Hkv * hd]
+  DeviceBuffer logprob_rows;  // i32 [max_seqs]: hidden rows whose prompt logprobs are asked
+  DeviceBuffer kv;            // [layers][K|V][(num_blocks + 1) * block_size, Hkv * hd]
   std::vector<Tensor> k_cache, v_cache;
   // Host staging (kept alive until the next synchronisation point).
   std::vector<int32_t> h_ids, h_positions, h_slots, h_query_start, h_context_lens, h_block_tables,
       h_sample_rows, h_top_k, h_step;
   std::vector<float> h_temperature, h_top_p;
   std::vector<int64_t> h_seed;
+  std::vector<int32_t> h_logprob_rows;
+  std::vector<float> h_logits;  // downloaded logits of steps that asked for logprobs
   // Cost-model inputs of the prepared step.
   int64_t attended_pairs = 0, context_tokens = 0;
 };
@@ -196,6 +200,7 @@ absl::Status ModelRunner::AllocateBuffers() {
   RETURN_IF_ERROR(alloc(&b.gathered, S * d, dt));
   RETURN_IF_ERROR(alloc(&b.gathered_normed, S * d, dt));
   RETURN_IF_ERROR(alloc(&b.logits, S * int64_t{m.vocab_size}, DType::kF32));
+  RETURN_IF_ERROR(alloc(&b.logprob_rows, S, DType::kI32));
   // KV cache: one extra block (id num_kv_blocks) absorbs graph padding rows.
   const int64_t cache_rows = int64_t{config_.num_kv_blocks + 1} * config_.block_size;
   const size_t layer_bytes = static_cast<size_t>(cache_rows * hkv) * DTypeSize(dt);
@@ -373,6 +378,15 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
   const Tensor logits = b.logits.View(DType::kF32, R, m.vocab_size);
   RETURN_IF_ERROR(backend_->Gemm(gathered_normed, w.lm_head_t, logits));
   if (keep_logits) return absl::OkStatus();
+  return SampleRows(num_sample_rows);
+}
+
+absl::Status ModelRunner::SampleRows(int num_sample_rows) {
+  Buffers& b = *buf_;
+  const int64_t R = num_sample_rows;
+  if (R == 0) return absl::OkStatus();
+  const Tensor logits = b.logits.View(DType::kF32, R, model_.vocab_size);
+  const InputLayout& in = b.layout;
   SamplingBatch sp;
   sp.temperature = b.inputs.View(DType::kF32, 1, R, in.temperature);
   sp.top_k = b.inputs.View(DType::kI32, 1, R, in.top_k);
@@ -383,6 +397,13 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
 }
 
 namespace {
+
+bool WantsLogprobs(const StepPlan& plan) {
+  for (const ScheduledSeq& s : plan.seqs) {
+    if ((s.sample && s.sampling.logprobs >= 0) || !s.prompt_logprob_targets.empty()) return true;
+  }
+  return false;
+}
 
 bool IsUniformDecode(const StepPlan& plan) {
   if (plan.seqs.empty()) return false;
@@ -413,7 +434,8 @@ int ModelRunner::GraphSizeFor(int num_seqs) const {
 absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per_op_timing) {
   RunnerOutput out;
   const int n = static_cast<int>(plan.seqs.size());
-  const int graph_size = use_graphs_ && IsUniformDecode(plan) ? GraphSizeFor(n) : 0;
+  const bool logprobs = WantsLogprobs(plan);
+  const int graph_size = use_graphs_ && !logprobs && IsUniformDecode(plan) ? GraphSizeFor(n) : 0;
   const double t0 = HostUs();
   backend_->BeginStep(per_op_timing && graph_size == 0);
   int rows = 0;
@@ -433,7 +455,8 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
     out.prepare_us = HostUs() - t0;
     int num_tokens, max_query, max_context;
     PlanBounds(plan, &num_tokens, &max_query, &max_context);
-    RETURN_IF_ERROR(Forward(num_tokens, n, rows, max_query, max_context, false));
+    RETURN_IF_ERROR(Forward(num_tokens, n, rows, max_query, max_context, logprobs));
+    if (logprobs) RETURN_IF_ERROR(SampleWithLogprobs(plan, rows, &out));
   }
   backend_->MarkStepEnd();  // the device span ends with Sample, not with the copy back
   const int32_t* tokens = static_cast<const int32_t*>(buf_->h_tokens.get());
@@ -458,7 +481,79 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
   }
   const int keep = out.graph_replayed ? n : rows;  // padding rows are discarded
   out.sampled.assign(tokens, tokens + std::min(keep, rows));
+  if (logprobs) {
+    // The sampled tokens are known now: their logprobs from the logits kept before sampling.
+    const int vocab = model_.vocab_size;
+    int row = 0;
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      const ScheduledSeq& s = plan.seqs[i];
+      if (!s.sample) continue;
+      if (s.sampling.logprobs >= 0) {
+        out.logprobs[i].sampled = ComputeLogprobs(&buf_->h_logits[size_t(row) * vocab], vocab,
+                                                  tokens[row], s.sampling.logprobs);
+      }
+      ++row;
+    }
+  }
   return out;
+}
+
+absl::Status ModelRunner::SampleWithLogprobs(const StepPlan& plan, int rows, RunnerOutput* out) {
+  Buffers& b = *buf_;
+  const int vocab = model_.vocab_size;
+  out->logprobs.assign(plan.seqs.size(), SeqLogprobs{});
+  // Every sampled row is downloaded (one copy; rows are contiguous), then sampled as usual.
+  b.h_logits.resize(static_cast<size_t>(rows) * vocab);
+  if (rows > 0) {
+    RETURN_IF_ERROR(backend_->Download(b.logits.View(DType::kF32, rows, vocab), b.h_logits.data()));
+  }
+  RETURN_IF_ERROR(SampleRows(rows));
+  return PromptLogprobs(plan, out);
+}
+
+absl::Status ModelRunner::PromptLogprobs(const StepPlan& plan, RunnerOutput* out) {
+  Buffers& b = *buf_;
+  const DeviceWeights& w = *weights_;
+  const ModelConfig& m = model_;
+  const DType dt = backend_->compute_dtype();
+  const int vocab = m.vocab_size;
+  const int64_t d = m.hidden_size;
+  // (seq index, index into its targets) of every prompt row that asked, in plan order.
+  std::vector<std::pair<int, int>> asks;
+  std::vector<int32_t> rows;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& s = plan.seqs[i];
+    for (size_t j = 0; j < s.prompt_logprob_targets.size(); ++j) {
+      asks.emplace_back(static_cast<int>(i), static_cast<int>(j));
+      rows.push_back(b.h_query_start[i] + s.prompt_logprob_row + static_cast<int>(j));
+    }
+  }
+  const int T = b.h_query_start[plan.seqs.size()];
+  const Tensor hidden = b.hidden.View(dt, T, d), tmp = b.tmp.View(dt, T, d);
+  std::vector<float> host;
+  for (size_t c0 = 0; c0 < asks.size(); c0 += b.max_seqs) {
+    const int c = static_cast<int>(std::min<size_t>(b.max_seqs, asks.size() - c0));
+    b.h_logprob_rows.assign(rows.begin() + c0, rows.begin() + c0 + c);
+    const Tensor idx = b.logprob_rows.View(DType::kI32, 1, c);
+    RETURN_IF_ERROR(backend_->Upload(b.h_logprob_rows.data(), idx));
+    const Tensor gathered = b.gathered.View(dt, c, d), normed = b.gathered_normed.View(dt, c, d),
+                 gathered_tmp = b.gate_up.View(dt, c, d),
+                 logits = b.logits.View(DType::kF32, c, vocab);
+    RETURN_IF_ERROR(backend_->GatherRows(hidden, idx, gathered));
+    RETURN_IF_ERROR(backend_->GatherRows(tmp, idx, gathered_tmp));
+    RETURN_IF_ERROR(
+        backend_->AddRmsNorm(gathered_tmp, gathered, w.final_norm_t, m.rms_norm_eps, normed));
+    RETURN_IF_ERROR(backend_->Gemm(normed, w.lm_head_t, logits));
+    host.resize(static_cast<size_t>(c) * vocab);
+    RETURN_IF_ERROR(backend_->Download(logits, host.data()));
+    for (int r = 0; r < c; ++r) {
+      const auto [i, j] = asks[c0 + r];
+      const ScheduledSeq& s = plan.seqs[i];
+      out->logprobs[i].prompt.push_back(ComputeLogprobs(
+          &host[size_t(r) * vocab], vocab, s.prompt_logprob_targets[j], s.prompt_logprobs));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RunnerOutput> ModelRunner::ExecuteWithLogits(const StepPlan& plan,

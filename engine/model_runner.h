@@ -11,10 +11,16 @@
 // Uniform decode steps (every sequence decodes one token) replay a captured graph when graphs
 // are on: the batch is padded to the next captured size; padding rows read and write a
 // reserved scratch KV block and are discarded. Prefill and mixed steps run eagerly.
+//
+// A step in which some request asks for logprobs runs eagerly and adds host round trips:
+// the sampled rows' logits are downloaded before the (unchanged) sampling op, and prompt rows
+// that ask go through the final norm and lm head again afterwards, downloaded in chunks.
+// Steps without such requests are exactly as before.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,10 +46,19 @@ struct GraphInfo {
   size_t memory_bytes = 0;
 };
 
+// The logprobs one plan seq asked for (see SamplingParams::logprobs / prompt_logprobs).
+struct SeqLogprobs {
+  std::vector<PositionLogprobs> prompt;     // one per ScheduledSeq::prompt_logprob_targets
+  std::optional<PositionLogprobs> sampled;  // the sampled token's, when logprobs >= 0
+};
+
 struct RunnerOutput {
   std::vector<int> sampled;  // one token per plan seq with sample == true, in plan order
-  StepTiming timing;         // per-op records and device busy time from the backend
-  double prepare_us = 0;     // host time building and uploading inputs
+  // One entry per plan seq (plan order) when any seq of the step asked for logprobs, else
+  // empty. Such steps run eagerly: the asking rows' logits are downloaded before sampling.
+  std::vector<SeqLogprobs> logprobs;
+  StepTiming timing;      // per-op records and device busy time from the backend
+  double prepare_us = 0;  // host time building and uploading inputs
   bool graph_replayed = false;
   int graph_batch_size = 0;  // padded batch size when replayed
   int padding_tokens = 0;
@@ -91,6 +106,15 @@ class ModelRunner {
   // Issues the forward pass and sampling for the prepared inputs.
   absl::Status Forward(int num_tokens, int num_seqs, int num_sample_rows, int max_query_len,
                        int max_context_len, bool keep_logits);
+  // Draws the tokens of the logits rows Forward(keep_logits = true) left.
+  absl::Status SampleRows(int num_sample_rows);
+  // After Forward(keep_logits = true) in a step where some seq asks for logprobs: downloads
+  // the sampled rows' logits, samples them as usual, then computes the prompt rows' logprobs;
+  // fills out->logprobs (the sampled tokens' own entries once the tokens are downloaded).
+  absl::Status SampleWithLogprobs(const StepPlan& plan, int num_sample_rows, RunnerOutput* out);
+  // Logits of the prompt rows that asked, in chunks of at most max_seqs rows through the
+  // final-norm/lm-head buffers (after sampling, so the sampled rows are untouched).
+  absl::Status PromptLogprobs(const StepPlan& plan, RunnerOutput* out);
   int GraphSizeFor(int num_seqs) const;  // 0 when no captured size fits
 
   Backend* backend_;

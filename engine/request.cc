@@ -68,6 +68,14 @@ absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limi
           "stop_token_ids[%d]: token id %d is outside the vocabulary [0, %d)", i, t, vocab));
     }
   }
+  if (s.logprobs < -1 || s.logprobs > kMaxLogprobs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "logprobs: must be in [0, %d] (or unset), got %d", kMaxLogprobs, s.logprobs));
+  }
+  if (s.prompt_logprobs < -1 || s.prompt_logprobs > kMaxLogprobs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "prompt_logprobs: must be in [0, %d] (or unset), got %d", kMaxLogprobs, s.prompt_logprobs));
+  }
   return absl::OkStatus();
 }
 

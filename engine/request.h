@@ -19,6 +19,28 @@ struct SamplingParams {
   int max_tokens = 16;
   std::vector<int> stop_token_ids;
   bool ignore_eos = false;
+  // Logprobs of the model's raw distribution (log_softmax of the logits, before temperature,
+  // top-k and top-p, as vLLM's default): -1 asks for none; N in [0, kMaxLogprobs] returns
+  // each generated (or prompt) token's own logprob plus the N most likely alternatives.
+  int logprobs = -1;
+  int prompt_logprobs = -1;
+};
+
+constexpr int kMaxLogprobs = 20;  // vLLM's default max_logprobs, the OpenAI API's top_logprobs
+
+// One token's log-probability under the raw distribution; rank 1 is the most likely (1 +
+// the number of tokens with a strictly larger logprob, as vLLM counts it).
+struct TokenLogprob {
+  int token_id = 0;
+  float logprob = 0.f;
+  int rank = 0;
+};
+
+// The logprobs of one position: the token that is there (sampled or from the prompt) and the
+// top-N alternatives, most likely first (lower token id first on ties).
+struct PositionLogprobs {
+  TokenLogprob token;
+  std::vector<TokenLogprob> top;
 };
 
 struct GenerateRequest {
@@ -46,7 +68,12 @@ struct RequestTimings {
 
 struct TokenEvent {
   std::vector<int> token_ids;  // new tokens (empty on the final event of a cancelled request)
-  double time_us = 0;          // when the step that produced them finished
+  // One entry per token_ids entry when the request asked for logprobs, else empty.
+  std::vector<PositionLogprobs> logprobs;
+  // On the request's first event with tokens, when it asked for prompt_logprobs: entry i is
+  // prompt token i + 1 (the first prompt token has no logprob), so prompt length - 1 entries.
+  std::vector<PositionLogprobs> prompt_logprobs;
+  double time_us = 0;  // when the step that produced them finished
   bool final = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;       // set when finish_reason == kError

@@ -20,6 +20,7 @@ struct Scheduler::State {
   std::vector<int> tokens;  // prompt + outputs
   int num_prompt = 0;
   int num_computed = 0;
+  int prompt_logprobs_done = 0;  // positions whose next-prompt-token logprobs were produced
   std::vector<int> block_table;
   Usage usage;
 
@@ -97,6 +98,18 @@ void AddSeq(int64_t id, const std::vector<int>& tokens, int start, int num_new,
   plan->seqs.push_back(std::move(seq));
 }
 
+// Positions p in [done, num_prompt - 1) predict prompt token p + 1; the chunk's share of them.
+void AddPromptLogprobTargets(const std::vector<int>& tokens, int num_prompt, int done, int top_n,
+                             ScheduledSeq* seq) {
+  if (top_n < 0) return;
+  const int first = std::max(seq->start_position, done);
+  const int last = std::min(seq->context_len(), num_prompt - 1);
+  if (first >= last) return;
+  seq->prompt_logprobs = top_n;
+  seq->prompt_logprob_row = first - seq->start_position;
+  seq->prompt_logprob_targets.assign(tokens.begin() + first + 1, tokens.begin() + last + 1);
+}
+
 }  // namespace
 
 StepPlan Scheduler::Schedule() {
@@ -127,6 +140,8 @@ StepPlan Scheduler::Schedule() {
     if (self_preempted) break;  // everything after it was preempted already
     AddSeq(s->id, s->tokens, s->num_computed, num_new, s->block_table, IsPrefill(*s), s->sampling,
            s->num_outputs(), &plan);
+    AddPromptLogprobTargets(s->tokens, s->num_prompt, s->prompt_logprobs_done,
+                            s->sampling.prompt_logprobs, &plan.seqs.back());
     budget -= num_new;
     ++i;
   }
@@ -146,6 +161,8 @@ StepPlan Scheduler::Schedule() {
       if (num_new > 0) {
         AddSeq(s->id, s->tokens, s->num_computed, num_new, s->block_table, IsPrefill(*s),
                s->sampling, s->num_outputs(), &plan);
+        AddPromptLogprobTargets(s->tokens, s->num_prompt, s->prompt_logprobs_done,
+                                s->sampling.prompt_logprobs, &plan.seqs.back());
         budget -= num_new;
       }
     }
@@ -173,6 +190,10 @@ std::vector<RequestUpdate> Scheduler::Update(const StepPlan& plan,
     if (it == states_.end() || it->second->num_computed != seq.start_position) continue;
     State& s = *it->second;
     s.num_computed += seq.num_new_tokens();
+    if (!seq.prompt_logprob_targets.empty()) {
+      s.prompt_logprobs_done = seq.start_position + seq.prompt_logprob_row +
+                               static_cast<int>(seq.prompt_logprob_targets.size());
+    }
     if (!seq.sample) continue;
 
     RequestUpdate u;

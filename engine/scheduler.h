@@ -39,6 +39,12 @@ struct ScheduledSeq {
   // Sampling inputs when sample is true.
   SamplingParams sampling;
   int sample_step = 0;  // index of the output token being drawn (0 = first)
+  // Prompt logprobs (only when the request asks): chunk row prompt_logprob_row + j predicts
+  // prompt token prompt_logprob_targets[j]. Rows whose logprobs an earlier chunk already
+  // produced (before a preemption) are skipped.
+  int prompt_logprobs = -1;  // top-N for those rows
+  int prompt_logprob_row = 0;
+  std::vector<int> prompt_logprob_targets;
 
   int num_new_tokens() const { return static_cast<int>(token_ids.size()); }
   int context_len() const { return start_position + num_new_tokens(); }

@@ -86,6 +86,8 @@ struct GenerateReactor::Call {
       d->set_text(std::move(piece));
       d->set_server_time_us(static_cast<int64_t>(ev.time_us));
       d->set_elapsed_us(static_cast<int64_t>(ev.time_us - received_us));
+      for (const PositionLogprobs& lp : ev.logprobs) ToProto(lp, d->add_logprobs());
+      for (const PositionLogprobs& lp : ev.prompt_logprobs) ToProto(lp, d->add_prompt_logprobs());
     }
     if (ev.final) {
       if (ev.finish_reason == FinishReason::kError) {

@@ -73,6 +73,16 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
   s.seed = req.has_seed() ? req.seed() : default_seed;
   s.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
   s.ignore_eos = req.ignore_eos();
+  // Unset is -1 in the engine; an explicit negative value is an error, not "unset".
+  if ((req.has_logprobs() && req.logprobs() < 0) ||
+      (req.has_prompt_logprobs() && req.prompt_logprobs() < 0)) {
+    const bool lp = req.has_logprobs() && req.logprobs() < 0;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: must be in [0, %d] (or unset), got %d", lp ? "logprobs" : "prompt_logprobs",
+        kMaxLogprobs, lp ? req.logprobs() : req.prompt_logprobs()));
+  }
+  if (req.has_logprobs()) s.logprobs = req.logprobs();
+  if (req.has_prompt_logprobs()) s.prompt_logprobs = req.prompt_logprobs();
   r.client_request_id = req.client_request_id();
   out.want_text = limits.has_text_tokenizer && req.output_format() != v1::OUTPUT_FORMAT_TOKENS;
   return out;
@@ -111,6 +121,16 @@ void ToProto(const Usage& usage, v1::Usage* out) {
   out->set_prompt_tokens(usage.prompt_tokens);
   out->set_completion_tokens(usage.completion_tokens);
   out->set_num_preemptions(usage.num_preemptions);
+}
+
+void ToProto(const PositionLogprobs& lp, v1::PositionLogprobs* out) {
+  auto fill = [](const TokenLogprob& t, v1::TokenLogprob* o) {
+    o->set_token_id(t.token_id);
+    o->set_logprob(t.logprob);
+    o->set_rank(t.rank);
+  };
+  fill(lp.token, out->mutable_token());
+  for (const TokenLogprob& t : lp.top) fill(t, out->add_top());
 }
 
 void ToProto(const RequestTimings& t, v1::RequestTimings* out) {

@@ -43,6 +43,7 @@ v1::FinishReason ToProto(FinishReason reason);
 void ToProto(const EngineOptions& options, v1::EngineOptions* out);
 void ToProto(const Usage& usage, v1::Usage* out);
 void ToProto(const RequestTimings& timings, v1::RequestTimings* out);
+void ToProto(const PositionLogprobs& logprobs, v1::PositionLogprobs* out);
 
 // Overlays the fields set in `req` on `current`.
 EngineOptions MergeOptions(const EngineOptions& current, const v1::UpdateEngineOptionsRequest& req);

@@ -6,6 +6,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 bash "$root/.ci/deps.sh"
+# Test-only, best effort: a real Prometheus (about 19 MB) for tests/server/prometheus_e2e_test.cc,
+# which skips with a message where it is missing.
+bash "$root/.ci/deps.sh" prometheus || echo "saturn: prometheus not installed; its test will skip"
 jobs="$(nproc)"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$jobs"

@@ -4,6 +4,7 @@
 //
 //   saturn-diag info
 //   saturn-diag get --window 30            saturn-diag get --json
+//   saturn-diag get --target a:50051,b:50051   (one verdict per replica and a fleet verdict)
 //   saturn-diag watch --interval_ms 2000   saturn-diag watch --count 5 > reports.txt
 //   saturn-diag trace -o trace.json        saturn-diag roofline -o roofline.svg
 //   saturn-diag apply --settle 20
@@ -21,7 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "clients/diag_commands.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server host:port");
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "Server host:port; get also takes a comma-separated list of replicas (fleet view)");
 ABSL_FLAG(double, timeout, 10, "Seconds to connect, and for each call");
 ABSL_FLAG(bool, json, false, "Print JSON (the report proto's fields) instead of text");
 ABSL_FLAG(double, window, 10, "get/watch/roofline/apply: seconds of recent steps to diagnose");
@@ -43,7 +45,8 @@ constexpr char kUsage[] =
     "Live diagnostics of a Saturn server.\n"
     "usage: saturn-diag <command> [--target host:port] [--json] [flags]\n"
     "  info                 model, backend, options and limits, KV cache, calibration, graphs\n"
-    "  get                  one report: verdict, signals, profile, op classes, plan, outcome\n"
+    "  get                  one report: verdict, signals, profile, op classes, plan, outcome;\n"
+    "                       --target a,b,c: a verdict per replica and a fleet verdict\n"
     "  watch                a report every --interval_ms (--count N to stop)\n"
     "  trace -o FILE.json   the last --steps steps as a Perfetto / Chrome trace\n"
     "  roofline -o FILE.svg the calibrated roofline with this window's op classes and steps\n"
