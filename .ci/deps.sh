@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev
-      libgtest-dev libgmock-dev)
+      libgtest-dev libgmock-dev
+      clang libclang-rt-14-dev)  # the sanitizer and libFuzzer job (tests/sanitize.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
