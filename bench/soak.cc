@@ -294,6 +294,7 @@ int main(int argc, char** argv) {
     std::cerr << "saturn-soak: --server is required\n";
     return 2;
   }
+  std::remove(log.c_str());  // the address is read from this run's log only
   const pid_t pid = fork();
   if (pid == 0) {
     FILE* f = freopen(log.c_str(), "w", stderr);
