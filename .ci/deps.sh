@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev
-      libgtest-dev libgmock-dev)
+      libgtest-dev libgmock-dev
+      clang libclang-rt-14-dev)  # the sanitizer and libFuzzer job (tests/sanitize.sh)
 pkgs+=("$@")  # extras a caller asks for (tests/run_all.sh: prometheus)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -116,9 +116,12 @@ StepPlan Scheduler::Schedule() {
   StepPlan plan;
   int budget = config_.max_num_batched_tokens;
 
-  // Running requests, oldest first. Victims are taken from the back, which is never a
+  // Running requests, oldest first, at most max_num_seqs of them: after max_num_seqs was
+  // lowered, the newest running requests beyond it are paused (kept with their KV blocks, not
+  // scheduled) until older ones finish. Victims are taken from the back, which is never a
   // request already scheduled this step (those are all in front of i).
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+  const size_t max_seqs = static_cast<size_t>(std::max(config_.max_num_seqs, 1));
+  for (size_t i = 0; i < running_.size() && budget > 0 && plan.seqs.size() < max_seqs;) {
     State* s = states_.at(running_[i]).get();
     const int num_new = std::min(s->num_tokens() - s->num_computed, budget);
     if (num_new <= 0) {

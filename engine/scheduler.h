@@ -4,6 +4,9 @@
 // budget (max_num_batched_tokens) and max_num_seqs. Long prompts are prefilled in chunks
 // that share steps with decodes. When KV blocks run out, the newest running request is
 // preempted (its blocks freed, to be recomputed later) and put at the front of the queue.
+// A step never holds more than max_num_seqs sequences: when the limit is lowered below the
+// number running, the newest ones are paused (they keep their KV blocks and are scheduled
+// again, oldest first, as older requests finish).
 //
 // Pure, deterministic CPU code: Schedule() returns a plain StepPlan, Update() takes the
 // runner's sampled tokens. No timing, no threads, no device.

@@ -12,6 +12,7 @@
 
 #include "engine/tokenizer.h"
 #include "server/proto_convert.h"
+#include "server/raw_message.h"
 #include "server/reject_reactor.h"
 #include "server/status_util.h"
 #include "server/text_stream.h"
@@ -34,7 +35,7 @@ struct GenerateReactor::Call {
   Utf8Stream text;
 
   std::deque<v1::GenerateResponse> pending;  // built, not yet written
-  v1::GenerateResponse writing;              // the message of the write in flight
+  grpc::ByteBuffer writing;                  // the serialized message of the write in flight
   bool write_in_flight = false;
   bool drop_messages = false;  // client gone or stream aborted: only the status matters
   bool client_cancelled = false;
@@ -47,7 +48,7 @@ struct GenerateReactor::Call {
     if (reactor == nullptr || write_in_flight || finish_called) return;
     if (drop_messages) pending.clear();
     if (!pending.empty()) {
-      writing = std::move(pending.front());
+      SerializeResponse(pending.front(), &writing);
       pending.pop_front();
       write_in_flight = true;
       reactor->StartWrite(&writing);
@@ -130,9 +131,8 @@ struct GenerateReactor::Call {
   }
 };
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Reject(
-    const grpc::Status& status) {
-  return new RejectReactor<v1::GenerateResponse>(status);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateReactor::Reject(const grpc::Status& status) {
+  return new RejectReactor<grpc::ByteBuffer>(status);
 }
 
 GenerateReactor::GenerateReactor(ServingState* state, Engine* engine, GenerateRequest request,

@@ -22,7 +22,9 @@
 
 namespace saturn {
 
-class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+// Writes serialized saturn.v1.GenerateResponse messages (the service's methods are raw; see
+// saturn_service.h).
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // Submits `request` to the engine. When the server is draining or Submit fails (queue full,
   // invalid request, engine shut down) the stream finishes at once with that status.
@@ -30,7 +32,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   GenerateReactor(ServingState* state, Engine* engine, GenerateRequest request, bool want_text,
                   RequestMetrics* metrics = nullptr);
   // A stream that only returns `status` (request rejected before any engine work).
-  static grpc::ServerWriteReactor<v1::GenerateResponse>* Reject(const grpc::Status& status);
+  static grpc::ServerWriteReactor<grpc::ByteBuffer>* Reject(const grpc::Status& status);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;

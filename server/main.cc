@@ -1,9 +1,10 @@
 // saturn-server: flags -> ServerConfig -> ServerApp; waits for SIGINT/SIGTERM, then shuts
-// down gracefully and exits 0. The only file that defines flags.
-#include <pthread.h>
-#include <signal.h>
-
+// down gracefully and exits 0 (a second signal cuts the grace period short; one before the
+// engine serves exits 0 at once). The only file that defines flags.
+#include <condition_variable>
+#include <cstdlib>
 #include <iostream>
+#include <mutex>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -13,6 +14,7 @@
 #include "absl/time/time.h"
 #include "engine/model_config.h"
 #include "server/server_app.h"
+#include "server/shutdown_signals.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to listen on: host:port or unix:path");
 ABSL_FLAG(std::string, model, "small",
@@ -47,6 +49,18 @@ ABSL_FLAG(int, metrics_port, 0,
           "(0: off; -1: any free port, logged)");
 ABSL_FLAG(double, metrics_window_seconds, 10,
           "Window of the saturn: diagnostics gauges (bottleneck class, MFU, MBU, busy)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve gRPC and /metrics over TLS (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates: require clients to present a certificate they signed (mTLS)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding a bearer token that clients must send (\"authorization: Bearer TOKEN\") "
+          "for the admin RPCs (UpdateEngineOptions, Recalibrate); see --auth_scope");
+ABSL_FLAG(std::string, auth_scope, "admin",
+          "admin: the token guards the admin RPCs; all: every RPC and GET /metrics");
+ABSL_FLAG(std::string, unix_socket_mode, "",
+          "Octal permissions of a unix: --listen socket, e.g. 0660 (empty: from the umask)");
 
 namespace {
 
@@ -58,16 +72,16 @@ int Fail(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: from here on SIGINT/SIGTERM go to the handler set below, never to their default
+  // action (server/shutdown_signals.h). Until the engine is serving, a signal exits at once.
+  saturn::ShutdownSignals signals;
+  signals.SetHandler([](int sig, int /*count*/) {
+    std::cerr << "saturn-server: received " << saturn::ShutdownSignals::Name(sig)
+              << " while starting: exiting" << std::endl;
+    std::_Exit(0);
+  });
   absl::SetProgramUsageMessage("Saturn LLM inference server (gRPC saturn.v1.Saturn)");
   absl::ParseCommandLine(argc, argv);
-
-  // Block the shutdown signals before any thread starts so that every thread inherits the
-  // mask and only sigwait below sees them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   saturn::ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
@@ -83,6 +97,12 @@ int main(int argc, char** argv) {
   config.save_calibration = absl::GetFlag(FLAGS_save_calibration);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_window_seconds = absl::GetFlag(FLAGS_metrics_window_seconds);
+  config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  config.tls_key = absl::GetFlag(FLAGS_tls_key);
+  config.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  config.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  config.auth_scope = absl::GetFlag(FLAGS_auth_scope);
+  config.unix_socket_mode = absl::GetFlag(FLAGS_unix_socket_mode);
   const int kv_cache_mb = absl::GetFlag(FLAGS_kv_cache_mb);
   if (kv_cache_mb < 0) {
     return Fail(absl::StrCat("--kv_cache_mb: must be >= 0 (0: automatic), got ", kv_cache_mb));
@@ -95,15 +115,36 @@ int main(int argc, char** argv) {
 
   saturn::ServerApp app(config);
   if (absl::Status s = app.StartListening(); !s.ok()) return Fail(std::string(s.message()));
-  // A signal during loading stays pending and is taken by sigwait once loading is done.
   if (absl::Status s = app.LoadEngine(); !s.ok()) {
     app.Shutdown();
     return Fail(absl::StrCat("cannot start the engine: ", s.message()));
   }
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  std::cerr << "saturn-server: received " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << std::endl;
+  // Serving: the first signal starts the graceful shutdown, the second ends its grace period
+  // (in-flight streams end with UNAVAILABLE at once), later ones are only logged.
+  std::mutex mu;
+  std::condition_variable cv;
+  int first_signal = 0;
+  signals.SetHandler([&](int sig, int count) {
+    const char* name = saturn::ShutdownSignals::Name(sig);
+    if (count == 1) {
+      std::cerr << "saturn-server: received " << name << std::endl;
+      std::lock_guard<std::mutex> lock(mu);
+      first_signal = sig;
+      cv.notify_all();
+    } else if (count == 2) {
+      std::cerr << "saturn-server: received " << name << " again: ending the calls in flight now"
+                << std::endl;
+      app.EndGracePeriod();
+    } else {
+      std::cerr << "saturn-server: received " << name << ": already shutting down" << std::endl;
+    }
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return first_signal != 0; });
+  }
   app.Shutdown();
+  signals.SetHandler(nullptr);  // before `app` goes
   return 0;
 }

@@ -1,5 +1,5 @@
-// MetricsHttpServer and the exposition text. cpp-httplib (Debian libcpp-httplib-dev) is
-// header-only; only this file includes it.
+// MetricsHttpServer and the exposition text. cpp-httplib (Debian libcpp-httplib-dev, built
+// with OpenSSL) is included by this file only.
 #include "server/metrics_http.h"
 
 #include <httplib.h>
@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/request_metrics.h"
+#include "server/security.h"
 
 namespace saturn {
 namespace {
@@ -88,7 +89,39 @@ MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 absl::Status MetricsHttpServer::Start(const std::string& host, int port) {
   if (http_ != nullptr) return absl::FailedPreconditionError("metrics endpoint started twice");
-  http_ = std::make_unique<httplib::Server>();
+  // The gRPC port's security applies here too (server/security.h): HTTPS with the same
+  // certificate (and client CA), and the bearer token under --auth_scope=all.
+  const ServerConfig& config = state_->config();
+  if (!config.tls_cert.empty()) {
+    auto https = std::make_unique<httplib::SSLServer>(
+        config.tls_cert.c_str(), config.tls_key.c_str(),
+        config.tls_client_ca.empty() ? nullptr : config.tls_client_ca.c_str());
+    if (!https->is_valid()) {
+      return absl::InvalidArgumentError(
+          "--tls_cert, --tls_key: the metrics endpoint cannot load them (PEM certificate and "
+          "matching key expected)");
+    }
+    http_ = std::move(https);
+  } else {
+    http_ = std::make_unique<httplib::Server>();
+  }
+  if (config.auth_scope == "all") {
+    absl::StatusOr<std::string> token = ReadAuthToken(config.auth_token_file);
+    if (!token.ok()) {
+      http_.reset();
+      return token.status();
+    }
+    http_->set_pre_routing_handler(
+        [token = *token](const httplib::Request& req, httplib::Response& res) {
+          if (BearerMatches(req.get_header_value("Authorization"), token)) {
+            return httplib::Server::HandlerResponse::Unhandled;
+          }
+          res.status = 401;
+          res.set_header("WWW-Authenticate", "Bearer");
+          res.set_content("saturn-server: send \"Authorization: Bearer <token>\"\n", "text/plain");
+          return httplib::Server::HandlerResponse::Handled;
+        });
+  }
   // Scrapes are rare and cheap: two workers, not httplib's default pool.
   http_->new_task_queue = [] { return new httplib::ThreadPool(2); };
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

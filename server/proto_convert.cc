@@ -51,8 +51,8 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
     // Checked before encoding: the size bounds the work done for a hostile request.
     if (static_cast<int64_t>(req.prompt_text().size()) > limits.max_prompt_text_bytes()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "prompt_text: %d bytes exceeds the limit of %d bytes (one token per byte plus BOS "
-          "within max_model_len %d)",
+          "prompt_text: %d bytes exceeds the limit of %d bytes (one token per byte, plus BOS, "
+          "plus at least one generated token within max_model_len %d)",
           req.prompt_text().size(), limits.max_prompt_text_bytes(), limits.max_model_len));
     }
     r.prompt = ByteTokenizer().Encode(req.prompt_text(), /*add_bos=*/true);

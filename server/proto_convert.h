@@ -19,8 +19,9 @@ struct PromptLimits {
   bool has_text_tokenizer = false;
   int max_client_request_id_bytes = 256;
   int max_stop_token_ids = 256;
-  // Longest prompt_text: one token per byte plus BOS must fit the context.
-  int max_prompt_text_bytes() const { return has_text_tokenizer ? max_model_len - 1 : 0; }
+  // Longest prompt_text accepted: one token per byte, plus BOS, plus the one token a request
+  // must at least generate (max_tokens >= 1), must fit max_model_len.
+  int max_prompt_text_bytes() const { return has_text_tokenizer ? max_model_len - 2 : 0; }
 };
 
 struct ConvertedRequest {

@@ -1,13 +1,16 @@
 // SaturnService. Handlers never block a gRPC thread on the engine: Generate hands off to the
 // engine loop through Submit, and UpdateEngineOptions (which waits for a step boundary) runs
-// on its own short-lived thread, registered with ServingState so shutdown waits for it.
+// on the service's one BoundedWorker, registered with ServingState so shutdown waits for it
+// (or, still queued, ends it with UNAVAILABLE).
 #include "server/saturn_service.h"
 
+#include <memory>
 #include <random>
-#include <thread>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/generate_reactor.h"
+#include "server/raw_message.h"
 #include "server/report_proto.h"
 #include "server/status_util.h"
 
@@ -46,71 +49,108 @@ int64_t SaturnService::NextSeed() {
   return static_cast<int64_t>(SplitMix64(seed_counter_.fetch_add(1)) >> 1);
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* SaturnService::Generate(
-    grpc::CallbackServerContext* /*context*/, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* SaturnService::Generate(
+    grpc::CallbackServerContext* /*context*/, const grpc::ByteBuffer* raw) {
+  v1::GenerateRequest request;
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) {
+    return GenerateReactor::Reject(ToGrpcStatus(s));
+  }
   Engine* engine = state_->engine();
   if (engine == nullptr) return GenerateReactor::Reject(kLoading);
   absl::StatusOr<ConvertedRequest> converted =
-      ToEngineRequest(*request, Limits(*engine), NextSeed());
+      ToEngineRequest(request, Limits(*engine), NextSeed());
   if (!converted.ok()) return GenerateReactor::Reject(ToGrpcStatus(converted.status()));
   // Checked here as well as in Submit so that a bad request is INVALID_ARGUMENT whatever the
   // queue's state.
   absl::Status valid =
-      ValidateForEngine(converted->request, engine->limits(), request->prompt_token_ids_size() > 0);
+      ValidateForEngine(converted->request, engine->limits(), request.prompt_token_ids_size() > 0);
   if (!valid.ok()) return GenerateReactor::Reject(ToGrpcStatus(valid));
   return new GenerateReactor(state_, engine, std::move(converted->request), converted->want_text,
                              diag_ != nullptr ? diag_->request_metrics() : nullptr);
 }
 
 grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerContext* context,
-                                                       const v1::GetServerInfoRequest* /*request*/,
-                                                       v1::ServerInfo* response) {
+                                                       const grpc::ByteBuffer* raw,
+                                                       grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  v1::GetServerInfoRequest request;
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   Engine* engine = state_->engine();
   if (engine == nullptr) {
     reactor->Finish(kLoading);
     return reactor;
   }
-  FillServerInfo(*engine, Limits(*engine), state_->listen_address(), response);
+  v1::ServerInfo info;
+  FillServerInfo(*engine, Limits(*engine), state_->listen_address(), &info);
   if (diag_ != nullptr) {
     if (std::optional<Calibration> cal = diag_->calibration(); cal.has_value()) {
-      ToProto(*cal, diag_->calibration_ms(), response->mutable_calibration());
+      ToProto(*cal, diag_->calibration_ms(), info.mutable_calibration());
     }
   }
-  ToProto(engine->graph_info(), response->mutable_cuda_graphs());
+  ToProto(engine->graph_info(), info.mutable_cuda_graphs());
+  SerializeResponse(info, response);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
-grpc::ServerUnaryReactor* SaturnService::UpdateEngineOptions(
-    grpc::CallbackServerContext* context, const v1::UpdateEngineOptionsRequest* request,
-    v1::UpdateEngineOptionsResponse* response) {
+grpc::ServerUnaryReactor* SaturnService::UpdateEngineOptions(grpc::CallbackServerContext* context,
+                                                             const grpc::ByteBuffer* raw,
+                                                             grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  v1::UpdateEngineOptionsRequest request;
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   Engine* engine = state_->engine();
   if (engine == nullptr) {
     reactor->Finish(kLoading);
     return reactor;
   }
-  std::optional<int64_t> token = state_->BeginCall(nullptr);
+  // The job's id once queued: shutdown after the grace period takes a job that has not
+  // started off the queue (it ends UNAVAILABLE); a running one ends with the engine.
+  auto job_id = std::make_shared<std::atomic<int64_t>>(0);
+  std::optional<int64_t> token = state_->BeginCall([this, job_id] {
+    if (const int64_t id = job_id->load(); id != 0) options_worker_.Cancel(id);
+  });
   if (!token.has_value()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
     return reactor;
   }
-  // Engine::UpdateOptions waits for the next step boundary: keep that off gRPC's threads.
-  std::thread([this, engine, request, response, reactor, t = *token] {
-    absl::StatusOr<EngineOptions> applied;
-    {
-      std::lock_guard<std::mutex> lock(update_mu_);
-      const EngineOptions before = engine->options();
-      applied = engine->UpdateOptions(MergeOptions(before, *request));
-      // In force from the step boundary UpdateOptions waited for: a plan action it matches
-      // is tracked from here.
-      if (applied.ok() && diag_ != nullptr) diag_->OnOptionsApplied(before, *applied, NowUs());
-    }
-    if (applied.ok()) ToProto(*applied, response->mutable_options());
-    reactor->Finish(ToGrpcStatus(applied.status()));
+  const int64_t t = *token;
+  std::optional<int64_t> id = options_worker_.Submit(
+      [this, engine, request, response, reactor, t] {
+        const EngineOptions before = engine->options();
+        absl::StatusOr<EngineOptions> applied =
+            engine->UpdateOptions(MergeOptions(before, request));
+        // In force from the step boundary UpdateOptions waited for: a plan action it matches
+        // is tracked from here.
+        if (applied.ok() && diag_ != nullptr) diag_->OnOptionsApplied(before, *applied, NowUs());
+        if (applied.ok()) {
+          v1::UpdateEngineOptionsResponse reply;
+          ToProto(*applied, reply.mutable_options());
+          SerializeResponse(reply, response);
+        }
+        reactor->Finish(ToGrpcStatus(applied.status()));
+        state_->EndCall(t);
+      },
+      [this, reactor, t] {
+        reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                     "server shutting down: the options update was not applied"));
+        state_->EndCall(t);
+      });
+  if (!id.has_value()) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("UpdateEngineOptions: ", options_worker_.capacity(),
+                     " updates are already waiting for a step boundary; retry later")));
     state_->EndCall(t);
-  }).detach();
+    return reactor;
+  }
+  job_id->store(*id);
   return reactor;
 }
 

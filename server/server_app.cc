@@ -3,7 +3,10 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <utility>
 
@@ -12,8 +15,10 @@
 #include "engine/model_config.h"
 #include "server/diagnostics_service.h"
 #include "server/diagnostics_state.h"
+#include "server/listen_address.h"
 #include "server/metrics_http.h"
 #include "server/saturn_service.h"
+#include "server/security.h"
 
 namespace saturn {
 namespace {
@@ -65,17 +70,39 @@ absl::Status ServerApp::StartListening() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
+  const bool is_unix = config_.listen.rfind("unix:", 0) == 0;
+  // gRPC would unlink a live server's socket file and take the path over.
+  if (absl::Status s = CheckUnixSocketFree(config_.listen); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(config_);
+  if (!creds.ok()) return creds.status();
+  const int socket_mode = ParseSocketMode(config_.unix_socket_mode).value_or(-1);
+
   grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &selected_port);
+  builder.AddListeningPort(config_.listen, *creds, &selected_port);
+  // One server per address: with gRPC's default SO_REUSEPORT a second server on a busy port
+  // would start and take half of the new connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(saturn_service_.get());
   for (auto& service : extra_services_) builder.RegisterService(service.get());
+  // A unix socket has --unix_socket_mode from its creation on (the umask covers the bind;
+  // chmod below sets the exact bits), not the process umask's.
+  const mode_t old_umask = socket_mode >= 0 ? umask(~socket_mode & 0777) : 0;
   server_ = builder.BuildAndStart();
-  if (server_ == nullptr || (selected_port == 0 && config_.listen.rfind("unix:", 0) != 0)) {
+  if (socket_mode >= 0) umask(old_umask);
+  if (server_ == nullptr || (selected_port == 0 && !is_unix)) {
     server_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("--listen: cannot listen on ", config_.listen, " (address in use?)"));
+    const std::string why = is_unix ? "" : TcpBindError(config_.listen);
+    return absl::UnavailableError(absl::StrCat("--listen: cannot listen on ", config_.listen, ": ",
+                                               why.empty() ? "see gRPC's error above" : why));
   }
+  if (socket_mode >= 0 && chmod(config_.listen.substr(5).c_str(), socket_mode) != 0) {
+    server_->Shutdown();
+    server_.reset();
+    return absl::UnavailableError(absl::StrCat(
+        "--unix_socket_mode: cannot chmod ", config_.listen.substr(5), ": ", std::strerror(errno)));
+  }
+  for (const std::string& warning : SecurityWarnings(config_)) Log(warning);
   // The default health service starts out SERVING for "": turn it off until warm.
   SetServing(false);
   port_ = selected_port;
@@ -128,6 +155,8 @@ void ServerApp::SetServing(bool serving) {
   health->SetServingStatus(v1::Diagnostics::service_full_name(), serving);
 }
 
+void ServerApp::EndGracePeriod() { state_.EndGrace(); }
+
 void ServerApp::Shutdown() {
   std::lock_guard<std::mutex> lock(shutdown_mu_);
   if (shut_down_ || server_ == nullptr) return;
@@ -139,9 +168,10 @@ void ServerApp::Shutdown() {
   const int in_flight = state_.active_calls();
   Log(absl::StrCat("shutting down: NOT_SERVING; ", in_flight, " call(s) in flight get ",
                    absl::FormatDuration(config_.shutdown_grace)));
-  if (!state_.WaitIdle(absl::Now() + config_.shutdown_grace)) {
-    Log(absl::StrCat("grace period over: ending ", state_.active_calls(),
-                     " call(s) with UNAVAILABLE"));
+  if (!state_.WaitIdleOrGraceEnd(absl::Now() + config_.shutdown_grace)) {
+    Log(absl::StrCat(
+        state_.grace_ended() ? "grace period cut short: ending " : "grace period over: ending ",
+        state_.active_calls(), " call(s) with UNAVAILABLE"));
     state_.AbortAll();
     state_.WaitIdle(absl::Now() + kAbortWait);
   }

@@ -54,6 +54,10 @@ class ServerApp {
   // Graceful shutdown (see the header comment). Idempotent; thread-safe; blocks up to about
   // shutdown_grace plus a few seconds.
   void Shutdown();
+  // Ends the grace period of a Shutdown in progress (or the next one) now: the calls still
+  // in flight end with UNAVAILABLE at once. Thread-safe; does not block (a second SIGINT or
+  // SIGTERM).
+  void EndGracePeriod();
 
   // The port bound (the real one when the config asked for port 0); 0 before listening.
   int port() const { return port_; }

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/listen_address.h"
 
 namespace saturn {
 namespace {
@@ -32,7 +33,52 @@ absl::Status ValidateListen(const std::string& listen) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateSecurity(const ServerConfig& c) {
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert, --tls_key: set both (the certificate chain and its private key) or neither");
+  }
+  if (!c.tls_client_ca.empty() && c.tls_cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_client_ca: mutual TLS needs --tls_cert and --tls_key as well");
+  }
+  if (c.auth_scope != "admin" && c.auth_scope != "all") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--auth_scope: \"", c.auth_scope, "\" is not one of admin, all"));
+  }
+  if (c.auth_scope == "all" && c.auth_token_file.empty()) {
+    return absl::InvalidArgumentError("--auth_scope=all: needs --auth_token_file");
+  }
+  if (!c.auth_token_file.empty() && c.tls_cert.empty() && !IsLoopbackListen(c.listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--auth_token_file: on a non-loopback --listen (", c.listen,
+        ") the token needs --tls_cert and --tls_key; in plaintext it can be read off the "
+        "network"));
+  }
+  absl::StatusOr<int> mode = ParseSocketMode(c.unix_socket_mode);
+  if (!mode.ok()) return mode.status();
+  if (*mode >= 0 && !absl::StartsWith(c.listen, "unix:")) {
+    return absl::InvalidArgumentError("--unix_socket_mode: only for a unix: --listen address");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<int> ParseSocketMode(const std::string& mode) {
+  if (mode.empty()) return -1;
+  int bits = 0;
+  bool ok = mode.size() >= 3 && mode.size() <= 4;
+  for (char ch : mode) {
+    if (ch < '0' || ch > '7') ok = false;
+    bits = bits * 8 + (ch - '0');
+  }
+  if (!ok || bits > 0777) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--unix_socket_mode: \"", mode, "\" is not octal permission bits such as 0660 or 600"));
+  }
+  return bits;
+}
 
 absl::Status ServerConfig::Validate() const {
   if (absl::Status s = ValidateListen(listen); !s.ok()) return s;
@@ -98,6 +144,7 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--metrics_window_seconds: must be in (0, 3600], got %g", metrics_window_seconds));
   }
+  if (absl::Status s = ValidateSecurity(*this); !s.ok()) return s;
   // The engine's own checks (limits, KV capacity, ...): its messages name its fields, which
   // are the flags' names.
   if (absl::Status s = engine.Validate(); !s.ok()) {

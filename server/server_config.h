@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
 
@@ -25,10 +26,21 @@ struct ServerConfig {
   // binds the host of `listen` (127.0.0.1 for unix: addresses).
   int metrics_port = 0;
   double metrics_window_seconds = 10;  // window of the saturn: diagnostics gauges
+  // Security (server/security.h, docs/SECURITY.md). PEM files: cert + key turn TLS on (gRPC
+  // and metrics); a client CA makes it mutual TLS.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  std::string auth_token_file;       // bearer token required for the admin methods
+  std::string auth_scope = "admin";  // admin | all (every RPC and /metrics)
+  std::string unix_socket_mode;      // octal permissions of a unix: socket ("" : the umask's)
 
   // Checks every field; the error names the flag and the limit.
   absl::Status Validate() const;
 };
+
+// --unix_socket_mode as permission bits: 3 or 4 octal digits, at most 0777; -1 when empty.
+absl::StatusOr<int> ParseSocketMode(const std::string& mode);
 
 // The flags' units as the config's: --kv_cache_mb to bytes (0: automatic). A limit flag of 0
 // means the engine's default limit, raised to the option's value when that is larger, so

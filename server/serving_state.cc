@@ -48,6 +48,24 @@ bool ServingState::WaitIdle(absl::Time deadline) const {
   return idle_cv_.wait_until(lock, until, [this] { return calls_.empty(); });
 }
 
+bool ServingState::WaitIdleOrGraceEnd(absl::Time deadline) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto until = absl::ToChronoTime(deadline);
+  idle_cv_.wait_until(lock, until, [this] { return calls_.empty() || grace_ended_; });
+  return calls_.empty();
+}
+
+void ServingState::EndGrace() {
+  std::lock_guard<std::mutex> lock(mu_);
+  grace_ended_ = true;
+  idle_cv_.notify_all();
+}
+
+bool ServingState::grace_ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return grace_ended_;
+}
+
 void ServingState::AbortAll() {
   std::vector<std::function<void()>> hooks;
   {

@@ -47,6 +47,11 @@ class ServingState {
   bool draining() const;
   // Waits until no admitted call is left or `deadline`; true when none is left.
   bool WaitIdle(absl::Time deadline) const;
+  // The same, but also returns (false, calls left) once EndGrace was called.
+  bool WaitIdleOrGraceEnd(absl::Time deadline) const;
+  // Ends WaitIdleOrGraceEnd's wait now and for every later call.
+  void EndGrace();
+  bool grace_ended() const;
   // Runs every live call's abort hook (outside the lock).
   void AbortAll();
   int active_calls() const;
@@ -60,6 +65,7 @@ class ServingState {
   mutable std::condition_variable idle_cv_;
   std::string listen_address_;
   bool draining_ = false;
+  bool grace_ended_ = false;
   int64_t next_token_ = 1;
   std::map<int64_t, std::function<void()>> calls_;
 };

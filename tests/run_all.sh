@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Saturn's whole test suite on a fresh Debian 12 machine: install what is missing, build
-# (the CUDA backend too where nvcc exists; its tests skip without a GPU), run CTest.
+# (the CUDA backend too where nvcc exists; its tests skip without a GPU), run CTest, then the
+# sanitizer and fuzzing job (tests/sanitize.sh).
 #   bash tests/run_all.sh [build-dir]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,3 +14,4 @@ jobs="$(nproc)"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$jobs"
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 900
+bash "$root/tests/sanitize.sh" "${build}-asan"

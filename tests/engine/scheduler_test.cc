@@ -92,6 +92,7 @@ struct Sim {
     for (int64_t id : plan.preempted) kv[id].clear();
     preemptions += static_cast<int>(plan.preempted.size());
     EXPECT_LE(plan.num_tokens(), sched.config().max_num_batched_tokens);
+    EXPECT_LE(static_cast<int>(plan.seqs.size()), sched.config().max_num_seqs);
     EXPECT_EQ(plan.kv_blocks_used + plan.kv_blocks_free, sched.blocks().num_blocks());
     Feed(plan);
     return plan;
@@ -381,6 +382,41 @@ TEST(SchedulerTest, SetLimitsAppliesToNextSchedule) {
   EXPECT_EQ(p.seqs[1].num_new_tokens(), 10);
   sim.RunAll();
   EXPECT_EQ(sim.out[1], Reference(Req(10, 3)));
+}
+
+// Lowering max_num_seqs below the number running bounds the very next step: the newest
+// requests pause with their KV kept (no preemption, no recompute) and resume, oldest first,
+// as slots free up.
+TEST(SchedulerTest, LoweringMaxNumSeqsPausesTheNewestRunning) {
+  Sim sim(Config(8, 1000), 64, 4);
+  for (int id = 1; id <= 4; ++id) sim.Add(id, Req(4, 3 + id, 10 * id));
+  StepPlan p = sim.Step();
+  ASSERT_EQ(p.seqs.size(), 4u);
+  const int used = sim.sched.blocks().num_used();
+  sim.sched.SetLimits(1, 1000);
+  p = sim.Step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].request_id, 1);
+  EXPECT_EQ(p.num_running, 4);  // paused, not preempted
+  EXPECT_TRUE(p.preempted.empty());
+  EXPECT_GE(sim.sched.blocks().num_used(), used);  // their KV is kept
+  // Request 1 runs alone to the end, then 2 (from where it paused: no recompute).
+  while (sim.finished.count(1) == 0) {
+    p = sim.Step();
+    ASSERT_EQ(p.seqs.size(), 1u);
+    EXPECT_EQ(p.seqs[0].request_id, 1);
+  }
+  p = sim.Step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].request_id, 2);
+  EXPECT_FALSE(p.seqs[0].is_prefill);
+  sim.sched.SetLimits(8, 1000);
+  p = sim.Step();
+  EXPECT_EQ(p.seqs.size(), 3u);
+  sim.RunAll();
+  EXPECT_EQ(sim.preemptions, 0);
+  for (int id = 1; id <= 4; ++id) EXPECT_EQ(sim.out[id], Reference(Req(4, 3 + id, 10 * id)));
+  EXPECT_EQ(sim.sched.blocks().num_free(), 64);
 }
 
 TEST(SchedulerTest, SeededStressEndsWithAllBlocksFree) {

@@ -2,6 +2,15 @@
 // (visible in the step records' options) and refuses what the backend cannot do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "engine/model_config.h"
 #include "tests/server/server_test_util.h"
 
@@ -42,7 +51,7 @@ TEST_F(OptionsTest, ServerInfoDescribesTheRunningEngine) {
   EXPECT_EQ(info.limits().max_model_len(), 512);
   EXPECT_EQ(info.limits().max_num_seqs_limit(), engine.config().max_num_seqs_limit);
   EXPECT_EQ(info.limits().max_queued_requests(), 256);
-  EXPECT_EQ(info.limits().max_prompt_text_bytes(), 511);
+  EXPECT_EQ(info.limits().max_prompt_text_bytes(), 510);
   EXPECT_EQ(info.kv_cache().num_blocks(), engine.kv_stats().num_blocks);
   EXPECT_EQ(info.kv_cache().block_size(), 16);
   EXPECT_GT(info.kv_cache().capacity_bytes(), 0);
@@ -104,6 +113,93 @@ TEST_F(OptionsTest, CudaGraphsOnTheCpuBackendIsFailedPrecondition) {
   // And the server still serves.
   testing::StreamResult r = testing::RunStream(server_->stub.get(), testing::IdsRequest({1, 4}, 3));
   EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+}
+
+// This process's thread count (/proc/self/status).
+int ThreadCount() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// A flood of UpdateEngineOptions calls (issue 10: one OS thread per call took a server to
+// ~2,000 threads and, under a task limit, wedged it) runs on the service's one worker: the
+// server's thread count stays bounded, every call ends OK or RESOURCE_EXHAUSTED, nothing is
+// left registered, and the server still serves.
+TEST_F(OptionsTest, AFloodOfUpdatesKeepsTheThreadCountBounded) {
+  auto stub = v1::Saturn::NewStub(
+      grpc::CreateChannel(server_->app->address(), grpc::InsecureChannelCredentials()));
+  // Warm the channel and gRPC's own thread pools first.
+  {
+    v1::UpdateEngineOptionsResponse resp;
+    ASSERT_TRUE(Update(v1::UpdateEngineOptionsRequest(), &resp).ok());
+  }
+  const int before = ThreadCount();
+  ASSERT_GT(before, 0);
+  std::atomic<bool> sampling{true};
+  std::atomic<int> peak{before};
+  std::thread sampler([&] {
+    while (sampling.load()) {
+      peak.store(std::max(peak.load(), ThreadCount()));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+
+  constexpr int kCalls = 600;
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::UpdateEngineOptionsRequest req;
+    v1::UpdateEngineOptionsResponse resp;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  std::atomic<int> done{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  for (int i = 0; i < kCalls; ++i) {
+    auto c = std::make_unique<Call>();
+    c->ctx.set_deadline(testing::In(std::chrono::seconds(120)));
+    c->req.set_max_num_seqs(1 + i % 8);
+    Call* raw = c.get();
+    calls.push_back(std::move(c));
+    stub->async()->UpdateEngineOptions(&raw->ctx, &raw->req, &raw->resp, [&, raw](grpc::Status st) {
+      raw->status = std::move(st);
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(180), [&] { return done == kCalls; }));
+  }
+  sampling = false;
+  sampler.join();
+
+  int ok = 0, exhausted = 0;
+  for (const auto& c : calls) {
+    if (c->status.ok()) {
+      ++ok;
+    } else {
+      EXPECT_EQ(c->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << c->status.error_message();
+      ++exhausted;
+    }
+  }
+  EXPECT_GT(ok, 0);
+  EXPECT_EQ(ok + exhausted, kCalls);
+  // gRPC may add a few threads of its own under load; a thread per call would add hundreds.
+  EXPECT_LE(peak.load(), before + 16) << "threads before " << before << ", peak " << peak.load();
+  EXPECT_EQ(server_->app->state()->active_calls(), 0);
+  testing::StreamResult r = testing::RunStream(server_->stub.get(), testing::IdsRequest({1, 4}, 3));
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  v1::UpdateEngineOptionsRequest reset;
+  reset.set_max_num_seqs(64);
+  v1::UpdateEngineOptionsResponse resp;
+  EXPECT_TRUE(Update(reset, &resp).ok());
 }
 
 }  // namespace

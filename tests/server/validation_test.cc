@@ -74,7 +74,7 @@ std::vector<BadCase> BadCases() {
          r->clear_prompt_token_ids();
          r->set_prompt_text(std::string(kMaxModelLen, 'a'));
        },
-       {"prompt_text", "511"}},
+       {"prompt_text", "510"}},
       {"too_many_token_ids",
        [](v1::GenerateRequest* r) {
          for (int i = 0; i < kMaxModelLen; ++i) r->add_prompt_token_ids(5);
@@ -133,6 +133,30 @@ TEST_F(ValidationTest, BoundaryValuesAreAccepted) {
   EXPECT_TRUE(r.status.ok()) << r.status.error_message();
   ASSERT_TRUE(r.final_message.has_value());
   EXPECT_EQ(r.final_message->usage().completion_tokens(), kMaxModelLen - 1);
+}
+
+// GetServerInfo's max_prompt_text_bytes is the real limit: exactly that many bytes are
+// accepted (with max_tokens 1), one more is rejected.
+TEST_F(ValidationTest, MaxPromptTextBytesIsTheAcceptedMaximum) {
+  grpc::ClientContext ctx;
+  v1::ServerInfo info;
+  ASSERT_TRUE(server_->stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
+  const int limit = info.limits().max_prompt_text_bytes();
+  ASSERT_GT(limit, 0);
+  v1::GenerateRequest req;
+  req.set_max_tokens(1);
+  req.set_prompt_text(std::string(limit, 'a'));
+  testing::StreamResult r = RunStream(server_->stub.get(), req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_TRUE(r.final_message.has_value());
+  EXPECT_EQ(r.final_message->usage().prompt_tokens(), limit + 1);  // BOS
+  EXPECT_EQ(r.final_message->usage().completion_tokens(), 1);
+
+  req.set_prompt_text(std::string(limit + 1, 'a'));
+  r = RunStream(server_->stub.get(), req);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(r.status.error_message().find("prompt_text"), std::string::npos)
+      << r.status.error_message();
 }
 
 TEST_F(ValidationTest, BadEngineOptionsAreInvalidArgumentNamingTheField) {

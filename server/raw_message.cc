@@ -1,0 +1,141 @@
+// ParseRequest: wire-format check through UnknownFieldSet, UTF-8 check of every string field
+// (nested messages too) against the descriptor, then the real parse.
+#include "server/raw_message.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/unknown_field_set.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace saturn {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::UnknownField;
+using google::protobuf::UnknownFieldSet;
+
+// Deep enough for any saturn.v1 request; deeper nesting is refused rather than recursed into.
+constexpr int kMaxDepth = 16;
+
+// OK, or the first string field (path from the top message) that is not UTF-8.
+absl::Status CheckStrings(const UnknownFieldSet& fields, const Descriptor* type,
+                          const std::string& prefix, int depth) {
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const UnknownField& f = fields.field(i);
+    if (f.type() != UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    const FieldDescriptor* fd = type->FindFieldByNumber(f.number());
+    if (fd == nullptr) continue;  // unknown fields are kept as bytes, never checked
+    const std::string name = absl::StrCat(prefix, fd->name());
+    if (fd->type() == FieldDescriptor::TYPE_STRING) {
+      const size_t bad = InvalidUtf8Offset(f.length_delimited());
+      if (bad != std::string_view::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": not valid UTF-8 at byte ", bad, " of ", f.length_delimited().size(),
+            " (a string field must be UTF-8",
+            fd->name() == "prompt_text" ? "; send arbitrary bytes as prompt_token_ids" : "", ")"));
+      }
+    } else if (fd->type() == FieldDescriptor::TYPE_MESSAGE) {
+      if (depth >= kMaxDepth) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": nested deeper than ", kMaxDepth));
+      }
+      UnknownFieldSet inner;
+      if (!inner.ParseFromString(f.length_delimited())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": malformed protobuf wire format (truncated or garbage bytes)"));
+      }
+      if (absl::Status s = CheckStrings(inner, fd->message_type(), name + ".", depth + 1);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t InvalidUtf8Offset(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // no overlong forms
+      if (c == 0xED) hi = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // no overlong forms
+      if (c == 0xF4) hi = 0x8F;  // at most U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (int k = 2; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+absl::Status ParseRequest(std::string_view bytes, google::protobuf::Message* out) {
+  out->Clear();
+  const std::string& type = out->GetDescriptor()->full_name();
+  UnknownFieldSet fields;
+  if (!fields.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat("request: not a valid ", type, " (",
+                                                   bytes.size(),
+                                                   " bytes of malformed protobuf wire format: "
+                                                   "truncated or garbage)"));
+  }
+  if (absl::Status s = CheckStrings(fields, out->GetDescriptor(), "", 0); !s.ok()) return s;
+  if (!out->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    // Well-formed wire format whose values do not fit the fields (e.g. a packed field with
+    // a broken varint).
+    return absl::InvalidArgumentError(
+        absl::StrCat("request: not a valid ", type, " (", bytes.size(),
+                     " bytes whose field values do not match the message's types)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* out) {
+  std::vector<grpc::Slice> slices;
+  if (!bytes.Dump(&slices).ok()) {
+    return absl::InvalidArgumentError("request: cannot read the message bytes");
+  }
+  if (slices.size() == 1) {
+    return ParseRequest(
+        std::string_view(reinterpret_cast<const char*>(slices[0].begin()), slices[0].size()), out);
+  }
+  std::string joined;
+  joined.reserve(bytes.Length());
+  for (const grpc::Slice& s : slices) {
+    joined.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return ParseRequest(joined, out);
+}
+
+void SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out) {
+  out->Clear();  // the serializer requires an empty buffer
+  bool own_buffer = false;
+  // The same serializer gRPC's generated handlers use.
+  grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, out, &own_buffer);
+}
+
+}  // namespace saturn

@@ -1,0 +1,45 @@
+// Fuzz target: the bytes of a saturn.v1.GenerateRequest as the server receives them, through
+// the whole server-side check (raw parse, ToEngineRequest, the engine's ValidateRequest).
+// Whatever the bytes, the result is a value or INVALID_ARGUMENT, never a crash; an accepted
+// request fits the limits.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "server/proto_convert.h"
+#include "server/raw_message.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  saturn::v1::GenerateRequest req;
+  const absl::Status parsed =
+      saturn::ParseRequest(std::string_view(reinterpret_cast<const char*>(data), size), &req);
+  if (!parsed.ok()) {
+    if (parsed.code() != absl::StatusCode::kInvalidArgument) std::abort();
+    return 0;
+  }
+  saturn::PromptLimits limits;
+  limits.max_model_len = 512;
+  limits.has_text_tokenizer = (size & 1) == 0;
+  absl::StatusOr<saturn::ConvertedRequest> converted = saturn::ToEngineRequest(req, limits, 7);
+  if (!converted.ok()) {
+    if (converted.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
+    return 0;
+  }
+  saturn::ModelLimits model{4096, 512};
+  const absl::Status valid =
+      saturn::ValidateForEngine(converted->request, model, req.prompt_token_ids_size() > 0);
+  if (valid.ok()) {
+    const auto& r = converted->request;
+    if (r.prompt.empty() ||
+        static_cast<int64_t>(r.prompt.size()) + r.sampling.max_tokens > model.max_model_len) {
+      std::abort();
+    }
+    for (int t : r.prompt) {
+      if (t < 0 || t >= model.vocab_size) std::abort();
+    }
+  } else if (valid.code() != absl::StatusCode::kInvalidArgument) {
+    std::abort();
+  }
+  return 0;
+}

@@ -1,0 +1,14 @@
+// Fuzz target: a Hugging Face config.json through ParseHfConfig. A ModelConfig or an error,
+// never a crash (nlohmann::json type errors included).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "engine/model_config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<saturn::ModelConfig> config = saturn::ParseHfConfig(text, "fuzz");
+  if (config.ok()) (void)config->NumParameters();
+  return 0;
+}
