@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "common/flags_help.h"
 #include "engine/diag/calibration.h"
 #include "engine/engine.h"
 
@@ -186,6 +187,8 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  saturn::ParseCommandLineWithHelp(argc, argv,
+                                   "saturn-bench-engine: decode tokens/s at several batch sizes "
+                                   "against this machine's measured ceilings (JSON)");
   return saturn::Main();
 }

@@ -18,6 +18,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/bench_util.h"
+#include "common/flags_help.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/calibration.h"
 #include "engine/diag/engine_context.h"
@@ -184,6 +185,8 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  saturn::ParseCommandLineWithHelp(argc, argv,
+                                   "saturn-bench-plan: follows the diagnostics plan in-process and "
+                                   "reports predicted vs measured");
   return saturn::Main();
 }

@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/flags_help.h"
 #include "engine/model_config.h"
 #include "server/server_app.h"
 
@@ -29,7 +30,7 @@ ABSL_FLAG(int, max_num_batched_tokens_limit, 0,
 ABSL_FLAG(int, max_model_len, 0, "Longest sequence (0: the model's context, at most 4096)");
 ABSL_FLAG(int, kv_cache_mb, 0,
           "KV cache size in MiB (0: enough for the sequence limit at full length, capped at "
-          "1/4 of device memory)");
+          "1/8 of device memory)");
 ABSL_FLAG(bool, cuda_graphs, false, "Replay CUDA graphs for decode steps (CUDA backend only)");
 ABSL_FLAG(int, max_queued_requests, 1024,
           "Waiting requests beyond which Generate returns RESOURCE_EXHAUSTED (0: unbounded)");
@@ -58,8 +59,8 @@ int Fail(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Saturn LLM inference server (gRPC saturn.v1.Saturn)");
-  absl::ParseCommandLine(argc, argv);
+  saturn::ParseCommandLineWithHelp(argc, argv,
+                                   "Saturn LLM inference server (gRPC saturn.v1.Saturn)");
 
   // Block the shutdown signals before any thread starts so that every thread inherits the
   // mask and only sigwait below sees them.
