@@ -71,8 +71,14 @@ StabilityCheck CheckStability(const std::vector<RequestRecord>& records, double 
     first_send = std::min(first_send, r.send_s);
     last_send = std::max(last_send, r.send_s);
   }
+  // The load stays at its level past the last send until the next completion (a closed loop
+  // has every slot full when it stops sending).
+  double held_until = INFINITY;
+  for (const RequestRecord& r : records) {
+    if (r.end_s >= last_send) held_until = std::min(held_until, r.end_s);
+  }
   c.span_start_s = std::isfinite(warmup_end) ? warmup_end : first_send;
-  c.span_end_s = last_send;
+  c.span_end_s = std::isfinite(held_until) ? held_until : last_send;
   const double span = c.span_end_s - c.span_start_s;
   if (!(span >= StabilityCheck::kMinStabilitySpanS)) {
     c.note = absl::StrFormat("load held for %.2f s after warm-up, under %.2f s: too short to judge",

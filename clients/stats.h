@@ -64,14 +64,14 @@ struct MetricsOptions {
 };
 
 // Whether the load was steady while it was held: the span from the end of the warm-up (the
-// first send when nothing is excluded) to the last send, the time during which the closed
-// loop keeps its concurrency (or the open loop its arrival process), cut into three equal time
-// windows; the output tokens that arrived in each (from every request, warm-up included, as
-// the server produced them) per second of window. Stable when each window is within 10 % of
-// their mean (perf_analyzer's stability_percentage over consecutive windows). A span under
-// kMinStabilitySpanS or with fewer than kMinStabilityTokens tokens is not judged: its rates
-// would be noise. Reported, not used to cut the run (saturn-load's --min_measure_s makes
-// each phase long enough).
+// first send when nothing is excluded) to the first completion at or after the last send, the
+// time during which the closed loop keeps its concurrency (or the open loop its arrival
+// process), cut into three equal time windows; the output tokens that arrived in each (from every
+// request, warm-up included, as the server produced them) per second of window. Stable when each
+// window is within 10 % of their mean (perf_analyzer's stability_percentage over consecutive
+// windows). A span under kMinStabilitySpanS or with fewer than kMinStabilityTokens tokens is not
+// judged: its rates would be noise. Reported, not used to cut the run (saturn-load's
+// --min_measure_s makes each phase long enough).
 struct StabilityCheck {
   static constexpr double kMinStabilitySpanS = 0.3;
   static constexpr int64_t kMinStabilityTokens = 30;

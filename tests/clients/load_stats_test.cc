@@ -162,7 +162,8 @@ TEST(ComputeMetricsTest, StabilityFollowsPerfAnalyzersTenPercentRuleOnTimeWindow
   ASSERT_EQ(a.stability.window_output_throughput.size(), 3u) << a.stability.note;
   EXPECT_TRUE(a.stability.stable);
   EXPECT_DOUBLE_EQ(a.stability.span_start_s, 0);
-  EXPECT_DOUBLE_EQ(a.stability.span_end_s, 0.2 * 29);  // the last send
+  // The last send at 5.8 s; the load is held until the next completion (request 28's).
+  EXPECT_NEAR(a.stability.span_end_s, 0.2 * 28 + 0.201, 1e-9);
   for (double x : a.stability.window_output_throughput) EXPECT_NEAR(x, 100, 10);
 
   // The same, but the server slows down: requests in the last third stream at half speed.
@@ -176,8 +177,9 @@ TEST(ComputeMetricsTest, StabilityFollowsPerfAnalyzersTenPercentRuleOnTimeWindow
 
 TEST(ComputeMetricsTest, StabilityNeverPrintsImpossibleRatesForABurst) {
   // The demo's c=16 phase with 24 requests: 16 warm-up requests end together at 5.5 s, the
-  // other 8 are sent just after and end together at 11 s. The old check divided 8 completions by
-  // the few milliseconds between the first and last of them (34894 req/s, 0, 11631).
+  // other 8 are sent just after and end together at 11 s. The old check divided 8 completions
+  // by the few milliseconds between the first and last of them (34894.41, 0.00, 11631.47
+  // req/s). Now: the 5.5 s the 8 streams were in flight, in thirds, tokens per second.
   std::vector<RequestRecord> v;
   for (int i = 0; i < 24; ++i) {
     const double send = i < 16 ? 0.001 * i : 5.52 + 0.001 * (i - 16);
@@ -189,22 +191,35 @@ TEST(ComputeMetricsTest, StabilityNeverPrintsImpossibleRatesForABurst) {
   o.warmup_requests = 16;
   const RunMetrics m = ComputeMetrics(v, o);
   EXPECT_EQ(m.measured, 8);
-  EXPECT_FALSE(m.stability.stable);
-  EXPECT_TRUE(m.stability.window_output_throughput.empty());
-  EXPECT_NE(m.stability.note.find("too short to judge"), std::string::npos) << m.stability.note;
+  ASSERT_EQ(m.stability.window_output_throughput.size(), 3u) << m.stability.note;
+  EXPECT_NEAR(m.stability.span_end_s - m.stability.span_start_s, 5.505, 0.01);
+  for (double x : m.stability.window_output_throughput) {
+    EXPECT_NEAR(x, 8 / 0.17, 8);  // 8 streams, a token every 0.17 s each
+  }
+  EXPECT_TRUE(m.stability.stable);
+
+  // A run too short to judge says so and prints no rate.
+  std::vector<RequestRecord> short_run = {Streaming(0, 0, 5), Streaming(1, 0.01, 5),
+                                          Streaming(2, 0.02, 5)};
+  const RunMetrics s = ComputeMetrics(short_run, MetricsOptions());
+  EXPECT_FALSE(s.stability.stable);
+  EXPECT_TRUE(s.stability.window_output_throughput.empty());
+  EXPECT_NE(s.stability.note.find("too short to judge"), std::string::npos) << s.stability.note;
 }
 
 TEST(ComputeMetricsTest, StabilityRatesAreTokensPerTimeWindow) {
-  // Two overlapping streams: tokens/s per window is what the server produced while the load
-  // was held (first to last send), each rate a count over a window span/3 long.
+  // Two streams of 100 tokens at 100 tok/s, sent at 0 and 0.5 s. The span runs from the first
+  // send to the first completion after the last send (request 0's, 1.001 s); thirds of
+  // 0.3337 s hold 33, 33 + 16 and 34 + 34 tokens.
   std::vector<RequestRecord> v = {Streaming(0, 0.0, 100), Streaming(1, 0.5, 100)};
-  MetricsOptions o;
-  o.warmup_requests = 0;
-  const RunMetrics m = ComputeMetrics(v, o);
+  const RunMetrics m = ComputeMetrics(v, MetricsOptions());
   ASSERT_EQ(m.stability.window_output_throughput.size(), 3u) << m.stability.note;
-  // Span [0, 0.5]: windows of 1/6 s; request 0 streams 100 tok/s through all of them, request
-  // 1 starts at the span's end (its tokens arrive after the last send and are not counted).
-  for (double x : m.stability.window_output_throughput) EXPECT_NEAR(x, 100, 7);
+  EXPECT_NEAR(m.stability.span_end_s, 1.001, 1e-9);
+  EXPECT_EQ(m.stability.span_tokens, 150);
+  EXPECT_NEAR(m.stability.window_output_throughput[0], 33 / (1.001 / 3), 1e-6);
+  EXPECT_NEAR(m.stability.window_output_throughput[1], 49 / (1.001 / 3), 1e-6);
+  EXPECT_NEAR(m.stability.window_output_throughput[2], 68 / (1.001 / 3), 1e-6);
+  EXPECT_FALSE(m.stability.stable);  // the load doubled half-way
 }
 
 }  // namespace
