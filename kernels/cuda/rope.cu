@@ -1,5 +1,6 @@
 // Rotary position embedding in place on q [T, Hq*hd] and k [T, Hkv*hd], rotate-half (NeoX)
-// pairing as Hugging Face Llama: element i pairs with i + hd/2, angle = pos * theta^(-2i/hd).
+// pairing as Hugging Face Llama: element i pairs with i + hd/2, angle = pos * theta^(-2i/hd),
+// that frequency scaled as kernels/rope_params.h says (Llama 3.x).
 // One block per token; each thread rotates pairs of q and k heads.
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_check.h"
@@ -18,7 +19,7 @@ __device__ __forceinline__ void RotatePair(T* head, int i, int half, float c, fl
 
 template <typename T>
 __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions, int q_heads,
-                           int k_heads, int head_dim, float log2_theta) {
+                           int k_heads, int head_dim, float log2_theta, RopeParams rope) {
   const int64_t t = blockIdx.x;
   const int half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -28,7 +29,8 @@ __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions, in
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
     const int head = p / half, i = p % half;
     // inv_freq = theta^(-2i/hd); angle in f32 with sincosf (full-range reduction).
-    const float inv_freq = exp2f(-log2_theta * (2.0f * i / head_dim));
+    const float inv_freq =
+        ScaleRopeInvFreq<float>(rope, exp2f(-log2_theta * (2.0f * i / head_dim)));
     float s, c;
     sincosf(pos * inv_freq, &s, &c);
     if (head < q_heads) {
@@ -42,7 +44,7 @@ __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions, in
 }  // namespace
 
 absl::Status Rope(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor& positions,
-                  int head_dim, float theta) {
+                  int head_dim, const RopeParams& rope) {
   if (q.dtype != k.dtype) return absl::InvalidArgumentError("rope: q and k dtypes differ");
   if (q.rows == 0) return absl::OkStatus();
   const int q_heads = static_cast<int>(q.cols / head_dim);
@@ -51,7 +53,7 @@ absl::Status Rope(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor
   SATURN_DISPATCH_FLOAT(q.dtype, "rope", {
     RopeKernel<scalar_t><<<static_cast<unsigned>(q.rows), threads, 0, s>>>(
         q.as<scalar_t>(), k.as<scalar_t>(), positions.as<int32_t>(), q_heads, k_heads, head_dim,
-        log2f(theta));
+        log2f(rope.theta), rope);
     CUDA_CHECK_LAUNCH("RopeKernel");
     RecordLaunch(KernelFamily::kRope, reinterpret_cast<const void*>(&RopeKernel<scalar_t>), q.rows,
                  threads, 0);
