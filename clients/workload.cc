@@ -49,6 +49,19 @@ void FitLengths(int max_model_len, int* input, int* output) {
   *input = std::clamp(*input, 1, std::max(1, max_model_len - *output));
 }
 
+// The largest length a spec draws in practice (a normal's mean + 4 sd).
+double UpperBound(const LengthSpec& l) {
+  switch (l.kind) {
+    case LengthSpec::Kind::kFixed:
+      return l.a;
+    case LengthSpec::Kind::kUniform:
+      return l.b;
+    case LengthSpec::Kind::kNormal:
+      return l.a + 4 * l.b;
+  }
+  return l.a;
+}
+
 class SyntheticWorkload : public Workload {
  public:
   SyntheticWorkload(LengthSpec in, LengthSpec out, ModelLimits limits, uint64_t seed)
@@ -105,19 +118,6 @@ class SyntheticWorkload : public Workload {
     FitLengths(limits_.max_model_len, input, output);
     return true;
   }
-  // The largest length a spec draws in practice (a normal's mean + 4 sd).
-  static double UpperBound(const LengthSpec& l) {
-    switch (l.kind) {
-      case LengthSpec::Kind::kFixed:
-        return l.a;
-      case LengthSpec::Kind::kUniform:
-        return l.b;
-      case LengthSpec::Kind::kNormal:
-        return l.a + 4 * l.b;
-    }
-    return l.a;
-  }
-
   LengthSpec in_, out_;
   ModelLimits limits_;
   uint64_t seed_;
@@ -158,6 +158,17 @@ class JsonlWorkload : public Workload {
   }
   std::string Describe() const override {
     return absl::StrCat("jsonl ", name_, " (", items_.size(), " prompts)");
+  }
+  std::string Adjustment() const override {
+    int64_t over = 0;
+    for (const JsonlItem& it : items_) {
+      const double out = it.max_tokens > 0 ? it.max_tokens : UpperBound(out_);
+      if (it.input_len > 0 && it.input_len + out > limits_.max_model_len) ++over;
+    }
+    if (over == 0) return "";
+    return absl::StrCat(over, " of ", items_.size(), " prompts ask for input_len + max_tokens ",
+                        "over the model's context (max_model_len ", limits_.max_model_len,
+                        "); they keep their output length and get a shorter prompt");
   }
 
  private:

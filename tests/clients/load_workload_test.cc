@@ -176,6 +176,15 @@ TEST(SyntheticWorkloadTest, SaysWhenItShrinksLengthsToFitTheContextAndShowsTheir
   EXPECT_EQ(shrunk->Get(0).prompt_token_ids.size(), 8u);
   EXPECT_EQ(shrunk->Get(0).max_tokens, 32);
 
+  // JSONL input_len items that do not fit say so, counted.
+  auto jsonl =
+      ParseJsonlWorkload("p.jsonl", "{\"input_len\": 30, \"max_tokens\": 20}\n{\"input_len\": 5}\n",
+                         *ParseLengthSpec("", "8"), Limits(40), 1);
+  ASSERT_TRUE(jsonl.ok()) << jsonl.status();
+  EXPECT_NE((*jsonl)->Adjustment().find("1 of 2 prompts"), std::string::npos)
+      << (*jsonl)->Adjustment();
+  EXPECT_EQ((*jsonl)->Get(0).prompt_token_ids.size(), 20u);
+
   // Distributions that can draw past the context say so too.
   auto drawn = MakeSyntheticWorkload(*ParseLengthSpec("", "uniform:8:64"),
                                      *ParseLengthSpec("", "8"), Limits(40), 1);
