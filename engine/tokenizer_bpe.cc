@@ -160,8 +160,9 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(const std::str
     if (model.value("type", "") != "BPE") {
       return Unsupported(name, absl::StrCat("model.type ", model.value("type", "<missing>")));
     }
+    // GPT-2's own tokenizer.json writes "" for the prefix and suffix: the same as none.
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix", "dropout"}) {
-      if (model.contains(key) && !model[key].is_null()) {
+      if (model.contains(key) && !model[key].is_null() && model[key] != "") {
         return Unsupported(name, absl::StrCat("model.", key, " ", model[key].dump()));
       }
     }

@@ -130,11 +130,13 @@ TEST(BpeTokenizerTest, RefusesWhatItDoesNotImplement) {
   EXPECT_FALSE(BpeTokenizer::Load("/nonexistent/tokenizer.json").ok());
 }
 
-// Hand-checked merges: "ab" is one token, the byte-level alphabet covers what is left.
+// Hand-checked merges: "ab" is one token, the byte-level alphabet covers what is left. The
+// model's empty prefix/suffix strings are how GPT-2's own tokenizer.json writes "none".
 TEST(BpeTokenizerTest, MergesByRankAndMapsBytes) {
   // Byte-level characters: ' ' is "Ġ" (U+0120), 'a' and 'b' themselves.
   const std::string json = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2,
-      "Ġ": 3, "Ġab": 4}, "merges": [["a", "b"], ["Ġ", "ab"]]},
+      "Ġ": 3, "Ġab": 4}, "merges": [["a", "b"], ["Ġ", "ab"]], "dropout": null,
+      "continuing_subword_prefix": "", "end_of_word_suffix": ""},
       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
       "added_tokens": [{"id": 5, "content": "<s>", "special": true}]})";
   auto t = BpeTokenizer::Parse(json, "t");
