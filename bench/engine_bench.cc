@@ -15,9 +15,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "common/flags_help.h"
 #include "engine/diag/calibration.h"
 #include "engine/engine.h"
+#include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
 ABSL_FLAG(std::string, backend, "auto", "auto|cpu|cuda");

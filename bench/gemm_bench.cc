@@ -15,8 +15,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "common/flags_help.h"
 #include "engine/diag/calibration.h"
+#include "engine/flags_help.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 

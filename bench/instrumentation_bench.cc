@@ -10,8 +10,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/bench_util.h"
-#include "common/flags_help.h"
 #include "engine/engine.h"
+#include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, model, "small", "preset or checkpoint directory");
 ABSL_FLAG(std::string, backend, "auto", "auto|cpu|cuda");

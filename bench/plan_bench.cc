@@ -18,13 +18,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/bench_util.h"
-#include "common/flags_help.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/calibration.h"
 #include "engine/diag/engine_context.h"
 #include "engine/diag/plan_tracker.h"
 #include "engine/diag/report_format.h"
 #include "engine/engine.h"
+#include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
 ABSL_FLAG(std::string, backend, "cpu", "auto|cpu|cuda");

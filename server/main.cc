@@ -11,7 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/flags_help.h"
+#include "engine/flags_help.h"
 #include "engine/model_config.h"
 #include "server/server_app.h"
 

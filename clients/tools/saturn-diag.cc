@@ -20,7 +20,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "clients/diag_commands.h"
-#include "common/flags_help.h"
+#include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server host:port");
 ABSL_FLAG(double, timeout, 10, "Seconds to connect, and for each call");

@@ -19,7 +19,7 @@
 #include "clients/load_config.h"
 #include "clients/load_session.h"
 #include "clients/report.h"
-#include "common/flags_help.h"
+#include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
           "Server(s) host:port, comma-separated; several are balanced round-robin by gRPC");
