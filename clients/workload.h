@@ -63,7 +63,7 @@ std::unique_ptr<Workload> MakeSyntheticWorkload(LengthSpec input, LengthSpec out
                                                 ModelLimits limits, uint64_t seed);
 
 // One JSON object per line; blank lines are skipped. Each object has exactly one of
-//   "prompt": "text"                  (a text prompt; needs the server's built-in tokenizer)
+//   "prompt": "text"                  (a text prompt; needs the server's text tokenizer)
 //   "prompt_token_ids": [1, 2, ...]   (token ids sent as-is)
 //   "input_len": 128                  (that many random token ids, seeded)
 // and optionally "max_tokens" (or its alias "output_len"), an integer >= 1; without it,

@@ -48,6 +48,9 @@ ABSL_FLAG(int, metrics_port, 0,
           "(0: off; -1: any free port, logged)");
 ABSL_FLAG(double, metrics_window_seconds, 10,
           "Window of the saturn: diagnostics gauges (bottleneck class, MFU, MBU, busy)");
+ABSL_FLAG(bool, skip_tokenizer_init, false,
+          "Load no text tokenizer: prompts are token ids only (as vLLM's flag); for a "
+          "checkpoint whose tokenizer.json Saturn cannot read");
 
 namespace {
 
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
   config.save_calibration = absl::GetFlag(FLAGS_save_calibration);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_window_seconds = absl::GetFlag(FLAGS_metrics_window_seconds);
+  config.skip_tokenizer_init = absl::GetFlag(FLAGS_skip_tokenizer_init);
   const int kv_cache_mb = absl::GetFlag(FLAGS_kv_cache_mb);
   if (kv_cache_mb < 0) {
     return Fail(absl::StrCat("--kv_cache_mb: must be >= 0 (0: automatic), got ", kv_cache_mb));

@@ -25,6 +25,8 @@ struct ServerConfig {
   // binds the host of `listen` (127.0.0.1 for unix: addresses).
   int metrics_port = 0;
   double metrics_window_seconds = 10;  // window of the saturn: diagnostics gauges
+  // No text tokenizer (token ids only), e.g. for a tokenizer.json Saturn cannot read.
+  bool skip_tokenizer_init = false;
 
   // Checks every field; the error names the flag and the limit.
   absl::Status Validate() const;

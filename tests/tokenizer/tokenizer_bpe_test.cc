@@ -16,17 +16,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/tokenizer/hf_python.h"
+
 namespace saturn {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-std::string Python() {
-  // tests/run_all.sh installs `tokenizers` into a venv beside the build when it can.
-  const std::string venv = std::string(SATURN_BINARY_DIR) + "/pyenv/bin/python3";
-  return access(venv.c_str(), X_OK) == 0 ? venv : "python3";
-}
 
 class HfTokenizersTest : public ::testing::Test {
  protected:
@@ -34,26 +30,16 @@ class HfTokenizersTest : public ::testing::Test {
     std::string tmpl = (fs::path(::testing::TempDir()) / "hf_tok_XXXXXX").string();
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = new std::string(tmpl);
-    const std::string cmd = Python() + " " + SATURN_SOURCE_DIR +
-                            "/tests/tokenizer/make_hf_tokenizers.py " + *dir_ + " 2> " + *dir_ +
-                            "/stderr.txt";
-    const int rc = std::system(cmd.c_str());
-    code_ = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    code_ = hf_test::RunScript("tokenizer/make_hf_tokenizers.py", *dir_, *dir_ + "/stderr.txt");
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
     delete dir_;
   }
   void SetUp() override {
-    if (code_ == 3 || code_ == 127) {
-      GTEST_SKIP() << "Hugging Face `tokenizers` (PyPI) is not available to " << Python()
-                   << ", so there are no reference ids to compare with; tests/run_all.sh "
-                      "installs it where pip can reach PyPI";
-    }
-    std::ifstream err(*dir_ + "/stderr.txt");
-    std::stringstream ss;
-    ss << err.rdbuf();
-    ASSERT_EQ(code_, 0) << "make_hf_tokenizers.py failed: " << ss.str();
+    if (hf_test::Missing(code_)) GTEST_SKIP() << hf_test::MissingMessage();
+    ASSERT_EQ(code_, 0) << "make_hf_tokenizers.py failed: "
+                        << hf_test::ReadFile(*dir_ + "/stderr.txt");
   }
   static std::string* dir_;
   static int code_;
