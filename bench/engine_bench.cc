@@ -17,6 +17,7 @@
 #include "bench/bench_util.h"
 #include "engine/diag/calibration.h"
 #include "engine/engine.h"
+#include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
 ABSL_FLAG(std::string, backend, "auto", "auto|cpu|cuda");
@@ -194,6 +195,8 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  saturn::ParseCommandLineWithHelp(argc, argv,
+                                   "saturn-bench-engine: decode tokens/s at several batch sizes "
+                                   "against this machine's measured ceilings (JSON)");
   return saturn::Main();
 }

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/diag/calibration.h"
+#include "engine/flags_help.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -103,6 +104,8 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  saturn::ParseCommandLineWithHelp(
+      argc, argv,
+      "saturn-bench-gemm: the CPU backend's GEMM paths against this machine's measured ceilings");
   return saturn::Main();
 }

@@ -24,6 +24,7 @@
 #include "engine/diag/plan_tracker.h"
 #include "engine/diag/report_format.h"
 #include "engine/engine.h"
+#include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
 ABSL_FLAG(std::string, backend, "cpu", "auto|cpu|cuda");
@@ -184,6 +185,8 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  saturn::ParseCommandLineWithHelp(argc, argv,
+                                   "saturn-bench-plan: follows the diagnostics plan in-process and "
+                                   "reports predicted vs measured");
   return saturn::Main();
 }

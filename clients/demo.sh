@@ -13,6 +13,8 @@
 #   SATURN_BACKEND=KIND    auto | cpu | cuda (default: auto)
 #   SATURN_SWEEP=LIST      closed-loop concurrencies (default: 1,4,16)
 #   SATURN_REQUESTS=N      requests per sweep point (default: 24)
+#   SATURN_MIN_MEASURE_S=S each point keeps sending until S seconds of load after warm-up
+#                          (default: 10; saturn-load --min_measure_s)
 #   SATURN_SKIP_BUILD=1    use an existing build (the CI's shortened run does)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +24,7 @@ model="${SATURN_MODEL:-small}"
 backend="${SATURN_BACKEND:-auto}"
 sweep="${SATURN_SWEEP:-1,4,16}"
 requests="${SATURN_REQUESTS:-24}"
+min_measure="${SATURN_MIN_MEASURE_S:-10}"
 mkdir -p "$out"
 
 step() { printf '\n== %s\n' "$*"; }
@@ -68,9 +71,10 @@ done
 [ -n "$target" ] || { echo "demo: the server did not become ready in 300 s" >&2; cat "$log" >&2; exit 1; }
 cat "$log"
 
-step "load: closed-loop sweep, concurrency $sweep, $requests requests each"
+step "load: closed-loop sweep, concurrency $sweep, $requests requests each (or more: ${min_measure} s of load after warm-up)"
 "$load_bin" --target "$target" --concurrency "$sweep" --num_requests "$requests" \
-  --input_len 64 --output_len 32 --json "$out/load.json" --csv "$out/load.csv" --progress=false
+  --min_measure_s "$min_measure" --input_len 64 --output_len 32 \
+  --json "$out/load.json" --csv "$out/load.csv" --progress=false | tee "$out/load.txt"
 
 step "diagnosis of the last 30 s of serving"
 "$diag_bin" get --target "$target" --window 30
@@ -82,5 +86,7 @@ step "stopping the server"
 stop_server
 trap - EXIT
 echo
-echo "results: $out/load.json $out/load.csv $out/diagnosis.json $out/roofline.svg $out/trace.json"
-echo "         $out/calibration.json $out/server.log"
+echo "results: $out/load.txt $out/load.json $out/load.csv $out/diagnosis.json $out/roofline.svg"
+echo "         $out/trace.json $out/calibration.json $out/server.log"
+# The load table's last section: verdict, why, what to change, predicted gain.
+sed -n '/^== in plain words ==$/,$p' "$out/load.txt"

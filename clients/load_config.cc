@@ -105,6 +105,9 @@ absl::Status LoadConfig::Validate() const {
   if (!(request_timeout_s > 0)) {
     return Bad("--request_timeout", absl::StrCat("must be > 0, got ", request_timeout_s, " s"));
   }
+  if (!(min_measure_s >= 0) || min_measure_s > 86400) {
+    return Bad("--min_measure_s", absl::StrCat("must be in [0, 86400] s, got ", min_measure_s));
+  }
   if (max_errors < 0) return Bad("--max_errors", absl::StrCat("must be >= 0, got ", max_errors));
   return absl::OkStatus();
 }

@@ -21,6 +21,9 @@ struct LoadConfig {
   std::vector<double> request_rate;
   int64_t num_requests = 0;  // per phase; 0: bounded by duration only
   double duration_s = 0;     // per phase; 0: bounded by num_requests only
+  // Per phase: keep sending past the bounds until the load has run this long after the
+  // warm-up (load_runner.h PhaseSettings::min_measure_s); 0: stop at the bounds.
+  double min_measure_s = 0;
   LengthSpec input_len{LengthSpec::Kind::kFixed, 32, 0};
   LengthSpec output_len{LengthSpec::Kind::kFixed, 32, 0};
   std::string prompts;  // JSONL file; empty: synthetic prompts

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "clients/arrivals.h"
 
 namespace saturn::clients {
@@ -116,6 +118,7 @@ class Phase {
   std::vector<std::shared_ptr<GenerateCall>> ended_;  // OnDone ran; not yet destroyed
   std::vector<RequestRecord> done_;
   int64_t sent_ = 0, completed_ = 0, errors_ = 0;
+  Clock::time_point warmup_end_ = Clock::time_point::max();  // max: warm-up not over
   std::string stop_reason_;
 };
 
@@ -153,6 +156,7 @@ void Phase::Finished(GenerateCall* call, RequestRecord rec) {
   std::lock_guard<std::mutex> lock(mu_);
   if (rec.ok()) {
     ++completed_;
+    if (completed_ == s_.warmup_requests) warmup_end_ = Clock::now();
   } else {
     ++errors_;
     if (stop_reason_.empty() && IsPermanentRejection(rec.status)) {
@@ -214,6 +218,12 @@ PhaseOutcome Phase::Run(const ProgressFn& progress, const std::atomic<bool>* int
     next_send = t0_ + std::chrono::duration_cast<Clock::duration>(
                           std::chrono::duration<double>(arrivals.Next()));
   }
+  if (s_.warmup_requests <= 0) warmup_end_ = t0_;
+  const bool extend = s_.min_measure_s > 0 && !(s_.open_loop && std::isinf(s_.request_rate));
+  const auto min_measure =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s_.min_measure_s));
+  Clock::time_point bound_at = Clock::time_point::max();  // when a bound was first reached
+  int64_t sent_at_bound = 0;
   Clock::time_point next_progress = t0_;
   const auto tick = std::chrono::milliseconds(100);
   auto report = [&](bool sending_done) {
@@ -241,9 +251,35 @@ PhaseOutcome Phase::Run(const ProgressFn& progress, const std::atomic<bool>* int
     }
     std::unique_lock<std::mutex> lock(mu_);
     if (!stop_reason_.empty()) break;
-    if (s_.num_requests > 0 && sent_ >= s_.num_requests) break;
-    if (now >= end_of_sending) break;
-    const auto wake = std::min({end_of_sending, now + tick, next_progress});
+    if ((s_.num_requests > 0 && sent_ >= s_.num_requests) || now >= end_of_sending) {
+      if (!extend) break;
+      if (bound_at == Clock::time_point::max()) {
+        bound_at = now;
+        sent_at_bound = sent_;
+      }
+      const bool warm = warmup_end_ != Clock::time_point::max();
+      if (warm && now - warmup_end_ >= min_measure) {
+        if (sent_ > sent_at_bound) {
+          out.measure_note = absl::StrFormat(
+              "sent %d requests past the bound so that the load ran %.1f s after warm-up "
+              "(--min_measure_s)",
+              sent_ - sent_at_bound, Since(warmup_end_, now));
+        }
+        break;
+      }
+      if (now - bound_at >= 3 * min_measure) {
+        out.measure_note = absl::StrFormat(
+            "gave up extending after %.1f s past the bound: %s (--min_measure_s=%.1f)",
+            Since(bound_at, now),
+            warm ? absl::StrFormat("only %.1f s of load after warm-up", Since(warmup_end_, now))
+                 : std::string("the warm-up never ended"),
+            s_.min_measure_s);
+        break;
+      }
+    }
+    // Past the duration bound (extending), wait on completions and ticks only.
+    const auto wake =
+        std::min({now < end_of_sending ? end_of_sending : now + tick, now + tick, next_progress});
     if (!s_.open_loop && static_cast<int>(live_.size()) >= s_.concurrency) {
       cv_.wait_until(lock, wake);
       continue;

@@ -5,11 +5,12 @@
 // caller's) decides when to send. Computes no statistics (stats.h does).
 //
 // Bounds: the phase stops sending after num_requests requests and/or once duration has
-// passed; requests already in flight then run to their end (each has request_timeout).
-// It also stops sending when a request is rejected for good (INVALID_ARGUMENT,
-// FAILED_PRECONDITION, UNIMPLEMENTED, PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND,
-// OUT_OF_RANGE), after max_errors failures, or when *interrupt turns true (in-flight
-// streams are then cancelled). Every request sent has a record: sent == records.size().
+// passed, extended until min_measure_s of load after warm-up (PhaseSettings); requests already in
+// flight then run to their end (each has request_timeout). It also stops sending when a request is
+// rejected for good (INVALID_ARGUMENT, FAILED_PRECONDITION, UNIMPLEMENTED, PERMISSION_DENIED,
+// UNAUTHENTICATED, NOT_FOUND, OUT_OF_RANGE), after max_errors failures, or when *interrupt turns
+// true (in-flight streams are then cancelled). Every request sent has a record: sent ==
+// records.size().
 #pragma once
 
 #include <atomic>
@@ -34,6 +35,12 @@ struct PhaseSettings {
   int64_t max_errors = 100;  // 0: never stop for errors
   uint64_t seed = 0;         // arrivals and per-request sampling seeds
   int64_t first_item = 0;    // workload index of the first request (phases may share items)
+  // Measure enough: once a bound is reached, keep sending until the load has been held for
+  // min_measure_s after the warm-up (the warm_up_requests-th successful completion), at most
+  // 3 * min_measure_s past the bound. 0: stop at the bound. Not for an open loop at rate inf
+  // (a burst has no steady state to extend).
+  double min_measure_s = 0;
+  int warmup_requests = 0;
   float temperature = 0;
   bool ignore_eos = true;
   std::string label;  // goes into client_request_id
@@ -53,6 +60,9 @@ struct PhaseOutcome {
   // errors, or an interrupt.
   std::string stop_reason;
   bool interrupted = false;
+  // Set when sending went on past --num_requests / --duration to meet min_measure_s (or gave
+  // up on it): what was done and why.
+  std::string measure_note;
 };
 
 using ProgressFn = std::function<void(const Progress&)>;

@@ -108,6 +108,7 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
   absl::StatusOr<std::unique_ptr<Workload>> workload = BuildWorkload(config, info0);
   if (!workload.ok()) return fail(2, std::string(workload.status().message()));
   res.workload = (*workload)->Describe();
+  res.workload_adjustment = (*workload)->Adjustment();
 
   // Graphs: ask for them once before any load, so a server without them costs nothing.
   std::vector<int> graph_settings = {-1};
@@ -162,6 +163,8 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
       ps.request_rate = pt.rate;
       ps.num_requests = config.num_requests;
       ps.duration_s = config.duration_s;
+      ps.min_measure_s = config.min_measure_s;
+      ps.warmup_requests = EffectiveWarmup(config, pt.concurrency, config.num_requests);
       ps.request_timeout_s = config.request_timeout_s;
       ps.max_errors = config.max_errors;
       ps.seed = config.seed;

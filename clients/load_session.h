@@ -38,6 +38,7 @@ struct PhaseReport {
 struct SessionResult {
   LoadConfig config;
   std::string workload;
+  std::string workload_adjustment;  // Workload::Adjustment(): lengths changed to fit, and why
   std::string balanced_uri;
   std::vector<TargetInfo> targets;
   std::vector<PhaseReport> phases;

@@ -58,16 +58,22 @@ void Block(const SessionResult& res, const PhaseReport& p, std::string* out) {
     for (const auto& [code, n] : m.errors_by_code) parts.push_back(absl::StrCat(code, " ", n));
     absl::StrAppend(out, "  errors by    ", absl::StrJoin(parts, ", "), "\n");
   }
+  if (!p.outcome.measure_note.empty()) {
+    absl::StrAppend(out, "  extended     ", p.outcome.measure_note, "\n");
+  }
   if (!p.outcome.stop_reason.empty()) {
     absl::StrAppend(out, "  stopped      ", p.outcome.stop_reason, "\n");
   }
+  const StabilityCheck& st = m.stability;
   std::vector<std::string> thirds;
-  for (double x : m.stability.window_request_throughput) thirds.push_back(F(x));
+  for (double x : st.window_output_throughput) thirds.push_back(F(x));
   absl::StrAppend(out, "  window       ", F(m.window_s), " s measured of ", F(m.run_duration_s),
-                  " s run; steady: ", m.stability.stable ? "yes" : "no",
+                  " s run; steady: ",
                   thirds.empty()
-                      ? " (too few requests)"
-                      : absl::StrCat(" (req/s per third: ", absl::StrJoin(thirds, ", "), ")"),
+                      ? absl::StrCat("not judged (", st.note, ")")
+                      : absl::StrCat(st.stable ? "yes" : "no", " (out tok/s per third of the ",
+                                     F(st.span_end_s - st.span_start_s),
+                                     " s under load: ", absl::StrJoin(thirds, ", "), ")"),
                   "\n");
   absl::StrAppend(out, "  throughput   ", F(m.request_throughput), " req/s   ",
                   F(m.output_token_throughput), " output tok/s   ", F(m.input_token_throughput),
@@ -152,6 +158,9 @@ std::vector<CompareRow> CompareRows(const PhaseReport& off, const PhaseReport& o
 std::string FormatTable(const SessionResult& res) {
   std::string out;
   absl::StrAppend(&out, "saturn-load: ", res.workload.empty() ? "no workload" : res.workload, "\n");
+  if (!res.workload_adjustment.empty()) {
+    absl::StrAppend(&out, "  note: ", res.workload_adjustment, "\n");
+  }
   for (const TargetInfo& t : res.targets) {
     absl::StrAppend(&out, "  target ", t.target, ": model ", t.info.model().name(), ", backend ",
                     t.info.backend().name(), " (", t.info.backend().device_name(), ")\n");
@@ -162,6 +171,7 @@ std::string FormatTable(const SessionResult& res) {
   absl::StrAppend(&out,
                   "\npercentiles: linear interpolation (numpy's default); warm-up: requests "
                   "sent before the warmup_requests-th completion are run, not measured\n");
+  absl::StrAppend(&out, PlainConclusion(res));
   return out;
 }
 

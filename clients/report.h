@@ -27,6 +27,9 @@ struct CompareRow {
 std::vector<CompareRow> CompareRows(const PhaseReport& off, const PhaseReport& on);
 
 std::string FormatTable(const SessionResult& result);
+// The table's last section, "== in plain words ==": the verdict on the most loaded phase
+// with a diagnosis, why, what to change and the predicted gain (report_conclusion.cc).
+std::string PlainConclusion(const SessionResult& result);
 
 nlohmann::json SessionToJson(const SessionResult& result);
 absl::Status WriteJson(const SessionResult& result, const std::string& path);

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "absl/strings/str_format.h"
+
 namespace saturn::clients {
 
 double RequestRecord::ttft_s() const {
@@ -62,28 +64,53 @@ double WarmupEnd(const std::vector<RequestRecord>& records, int warmup_requests)
   return -INFINITY;
 }
 
-StabilityCheck CheckStability(const std::vector<const RequestRecord*>& measured, double start,
-                              double end) {
+StabilityCheck CheckStability(const std::vector<RequestRecord>& records, double warmup_end) {
   StabilityCheck c;
-  if (measured.size() < 3 || end <= start) return c;
-  // Thirds of the span of completions, so that the first response's latency does not
-  // count as a slow first window.
-  start = end;
-  for (const RequestRecord* r : measured) start = std::min(start, r->end_s);
-  if (end <= start) return c;
-  const double third = (end - start) / 3;
-  std::vector<double> counts(3, 0);
-  for (const RequestRecord* r : measured) {
-    const int w = std::clamp(static_cast<int>((r->end_s - start) / third), 0, 2);
-    counts[w] += 1;
+  double first_send = INFINITY, last_send = -INFINITY;
+  for (const RequestRecord& r : records) {
+    first_send = std::min(first_send, r.send_s);
+    last_send = std::max(last_send, r.send_s);
+  }
+  // The load stays at its level past the last send until the next completion (a closed loop
+  // has every slot full when it stops sending).
+  double held_until = INFINITY;
+  for (const RequestRecord& r : records) {
+    if (r.end_s >= last_send) held_until = std::min(held_until, r.end_s);
+  }
+  c.span_start_s = std::isfinite(warmup_end) ? warmup_end : first_send;
+  c.span_end_s = std::isfinite(held_until) ? held_until : last_send;
+  const double span = c.span_end_s - c.span_start_s;
+  if (!(span >= StabilityCheck::kMinStabilitySpanS)) {
+    c.note = absl::StrFormat("load held for %.2f s after warm-up, under %.2f s: too short to judge",
+                             std::max(0.0, span), StabilityCheck::kMinStabilitySpanS);
+    return c;
+  }
+  const double window = span / 3;
+  std::vector<double> tokens(3, 0);
+  int64_t total = 0;
+  for (const RequestRecord& r : records) {
+    for (size_t i = 0; i < r.token_times_s.size(); ++i) {
+      const double t = r.token_times_s[i];
+      if (t < c.span_start_s || t >= c.span_end_s) continue;
+      const int w = std::clamp(static_cast<int>((t - c.span_start_s) / window), 0, 2);
+      const int n = i < r.token_counts.size() ? r.token_counts[i] : 1;
+      tokens[w] += n;
+      total += n;
+    }
+  }
+  c.span_tokens = total;
+  if (total < StabilityCheck::kMinStabilityTokens) {
+    c.note = absl::StrFormat("%d output tokens while the load was held, under %d: too few to judge",
+                             total, StabilityCheck::kMinStabilityTokens);
+    return c;
   }
   double mean = 0;
-  for (double n : counts) {
-    c.window_request_throughput.push_back(n / third);
-    mean += n / third / 3;
+  for (double n : tokens) {
+    c.window_output_throughput.push_back(n / window);
+    mean += n / window / 3;
   }
   c.stable = mean > 0;
-  for (double x : c.window_request_throughput) {
+  for (double x : c.window_output_throughput) {
     if (std::abs(x - mean) > 0.1 * mean) c.stable = false;
   }
   return c;
@@ -109,6 +136,7 @@ RunMetrics ComputeMetrics(const std::vector<RequestRecord>& records, const Metri
   m.run_duration_s = std::max(0.0, last_end - first_send);
 
   const double cut = WarmupEnd(records, opts.warmup_requests);
+  m.stability = CheckStability(records, cut);
   std::vector<const RequestRecord*> measured;
   for (const RequestRecord& r : records) {
     if (r.send_s < cut) {
@@ -154,7 +182,6 @@ RunMetrics ComputeMetrics(const std::vector<RequestRecord>& records, const Metri
   m.itl_ms = Summarize(itl);
   m.e2e_ms = Summarize(e2e);
   m.queue_ms = Summarize(queue);
-  m.stability = CheckStability(measured, m.window_start_s, m.window_end_s);
   return m;
 }
 

@@ -63,12 +63,23 @@ struct MetricsOptions {
   double slo_tpot_ms = 0;  // 0: no SLO on TPOT
 };
 
-// Completions per second in each third of the span from the first to the last measured
-// completion; the run is called stable when the three are within 10 % of their mean
-// (perf_analyzer's rule for consecutive windows). Reported, not used to cut the run.
+// Whether the load was steady while it was held: the span from the end of the warm-up (the
+// first send when nothing is excluded) to the first completion at or after the last send, the
+// time during which the closed loop keeps its concurrency (or the open loop its arrival
+// process), cut into three equal time windows; the output tokens that arrived in each (from every
+// request, warm-up included, as the server produced them) per second of window. Stable when each
+// window is within 10 % of their mean (perf_analyzer's stability_percentage over consecutive
+// windows). A span under kMinStabilitySpanS or with fewer than kMinStabilityTokens tokens is not
+// judged: its rates would be noise. Reported, not used to cut the run (saturn-load's
+// --min_measure_s makes each phase long enough).
 struct StabilityCheck {
-  std::vector<double> window_request_throughput;  // req/s in each third
+  static constexpr double kMinStabilitySpanS = 0.3;
+  static constexpr int64_t kMinStabilityTokens = 30;
+  double span_start_s = 0, span_end_s = 0;       // the load-held span
+  int64_t span_tokens = 0;                       // output tokens that arrived in the span
+  std::vector<double> window_output_throughput;  // output tok/s in each third; empty: not judged
   bool stable = false;
+  std::string note;  // why it was not judged ("" when it was)
 };
 
 struct RunMetrics {

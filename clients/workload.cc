@@ -49,6 +49,19 @@ void FitLengths(int max_model_len, int* input, int* output) {
   *input = std::clamp(*input, 1, std::max(1, max_model_len - *output));
 }
 
+// The largest length a spec draws in practice (a normal's mean + 4 sd).
+double UpperBound(const LengthSpec& l) {
+  switch (l.kind) {
+    case LengthSpec::Kind::kFixed:
+      return l.a;
+    case LengthSpec::Kind::kUniform:
+      return l.b;
+    case LengthSpec::Kind::kNormal:
+      return l.a + 4 * l.b;
+  }
+  return l.a;
+}
+
 class SyntheticWorkload : public Workload {
  public:
   SyntheticWorkload(LengthSpec in, LengthSpec out, ModelLimits limits, uint64_t seed)
@@ -64,11 +77,47 @@ class SyntheticWorkload : public Workload {
     return item;
   }
   std::string Describe() const override {
+    int input = 0, output = 0;
+    if (FittedFixed(&input, &output)) {
+      auto show = [](const LengthSpec& asked, int used) {
+        return static_cast<double>(used) == asked.a
+                   ? absl::StrCat(used)
+                   : absl::StrCat(used, " (asked ", asked.ToString(), ")");
+      };
+      return absl::StrCat("synthetic input_len=", show(in_, input),
+                          " output_len=", show(out_, output), " seed=", seed_);
+    }
     return absl::StrCat("synthetic input_len=", in_.ToString(), " output_len=", out_.ToString(),
                         " seed=", seed_);
   }
+  std::string Adjustment() const override {
+    const int limit = limits_.max_model_len;
+    int input = 0, output = 0;
+    if (FittedFixed(&input, &output)) {
+      if (static_cast<double>(input) == in_.a && static_cast<double>(output) == out_.a) return "";
+      return absl::StrCat("--input_len ", in_.ToString(), " + --output_len ", out_.ToString(),
+                          " does not fit the model's context (max_model_len ", limit,
+                          "), so every request uses input_len ", input, " and output_len ", output,
+                          " (the output is kept, the prompt shortened)");
+    }
+    if (UpperBound(in_) + UpperBound(out_) <= limit) return "";
+    return absl::StrCat("draws of --input_len ", in_.ToString(), " + --output_len ",
+                        out_.ToString(), " can exceed the model's context (max_model_len ", limit,
+                        "); such requests keep their output length (at most ", limit - 1,
+                        ") and get a shorter prompt");
+  }
 
  private:
+  // For fixed lengths: the lengths in force.
+  bool FittedFixed(int* input, int* output) const {
+    if (in_.kind != LengthSpec::Kind::kFixed || out_.kind != LengthSpec::Kind::kFixed) {
+      return false;
+    }
+    *input = static_cast<int>(in_.a);
+    *output = static_cast<int>(out_.a);
+    FitLengths(limits_.max_model_len, input, output);
+    return true;
+  }
   LengthSpec in_, out_;
   ModelLimits limits_;
   uint64_t seed_;
@@ -109,6 +158,17 @@ class JsonlWorkload : public Workload {
   }
   std::string Describe() const override {
     return absl::StrCat("jsonl ", name_, " (", items_.size(), " prompts)");
+  }
+  std::string Adjustment() const override {
+    int64_t over = 0;
+    for (const JsonlItem& it : items_) {
+      const double out = it.max_tokens > 0 ? it.max_tokens : UpperBound(out_);
+      if (it.input_len > 0 && it.input_len + out > limits_.max_model_len) ++over;
+    }
+    if (over == 0) return "";
+    return absl::StrCat(over, " of ", items_.size(), " prompts ask for input_len + max_tokens ",
+                        "over the model's context (max_model_len ", limits_.max_model_len,
+                        "); they keep their output length and get a shorter prompt");
   }
 
  private:

@@ -50,16 +50,20 @@ class Workload {
   virtual ~Workload() = default;
   // Item i (i >= 0). Thread-compatible: const and deterministic.
   virtual WorkItem Get(int64_t i) const = 0;
+  // The lengths in force (after fitting to the model's context), e.g. for the report header.
   virtual std::string Describe() const = 0;
+  // How the asked lengths were changed to fit max_model_len and why; "" when they were not.
+  virtual std::string Adjustment() const { return ""; }
 };
 
 // Synthetic prompts of random token ids. Lengths are clamped so that input + output fits
-// max_model_len (the output length is kept, the input shortened; both at least 1).
+// max_model_len (the output length is kept, the input shortened; both at least 1); Describe()
+// then shows the fixed lengths in force beside the asked ones, and Adjustment() says so.
 std::unique_ptr<Workload> MakeSyntheticWorkload(LengthSpec input, LengthSpec output,
                                                 ModelLimits limits, uint64_t seed);
 
 // One JSON object per line; blank lines are skipped. Each object has exactly one of
-//   "prompt": "text"                  (a text prompt; needs the server's built-in tokenizer)
+//   "prompt": "text"                  (a text prompt; needs the server's text tokenizer)
 //   "prompt_token_ids": [1, 2, ...]   (token ids sent as-is)
 //   "input_len": 128                  (that many random token ids, seeded)
 // and optionally "max_tokens" (or its alias "output_len"), an integer >= 1; without it,

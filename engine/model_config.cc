@@ -92,25 +92,230 @@ absl::StatusOr<int> TokenId(const nlohmann::json& j, const char* field, int fall
   return v->get<int>();
 }
 
-absl::StatusOr<ModelConfig> ParseHfConfigJson(const nlohmann::json& j, const std::string& name) {
-  if (!j.is_object()) return absl::InvalidArgumentError("config.json: top level is not an object");
-  bool llama = false;
-  std::string arch = "<none>";
-  if (auto it = j.find("model_type"); it != j.end() && it->is_string()) {
-    arch = it->get<std::string>();
-    llama = arch == "llama";
+// Fields that do not change the forward pass: bookkeeping, training-only settings (dropout,
+// initialisation, tensor-parallel slicing that computes the same sums), and generation
+// defaults (Saturn takes sampling settings per request).
+constexpr const char* kIgnoredFields[] = {"_name_or_path",
+                                          "transformers_version",
+                                          "torch_dtype",
+                                          "use_cache",
+                                          "initializer_range",
+                                          "attention_dropout",
+                                          "hidden_dropout",
+                                          "embd_pdrop",
+                                          "resid_pdrop",
+                                          "pretraining_tp",
+                                          "pad_token_id",
+                                          "sep_token_id",
+                                          "decoder_start_token_id",
+                                          "_attn_implementation",
+                                          "_attn_implementation_autoset",
+                                          "output_attentions",
+                                          "output_hidden_states",
+                                          "return_dict",
+                                          "torchscript",
+                                          "use_bfloat16",
+                                          "tf_legacy_loss",
+                                          "chunk_size_feed_forward",
+                                          "id2label",
+                                          "label2id",
+                                          "problem_type",
+                                          "finetuning_task",
+                                          "tokenizer_class",
+                                          "prefix",
+                                          "task_specific_params",
+                                          "is_decoder",
+                                          "cross_attention_hidden_size",
+                                          "max_length",
+                                          "min_length",
+                                          "do_sample",
+                                          "early_stopping",
+                                          "num_beams",
+                                          "num_beam_groups",
+                                          "diversity_penalty",
+                                          "temperature",
+                                          "top_k",
+                                          "top_p",
+                                          "typical_p",
+                                          "repetition_penalty",
+                                          "length_penalty",
+                                          "no_repeat_ngram_size",
+                                          "encoder_no_repeat_ngram_size",
+                                          "bad_words_ids",
+                                          "num_return_sequences",
+                                          "output_scores",
+                                          "return_dict_in_generate",
+                                          "forced_bos_token_id",
+                                          "forced_eos_token_id",
+                                          "remove_invalid_values",
+                                          "exponential_decay_length_penalty",
+                                          "suppress_tokens",
+                                          "begin_suppress_tokens"};
+
+// Fields Saturn implements (read below).
+constexpr const char* kImplementedFields[] = {"architectures",
+                                              "model_type",
+                                              "vocab_size",
+                                              "hidden_size",
+                                              "intermediate_size",
+                                              "num_hidden_layers",
+                                              "num_attention_heads",
+                                              "num_key_value_heads",
+                                              "head_dim",
+                                              "max_position_embeddings",
+                                              "rms_norm_eps",
+                                              "rope_theta",
+                                              "rope_scaling",
+                                              "tie_word_embeddings",
+                                              "bos_token_id",
+                                              "eos_token_id",
+                                              "hidden_act",
+                                              "attention_bias",
+                                              "mlp_bias",
+                                              "sliding_window",
+                                              "use_sliding_window",
+                                              "max_window_layers",
+                                              "partial_rotary_factor",
+                                              "is_encoder_decoder",
+                                              "add_cross_attention",
+                                              "tie_encoder_decoder",
+                                              "pruned_heads"};
+
+absl::Status Refuse(const std::string& what) {
+  return absl::UnimplementedError(
+      absl::StrCat("config.json: ", what,
+                   "; Saturn refuses to load a checkpoint it would compute wrongly "
+                   "(docs/CHECKPOINTS.md lists what it implements)"));
+}
+
+// A field that is harmless only at its default: absent, null, or equal to `harmless`.
+absl::Status RequireDefault(const nlohmann::json& j, const char* field,
+                            const nlohmann::json& harmless, const std::string& why) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null() || *it == harmless) return absl::OkStatus();
+  return Refuse(absl::StrCat(field, " = ", it->dump(), " is not implemented (", why, ")"));
+}
+
+absl::StatusOr<float> RopeNumber(const nlohmann::json& r, const char* key) {
+  auto it = r.find(key);
+  if (it == r.end() || !it->is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: rope_scaling.", key, " must be a number for rope_type llama3"));
   }
-  if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
-    for (const auto& a : *it) {
-      if (!a.is_string()) continue;
-      if (a.get<std::string>() == "LlamaForCausalLM") llama = true;
-      if (!llama) arch = a.get<std::string>();
+  const double v = it->get<double>();
+  if (!(v > 0) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: rope_scaling.", key, " must be positive, got ", it->dump()));
+  }
+  return static_cast<float>(v);
+}
+
+// rope_scaling: null, {"rope_type": "default"} or Llama 3.x's {"rope_type": "llama3", factor,
+// low_freq_factor, high_freq_factor, original_max_position_embeddings}; "type" is the older
+// spelling of "rope_type". Every other type (linear, dynamic, yarn, longrope, ...) is refused.
+absl::Status ParseRopeScaling(const nlohmann::json& j, ModelConfig* c) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  const nlohmann::json& r = *it;
+  if (!r.is_object()) {
+    return absl::InvalidArgumentError("config.json: rope_scaling must be an object or null");
+  }
+  std::string type;
+  for (const char* key : {"rope_type", "type"}) {
+    if (auto t = r.find(key); t != r.end() && t->is_string()) type = t->get<std::string>();
+  }
+  if (type == "default") return absl::OkStatus();
+  if (type != "llama3") {
+    return Refuse(absl::StrCat("rope_scaling type \"", type.empty() ? "<missing>" : type,
+                               "\" is not implemented (implemented: llama3, default)"));
+  }
+  for (const auto& [key, value] : r.items()) {
+    if (key != "rope_type" && key != "type" && key != "factor" && key != "low_freq_factor" &&
+        key != "high_freq_factor" && key != "original_max_position_embeddings") {
+      return Refuse(absl::StrCat("rope_scaling.", key, " is not implemented for rope_type llama3"));
     }
   }
-  if (!llama) {
-    return absl::UnimplementedError(absl::StrCat("config.json: unsupported architecture ", arch,
-                                                 " (Saturn runs Llama-style decoders)"));
+  ASSIGN_OR_RETURN(c->rope_llama3_factor, RopeNumber(r, "factor"));
+  ASSIGN_OR_RETURN(c->rope_low_freq_factor, RopeNumber(r, "low_freq_factor"));
+  ASSIGN_OR_RETURN(c->rope_high_freq_factor, RopeNumber(r, "high_freq_factor"));
+  ASSIGN_OR_RETURN(c->rope_original_max_position,
+                   RequiredInt(r, "original_max_position_embeddings"));
+  return absl::OkStatus();
+}
+
+absl::Status CheckArchitecture(const nlohmann::json& j) {
+  bool named = false;
+  if (auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
+    named = true;
+    if (!it->is_array() || it->empty()) {
+      return absl::InvalidArgumentError("config.json: architectures must be a non-empty list");
+    }
+    for (const auto& a : *it) {
+      if (!a.is_string() || a.get<std::string>() != "LlamaForCausalLM") {
+        return absl::UnimplementedError(
+            absl::StrCat("config.json: unsupported architecture ",
+                         a.is_string() ? a.get<std::string>() : a.dump(),
+                         " (architectures; Saturn runs Llama-style decoders: LlamaForCausalLM)"));
+      }
+    }
   }
+  if (auto it = j.find("model_type"); it != j.end() && !it->is_null()) {
+    named = true;
+    if (!it->is_string() || it->get<std::string>() != "llama") {
+      return absl::UnimplementedError(
+          absl::StrCat("config.json: unsupported architecture ",
+                       it->is_string() ? it->get<std::string>() : it->dump(),
+                       " (model_type; Saturn runs Llama-style decoders: model_type llama)"));
+    }
+  }
+  if (!named) {
+    return absl::UnimplementedError(
+        "config.json: unsupported architecture <none> (neither model_type nor architectures "
+        "says llama; Saturn runs Llama-style decoders)");
+  }
+  return absl::OkStatus();
+}
+
+// The fields that change the math but that Saturn does not implement, and unknown fields.
+absl::Status CheckRefusedFields(const nlohmann::json& j) {
+  RETURN_IF_ERROR(RequireDefault(j, "hidden_act", "silu", "Saturn's MLP is SwiGLU with silu"));
+  RETURN_IF_ERROR(RequireDefault(j, "attention_bias", false, "q/k/v/o projections without bias"));
+  RETURN_IF_ERROR(RequireDefault(j, "mlp_bias", false, "gate/up/down projections without bias"));
+  RETURN_IF_ERROR(RequireDefault(j, "use_sliding_window", false, "full causal attention only"));
+  RETURN_IF_ERROR(RequireDefault(j, "sliding_window", nullptr, "full causal attention only"));
+  RETURN_IF_ERROR(RequireDefault(j, "max_window_layers", nullptr, "full causal attention only"));
+  RETURN_IF_ERROR(RequireDefault(j, "partial_rotary_factor", 1.0, "RoPE over the whole head"));
+  RETURN_IF_ERROR(RequireDefault(j, "is_encoder_decoder", false, "decoder-only models"));
+  RETURN_IF_ERROR(RequireDefault(j, "add_cross_attention", false, "no cross-attention"));
+  RETURN_IF_ERROR(RequireDefault(j, "tie_encoder_decoder", false, "decoder-only models"));
+  RETURN_IF_ERROR(RequireDefault(j, "pruned_heads", nlohmann::json::object(), "every head"));
+  if (j.contains("quantization_config")) {
+    return Refuse("quantization_config is not implemented (f32, bf16 and f16 tensors only)");
+  }
+  if (j.contains("auto_map")) {
+    return Refuse("auto_map (custom modelling code) is not implemented");
+  }
+  auto known = [](const std::string& key) {
+    for (const char* f : kImplementedFields) {
+      if (key == f) return true;
+    }
+    for (const char* f : kIgnoredFields) {
+      if (key == f) return true;
+    }
+    return false;
+  };
+  for (const auto& [key, value] : j.items()) {
+    if (!known(key)) {
+      return Refuse(absl::StrCat("field ", key, " = ", value.dump(),
+                                 " is unknown to Saturn, so it may change the model's math"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseHfConfigJson(const nlohmann::json& j, const std::string& name) {
+  if (!j.is_object()) return absl::InvalidArgumentError("config.json: top level is not an object");
+  RETURN_IF_ERROR(CheckArchitecture(j));
   ModelConfig c;
   c.name = name;
   ASSIGN_OR_RETURN(c.vocab_size, RequiredInt(j, "vocab_size"));
@@ -119,14 +324,14 @@ absl::StatusOr<ModelConfig> ParseHfConfigJson(const nlohmann::json& j, const std
   ASSIGN_OR_RETURN(c.num_layers, RequiredInt(j, "num_hidden_layers"));
   ASSIGN_OR_RETURN(c.num_heads, RequiredInt(j, "num_attention_heads"));
   ASSIGN_OR_RETURN(c.num_kv_heads, OptionalInt(j, "num_key_value_heads", c.num_heads));
+  // An explicit head_dim (Llama 3.x configs carry one) may differ from hidden / heads: the q
+  // projection is then [heads * head_dim, hidden] and o_proj its transpose.
   int default_head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
   ASSIGN_OR_RETURN(c.head_dim, OptionalInt(j, "head_dim", default_head_dim));
   ASSIGN_OR_RETURN(c.max_position_embeddings, RequiredInt(j, "max_position_embeddings"));
   ASSIGN_OR_RETURN(c.rms_norm_eps, OptionalFloat(j, "rms_norm_eps", 1e-6f));
   ASSIGN_OR_RETURN(c.rope_theta, OptionalFloat(j, "rope_theta", 10000.0f));
-  // rope_scaling (Llama 3.x "llama3" frequency scaling) is deliberately ignored: Saturn applies
-  // plain RoPE, which matches HF only within the original pre-training context
-  // (original_max_position_embeddings); positions beyond it differ from HF.
+  RETURN_IF_ERROR(ParseRopeScaling(j, &c));
   c.tie_word_embeddings = false;  // the HF PretrainedConfig default for Llama is false
   if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
     if (!it->is_boolean()) {
@@ -136,6 +341,7 @@ absl::StatusOr<ModelConfig> ParseHfConfigJson(const nlohmann::json& j, const std
   }
   ASSIGN_OR_RETURN(c.bos_token_id, TokenId(j, "bos_token_id", c.bos_token_id));
   ASSIGN_OR_RETURN(c.eos_token_id, TokenId(j, "eos_token_id", c.eos_token_id));
+  RETURN_IF_ERROR(CheckRefusedFields(j));
   RETURN_IF_ERROR(c.Validate());
   return c;
 }
@@ -155,6 +361,17 @@ int64_t ModelConfig::NumParameters() const {
   n += per_layer * num_layers;
   n += d;  // final norm
   return n;
+}
+
+RopeParams ModelConfig::Rope() const {
+  RopeParams p(rope_theta);
+  if (rope_llama3_factor > 0.0f) {
+    p.llama3_factor = rope_llama3_factor;
+    p.low_freq_factor = rope_low_freq_factor;
+    p.high_freq_factor = rope_high_freq_factor;
+    p.original_max_position = static_cast<float>(rope_original_max_position);
+  }
+  return p;
 }
 
 absl::Status ModelConfig::Validate() const {
@@ -181,6 +398,20 @@ absl::Status ModelConfig::Validate() const {
   if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rope_theta must be positive and finite, got ", rope_theta));
+  }
+  if (rope_llama3_factor != 0.0f) {
+    if (!(rope_llama3_factor >= 1.0f) || !std::isfinite(rope_llama3_factor)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rope_scaling.factor must be >= 1 and finite, got ", rope_llama3_factor));
+    }
+    if (!(rope_low_freq_factor > 0.0f) || !(rope_high_freq_factor > rope_low_freq_factor) ||
+        !std::isfinite(rope_high_freq_factor)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rope_scaling: need 0 < low_freq_factor < high_freq_factor, got ",
+                       rope_low_freq_factor, " and ", rope_high_freq_factor));
+    }
+    RETURN_IF_ERROR(
+        Positive("rope_scaling.original_max_position_embeddings", rope_original_max_position));
   }
   if (bos_token_id < 0 || bos_token_id >= vocab_size) {
     return absl::InvalidArgumentError(

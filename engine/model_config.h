@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kernels/rope_params.h"
 
 namespace saturn {
 
@@ -21,10 +22,18 @@ struct ModelConfig {
   int max_position_embeddings = 0;  // the model's context length
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  // Llama 3.x RoPE frequency scaling (config.json rope_scaling with rope_type "llama3");
+  // rope_llama3_factor 0: plain RoPE.
+  float rope_llama3_factor = 0.0f;
+  float rope_low_freq_factor = 1.0f;
+  float rope_high_freq_factor = 4.0f;
+  int rope_original_max_position = 0;
   bool tie_word_embeddings = true;
   int bos_token_id = 1;
   int eos_token_id = 2;
 
+  // What the RoPE kernels need (theta and the scaling above).
+  RopeParams Rope() const;
   // Parameter count (embedding counted once when tied).
   int64_t NumParameters() const;
   // Checks internal consistency; the error names the field and the limit.
@@ -37,8 +46,14 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& name);
 // The preset names, comma-separated, for error messages and --help.
 std::string PresetNames();
 
-// Parses a Hugging Face config.json (LlamaForCausalLM / model_type "llama"). Unsupported
-// architectures and missing fields are errors naming the field.
+// Parses a Hugging Face config.json (LlamaForCausalLM / model_type "llama"). Every field is
+// either implemented, known not to change the forward pass (bookkeeping, generation
+// defaults, training-only settings; listed in model_config.cc), or refused: an unsupported
+// architecture, hidden_act other than silu, attention_bias / mlp_bias true, rope_scaling other
+// than llama3 (or default), sliding windows, partial rotary, quantization, custom code, and any
+// field Saturn does not know are UNIMPLEMENTED errors naming the field, so that no checkpoint
+// loads and then computes wrongly. Missing or malformed fields are INVALID_ARGUMENT naming
+// the field. docs/CHECKPOINTS.md lists them all.
 absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& name);
 
 }  // namespace saturn

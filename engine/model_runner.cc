@@ -357,7 +357,7 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
     RETURN_IF_ERROR(backend_->Gemm(normed, L.wq, q));
     RETURN_IF_ERROR(backend_->Gemm(normed, L.wk, k));
     RETURN_IF_ERROR(backend_->Gemm(normed, L.wv, v));
-    RETURN_IF_ERROR(backend_->Rope(q, k, positions, m.head_dim, m.rope_theta));
+    RETURN_IF_ERROR(backend_->Rope(q, k, positions, m.head_dim, m.Rope()));
     RETURN_IF_ERROR(backend_->KvWrite(k, v, slots, b.k_cache[l], b.v_cache[l]));
     RETURN_IF_ERROR(backend_->Attention(q, b.k_cache[l], b.v_cache[l], batch, shape, attn_out));
     RETURN_IF_ERROR(backend_->Gemm(attn_out, L.wo_t, tmp));

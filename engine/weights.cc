@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -155,14 +156,58 @@ class CheckpointReader {
           file.path(), ": tensor ", name, " has shape ", ShapeString(info->second.shape),
           " but config.json implies ", ShapeString(shape)));
     }
+    used_.insert(name);
     return file.ReadF32(name);
+  }
+
+  bool Has(const std::string& name) const { return where_.count(name) > 0; }
+
+  // Every tensor of every file (and of the index) must have been read: a tensor Saturn does
+  // not use (a bias, a sliding-window mask, a quantisation scale, another architecture's
+  // layer) means the checkpoint computes something Saturn would not.
+  absl::Status CheckAllUsed() const {
+    std::vector<std::string> unused;
+    std::set<std::string> names;
+    for (const auto& [name, file] : where_) names.insert(name);
+    for (const auto& f : files_) {
+      for (const auto& [name, info] : f->tensors()) names.insert(name);
+    }
+    for (const std::string& name : names) {
+      if (!used_.count(name)) unused.push_back(name);
+    }
+    if (unused.empty()) return absl::OkStatus();
+    const size_t shown = std::min<size_t>(unused.size(), 5);
+    return absl::UnimplementedError(absl::StrCat(
+        source_, ": ", unused.size(), " tensor(s) that Saturn's Llama does not use, e.g. ",
+        absl::StrJoin(unused.begin(), unused.begin() + shown, ", "),
+        "; refusing to load a checkpoint it would compute wrongly (docs/CHECKPOINTS.md)"));
   }
 
  private:
   std::string source_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const SafetensorsFile*> where_;
+  mutable std::set<std::string> used_;
 };
+
+// Older Llama conversions store each layer's RoPE inverse frequencies as a buffer; they are
+// accepted when they equal what Saturn computes from config.json (else the checkpoint rotates
+// differently and is refused).
+absl::Status CheckRotaryBuffer(const CheckpointReader& reader, const std::string& name,
+                               const ModelConfig& config) {
+  const int64_t half = config.head_dim / 2;
+  ASSIGN_OR_RETURN(std::vector<float> stored, reader.Read(name, {half}));
+  const RopeParams rope = config.Rope();
+  for (int64_t i = 0; i < half; ++i) {
+    const double want = RopeInvFreq(rope, static_cast<int>(i), config.head_dim);
+    if (std::abs(stored[i] - want) > 1e-5 * want + 1e-30) {
+      return absl::UnimplementedError(
+          absl::StrCat(name, "[", i, "] = ", stored[i], " but config.json's RoPE gives ", want,
+                       "; this checkpoint rotates differently from what Saturn implements"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 void Append(std::vector<float>* dst, const std::vector<float>& src) {
   dst->insert(dst->end(), src.begin(), src.end());
@@ -246,10 +291,24 @@ absl::StatusOr<ModelWeights> LoadHfCheckpoint(const std::string& dir) {
       ASSIGN_OR_RETURN(l.w_down, reader.Read(p + "mlp.down_proj.weight", {D, F}));
     }
     ASSIGN_OR_RETURN(w.final_norm, reader.Read("model.norm.weight", {D}));
-    // A tied checkpoint may still carry lm_head.weight (a copy of the embedding); ignore it.
     if (!config.tie_word_embeddings) {
       ASSIGN_OR_RETURN(w.lm_head, reader.Read("lm_head.weight", {V, D}));
+    } else if (reader.Has("lm_head.weight")) {
+      // A tied checkpoint may still carry lm_head.weight: it must be the embedding's copy.
+      ASSIGN_OR_RETURN(std::vector<float> head, reader.Read("lm_head.weight", {V, D}));
+      if (head != w.embedding) {
+        return absl::UnimplementedError(
+            absl::StrCat(dir,
+                         ": config.json says tie_word_embeddings but lm_head.weight differs "
+                         "from model.embed_tokens.weight; set tie_word_embeddings false to "
+                         "use it"));
+      }
     }
+    for (int i = 0; i < config.num_layers; ++i) {
+      const std::string name = absl::StrCat("model.layers.", i, ".self_attn.rotary_emb.inv_freq");
+      if (reader.Has(name)) RETURN_IF_ERROR(CheckRotaryBuffer(reader, name, config));
+    }
+    RETURN_IF_ERROR(reader.CheckAllUsed());
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(dir, ": not enough host memory for ",
                                                      config.NumParameters(), " f32 parameters"));
@@ -258,6 +317,15 @@ absl::StatusOr<ModelWeights> LoadHfCheckpoint(const std::string& dir) {
 }
 
 namespace {
+
+nlohmann::json RopeScalingJson(const ModelConfig& c) {
+  if (c.rope_llama3_factor == 0.0f) return nullptr;
+  return {{"rope_type", "llama3"},
+          {"factor", c.rope_llama3_factor},
+          {"low_freq_factor", c.rope_low_freq_factor},
+          {"high_freq_factor", c.rope_high_freq_factor},
+          {"original_max_position_embeddings", c.rope_original_max_position}};
+}
 
 absl::Status SaveHfCheckpointImpl(const ModelWeights& w, const std::string& dir,
                                   const std::string& dtype) {
@@ -316,6 +384,7 @@ absl::Status SaveHfCheckpointImpl(const ModelWeights& w, const std::string& dir,
                                  {"max_position_embeddings", c.max_position_embeddings},
                                  {"rms_norm_eps", c.rms_norm_eps},
                                  {"rope_theta", c.rope_theta},
+                                 {"rope_scaling", RopeScalingJson(c)},
                                  {"tie_word_embeddings", c.tie_word_embeddings},
                                  {"bos_token_id", c.bos_token_id},
                                  {"eos_token_id", c.eos_token_id},

@@ -36,7 +36,10 @@ absl::StatusOr<ModelWeights> RandomWeights(const ModelConfig& config, uint64_t s
 
 // Loads <dir>/config.json and the safetensors file(s) beside it. Errors (missing tensor,
 // shape disagreeing with config.json, truncated file, unknown dtype, unsupported
-// architecture) name the file and the tensor.
+// architecture or config field: model_config.h) name the file and the tensor. Every tensor
+// in the checkpoint must be one Saturn uses: any other (a bias, another architecture's
+// weight) is an UNIMPLEMENTED error naming it; a tied checkpoint's lm_head.weight must equal
+// the embedding, and rotary_emb.inv_freq buffers must equal config.json's RoPE frequencies.
 absl::StatusOr<ModelWeights> LoadHfCheckpoint(const std::string& dir);
 
 // Writes <dir>/config.json and <dir>/model.safetensors in Hugging Face Llama names and the

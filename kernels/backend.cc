@@ -126,7 +126,7 @@ absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& residual, const 
 }
 
 absl::Status Backend::Rope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
-                           float theta) {
+                           const RopeParams& rope) {
   RETURN_IF_ERROR(Expect(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be even"));
   RETURN_IF_ERROR(Expect(q.cols % head_dim == 0 && k.cols % head_dim == 0, "rope",
                          "q and k widths must be multiples of head_dim"));
@@ -134,7 +134,7 @@ absl::Status Backend::Rope(const Tensor& q, const Tensor& k, const Tensor& posit
   RETURN_IF_ERROR(ExpectDType("rope", "positions", positions, DType::kI32));
   RETURN_IF_ERROR(ExpectShape("rope", "positions", positions, 1, q.rows));
   return Run(OpKind::kRope, cost::Rope(q, k),
-             [&] { return DoRope(q, k, positions, head_dim, theta); });
+             [&] { return DoRope(q, k, positions, head_dim, rope); });
 }
 
 absl::Status Backend::KvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/op_record.h"
+#include "kernels/rope_params.h"
 #include "kernels/tensor.h"
 
 namespace saturn {
@@ -138,9 +139,9 @@ class Backend {
   absl::Status AddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
                           const Tensor& out);
   // Rotary embedding in place on q [T, Hq*hd] and k [T, Hkv*hd] (rotate-half / NeoX pairing,
-  // as Hugging Face Llama), positions i32 [1, T].
+  // as Hugging Face Llama), positions i32 [1, T]; frequencies from `rope` (rope_params.h).
   absl::Status Rope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
-                    float theta);
+                    const RopeParams& rope);
   // k_cache[slot[t], :] = k[t, :], same for v. slot i32 [1, T]; caches [rows, Hkv*hd].
   absl::Status KvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                        const Tensor& k_cache, const Tensor& v_cache);
@@ -198,7 +199,7 @@ class Backend {
   virtual absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight,
                                     float eps, const Tensor& out) = 0;
   virtual absl::Status DoRope(const Tensor& q, const Tensor& k, const Tensor& positions,
-                              int head_dim, float theta) = 0;
+                              int head_dim, const RopeParams& rope) = 0;
   virtual absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                                  const Tensor& k_cache, const Tensor& v_cache) = 0;
   virtual absl::Status DoAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

@@ -10,7 +10,6 @@
 #include <string>
 #include <utility>
 
-#include "engine/tokenizer.h"
 #include "server/proto_convert.h"
 #include "server/raw_message.h"
 #include "server/reject_reactor.h"
@@ -30,8 +29,8 @@ struct GenerateReactor::Call {
   std::string client_request_id;
   int64_t seed = 0;
   double received_us = 0;
-  double last_token_us = 0;  // engine thread only: time of the previous token event
-  bool want_text = false;
+  double last_token_us = 0;                  // engine thread only: time of the previous token event
+  const TextTokenizer* tokenizer = nullptr;  // null: no text in the deltas
   Utf8Stream text;
 
   std::deque<v1::GenerateResponse> pending;  // built, not yet written
@@ -72,12 +71,9 @@ struct GenerateReactor::Call {
     if (ev.final && metrics != nullptr) metrics->ObserveFinal(ev);
     std::lock_guard<std::mutex> lock(mu);
     std::string piece;
-    if (want_text) {
+    if (tokenizer != nullptr) {
       std::string bytes;
-      for (int id : ev.token_ids) {
-        if (ByteTokenizer::IsByte(id))
-          bytes.push_back(static_cast<char>(id - ByteTokenizer::kByteOffset));
-      }
+      for (int id : ev.token_ids) bytes += tokenizer->TokenBytes(id);
       piece = text.Push(bytes);
       if (ev.final) piece += text.Flush();
     }
@@ -146,7 +142,7 @@ GenerateReactor::GenerateReactor(ServingState* state, Engine* engine, GenerateRe
   c.client_request_id = request.client_request_id;
   c.seed = request.sampling.seed;
   c.received_us = NowUs();
-  c.want_text = want_text;
+  c.tokenizer = want_text ? state->text_tokenizer() : nullptr;
 
   std::weak_ptr<Call> weak = call_;
   c.call_token = state->BeginCall([weak] {

@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "engine/flags_help.h"
 #include "engine/model_config.h"
 #include "server/server_app.h"
 #include "server/shutdown_signals.h"
@@ -31,7 +32,7 @@ ABSL_FLAG(int, max_num_batched_tokens_limit, 0,
 ABSL_FLAG(int, max_model_len, 0, "Longest sequence (0: the model's context, at most 4096)");
 ABSL_FLAG(int, kv_cache_mb, 0,
           "KV cache size in MiB (0: enough for the sequence limit at full length, capped at "
-          "1/4 of device memory)");
+          "1/8 of device memory)");
 ABSL_FLAG(bool, cuda_graphs, false, "Replay CUDA graphs for decode steps (CUDA backend only)");
 ABSL_FLAG(int, max_queued_requests, 1024,
           "Waiting requests beyond which Generate returns RESOURCE_EXHAUSTED (0: unbounded)");
@@ -61,6 +62,9 @@ ABSL_FLAG(std::string, auth_scope, "admin",
           "admin: the token guards the admin RPCs; all: every RPC and GET /metrics");
 ABSL_FLAG(std::string, unix_socket_mode, "",
           "Octal permissions of a unix: --listen socket, e.g. 0660 (empty: from the umask)");
+ABSL_FLAG(bool, skip_tokenizer_init, false,
+          "Load no text tokenizer: prompts are token ids only (as vLLM's flag); for a "
+          "checkpoint whose tokenizer.json Saturn cannot read");
 
 namespace {
 
@@ -80,8 +84,8 @@ int main(int argc, char** argv) {
               << " while starting: exiting" << std::endl;
     std::_Exit(0);
   });
-  absl::SetProgramUsageMessage("Saturn LLM inference server (gRPC saturn.v1.Saturn)");
-  absl::ParseCommandLine(argc, argv);
+  saturn::ParseCommandLineWithHelp(argc, argv,
+                                   "Saturn LLM inference server (gRPC saturn.v1.Saturn)");
 
   saturn::ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
@@ -103,6 +107,7 @@ int main(int argc, char** argv) {
   config.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   config.auth_scope = absl::GetFlag(FLAGS_auth_scope);
   config.unix_socket_mode = absl::GetFlag(FLAGS_unix_socket_mode);
+  config.skip_tokenizer_init = absl::GetFlag(FLAGS_skip_tokenizer_init);
   const int kv_cache_mb = absl::GetFlag(FLAGS_kv_cache_mb);
   if (kv_cache_mb < 0) {
     return Fail(absl::StrCat("--kv_cache_mb: must be >= 0 (0: automatic), got ", kv_cache_mb));

@@ -2,11 +2,12 @@
 #include "server/proto_convert.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/tokenizer.h"
 
 namespace saturn {
 
@@ -24,10 +25,10 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
         "output_format: unknown value %d (valid: 0 UNSPECIFIED, 1 TOKENS_AND_TEXT, 2 TOKENS)",
         req.output_format()));
   }
-  if (req.output_format() == v1::OUTPUT_FORMAT_TOKENS_AND_TEXT && !limits.has_text_tokenizer) {
+  if (req.output_format() == v1::OUTPUT_FORMAT_TOKENS_AND_TEXT && !limits.has_text_tokenizer()) {
     return absl::InvalidArgumentError(
-        "output_format: TOKENS_AND_TEXT needs the built-in tokenizer, which only the built-in "
-        "presets have; use OUTPUT_FORMAT_TOKENS");
+        "output_format: TOKENS_AND_TEXT needs a text tokenizer, which the built-in presets and "
+        "checkpoints with tokenizer.json have; use OUTPUT_FORMAT_TOKENS");
   }
   if (static_cast<int>(req.client_request_id().size()) > limits.max_client_request_id_bytes) {
     return absl::InvalidArgumentError(
@@ -43,19 +44,24 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
   ConvertedRequest out;
   GenerateRequest& r = out.request;
   if (has_text) {
-    if (!limits.has_text_tokenizer) {
+    if (!limits.has_text_tokenizer()) {
       return absl::InvalidArgumentError(
-          "prompt_text: this model has no built-in tokenizer (built-in presets only); send "
-          "prompt_token_ids");
+          "prompt_text: this model has no text tokenizer (the built-in presets and checkpoints "
+          "with tokenizer.json have one); send prompt_token_ids");
     }
     // Checked before encoding: the size bounds the work done for a hostile request.
     if (static_cast<int64_t>(req.prompt_text().size()) > limits.max_prompt_text_bytes()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "prompt_text: %d bytes exceeds the limit of %d bytes (one token per byte, plus BOS, "
-          "plus at least one generated token within max_model_len %d)",
-          req.prompt_text().size(), limits.max_prompt_text_bytes(), limits.max_model_len));
+          "prompt_text: %d bytes exceeds the limit of %d bytes for max_model_len %d (%s "
+          "tokenizer; the prompt and at least one generated token must fit)",
+          req.prompt_text().size(), limits.max_prompt_text_bytes(), limits.max_model_len,
+          limits.tokenizer->kind()));
     }
-    r.prompt = ByteTokenizer().Encode(req.prompt_text(), /*add_bos=*/true);
+    absl::StatusOr<std::vector<int>> ids = limits.tokenizer->Encode(req.prompt_text());
+    if (!ids.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt_text: ", ids.status().message()));
+    }
+    r.prompt = std::move(*ids);
   } else {
     if (req.prompt_token_ids_size() > limits.max_model_len) {
       return absl::InvalidArgumentError(
@@ -84,7 +90,7 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
   if (req.has_logprobs()) s.logprobs = req.logprobs();
   if (req.has_prompt_logprobs()) s.prompt_logprobs = req.prompt_logprobs();
   r.client_request_id = req.client_request_id();
-  out.want_text = limits.has_text_tokenizer && req.output_format() != v1::OUTPUT_FORMAT_TOKENS;
+  out.want_text = limits.has_text_tokenizer() && req.output_format() != v1::OUTPUT_FORMAT_TOKENS;
   return out;
 }
 
@@ -177,7 +183,8 @@ void FillServerInfo(const Engine& engine, const PromptLimits& limits,
   mi->set_eos_token_id(m.eos_token_id);
   mi->set_num_parameters(m.NumParameters());
   mi->set_weight_bytes(static_cast<int64_t>(engine.runner().weight_bytes()));
-  mi->set_has_text_tokenizer(limits.has_text_tokenizer);
+  mi->set_has_text_tokenizer(limits.has_text_tokenizer());
+  mi->set_tokenizer(limits.has_text_tokenizer() ? limits.tokenizer->kind() : "");
 
   const Backend& b = engine.backend();
   v1::BackendInfo* bi = out->mutable_backend();

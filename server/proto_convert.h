@@ -10,18 +10,21 @@
 #include "engine/engine.h"
 #include "saturn/v1/saturn.pb.h"
 #include "server/server_config.h"
+#include "server/text_tokenizer.h"
 
 namespace saturn {
 
 // What the server needs to know about the model to check a request.
 struct PromptLimits {
   int max_model_len = 0;
-  bool has_text_tokenizer = false;
+  const TextTokenizer* tokenizer = nullptr;  // null: token ids only
   int max_client_request_id_bytes = 256;
   int max_stop_token_ids = 256;
-  // Longest prompt_text accepted: one token per byte, plus BOS, plus the one token a request
-  // must at least generate (max_tokens >= 1), must fit max_model_len.
-  int max_prompt_text_bytes() const { return has_text_tokenizer ? max_model_len - 2 : 0; }
+  bool has_text_tokenizer() const { return tokenizer != nullptr; }
+  // Longest prompt_text (0 without a tokenizer).
+  int max_prompt_text_bytes() const {
+    return tokenizer != nullptr ? tokenizer->max_prompt_text_bytes(max_model_len) : 0;
+  }
 };
 
 struct ConvertedRequest {
@@ -30,8 +33,8 @@ struct ConvertedRequest {
 };
 
 // Checks the server-level fields and builds the engine request (text prompts encoded by the
-// byte tokenizer with BOS). `default_seed` is used when the request sets none.
-// INVALID_ARGUMENT names the field and the limit.
+// model's text tokenizer, special tokens included). `default_seed` is used when the request sets
+// none. INVALID_ARGUMENT names the field and the limit.
 absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
                                                  const PromptLimits& limits, int64_t default_seed);
 

@@ -38,7 +38,7 @@ SaturnService::SaturnService(ServingState* state, DiagnosticsState* diag)
 PromptLimits SaturnService::Limits(const Engine& engine) const {
   PromptLimits l;
   l.max_model_len = engine.limits().max_model_len;
-  l.has_text_tokenizer = state_->has_text_tokenizer();
+  l.tokenizer = state_->text_tokenizer();
   l.max_client_request_id_bytes = state_->config().max_client_request_id_bytes;
   l.max_stop_token_ids = state_->config().max_stop_token_ids;
   return l;

@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "engine/model_config.h"
 #include "server/diagnostics_service.h"
 #include "server/diagnostics_state.h"
 #include "server/listen_address.h"
@@ -115,12 +114,23 @@ absl::Status ServerApp::StartListening() {
 absl::Status ServerApp::LoadEngine() {
   if (server_ == nullptr) return absl::FailedPreconditionError("LoadEngine before StartListening");
   if (engine_ != nullptr) return absl::FailedPreconditionError("LoadEngine called twice");
+  // Before the weights: a tokenizer.json Saturn cannot read stops the start at once.
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
+      LoadTextTokenizer(config_.engine.model, config_.skip_tokenizer_init);
+  if (!tokenizer.ok()) return tokenizer.status();
+  tokenizer_ = std::move(*tokenizer);
+  Log(tokenizer_ != nullptr
+          ? absl::StrCat("text tokenizer: ", tokenizer_->Describe())
+          : absl::StrCat("no text tokenizer (",
+                         config_.skip_tokenizer_init ? "--skip_tokenizer_init"
+                                                     : "the checkpoint has no tokenizer.json",
+                         "): prompts are token ids only"));
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config_.engine);
   if (!engine.ok()) return engine.status();
   engine_ = std::move(*engine);
   // Before the engine is published: nothing else runs on the backend yet.
   if (absl::Status s = diag_->InitCalibration(engine_.get(), config_); !s.ok()) return s;
-  state_.set_has_text_tokenizer(PresetConfig(config_.engine.model).ok());
+  state_.set_text_tokenizer(tokenizer_.get());
   state_.set_engine(engine_.get());
   const ModelConfig& m = engine_->model();
   const KvStats kv = engine_->kv_stats();

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "server/server_config.h"
 #include "server/serving_state.h"
+#include "server/text_tokenizer.h"
 
 namespace saturn {
 
@@ -79,6 +80,7 @@ class ServerApp {
   std::unique_ptr<DiagnosticsState> diag_;  // before the services, which use it
   std::unique_ptr<SaturnService> saturn_service_;
   std::vector<std::unique_ptr<grpc::Service>> extra_services_;
+  std::unique_ptr<TextTokenizer> tokenizer_;  // null: token ids only; outlives every call
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;

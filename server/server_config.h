@@ -34,6 +34,8 @@ struct ServerConfig {
   std::string auth_token_file;       // bearer token required for the admin methods
   std::string auth_scope = "admin";  // admin | all (every RPC and /metrics)
   std::string unix_socket_mode;      // octal permissions of a unix: socket ("" : the umask's)
+  // No text tokenizer (token ids only), e.g. for a tokenizer.json Saturn cannot read.
+  bool skip_tokenizer_init = false;
 
   // Checks every field; the error names the flag and the limit.
   absl::Status Validate() const;

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "server/server_config.h"
+#include "server/text_tokenizer.h"
 
 namespace saturn {
 
@@ -33,9 +34,13 @@ class ServingState {
   // The address the server is bound to (host:port with the real port).
   std::string listen_address() const;
   void set_listen_address(std::string address);
-  // Whether the built-in byte tokenizer applies (built-in presets only).
-  bool has_text_tokenizer() const { return has_text_.load(std::memory_order_acquire); }
-  void set_has_text_tokenizer(bool v) { has_text_.store(v, std::memory_order_release); }
+  // The text tokenizer (server/text_tokenizer.h), null when prompts are token ids only. Set
+  // before the engine is published; the owner (ServerApp) outlives every call.
+  const TextTokenizer* text_tokenizer() const { return tokenizer_.load(std::memory_order_acquire); }
+  void set_text_tokenizer(const TextTokenizer* t) {
+    tokenizer_.store(t, std::memory_order_release);
+  }
+  bool has_text_tokenizer() const { return text_tokenizer() != nullptr; }
 
   // Admits a call that uses the engine; nullopt once draining. `abort` (may be empty) is run
   // by AbortAll on shutdown to end the call early; it must not block.
@@ -59,7 +64,7 @@ class ServingState {
  private:
   const ServerConfig config_;
   std::atomic<Engine*> engine_{nullptr};
-  std::atomic<bool> has_text_{false};
+  std::atomic<const TextTokenizer*> tokenizer_{nullptr};
 
   mutable std::mutex mu_;
   mutable std::condition_variable idle_cv_;

@@ -11,6 +11,12 @@ bash "$root/.ci/deps.sh"
 # which skips with a message where it is missing.
 bash "$root/.ci/deps.sh" prometheus || echo "saturn: prometheus not installed; its test will skip"
 jobs="$(nproc)"
+# Hugging Face `tokenizers`, the reference the tokenizer.json reader's test compares against;
+# without network access the test skips and says so.
+if [ ! -x "$build/pyenv/bin/python3" ] || ! "$build/pyenv/bin/python3" -c "import tokenizers" 2>/dev/null; then
+  { python3 -m venv "$build/pyenv" && "$build/pyenv/bin/pip" install -q tokenizers; } ||
+    echo "saturn: could not install Python tokenizers; tokenizer_bpe_test will skip"
+fi
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$jobs"
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 900

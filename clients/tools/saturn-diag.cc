@@ -21,6 +21,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "clients/diag_commands.h"
+#include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
           "Server host:port; get also takes a comma-separated list of replicas (fleet view)");
@@ -55,8 +56,7 @@ constexpr char kUsage[] =
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = saturn::ParseCommandLineWithHelp(argc, argv, kUsage);
   saturn::clients::DiagOptions o;
   if (args.size() > 2) {
     std::cerr << "saturn-diag: unexpected argument \"" << args[2] << "\" (one command at a time)\n"

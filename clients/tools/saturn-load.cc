@@ -19,6 +19,7 @@
 #include "clients/load_config.h"
 #include "clients/load_session.h"
 #include "clients/report.h"
+#include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
           "Server(s) host:port, comma-separated; several are balanced round-robin by gRPC");
@@ -30,6 +31,10 @@ ABSL_FLAG(std::string, request_rate, "",
 ABSL_FLAG(int64_t, num_requests, -1,
           "Requests per phase (-1: 100 unless --duration is set; 0: no count bound)");
 ABSL_FLAG(double, duration, 0, "Seconds of sending per phase (0: no time bound)");
+ABSL_FLAG(double, min_measure_s, 10,
+          "Each phase keeps sending past --num_requests / --duration until the load has run this "
+          "many seconds after the warm-up, so that its figures are steady (0: stop at the bounds; "
+          "at most 3x this past the bound; not for --request_rate inf)");
 ABSL_FLAG(std::string, input_len, "32", "Prompt length: N, uniform:LOW:HIGH or normal:MEAN:SD");
 ABSL_FLAG(std::string, output_len, "32", "Output length (max_tokens), same forms as --input_len");
 ABSL_FLAG(std::string, prompts, "",
@@ -65,8 +70,8 @@ int Usage(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Load generator for Saturn (saturn.v1.Saturn/Generate)");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> positional = saturn::ParseCommandLineWithHelp(
+      argc, argv, "Load generator for Saturn (saturn.v1.Saturn/Generate)");
   if (positional.size() > 1)
     return Usage(absl::StrCat("unexpected argument \"", positional[1], "\""));
 
@@ -85,6 +90,7 @@ int main(int argc, char** argv) {
   if (!conc.ok()) return Usage(std::string(conc.status().message()));
   c.concurrency = *conc;
   c.duration_s = absl::GetFlag(FLAGS_duration);
+  c.min_measure_s = absl::GetFlag(FLAGS_min_measure_s);
   const int64_t n = absl::GetFlag(FLAGS_num_requests);
   if (n < -1) return Usage(absl::StrCat("--num_requests: must be >= 0 (or -1: auto), got ", n));
   c.num_requests = n >= 0 ? n : (c.duration_s > 0 ? 0 : 100);

@@ -164,8 +164,8 @@ class CpuBackend final : public Backend {
     return cpu::AddRmsNorm(pool_, x, residual, weight, eps, out);
   }
   absl::Status DoRope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
-                      float theta) override {
-    return cpu::Rope(pool_, q, k, positions, head_dim, theta);
+                      const RopeParams& rope) override {
+    return cpu::Rope(pool_, q, k, positions, head_dim, rope);
   }
   absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                          const Tensor& k_cache, const Tensor& v_cache) override {

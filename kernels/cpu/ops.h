@@ -24,7 +24,7 @@ absl::Status RmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& weight, fl
 absl::Status AddRmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& residual,
                         const Tensor& weight, float eps, const Tensor& out);
 absl::Status Rope(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& positions,
-                  int head_dim, float theta);
+                  int head_dim, const RopeParams& rope);
 absl::Status KvWrite(ThreadPool& pool, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                      const Tensor& k_cache, const Tensor& v_cache);
 absl::Status Attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,

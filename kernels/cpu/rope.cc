@@ -1,5 +1,6 @@
 // Rotary position embedding on the CPU, in place, Hugging Face Llama "rotate half" pairing:
-// element i of a head rotates with element i + head_dim/2 by pos * theta^(-2i/head_dim).
+// element i of a head rotates with element i + head_dim/2 by pos * theta^(-2i/head_dim), that
+// frequency scaled as kernels/rope_params.h says (Llama 3.x).
 // Angles and their sines are taken in double: at positions in the thousands an f32 angle
 // is already off by ~1e-4 rad.
 #include <cmath>
@@ -27,13 +28,13 @@ void RotateHeads(float* row, int64_t num_heads, int64_t head_dim, const float* c
 }  // namespace
 
 absl::Status Rope(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& positions,
-                  int head_dim, float theta) {
+                  int head_dim, const RopeParams& rope) {
   if (absl::Status s = ExpectF32("q", q); !s.ok()) return s;
   if (absl::Status s = ExpectF32("k", k); !s.ok()) return s;
   const int64_t half = head_dim / 2;
   std::vector<double> inv_freq(half);
   for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
+    inv_freq[i] = RopeInvFreq(rope, static_cast<int>(i), head_dim);
   }
   const int64_t hq = q.cols / head_dim, hk = k.cols / head_dim;
   pool.ParallelFor(q.rows, RowGrain(q.cols + k.cols), [&](int64_t begin, int64_t end) {

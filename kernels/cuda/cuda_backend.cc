@@ -149,9 +149,9 @@ class CudaBackend final : public Backend {
     return gpu::AddRmsNorm(stream_, x, residual, weight, eps, out);
   }
   absl::Status DoRope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
-                      float theta) override {
+                      const RopeParams& rope) override {
     OpScope op(this, "rope");
-    return gpu::Rope(stream_, q, k, positions, head_dim, theta);
+    return gpu::Rope(stream_, q, k, positions, head_dim, rope);
   }
   absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                          const Tensor& k_cache, const Tensor& v_cache) override {

@@ -20,7 +20,7 @@ absl::Status RmsNorm(cudaStream_t s, const Tensor& x, const Tensor& weight, floa
 absl::Status AddRmsNorm(cudaStream_t s, const Tensor& x, const Tensor& residual,
                         const Tensor& weight, float eps, const Tensor& out);
 absl::Status Rope(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor& positions,
-                  int head_dim, float theta);
+                  int head_dim, const RopeParams& rope);
 absl::Status SwiGlu(cudaStream_t s, const Tensor& gate_up, const Tensor& out);
 absl::Status Add(cudaStream_t s, const Tensor& a, const Tensor& b, const Tensor& out);
 absl::Status GatherRows(cudaStream_t s, const Tensor& x, const Tensor& indices, const Tensor& out);

@@ -1,5 +1,6 @@
 // Rotary position embedding in place on q [T, Hq*hd] and k [T, Hkv*hd], rotate-half (NeoX)
-// pairing as Hugging Face Llama: element i pairs with i + hd/2, angle = pos * theta^(-2i/hd).
+// pairing as Hugging Face Llama: element i pairs with i + hd/2, angle = pos * theta^(-2i/hd),
+// that frequency scaled as kernels/rope_params.h says (Llama 3.x).
 // One block per token; each thread rotates pairs of q and k heads, 8 bf16 pairs (two 16-byte
 // loads) at a time when half a head is whole 16-byte vectors on aligned pointers.
 #include "absl/strings/str_cat.h"
@@ -20,7 +21,7 @@ __device__ __forceinline__ void RotatePair(T* head, int i, int half, float c, fl
 
 template <typename T>
 __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions, int q_heads,
-                           int k_heads, int head_dim, float log2_theta) {
+                           int k_heads, int head_dim, float log2_theta, RopeParams rope) {
   const int64_t t = blockIdx.x;
   const int half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -30,7 +31,8 @@ __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions, in
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
     const int head = p / half, i = p % half;
     // inv_freq = theta^(-2i/hd); angle in f32 with sincosf (full-range reduction).
-    const float inv_freq = exp2f(-log2_theta * (2.0f * i / head_dim));
+    const float inv_freq =
+        ScaleRopeInvFreq<float>(rope, exp2f(-log2_theta * (2.0f * i / head_dim)));
     float s, c;
     sincosf(pos * inv_freq, &s, &c);
     if (head < q_heads) {
@@ -43,14 +45,16 @@ __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions, in
 
 template <typename T>
 __device__ __forceinline__ void RotatePairsVec(T* head, int i, int half, float pos,
-                                               float log2_theta, int head_dim) {
+                                               float log2_theta, int head_dim,
+                                               const RopeParams& rope) {
   constexpr int N = kVec<T>;
   float x1[N], x2[N], o1[N], o2[N];
   LoadVec(head, i, x1);
   LoadVec(head, i + half, x2);
 #pragma unroll
   for (int e = 0; e < N; ++e) {
-    const float inv_freq = exp2f(-log2_theta * (2.0f * (i + e) / head_dim));
+    const float inv_freq =
+        ScaleRopeInvFreq<float>(rope, exp2f(-log2_theta * (2.0f * (i + e) / head_dim)));
     float s, c;
     sincosf(pos * inv_freq, &s, &c);
     o1[e] = x1[e] * c - x2[e] * s;
@@ -62,7 +66,7 @@ __device__ __forceinline__ void RotatePairsVec(T* head, int i, int half, float p
 
 template <typename T>
 __global__ void RopeVecKernel(T* q, T* k, const int32_t* __restrict__ positions, int q_heads,
-                              int k_heads, int head_dim, float log2_theta) {
+                              int k_heads, int head_dim, float log2_theta, RopeParams rope) {
   constexpr int N = kVec<T>;
   const int64_t t = blockIdx.x;
   const int half = head_dim / 2, packs_per_head = half / N;
@@ -73,14 +77,14 @@ __global__ void RopeVecKernel(T* q, T* k, const int32_t* __restrict__ positions,
   for (int p = threadIdx.x; p < packs; p += blockDim.x) {
     const int head = p / packs_per_head, i = (p % packs_per_head) * N;
     T* h = head < q_heads ? qrow + head * head_dim : krow + (head - q_heads) * head_dim;
-    RotatePairsVec(h, i, half, pos, log2_theta, head_dim);
+    RotatePairsVec(h, i, half, pos, log2_theta, head_dim, rope);
   }
 }
 
 }  // namespace
 
 absl::Status Rope(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor& positions,
-                  int head_dim, float theta) {
+                  int head_dim, const RopeParams& rope) {
   if (q.dtype != k.dtype) return absl::InvalidArgumentError("rope: q and k dtypes differ");
   if (q.rows == 0) return absl::OkStatus();
   const int q_heads = static_cast<int>(q.cols / head_dim);
@@ -90,7 +94,7 @@ absl::Status Rope(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor
     if (CanVectorize(head_dim / 2, sizeof(scalar_t), {q.data, k.data})) {
       RopeVecKernel<scalar_t><<<static_cast<unsigned>(q.rows), threads, 0, s>>>(
           q.as<scalar_t>(), k.as<scalar_t>(), positions.as<int32_t>(), q_heads, k_heads, head_dim,
-          log2f(theta));
+          log2f(rope.theta), rope);
       CUDA_CHECK_LAUNCH("RopeVecKernel");
       RecordLaunch(KernelFamily::kRope, reinterpret_cast<const void*>(&RopeVecKernel<scalar_t>),
                    q.rows, threads, 0);
@@ -98,7 +102,7 @@ absl::Status Rope(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor
     }
     RopeKernel<scalar_t><<<static_cast<unsigned>(q.rows), threads, 0, s>>>(
         q.as<scalar_t>(), k.as<scalar_t>(), positions.as<int32_t>(), q_heads, k_heads, head_dim,
-        log2f(theta));
+        log2f(rope.theta), rope);
     CUDA_CHECK_LAUNCH("RopeKernel");
     RecordLaunch(KernelFamily::kRope, reinterpret_cast<const void*>(&RopeKernel<scalar_t>), q.rows,
                  threads, 0);

@@ -120,10 +120,28 @@ TEST_F(LoadE2eTest, OpenLoopAccountsForEveryRequest) {
   ExpectAccounted(res);
 }
 
+TEST_F(LoadE2eTest, MinMeasureKeepsSendingUntilTheLoadRanLongEnough) {
+  LoadConfig c = Config();
+  c.concurrency = {2};
+  c.num_requests = 2;  // both are warm-up: without min_measure_s nothing would be steady
+  c.min_measure_s = 1.0;
+  const SessionResult res = RunSession(c, SessionObserver(), nullptr);
+  ASSERT_EQ(res.exit_code, 0) << res.error;
+  ASSERT_EQ(res.phases.size(), 1u);
+  const PhaseReport& p = res.phases[0];
+  EXPECT_GT(p.metrics.sent, 2);
+  EXPECT_NE(p.outcome.measure_note.find("--min_measure_s"), std::string::npos)
+      << p.outcome.measure_note;
+  // The load ran about min_measure_s after the warm-up (the last send may precede the stop).
+  EXPECT_GT(p.metrics.stability.span_end_s - p.metrics.stability.span_start_s, 0.5);
+  ExpectAccounted(res);
+}
+
 TEST_F(LoadE2eTest, JsonHoldsEveryFigureTheTableShows) {
   const std::string dir = Dir();
   const ToolRun r = RunLoad("--target=" + server_->address +
                             " --concurrency=1,2 --num_requests=6 --input_len=8 --output_len=4"
+                            " --min_measure_s=0"
                             " --slo_ttft_ms=1000 --slo_tpot_ms=1000 --json=" +
                             dir + "/run.json --csv=" + dir + "/run.csv");
   ASSERT_EQ(r.code, 0) << r.err;

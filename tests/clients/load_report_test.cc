@@ -3,6 +3,7 @@
 // cannot produce end to end); the CSV has one row per phase.
 #include <gtest/gtest.h>
 
+#include "clients/diagnosis.h"
 #include "clients/report.h"
 #include "tests/clients/table_figures.h"
 
@@ -88,6 +89,46 @@ TEST(ReportTest, CsvHasAHeaderAndOneRowPerPhase) {
   EXPECT_EQ(csv.rfind("label,mode,concurrency", 0), 0u);
   EXPECT_NE(csv.find("ttft_ms_p99"), std::string::npos);
   EXPECT_NE(csv.find("RESOURCE_EXHAUSTED:1"), std::string::npos);
+}
+
+TEST(ReportTest, PlainWordsGiveVerdictWhyChangeAndPredictedGain) {
+  SessionResult res;
+  res.phases.push_back(MakePhase("c=1", -1, 1.0));
+  res.phases.push_back(MakePhase("c=16", -1, 0.5));
+  v1::DiagnosticsReport r;
+  r.set_bottleneck(v1::BOTTLENECK_UNDERLOADED);
+  r.set_step_bound(v1::BOTTLENECK_MEMORY_BOUND);
+  r.set_summary("no request waits and the batch is far under max_num_seqs");
+  r.mutable_profile()->set_busy_fraction(0.98);
+  r.mutable_profile()->set_mfu(0.28);
+  r.mutable_profile()->set_mbu(0.93);
+  r.mutable_profile()->set_mean_batch_seqs(1);
+  v1::PlanAction* a = r.add_plan();
+  a->set_what("raise client concurrency 16 -> 30 in-flight requests");
+  a->set_tokens_per_s_before(64);
+  a->set_tokens_per_s_after(160);
+  a->set_tpot_ms_before(33.7);
+  a->set_tpot_ms_after(167.7);
+  res.phases[1].diagnoses.push_back(DiagnosisJson(r));
+  const std::string text = PlainConclusion(res);
+  EXPECT_NE(text.find("Verdict: at c=16 the server was UNDERLOADED (its steps MEMORY_BOUND): busy "
+                      "98 %, MFU 28 %, MBU 93 %"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Why: No request waits and the batch is far under max_num_seqs."),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("at c=1"), std::string::npos) << text;  // the sweep's measured change
+  EXPECT_NE(text.find("What to change: raise client concurrency 16 -> 30"), std::string::npos);
+  EXPECT_NE(text.find("Predicted gain: 64.0 -> 160.0 tok/s (+150 %), at a TPOT of 33.7 -> 167.7"),
+            std::string::npos)
+      << text;
+  // The table ends with it.
+  EXPECT_NE(FormatTable(res).find("== in plain words =="), std::string::npos);
+
+  // Without any diagnosis there is no verdict, and it says so.
+  res.phases[1].diagnoses.clear();
+  EXPECT_NE(PlainConclusion(res).find("no verdict"), std::string::npos);
 }
 
 }  // namespace

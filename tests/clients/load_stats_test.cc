@@ -147,18 +147,79 @@ TEST(ComputeMetricsTest, OneTokenRequestsHaveNoTpotAndNoItl) {
   EXPECT_EQ(ComputeMetrics({}, MetricsOptions()).sent, 0);
 }
 
-TEST(ComputeMetricsTest, StabilityFollowsPerfAnalyzersTenPercentRule) {
-  std::vector<RequestRecord> even, bursty;
-  for (int i = 0; i < 30; ++i) {
-    even.push_back(Ok(i, 0.1 * i, {0.1 * i + 0.05}, {1}, 0.1 * i + 0.1));
-    // Two thirds of the completions land in the last third.
-    const double end = i < 10 ? 0.1 * i + 0.1 : 2.0 + 0.01 * i;
-    bursty.push_back(Ok(i, 0.1 * i, {0.1 * i + 0.05}, {1}, std::max(end, 0.1 * i + 0.1)));
-  }
+// A request sent at `send` that streams `n` tokens, one every `gap` seconds.
+RequestRecord Streaming(int64_t index, double send, int n, double gap = 0.01) {
+  std::vector<double> times;
+  for (int i = 1; i <= n; ++i) times.push_back(send + gap * i);
+  return Ok(index, send, times, std::vector<int>(n, 1), send + gap * n + 0.001);
+}
+
+TEST(ComputeMetricsTest, StabilityFollowsPerfAnalyzersTenPercentRuleOnTimeWindows) {
+  // A closed loop of one: a request every 0.2 s for 6 s, 20 tokens each: 100 tok/s steady.
+  std::vector<RequestRecord> even, slowing;
+  for (int i = 0; i < 30; ++i) even.push_back(Streaming(i, 0.2 * i, 20));
   const RunMetrics a = ComputeMetrics(even, MetricsOptions());
-  ASSERT_EQ(a.stability.window_request_throughput.size(), 3u);
+  ASSERT_EQ(a.stability.window_output_throughput.size(), 3u) << a.stability.note;
   EXPECT_TRUE(a.stability.stable);
-  EXPECT_FALSE(ComputeMetrics(bursty, MetricsOptions()).stability.stable);
+  EXPECT_DOUBLE_EQ(a.stability.span_start_s, 0);
+  // The last send at 5.8 s; the load is held until the next completion (request 28's).
+  EXPECT_NEAR(a.stability.span_end_s, 0.2 * 28 + 0.201, 1e-9);
+  for (double x : a.stability.window_output_throughput) EXPECT_NEAR(x, 100, 10);
+
+  // The same, but the server slows down: requests in the last third stream at half speed.
+  for (int i = 0; i < 30; ++i) {
+    slowing.push_back(i < 20 ? Streaming(i, 0.2 * i, 20) : Streaming(i, 0.2 * i, 10, 0.02));
+  }
+  const RunMetrics b = ComputeMetrics(slowing, MetricsOptions());
+  ASSERT_EQ(b.stability.window_output_throughput.size(), 3u);
+  EXPECT_FALSE(b.stability.stable);
+}
+
+TEST(ComputeMetricsTest, StabilityNeverPrintsImpossibleRatesForABurst) {
+  // The demo's c=16 phase with 24 requests: 16 warm-up requests end together at 5.5 s, the
+  // other 8 are sent just after and end together at 11 s. The old check divided 8 completions
+  // by the few milliseconds between the first and last of them (34894.41, 0.00, 11631.47
+  // req/s). Now: the 5.5 s the 8 streams were in flight, in thirds, tokens per second.
+  std::vector<RequestRecord> v;
+  for (int i = 0; i < 24; ++i) {
+    const double send = i < 16 ? 0.001 * i : 5.52 + 0.001 * (i - 16);
+    std::vector<double> times;
+    for (int k = 1; k <= 32; ++k) times.push_back(send + 0.17 * k);
+    v.push_back(Ok(i, send, times, std::vector<int>(32, 1), send + 5.5));
+  }
+  MetricsOptions o;
+  o.warmup_requests = 16;
+  const RunMetrics m = ComputeMetrics(v, o);
+  EXPECT_EQ(m.measured, 8);
+  ASSERT_EQ(m.stability.window_output_throughput.size(), 3u) << m.stability.note;
+  EXPECT_NEAR(m.stability.span_end_s - m.stability.span_start_s, 5.505, 0.01);
+  for (double x : m.stability.window_output_throughput) {
+    EXPECT_NEAR(x, 8 / 0.17, 8);  // 8 streams, a token every 0.17 s each
+  }
+  EXPECT_TRUE(m.stability.stable);
+
+  // A run too short to judge says so and prints no rate.
+  std::vector<RequestRecord> short_run = {Streaming(0, 0, 5), Streaming(1, 0.01, 5),
+                                          Streaming(2, 0.02, 5)};
+  const RunMetrics s = ComputeMetrics(short_run, MetricsOptions());
+  EXPECT_FALSE(s.stability.stable);
+  EXPECT_TRUE(s.stability.window_output_throughput.empty());
+  EXPECT_NE(s.stability.note.find("too short to judge"), std::string::npos) << s.stability.note;
+}
+
+TEST(ComputeMetricsTest, StabilityRatesAreTokensPerTimeWindow) {
+  // Two streams of 100 tokens at 100 tok/s, sent at 0 and 0.5 s. The span runs from the first
+  // send to the first completion after the last send (request 0's, 1.001 s); thirds of
+  // 0.3337 s hold 33, 33 + 16 and 34 + 34 tokens.
+  std::vector<RequestRecord> v = {Streaming(0, 0.0, 100), Streaming(1, 0.5, 100)};
+  const RunMetrics m = ComputeMetrics(v, MetricsOptions());
+  ASSERT_EQ(m.stability.window_output_throughput.size(), 3u) << m.stability.note;
+  EXPECT_NEAR(m.stability.span_end_s, 1.001, 1e-9);
+  EXPECT_EQ(m.stability.span_tokens, 150);
+  EXPECT_NEAR(m.stability.window_output_throughput[0], 33 / (1.001 / 3), 1e-6);
+  EXPECT_NEAR(m.stability.window_output_throughput[1], 49 / (1.001 / 3), 1e-6);
+  EXPECT_NEAR(m.stability.window_output_throughput[2], 68 / (1.001 / 3), 1e-6);
+  EXPECT_FALSE(m.stability.stable);  // the load doubled half-way
 }
 
 }  // namespace

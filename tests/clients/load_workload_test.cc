@@ -160,5 +160,36 @@ TEST(JsonlWorkloadTest, ReadsAFile) {
   EXPECT_EQ((*w)->Get(0).prompt_token_ids, std::vector<int>{7});
 }
 
+TEST(SyntheticWorkloadTest, SaysWhenItShrinksLengthsToFitTheContextAndShowsTheirValues) {
+  auto fits = MakeSyntheticWorkload(*ParseLengthSpec("", "64"), *ParseLengthSpec("", "32"),
+                                    Limits(4096), 1);
+  EXPECT_EQ(fits->Adjustment(), "");
+  EXPECT_EQ(fits->Describe(), "synthetic input_len=64 output_len=32 seed=1");
+
+  auto shrunk =
+      MakeSyntheticWorkload(*ParseLengthSpec("", "64"), *ParseLengthSpec("", "32"), Limits(40), 1);
+  EXPECT_EQ(shrunk->Describe(), "synthetic input_len=8 (asked 64) output_len=32 seed=1");
+  EXPECT_NE(shrunk->Adjustment().find("max_model_len 40"), std::string::npos)
+      << shrunk->Adjustment();
+  EXPECT_NE(shrunk->Adjustment().find("input_len 8 and output_len 32"), std::string::npos)
+      << shrunk->Adjustment();
+  EXPECT_EQ(shrunk->Get(0).prompt_token_ids.size(), 8u);
+  EXPECT_EQ(shrunk->Get(0).max_tokens, 32);
+
+  // JSONL input_len items that do not fit say so, counted.
+  auto jsonl =
+      ParseJsonlWorkload("p.jsonl", "{\"input_len\": 30, \"max_tokens\": 20}\n{\"input_len\": 5}\n",
+                         *ParseLengthSpec("", "8"), Limits(40), 1);
+  ASSERT_TRUE(jsonl.ok()) << jsonl.status();
+  EXPECT_NE((*jsonl)->Adjustment().find("1 of 2 prompts"), std::string::npos)
+      << (*jsonl)->Adjustment();
+  EXPECT_EQ((*jsonl)->Get(0).prompt_token_ids.size(), 20u);
+
+  // Distributions that can draw past the context say so too.
+  auto drawn = MakeSyntheticWorkload(*ParseLengthSpec("", "uniform:8:64"),
+                                     *ParseLengthSpec("", "8"), Limits(40), 1);
+  EXPECT_NE(drawn->Adjustment().find("can exceed"), std::string::npos) << drawn->Adjustment();
+}
+
 }  // namespace
 }  // namespace saturn::clients

@@ -30,13 +30,15 @@ inline bool IsNumber(const std::string& t) {
 }
 
 // Numbers in the table after its header (the lines before the first "==" describe the
-// workload and targets, which the JSON holds as strings), skipping the closing footnote.
+// workload and targets, which the JSON holds as strings), skipping the closing footnote and
+// the "in plain words" prose after it (it quotes the server's summary sentence).
 inline std::vector<std::string> TableFigures(const std::string& table) {
   std::vector<std::string> out;
   std::istringstream in(table);
   std::string line;
   bool body = false;
   while (std::getline(in, line)) {
+    if (line.rfind("== in plain words", 0) == 0) break;
     if (line.rfind("==", 0) == 0) body = true;
     if (!body || line.rfind("percentiles:", 0) == 0) continue;
     std::string tok;

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace saturn {
@@ -146,6 +147,11 @@ TEST(ParseHfConfigTest, Llama32OneB) {
   EXPECT_EQ(c->bos_token_id, 128000);
   EXPECT_EQ(c->eos_token_id, 128001);  // the first of the list
   EXPECT_EQ(c->NumParameters(), PresetConfig("1b")->NumParameters());
+  EXPECT_FLOAT_EQ(c->rope_llama3_factor, 32.0f);
+  EXPECT_FLOAT_EQ(c->rope_low_freq_factor, 1.0f);
+  EXPECT_FLOAT_EQ(c->rope_high_freq_factor, 4.0f);
+  EXPECT_EQ(c->rope_original_max_position, 8192);
+  EXPECT_TRUE(c->Rope().scaled());
 }
 
 TEST(ParseHfConfigTest, DefaultsFollowHuggingFace) {
@@ -192,6 +198,134 @@ TEST(ParseHfConfigTest, MalformedInputIsAnErrorNotACrash) {
        "max_position_embeddings": 64, "eos_token_id": 2})"}) {
     auto c = ParseHfConfig(text, "x");
     EXPECT_FALSE(c.ok()) << text;
+  }
+}
+
+// kLlama32Config with `field` set to `value` (JSON text), or removed when value is empty.
+std::string WithField(const std::string& field, const std::string& value) {
+  nlohmann::json j = nlohmann::json::parse(kLlama32Config);
+  if (value.empty()) {
+    j.erase(field);
+  } else {
+    j[field] = nlohmann::json::parse(value);
+  }
+  return j.dump();
+}
+
+// Issue 10 item 7: each of these loaded silently and computed wrongly before.
+TEST(ParseHfConfigTest, FieldsThatChangeTheMathAreRefusedByName) {
+  const struct {
+    const char* field;
+    const char* value;
+    const char* says;
+  } kRefused[] = {
+      {"hidden_act", R"("gelu")", "hidden_act"},
+      {"hidden_act", R"("relu")", "hidden_act"},
+      {"attention_bias", "true", "attention_bias"},
+      {"mlp_bias", "true", "mlp_bias"},
+      {"rope_scaling", R"({"type": "linear", "factor": 4.0})", "rope_scaling type \"linear\""},
+      {"rope_scaling", R"({"rope_type": "dynamic", "factor": 2.0})", "\"dynamic\""},
+      {"rope_scaling", R"({"rope_type": "yarn", "factor": 4.0,
+                           "original_max_position_embeddings": 4096})",
+       "\"yarn\""},
+      {"rope_scaling", R"({"factor": 4.0})", "<missing>"},
+      {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                           "attention_factor": 2.0})",
+       "rope_scaling.attention_factor"},
+      {"sliding_window", "4096", "sliding_window"},
+      {"use_sliding_window", "true", "use_sliding_window"},
+      {"partial_rotary_factor", "0.5", "partial_rotary_factor"},
+      {"quantization_config", R"({"quant_method": "gptq", "bits": 4})", "quantization_config"},
+      {"auto_map", R"({"AutoModelForCausalLM": "modeling.Custom"})", "auto_map"},
+      {"is_encoder_decoder", "true", "is_encoder_decoder"},
+      {"some_new_knob", "3", "some_new_knob"},
+      {"model_type", R"("mistral")", "mistral"},
+      {"architectures", R"(["LlamaForCausalLM", "MistralForCausalLM"])", "MistralForCausalLM"},
+  };
+  for (const auto& r : kRefused) {
+    auto c = ParseHfConfig(WithField(r.field, r.value), "x");
+    ASSERT_FALSE(c.ok()) << r.field << " = " << r.value;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented) << c.status();
+    EXPECT_THAT(c.status().message(), HasSubstr(r.says)) << r.field;
+  }
+}
+
+TEST(ParseHfConfigTest, DefaultValuedAndHarmlessFieldsStillLoad) {
+  const struct {
+    const char* field;
+    const char* value;
+  } kAccepted[] = {
+      {"hidden_act", R"("silu")"},
+      {"attention_bias", "false"},
+      {"mlp_bias", "null"},
+      {"rope_scaling", "null"},
+      {"rope_scaling", R"({"rope_type": "default"})"},
+      {"sliding_window", "null"},
+      {"use_sliding_window", "false"},
+      {"pretraining_tp", "2"},
+      {"attention_dropout", "0.1"},
+      {"_name_or_path", R"("meta-llama/Llama-3.2-1B")"},
+      {"pad_token_id", "0"},
+      {"temperature", "0.6"},
+      {"partial_rotary_factor", "1"},
+      {"rope_scaling", ""},  // absent
+      {"head_dim", ""},
+      {"hidden_act", ""},
+  };
+  for (const auto& a : kAccepted) {
+    auto c = ParseHfConfig(WithField(a.field, a.value), "x");
+    EXPECT_TRUE(c.ok()) << a.field << " = " << a.value << ": " << c.status();
+  }
+}
+
+TEST(ParseHfConfigTest, Llama3RopeScalingFieldsAreCheckedAndNamed) {
+  for (const char* key :
+       {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    nlohmann::json j = nlohmann::json::parse(kLlama32Config);
+    j["rope_scaling"].erase(key);
+    auto c = ParseHfConfig(j.dump(), "x");
+    ASSERT_FALSE(c.ok()) << key;
+    EXPECT_THAT(c.status().message(), HasSubstr(key));
+  }
+  nlohmann::json j = nlohmann::json::parse(kLlama32Config);
+  j["rope_scaling"]["low_freq_factor"] = 8.0;  // above high_freq_factor
+  EXPECT_FALSE(ParseHfConfig(j.dump(), "x").ok());
+  j = nlohmann::json::parse(kLlama32Config);
+  j["rope_scaling"]["type"] = "llama3";  // the older key spelling
+  j["rope_scaling"].erase("rope_type");
+  EXPECT_TRUE(ParseHfConfig(j.dump(), "x").ok());
+}
+
+// Llama-3.2-1B's RoPE frequencies against float64 values computed outside this code base
+// (Python's float64 arithmetic on transformers' _compute_llama3_parameters formula): pair i of
+// head_dim 64, theta 500000, factor 32, low 1, high 4, original context 8192. Pairs 15-17
+// fall in the smoothed band, 18+ are divided by the factor, 0-14 are unchanged.
+TEST(RopeFrequenciesTest, Llama3ScalingMatchesAnIndependentFloat64Reference) {
+  auto c = ParseHfConfig(kLlama32Config, "x");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const RopeParams rope = c->Rope();
+  const struct {
+    int i;
+    double base, scaled;
+  } kWant[] = {
+      {0, 1.0, 1.0},
+      {8, 0.03760603093086393, 0.03760603093086393},
+      {14, 0.003211445994752591, 0.003211445994752591},
+      {15, 0.0021311195369119653, 0.001290547928209264},
+      {16, 0.001414213562373095, 0.00042955679655936815},
+      {17, 0.0009384738703573802, 9.70828780262767e-05},
+      {18, 0.000622772421914596, 1.9461638184831125e-05},
+      {20, 0.0002742481756762073, 8.570255489881478e-06},
+      {31, 3.013858152139171e-06, 9.41830672543491e-08},
+  };
+  for (const auto& w : kWant) {
+    // f32 inputs (theta, factors) leave the result within a few ulps of f32.
+    EXPECT_NEAR(RopeInvFreq(RopeParams(c->rope_theta), w.i, 64), w.base, 1e-6 * w.base) << w.i;
+    EXPECT_NEAR(RopeInvFreq(rope, w.i, 64), w.scaled, 1e-6 * w.scaled) << w.i;
+    EXPECT_NEAR(ScaleRopeInvFreq<float>(rope, static_cast<float>(w.base)), w.scaled,
+                1e-5 * w.scaled)
+        << w.i;
   }
 }
 

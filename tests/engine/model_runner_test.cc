@@ -72,6 +72,52 @@ TEST_F(RunnerTest, WholePromptMatchesDenseReference) {
   }
 }
 
+// A Llama 3.x shape: llama3 RoPE scaling (an original context of 64, so a 60-token prompt
+// crosses the high, smoothed and low frequency bands), an explicit head_dim that is not
+// hidden / heads, and an untied lm_head. The reference without the scaling must differ, so
+// the test tells a scaled RoPE from a plain one.
+TEST(RunnerLlama3Test, ScaledRopeExplicitHeadDimAndUntiedHeadMatchDenseReference) {
+  ModelConfig cfg = *PresetConfig("tiny");
+  cfg.max_position_embeddings = 256;
+  cfg.head_dim = 48;  // hidden 256 / 8 heads would be 32
+  cfg.tie_word_embeddings = false;
+  cfg.rope_llama3_factor = 8;
+  cfg.rope_low_freq_factor = 1;
+  cfg.rope_high_freq_factor = 4;
+  cfg.rope_original_max_position = 64;
+  auto w = RandomWeights(cfg, 11);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto be = CreateBackend("cpu", 2);
+  ASSERT_TRUE(be.ok());
+  RunnerConfig rc;
+  rc.max_num_seqs_limit = 2;
+  rc.max_num_batched_tokens_limit = 256;
+  rc.max_model_len = 256;
+  rc.block_size = 16;
+  rc.num_kv_blocks = 16;
+  auto runner = ModelRunner::Create(be->get(), *w, rc);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+
+  std::mt19937 rng(3);
+  std::vector<int> tokens(60);
+  for (int& t : tokens) t = rng() % cfg.vocab_size;
+  BlockManager blocks(16, 16);
+  ScheduledSeq s;
+  s.request_id = 1;
+  s.token_ids = tokens;
+  ASSERT_TRUE(blocks.EnsureCapacity(&s.block_table, 60));
+  s.sample = true;
+  StepPlan plan;
+  plan.seqs.push_back(s);
+  std::vector<float> logits;
+  ASSERT_TRUE((*runner)->ExecuteWithLogits(plan, &logits).ok());
+  EXPECT_LT(RelErr(logits.data(), testing_ref::ReferenceLogits(*w, tokens).back()), kTol);
+
+  ModelWeights plain = *w;
+  plain.config.rope_llama3_factor = 0;
+  EXPECT_GT(RelErr(logits.data(), testing_ref::ReferenceLogits(plain, tokens).back()), 10 * kTol);
+}
+
 // Several sequences advance in random chunks, interleaved in random batch compositions, over
 // shuffled block tables. Every chunk's last row must match the reference at that position.
 TEST_F(RunnerTest, ChunkedBatchedPagedMatchesReferenceWhateverTheComposition) {

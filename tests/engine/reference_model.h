@@ -33,11 +33,34 @@ inline std::vector<double> RmsNorm(const std::vector<double>& x, const std::vect
   return y;
 }
 
-inline void Rope(std::vector<double>* v, int heads, int hd, int pos, double theta) {
+// RoPE frequencies as transformers computes them (_compute_default_rope_parameters, then
+// _compute_llama3_parameters when config.json asks for llama3 scaling), in float64, written
+// from the transformers source independently of kernels/rope_params.h.
+inline std::vector<double> InvFreq(const ModelConfig& m) {
+  const int hd = m.head_dim;
+  std::vector<double> inv(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv[i] = 1.0 / std::pow(double(m.rope_theta), 2.0 * i / hd);
+  if (m.rope_llama3_factor == 0.0f) return inv;
+  const double factor = m.rope_llama3_factor, low = m.rope_low_freq_factor,
+               high = m.rope_high_freq_factor, old_len = m.rope_original_max_position;
+  const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+  for (double& f : inv) {
+    const double wavelen = 2 * M_PI / f;
+    const double llama = wavelen > low_freq_wavelen ? f / factor : f;
+    const double smooth = (old_len / wavelen - low) / (high - low);
+    const double smoothed = (1 - smooth) * llama / factor + smooth * llama;
+    const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    f = medium ? smoothed : llama;
+  }
+  return inv;
+}
+
+inline void Rope(std::vector<double>* v, int heads, int hd, int pos,
+                 const std::vector<double>& inv_freq) {
   for (int h = 0; h < heads; ++h) {
     double* p = v->data() + size_t(h) * hd;
     for (int i = 0; i < hd / 2; ++i) {
-      const double freq = std::pow(theta, -2.0 * i / hd);
+      const double freq = inv_freq[i];
       const double c = std::cos(pos * freq), s = std::sin(pos * freq);
       const double a = p[i], b = p[i + hd / 2];
       p[i] = a * c - b * s;
@@ -56,6 +79,7 @@ inline std::vector<std::vector<double>> ReferenceLogits(const ModelWeights& w,
   for (int t = 0; t < T; ++t) {
     for (int i = 0; i < d; ++i) h[t][i] = w.embedding[size_t(tokens[t]) * d + i];
   }
+  const std::vector<double> inv_freq = InvFreq(m);
   for (int l = 0; l < m.num_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     std::vector<std::vector<double>> K(T), V(T), Q(T);
@@ -64,8 +88,8 @@ inline std::vector<std::vector<double>> ReferenceLogits(const ModelWeights& w,
       Q[t] = MatVec(L.wqkv, x, hq * hd, 0);
       K[t] = MatVec(L.wqkv, x, hkv * hd, size_t(hq) * hd);
       V[t] = MatVec(L.wqkv, x, hkv * hd, size_t(hq + hkv) * hd);
-      Rope(&Q[t], hq, hd, t, m.rope_theta);
-      Rope(&K[t], hkv, hd, t, m.rope_theta);
+      Rope(&Q[t], hq, hd, t, inv_freq);
+      Rope(&K[t], hkv, hd, t, inv_freq);
     }
     for (int t = 0; t < T; ++t) {
       std::vector<double> att(size_t(hq) * hd, 0.0);

@@ -239,6 +239,94 @@ TEST_F(WeightsTest, TiedCheckpointNeedsNoLmHead) {
   ExpectSameWeights(*loaded, w);
 }
 
+// Issue 10 item 7: tensors Saturn does not use were ignored, so a checkpoint with biases
+// loaded and computed without them. Each is now refused by name, single file or sharded.
+TEST_F(WeightsTest, TensorsSaturnDoesNotUseAreRefusedByName) {
+  for (const char* extra :
+       {"model.layers.0.self_attn.q_proj.bias", "model.layers.3.mlp.down_proj.bias",
+        "model.layers.1.self_attn.q_norm.weight", "score.weight"}) {
+    WriteConfig(ConfigJson(config_));
+    std::vector<TensorToWrite> t = HfTensors(weights_);
+    t.push_back({extra, "F32", {4}, {0.5f, 0.5f, 0.5f, 0.5f}});
+    ASSERT_TRUE(WriteSafetensors((dir_ / "model.safetensors").string(), t).ok());
+    auto loaded = LoadHfCheckpoint(dir_.string());
+    ASSERT_FALSE(loaded.ok()) << extra;
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kUnimplemented) << loaded.status();
+    EXPECT_THAT(loaded.status().message(), HasSubstr(extra));
+  }
+  // Sharded: a shard holding a tensor the index does not even list is refused too.
+  fs::remove(dir_ / "model.safetensors");
+  std::vector<TensorToWrite> all = HfTensors(weights_);
+  std::string map;
+  for (const TensorToWrite& x : all)
+    map += (map.empty() ? "\"" : ", \"") + x.name + "\": \"a.safetensors\"";
+  all.push_back({"model.layers.2.self_attn.o_proj.bias", "F32", {2}, {1.0f, 2.0f}});
+  ASSERT_TRUE(WriteSafetensors((dir_ / "a.safetensors").string(), all).ok());
+  std::ofstream(dir_ / "model.safetensors.index.json") << "{\"weight_map\": {" << map << "}}";
+  auto sharded = LoadHfCheckpoint(dir_.string());
+  ASSERT_FALSE(sharded.ok());
+  EXPECT_THAT(sharded.status().message(), HasSubstr("model.layers.2.self_attn.o_proj.bias"));
+}
+
+TEST_F(WeightsTest, TiedLmHeadMustBeTheEmbeddingsCopy) {
+  ModelConfig tied = config_;
+  tied.tie_word_embeddings = true;
+  WriteConfig(ConfigJson(tied));
+  std::vector<TensorToWrite> t = HfTensors(weights_);  // carries lm_head.weight
+  for (TensorToWrite& x : t) {
+    if (x.name == "lm_head.weight") x.values = weights_.embedding;
+  }
+  ASSERT_TRUE(WriteSafetensors((dir_ / "model.safetensors").string(), t).ok());
+  auto same = LoadHfCheckpoint(dir_.string());
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(same->lm_head.empty());
+
+  t = HfTensors(weights_);  // lm_head.weight differs from the embedding
+  ASSERT_TRUE(WriteSafetensors((dir_ / "model.safetensors").string(), t).ok());
+  auto differs = LoadHfCheckpoint(dir_.string());
+  ASSERT_FALSE(differs.ok());
+  EXPECT_THAT(differs.status().message(), HasSubstr("lm_head.weight differs"));
+}
+
+TEST_F(WeightsTest, RotaryInvFreqBuffersMustMatchTheConfig) {
+  WriteConfig(ConfigJson(config_));  // rope_theta 10000
+  const int half = config_.head_dim / 2;
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i)
+    inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / config_.head_dim));
+  std::vector<TensorToWrite> t = HfTensors(weights_);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    t.push_back({"model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq",
+                 "F32",
+                 {half},
+                 inv});
+  }
+  ASSERT_TRUE(WriteSafetensors((dir_ / "model.safetensors").string(), t).ok());
+  auto ok = LoadHfCheckpoint(dir_.string());
+  ASSERT_TRUE(ok.ok()) << ok.status();
+
+  for (float& x : t.back().values) x *= 0.25f;  // linear x4 scaling baked into the buffer
+  ASSERT_TRUE(WriteSafetensors((dir_ / "model.safetensors").string(), t).ok());
+  auto scaled = LoadHfCheckpoint(dir_.string());
+  ASSERT_FALSE(scaled.ok());
+  EXPECT_THAT(scaled.status().message(), HasSubstr("rotary_emb.inv_freq"));
+}
+
+// Llama 3.x: rope_scaling llama3 and head_dim survive a save / load round trip.
+TEST_F(WeightsTest, Llama3RopeScalingRoundTrips) {
+  ModelWeights w = weights_;
+  w.config.rope_llama3_factor = 8;
+  w.config.rope_low_freq_factor = 1;
+  w.config.rope_high_freq_factor = 4;
+  w.config.rope_original_max_position = 512;
+  ASSERT_TRUE(SaveHfCheckpoint(w, dir_.string(), "F16").ok());
+  auto loaded = LoadHfCheckpoint(dir_.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FLOAT_EQ(loaded->config.rope_llama3_factor, 8);
+  EXPECT_EQ(loaded->config.rope_original_max_position, 512);
+  EXPECT_EQ(loaded->config.head_dim, config_.head_dim);
+}
+
 TEST_F(WeightsTest, BrokenCheckpointDirectories) {
   EXPECT_FALSE(LoadHfCheckpoint((dir_ / "nope").string()).ok());  // no config.json
   WriteConfig(R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})");

@@ -44,6 +44,7 @@ TEST_F(OptionsTest, ServerInfoDescribesTheRunningEngine) {
   EXPECT_EQ(info.model().num_parameters(), tiny.NumParameters());
   EXPECT_GT(info.model().weight_bytes(), 0);
   EXPECT_TRUE(info.model().has_text_tokenizer());
+  EXPECT_EQ(info.model().tokenizer(), "byte");
   EXPECT_EQ(info.backend().name(), "cpu");
   EXPECT_FALSE(info.backend().device_name().empty());
   EXPECT_FALSE(info.backend().supports_cuda_graphs());

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# First contact: `--help` in every Saturn binary lists Saturn's own flags (one known flag per
+# binary is checked) and exits 0; Abseil's flags stay behind --helpfull.
+#   bash tests/e2e/help.sh BUILD_DIR
+set -uo pipefail
+build="$1"
+fail=0
+check() {  # binary, a flag its --help must list
+  local bin="$build/$1" flag="$2" out rc
+  if [ ! -x "$bin" ]; then
+    echo "help: $bin is not built" >&2
+    fail=1
+    return
+  fi
+  out="$("$bin" --help 2>&1)"
+  rc=$?
+  if [ "$rc" -ne 0 ]; then echo "help: $1 --help exited $rc" >&2; fail=1; fi
+  if ! grep -q -- "--$flag " <<<"$out"; then
+    echo "help: $1 --help does not list --$flag:" >&2
+    echo "$out" >&2
+    fail=1
+  fi
+  if grep -q -- "--flagfile" <<<"$out"; then
+    echo "help: $1 --help lists Abseil's --flagfile" >&2
+    fail=1
+  fi
+}
+check server/saturn-server kv_cache_mb
+check clients/saturn-load concurrency
+check clients/saturn-diag target
+check bench/saturn-bench-engine json
+check bench/saturn-bench-gemm json
+check bench/saturn-bench-instrumentation json
+check bench/saturn-bench-plan start_seqs
+# --kv_cache_mb's help states the automatic size the engine uses (engine.h: 1/8 of device
+# memory).
+if ! "$build/server/saturn-server" --help | grep -A1 -- "--kv_cache_mb" | grep -q "1/8 of device"; then
+  echo "help: --kv_cache_mb's help does not say 1/8 of device memory" >&2
+  fail=1
+fi
+grep -q "device_memory_bytes() / 8" "$(dirname "$0")/../../engine/engine.cc" ||
+  { echo "help: engine.cc no longer caps the KV cache at 1/8: update --kv_cache_mb's help" >&2; fail=1; }
+[ "$fail" -eq 0 ] && echo "e2e help: ok"
+exit "$fail"

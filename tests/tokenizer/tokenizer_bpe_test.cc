@@ -1,0 +1,137 @@
+// engine/tokenizer_bpe.h against Hugging Face `tokenizers`: make_hf_tokenizers.py trains three
+// small byte-level BPE tokenizers (GPT-2 style, GPT-2 with add_prefix_space, Llama 3 style with
+// its split regex and ignore_merges) in the test's set-up and records the ids `tokenizers`
+// gives for texts with contractions, numbers, whitespace runs, non-Latin scripts, emoji,
+// Unicode whitespace and special tokens. Saturn's reader must give the same ids and decode
+// them back to the same text. Without Python's `tokenizers` the comparison skips, saying so.
+#include "engine/tokenizer_bpe.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/tokenizer/hf_python.h"
+
+namespace saturn {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class HfTokenizersTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string tmpl = (fs::path(::testing::TempDir()) / "hf_tok_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = new std::string(tmpl);
+    code_ = hf_test::RunScript("tokenizer/make_hf_tokenizers.py", *dir_, *dir_ + "/stderr.txt");
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  void SetUp() override {
+    if (hf_test::Missing(code_)) GTEST_SKIP() << hf_test::MissingMessage();
+    ASSERT_EQ(code_, 0) << "make_hf_tokenizers.py failed: "
+                        << hf_test::ReadFile(*dir_ + "/stderr.txt");
+  }
+  static std::string* dir_;
+  static int code_;
+};
+std::string* HfTokenizersTest::dir_ = nullptr;
+int HfTokenizersTest::code_ = -1;
+
+TEST_F(HfTokenizersTest, SameIdsAsTransformersAndDecodesBack) {
+  std::ifstream in(*dir_ + "/cases.json");
+  const nlohmann::json cases = nlohmann::json::parse(in);
+  ASSERT_GT(cases.size(), 40u);
+  std::map<std::string, std::unique_ptr<BpeTokenizer>> tokenizers;
+  int compared = 0;
+  for (const auto& c : cases) {
+    const std::string name = c["tokenizer"];
+    if (!tokenizers.count(name)) {
+      auto t = BpeTokenizer::Load(*dir_ + "/" + name + "/tokenizer.json");
+      ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+      tokenizers[name] = std::move(*t);
+    }
+    const BpeTokenizer& t = *tokenizers[name];
+    const std::string text = c["text"];
+    const std::vector<int> want = c["ids"];
+    auto got = t.Encode(text);
+    ASSERT_TRUE(got.ok()) << name << " \"" << text << "\": " << got.status();
+    EXPECT_EQ(*got, want) << name << " \"" << text << "\"";
+    EXPECT_EQ(t.Decode(want), c["decoded"].get<std::string>()) << name << " \"" << text << "\"";
+    std::string streamed;  // token by token, as a stream would
+    for (int id : want) streamed += t.TokenBytes(id);
+    EXPECT_EQ(streamed, t.Decode(want));
+    ++compared;
+  }
+  EXPECT_EQ(compared, static_cast<int>(cases.size()));
+  const BpeTokenizer& llama = *tokenizers["llama3"];
+  const int eot = llama.TokenId("<|eot_id|>");
+  ASSERT_GE(eot, 0);
+  EXPECT_TRUE(llama.IsSpecial(eot));
+  EXPECT_EQ(llama.Decode({eot}, /*skip_special=*/true), "");
+  EXPECT_EQ(llama.Decode({eot}), "<|eot_id|>");
+}
+
+// What tokenizer.json may ask for beyond byte-level BPE is refused by name.
+TEST(BpeTokenizerTest, RefusesWhatItDoesNotImplement) {
+  const std::string model =
+      R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]})";
+  const std::string byte_level = R"("pre_tokenizer": {"type": "ByteLevel"})";
+  const struct {
+    std::string json, says;
+  } kRefused[] = {
+      {"{" + model + R"(, "pre_tokenizer": {"type": "Metaspace"}})", "Metaspace"},
+      {"{" + model + R"(, "pre_tokenizer": {"type": "Whitespace"}})", "Whitespace"},
+      {"{" + model + ", " + byte_level + R"(, "normalizer": {"type": "NFKC"}})", "normalizer"},
+      {R"({"model": {"type": "WordPiece", "vocab": {}}, )" + byte_level + "}", "WordPiece"},
+      {R"({"model": {"type": "Unigram", "vocab": []}, )" + byte_level + "}", "Unigram"},
+      {R"({"model": {"type": "BPE", "vocab": {}, "merges": [], "byte_fallback": true}, )" +
+           byte_level + "}",
+       "byte_fallback"},
+      {R"({"model": {"type": "BPE", "vocab": {}, "merges": [],
+           "continuing_subword_prefix": "##"}, )" +
+           byte_level + "}",
+       "continuing_subword_prefix"},
+      {"{" + model + ", " + byte_level + R"(, "decoder": {"type": "Metaspace"}})", "decoder"},
+      {"{" + model + ", " + byte_level +
+           R"(, "added_tokens": [{"id": 3, "content": "<x>", "lstrip": true}]})",
+       "lstrip"},
+  };
+  for (const auto& r : kRefused) {
+    auto t = BpeTokenizer::Parse(r.json, "tokenizer.json");
+    ASSERT_FALSE(t.ok()) << r.json;
+    EXPECT_THAT(t.status().message(), HasSubstr(r.says)) << r.json;
+  }
+  EXPECT_FALSE(BpeTokenizer::Parse("[1]", "t").ok());
+  EXPECT_FALSE(BpeTokenizer::Parse("{", "t").ok());
+  EXPECT_FALSE(BpeTokenizer::Load("/nonexistent/tokenizer.json").ok());
+}
+
+// Hand-checked merges: "ab" is one token, the byte-level alphabet covers what is left. The
+// model's empty prefix/suffix strings are how GPT-2's own tokenizer.json writes "none".
+TEST(BpeTokenizerTest, MergesByRankAndMapsBytes) {
+  // Byte-level characters: ' ' is "Ġ" (U+0120), 'a' and 'b' themselves.
+  const std::string json = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2,
+      "Ġ": 3, "Ġab": 4}, "merges": [["a", "b"], ["Ġ", "ab"]], "dropout": null,
+      "continuing_subword_prefix": "", "end_of_word_suffix": ""},
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "added_tokens": [{"id": 5, "content": "<s>", "special": true}]})";
+  auto t = BpeTokenizer::Parse(json, "t");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*(*t)->Encode("ab ab"), (std::vector<int>{2, 4}));
+  EXPECT_EQ(*(*t)->Encode("<s>ba"), (std::vector<int>{5, 1, 0}));
+  EXPECT_EQ((*t)->Decode({2, 4}), "ab ab");
+  EXPECT_FALSE((*t)->Encode("c").ok());  // not in this vocabulary: an error, never dropped
+}
+
+}  // namespace
+}  // namespace saturn
