@@ -8,10 +8,12 @@
 //   saturn-bench-engine --model=small --batches=1,8,32,64 --prefill_lens=128,512,1500 \
 //       --dtype=bf16 --json=out.json
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -120,7 +122,16 @@ absl::StatusOr<PrefillRow> RunPrefill(Engine* engine, const Calibration& cal, in
   PrefillRow row;
   row.prompt_len = len;
   double wall = 0, attn = 0, gemm = 0, bound = 0;
-  for (const StepRecord& r : engine->steps().Since(t0)) {
+  // The step is recorded after its token events go out: wait (briefly) for its record.
+  std::vector<StepRecord> steps = engine->steps().Since(t0);
+  for (int i = 0;
+       i < 1000 && std::none_of(steps.begin(), steps.end(),
+                                [](const StepRecord& r) { return r.num_prefill_tokens > 0; });
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    steps = engine->steps().Since(t0);
+  }
+  for (const StepRecord& r : steps) {
     if (r.num_prefill_tokens == 0) continue;
     wall += r.wall_us() * 1e-6;
     attn += r.by_class[static_cast<size_t>(OpClass::kAttention)].device_us * 1e-6;

@@ -52,6 +52,13 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
     }
     plan.at[i] = best;
   }
+  // The skinny kernel's edge (one pass over the weights, no packing) only shrinks as M
+  // grows, so a probe it lost below one it won was noise: it runs up to its largest win.
+  for (int i = kProbes - 1; i > 0; --i) {
+    if (plan.at[i] != GemmPath::kSkinny) continue;
+    for (int j = 0; j < i; ++j) plan.at[j] = GemmPath::kSkinny;
+    break;
+  }
   return plan;
 }
 

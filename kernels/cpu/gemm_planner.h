@@ -3,9 +3,10 @@
 // on the running machine rather than by constants tuned on one CPU. The first GEMM with a
 // given (K, weight dtype) times the paths on that weight's first rows at M = 1, 2, 4, ... 256
 // (fastest of a few runs each; the skinny kernel drops out once it has lost twice in a row)
-// and keeps the fastest per probed M. An M between probes takes the choice of the nearest
-// probe in log scale, an M past the last probe the faster of blocked and BLAS there. Later
-// calls are a lookup. Thread-safe.
+// and keeps the fastest per probed M (the skinny kernel for every M below its largest win:
+// its edge only shrinks with M, so a loss below a win is noise). An M between probes takes the
+// choice of the nearest probe in log scale, an M past the last probe the faster of blocked and BLAS
+// there. Later calls are a lookup. Thread-safe.
 #pragma once
 
 #include <cstdint>
