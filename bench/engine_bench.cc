@@ -1,13 +1,19 @@
-// saturn-bench-engine: decode throughput of the engine against this machine's own ceilings.
-// Measures, in the same run, GEMM peak and memory bandwidth (engine/diag/calibration.h), then
-// decode tokens/s at each batch size, each step placed under its roofline bound
-// (max(FLOPs / peak, bytes / bandwidth) from the cost model), graphs off and/or on.
+// saturn-bench-engine: decode and prefill throughput of the engine against this machine's own
+// ceilings. Measures, in the same run, GEMM peak and memory bandwidth
+// (engine/diag/calibration.h), then decode tokens/s at each batch size, each step placed under
+// its roofline bound (max(FLOPs / peak, bytes / bandwidth) from the cost model), graphs off
+// and/or on; then prefill tokens/s of one request at each prompt length (the prefill steps'
+// wall time, fastest of --prefill_repeats), with the attention share of that time.
 //
-//   saturn-bench-engine --model=small --batches=1,8,32,64 --json=out.json
+//   saturn-bench-engine --model=small --batches=1,8,32,64 --prefill_lens=128,512,1500 \
+//       --dtype=bf16 --json=out.json
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -27,6 +33,9 @@ ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
 ABSL_FLAG(int, decode_tokens, 32, "tokens generated per request");
 ABSL_FLAG(std::string, graphs, "off", "off|on|both (CUDA graphs)");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
+ABSL_FLAG(std::string, dtype, "auto", "weights: auto | f32 | bf16 (CPU backend)");
+ABSL_FLAG(std::string, prefill_lens, "", "comma-separated prompt lengths to time prefill at");
+ABSL_FLAG(int, prefill_repeats, 3, "prefills timed per prompt length (fastest kept)");
 
 namespace saturn {
 namespace {
@@ -96,6 +105,58 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
   return row;
 }
 
+struct PrefillRow {
+  int prompt_len = 0;
+  double tokens_per_s = 0;
+  double prefill_ms = 0;       // wall time of the request's prefill steps
+  double attention_share = 0;  // attention ops' device time / prefill wall
+  double gemm_share = 0;       // GEMM ops' device time / prefill wall
+  double roofline_share = 0;   // roofline-bound time / prefill wall
+  int steps = 0;
+};
+
+// One request of `len` prompt tokens and one generated token, alone in the engine.
+absl::StatusOr<PrefillRow> RunPrefill(Engine* engine, const Calibration& cal, int len, int rep) {
+  EngineOptions o = engine->options();
+  o.max_num_seqs = 1;
+  o.cuda_graphs = false;
+  auto applied = engine->UpdateOptions(o);
+  if (!applied.ok()) return applied.status();
+  const double t0 = NowUs();
+  auto s = RequestStream::Open(engine, bench::SyntheticRequest(rep * 977 + len, 29, len, 1));
+  if (!s.ok()) return s.status();
+  TokenEvent last = (*s)->Drain(nullptr);
+  if (last.finish_reason == FinishReason::kError) return absl::InternalError(last.error);
+  PrefillRow row;
+  row.prompt_len = len;
+  double wall = 0, attn = 0, gemm = 0, bound = 0;
+  // The step is recorded after its token events go out: wait (briefly) for its record.
+  std::vector<StepRecord> steps = engine->steps().Since(t0);
+  for (int i = 0;
+       i < 1000 && std::none_of(steps.begin(), steps.end(),
+                                [](const StepRecord& r) { return r.num_prefill_tokens > 0; });
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    steps = engine->steps().Since(t0);
+  }
+  for (const StepRecord& r : steps) {
+    if (r.num_prefill_tokens == 0) continue;
+    wall += r.wall_us() * 1e-6;
+    attn += r.by_class[static_cast<size_t>(OpClass::kAttention)].device_us * 1e-6;
+    gemm += r.by_class[static_cast<size_t>(OpClass::kGemm)].device_us * 1e-6;
+    bound += std::max(r.total_flops() / cal.gemm_flops_per_s,
+                      r.total_bytes() / cal.bandwidth_bytes_per_s);
+    ++row.steps;
+  }
+  if (row.steps == 0) return absl::InternalError("no prefill step was recorded");
+  row.tokens_per_s = len / wall;
+  row.prefill_ms = wall * 1e3;
+  row.attention_share = attn / wall;
+  row.gemm_share = gemm / wall;
+  row.roofline_share = bound / wall;
+  return row;
+}
+
 int Main() {
   std::vector<int> batches;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
@@ -114,17 +175,33 @@ int Main() {
     std::cerr << "--graphs: must be off, on or both\n";
     return 2;
   }
+  std::vector<int> prefill_lens;
+  for (absl::string_view s :
+       absl::StrSplit(absl::GetFlag(FLAGS_prefill_lens), ',', absl::SkipEmpty())) {
+    int len = 0;
+    if (!absl::SimpleAtoi(s, &len) || len < 1) {
+      std::cerr << "--prefill_lens: \"" << s << "\" is not a positive integer\n";
+      return 2;
+    }
+    prefill_lens.push_back(len);
+  }
+  int max_prefill = 0;
+  for (int len : prefill_lens) max_prefill = std::max(max_prefill, len);
   EngineConfig cfg;
   cfg.model = absl::GetFlag(FLAGS_model);
   cfg.backend = absl::GetFlag(FLAGS_backend);
   cfg.num_threads = absl::GetFlag(FLAGS_threads);
+  cfg.dtype = absl::GetFlag(FLAGS_dtype);
   int max_batch = 1;
   for (int b : batches) max_batch = std::max(max_batch, b);
   cfg.max_num_seqs_limit = max_batch;
-  cfg.max_num_batched_tokens_limit = std::max(2048, max_batch * absl::GetFlag(FLAGS_prompt_len));
+  cfg.max_num_batched_tokens_limit =
+      std::max({2048, max_batch * absl::GetFlag(FLAGS_prompt_len), max_prefill});
   cfg.options.max_num_seqs = max_batch;
   cfg.options.max_num_batched_tokens = cfg.max_num_batched_tokens_limit;
-  cfg.max_model_len = absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_decode_tokens) + 16;
+  cfg.max_model_len = std::max(absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_decode_tokens),
+                               max_prefill + 1) +
+                      16;
   cfg.kv_cache_bytes = 0;
   std::cerr << "loading " << cfg.model << " ...\n";
   auto engine = Engine::Create(cfg);
@@ -141,6 +218,10 @@ int Main() {
   std::printf("device %s | GEMM peak %.1f GFLOP/s | bandwidth %.1f GB/s | dispatch %.2f us/op\n",
               cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
               cal->op_dispatch_us);
+  const size_t weight_bytes = (*engine)->runner().weight_bytes();
+  std::printf("weights %s, %.1f MB | batch-1 decode bound %.1f tok/s (weights / bandwidth)\n",
+              DTypeName((*engine)->backend().weight_dtype()), weight_bytes / 1e6,
+              cal->bandwidth_bytes_per_s / std::max<double>(weight_bytes, 1));
   std::printf("%-6s %-6s %12s %10s %12s %8s %8s\n", "batch", "graphs", "tokens/s", "step ms",
               "roofline %", "MBU %", "MFU %");
   std::vector<Row> rows;
@@ -158,6 +239,26 @@ int Main() {
       rows.push_back(*row);
     }
   }
+  std::vector<PrefillRow> prefills;
+  if (!prefill_lens.empty()) {
+    std::printf("%-8s %12s %12s %8s %8s %12s\n", "prompt", "prefill t/s", "prefill ms", "attn %",
+                "gemm %", "roofline %");
+  }
+  for (int len : prefill_lens) {
+    PrefillRow best;
+    for (int rep = 0; rep < std::max(1, absl::GetFlag(FLAGS_prefill_repeats)); ++rep) {
+      auto row = RunPrefill(engine->get(), *cal, len, rep);
+      if (!row.ok()) {
+        std::cerr << "prefill " << len << ": " << row.status() << "\n";
+        return 1;
+      }
+      if (row->tokens_per_s > best.tokens_per_s) best = *row;
+    }
+    std::printf("%-8d %12.1f %12.1f %8.1f %8.1f %12.1f\n", len, best.tokens_per_s, best.prefill_ms,
+                100 * best.attention_share, 100 * best.gemm_share, 100 * best.roofline_share);
+    std::fflush(stdout);
+    prefills.push_back(best);
+  }
   const Row* b1 = nullptr;
   for (const Row& r : rows) {
     if (r.batch == 1 && !r.graphs) b1 = &r;
@@ -165,6 +266,20 @@ int Main() {
   nlohmann::json out;
   out["model"] = cfg.model;
   out["backend"] = (*engine)->backend().name();
+  out["device"] = (*engine)->backend().device_name();
+  out["weight_dtype"] = DTypeName((*engine)->backend().weight_dtype());
+  out["weight_bytes"] = weight_bytes;
+  out["decode_bound_tokens_per_s_batch1"] =
+      cal->bandwidth_bytes_per_s / std::max<double>(weight_bytes, 1);
+  for (const PrefillRow& p : prefills) {
+    out["prefill"].push_back({{"prompt_len", p.prompt_len},
+                              {"tokens_per_s", p.tokens_per_s},
+                              {"prefill_ms", p.prefill_ms},
+                              {"attention_share", p.attention_share},
+                              {"gemm_share", p.gemm_share},
+                              {"roofline_share", p.roofline_share},
+                              {"steps", p.steps}});
+  }
   out["calibration"] = nlohmann::json::parse(CalibrationToJson(*cal));
   for (const Row& r : rows) {
     nlohmann::json j = {{"batch", r.batch},

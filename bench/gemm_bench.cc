@@ -1,11 +1,14 @@
-// saturn-bench-gemm: the CPU backend's two GEMM paths (the skinny weight-streaming kernel and
-// OpenBLAS sgemm) at decode-like shapes, against this machine's copy bandwidth and GEMM peak
-// measured in the same run. Picks the M where OpenBLAS starts to win (kernels/cpu/gemm.cc's
-// kSkinnyMaxM should sit there).
-//   saturn-bench-gemm --n=2048 --k=768 --ms=1,2,4,8,16,32,64 --json=gemm.json
+// saturn-bench-gemm: the CPU backend's three GEMM paths (the skinny weight-streaming kernel,
+// the blocked kernel and OpenBLAS sgemm) at decode-like shapes, f32 or bf16 weights, against this
+// machine's copy bandwidth and GEMM peak measured in the same run. Shows the M where OpenBLAS
+// starts to win (the backend measures that itself at start-up: kernels/cpu/gemm_planner.h).
+//   saturn-bench-gemm --n=2048 --k=768 --ms=1,2,4,8,16,32,64 --dtype=bf16 --json=gemm.json
+#include <cblas.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -17,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/diag/calibration.h"
 #include "engine/flags_help.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -25,6 +29,7 @@ ABSL_FLAG(int, k, 768, "input features");
 ABSL_FLAG(std::string, ms, "1,2,4,8,16,24,32,48,64", "batch rows M to time");
 ABSL_FLAG(int, threads, 0, "threads (0: all cores)");
 ABSL_FLAG(int, repeats, 20, "timed repeats per point (median reported)");
+ABSL_FLAG(std::string, dtype, "f32", "weight dtype: f32 | bf16");
 ABSL_FLAG(std::string, json, "", "write results here");
 
 namespace saturn {
@@ -35,7 +40,7 @@ double TimeMs(cpu::ThreadPool& pool, const Tensor& x, const Tensor& w, const Ten
   std::vector<double> t;
   for (int r = 0; r < repeats + 2; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    (void)cpu::Gemm(pool, x, w, out, path);
+    (void)cpu::Gemm(pool, cpu::KernelsFor(cpu::BestIsa()), nullptr, x, w, out, path);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (r >= 2) t.push_back(ms);
@@ -71,29 +76,52 @@ int Main() {
   std::vector<float> xs(size_t(max_m) * k), ws(size_t(n) * k), os(size_t(max_m) * n);
   for (float& v : xs) v = u(rng);
   for (float& v : ws) v = u(rng);
+  const bool bf16 = absl::GetFlag(FLAGS_dtype) == "bf16";
+  if (!bf16 && absl::GetFlag(FLAGS_dtype) != "f32") {
+    std::fprintf(stderr, "--dtype: must be f32 or bf16\n");
+    return 2;
+  }
+  std::vector<uint16_t> wb(ws.size());  // bf16 copy (truncated: the values are random anyway)
+  for (size_t i = 0; i < ws.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &ws[i], 4);
+    wb[i] = static_cast<uint16_t>(bits >> 16);
+  }
   std::printf("calibrated: bandwidth %.1f GB/s, GEMM peak %.1f GFLOP/s (%d threads)\n",
               cal->bandwidth_bytes_per_s / 1e9, cal->gemm_flops_per_s / 1e9, threads);
-  std::printf("%5s %12s %12s %10s %14s\n", "M", "skinny ms", "openblas ms", "winner",
-              "roofline % (best)");
+  std::printf("kernels %s | OpenBLAS core %s\n", cpu::CpuFeatureSummary().c_str(),
+              openblas_get_corename());
+  std::printf("%5s %12s %12s %12s %10s %14s\n", "M", "skinny ms", "blocked ms", "openblas ms",
+              "winner", "roofline % (best)");
   nlohmann::json out;
   out["calibration"] = nlohmann::json::parse(CalibrationToJson(*cal));
   out["n"] = n;
   out["k"] = k;
+  out["dtype"] = absl::GetFlag(FLAGS_dtype);
+  out["isa"] = cpu::CpuFeatureSummary();
+  out["openblas_core"] = openblas_get_corename();
   for (int m : ms) {
-    const Tensor x{xs.data(), DType::kF32, m, k}, w{ws.data(), DType::kF32, n, k},
-        o{os.data(), DType::kF32, m, n};
+    const Tensor x{xs.data(), DType::kF32, m, k}, o{os.data(), DType::kF32, m, n};
+    const Tensor w =
+        bf16 ? Tensor{wb.data(), DType::kBF16, n, k} : Tensor{ws.data(), DType::kF32, n, k};
     const int reps = absl::GetFlag(FLAGS_repeats);
     const double skinny = TimeMs(pool, x, w, o, cpu::GemmPath::kSkinny, reps);
+    const double blocked = TimeMs(pool, x, w, o, cpu::GemmPath::kBlocked, reps);
     const double blas = TimeMs(pool, x, w, o, cpu::GemmPath::kBlas, reps);
-    const double bytes = 4.0 * (double(m) * k + double(n) * k + double(m) * n);
+    const double bytes = 4.0 * (double(m) * k + double(m) * n) + double(w.bytes());
     const double flops = 2.0 * m * n * double(k);
     const double floor_ms =
         1e3 * std::max(bytes / cal->bandwidth_bytes_per_s, flops / cal->gemm_flops_per_s);
-    const double best = std::min(skinny, blas);
-    std::printf("%5d %12.3f %12.3f %10s %14.1f\n", m, skinny, blas,
-                skinny <= blas ? "skinny" : "openblas", 100 * floor_ms / best);
-    out["rows"].push_back(
-        {{"m", m}, {"skinny_ms", skinny}, {"openblas_ms", blas}, {"roofline_floor_ms", floor_ms}});
+    const double best = std::min({skinny, blocked, blas});
+    const char* winner = best == skinny ? "skinny" : best == blocked ? "blocked" : "openblas";
+    std::printf("%5d %12.3f %12.3f %12.3f %10s %14.1f\n", m, skinny, blocked, blas, winner,
+                100 * floor_ms / best);
+    out["rows"].push_back({{"m", m},
+                           {"skinny_ms", skinny},
+                           {"blocked_ms", blocked},
+                           {"openblas_ms", blas},
+                           {"gflops_best", flops / best * 1e-6},
+                           {"roofline_floor_ms", floor_ms}});
   }
   const std::string path = absl::GetFlag(FLAGS_json);
   if (!path.empty()) std::ofstream(path) << out.dump(2) << "\n";

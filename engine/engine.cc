@@ -52,7 +52,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   RETURN_IF_ERROR(config.Validate());
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                   CreateBackend(config.backend, config.num_threads));
+                   CreateBackend(config.backend, config.num_threads, config.dtype));
   std::unique_ptr<Engine> engine(new Engine(config, std::move(backend)));
   RETURN_IF_ERROR(engine->Init());
   return engine;

@@ -122,9 +122,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(Backend* backen
 }
 
 absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
-  const DType dt = backend_->compute_dtype();
-  auto upload = [&](const std::vector<float>& host, int64_t rows, int64_t cols, DeviceBuffer* buf,
-                    Tensor* view) -> absl::Status {
+  // GEMM matrices in the backend's weight dtype; norms and the embedding table (gathered
+  // into activations) in its compute dtype.
+  const DType act = backend_->compute_dtype(), wdt = backend_->weight_dtype();
+  auto upload_as = [&](DType dt, const std::vector<float>& host, int64_t rows, int64_t cols,
+                       DeviceBuffer* buf, Tensor* view) -> absl::Status {
     if (static_cast<int64_t>(host.size()) != rows * cols) {
       return absl::InvalidArgumentError(
           absl::StrCat("weights: expected ", rows, "x", cols, " values, got ", host.size()));
@@ -135,30 +137,33 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
     RETURN_IF_ERROR(backend_->UploadF32(host.data(), *view));
     return backend_->Synchronize();  // host vectors may go away after this
   };
+  auto upload = [&](const std::vector<float>& host, int64_t rows, int64_t cols, DeviceBuffer* buf,
+                    Tensor* view) { return upload_as(wdt, host, rows, cols, buf, view); };
   const ModelConfig& m = model_;
   const int64_t d = m.hidden_size, hq = int64_t{m.num_heads} * m.head_dim,
                 hkv = int64_t{m.num_kv_heads} * m.head_dim, f = m.intermediate_size;
   weights_ = std::make_unique<DeviceWeights>();
   DeviceWeights& dw = *weights_;
-  RETURN_IF_ERROR(upload(w.embedding, m.vocab_size, d, &dw.embedding, &dw.embedding_t));
-  RETURN_IF_ERROR(upload(w.final_norm, 1, d, &dw.final_norm, &dw.final_norm_t));
-  if (m.tie_word_embeddings) {
+  RETURN_IF_ERROR(upload_as(act, w.embedding, m.vocab_size, d, &dw.embedding, &dw.embedding_t));
+  RETURN_IF_ERROR(upload_as(act, w.final_norm, 1, d, &dw.final_norm, &dw.final_norm_t));
+  if (m.tie_word_embeddings && wdt == act) {
     dw.lm_head_t = dw.embedding_t;
-  } else {
-    RETURN_IF_ERROR(upload(w.lm_head, m.vocab_size, d, &dw.lm_head, &dw.lm_head_t));
+  } else {  // untied, or tied but the GEMM wants its own copy in the weight dtype
+    const std::vector<float>& head = m.tie_word_embeddings ? w.embedding : w.lm_head;
+    RETURN_IF_ERROR(upload(head, m.vocab_size, d, &dw.lm_head, &dw.lm_head_t));
   }
   dw.layers.resize(m.num_layers);
   for (int l = 0; l < m.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
     DeviceWeights::Layer& L = dw.layers[l];
     Tensor wqkv;
-    RETURN_IF_ERROR(upload(lw.attn_norm, 1, d, &L.attn_norm, &L.attn_norm_t));
+    RETURN_IF_ERROR(upload_as(act, lw.attn_norm, 1, d, &L.attn_norm, &L.attn_norm_t));
     RETURN_IF_ERROR(upload(lw.wqkv, hq + 2 * hkv, d, &L.wqkv, &wqkv));
     L.wq = wqkv.RowSlice(0, hq);
     L.wk = wqkv.RowSlice(hq, hkv);
     L.wv = wqkv.RowSlice(hq + hkv, hkv);
     RETURN_IF_ERROR(upload(lw.wo, d, hq, &L.wo, &L.wo_t));
-    RETURN_IF_ERROR(upload(lw.mlp_norm, 1, d, &L.mlp_norm, &L.mlp_norm_t));
+    RETURN_IF_ERROR(upload_as(act, lw.mlp_norm, 1, d, &L.mlp_norm, &L.mlp_norm_t));
     RETURN_IF_ERROR(upload(lw.w_gate_up, 2 * f, d, &L.w_gate_up, &L.w_gate_up_t));
     RETURN_IF_ERROR(upload(lw.w_down, d, f, &L.w_down, &L.w_down_t));
   }

@@ -66,7 +66,8 @@ struct RunnerOutput {
 
 class ModelRunner {
  public:
-  // Uploads the weights (converted to the backend's compute dtype) and allocates the KV cache
+  // Uploads the weights (GEMM matrices in the backend's weight_dtype(), norms and the
+  // embedding table in its compute_dtype()) and allocates the KV cache
   // and buffers. Fails cleanly if the device lacks the memory.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(Backend* backend,
                                                              const ModelWeights& weights,

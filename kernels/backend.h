@@ -108,6 +108,10 @@ class Backend {
   virtual std::string device_name() const = 0;  // e.g. "AMD EPYC (2 threads)", "NVIDIA H200"
   // Precision of weights, activations and the KV cache on this backend.
   virtual DType compute_dtype() const = 0;
+  // Precision of the GEMM weight matrices where it differs from compute_dtype() (the CPU
+  // backend's bf16 weights with f32 activations); norms and the embedding table stay in
+  // compute_dtype().
+  virtual DType weight_dtype() const { return compute_dtype(); }
   virtual size_t device_memory_bytes() const = 0;  // total memory the backend may use
   // One-op dispatch cost is measured by the calibrator; this says whether per-op device
   // timing perturbs the device enough that it should be sampled rather than always on.
@@ -238,8 +242,9 @@ class Backend {
 
 // Creates the backend named by `kind`: "cpu", "cuda" or "auto" (CUDA when a device is
 // present, else CPU with one log line saying why). num_threads applies to the CPU backend
-// (0: all cores).
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind,
-                                                       int num_threads = 0);
+// (0: all cores). dtype is the weight precision: "auto" (the backend's default), or "f32" /
+// "bf16" (the CPU backend; the CUDA backend accepts only its own compute dtype).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads = 0,
+                                                       const std::string& dtype = "auto");
 
 }  // namespace saturn

@@ -11,14 +11,31 @@
 
 namespace saturn {
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads) {
-  if (kind == "cpu") return CreateCpuBackend(num_threads);
+namespace {
+
+absl::StatusOr<std::unique_ptr<Backend>> Cpu(int num_threads, const std::string& dtype) {
+  CpuBackendOptions o;
+  o.num_threads = num_threads;
+  o.weight_dtype = dtype;
+  return CreateCpuBackend(o);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads,
+                                                       const std::string& dtype) {
+  if (kind == "cpu") return Cpu(num_threads, dtype);
   if (kind != "cuda" && kind != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("backend: unknown value \"", kind, "\" (expected auto, cpu or cuda)"));
   }
 #if defined(SATURN_WITH_CUDA)
   absl::StatusOr<std::unique_ptr<Backend>> cuda = CreateCudaBackend(/*device=*/0);
+  if (cuda.ok() && dtype != "auto" && dtype != DTypeName((*cuda)->compute_dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat("dtype: the CUDA backend computes in ",
+                                                   DTypeName((*cuda)->compute_dtype()), "; got \"",
+                                                   dtype, "\""));
+  }
   if (cuda.ok() || kind == "cuda") return cuda;
   std::cerr << "saturn: no usable CUDA device (" << cuda.status().message()
             << "); using the CPU backend\n";
@@ -29,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
   }
   std::cerr << "saturn: built without CUDA; using the CPU backend\n";
 #endif
-  return CreateCpuBackend(num_threads);
+  return Cpu(num_threads, dtype);
 }
 
 }  // namespace saturn

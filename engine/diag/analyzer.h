@@ -28,7 +28,8 @@ const char* BottleneckName(Bottleneck b);  // "LAUNCH_BOUND", ...
 // What the analyzer needs to know about the server besides its step records.
 struct AnalyzerContext {
   ModelConfig model;
-  double dtype_bytes = 4;  // compute dtype (weights, activations, KV)
+  double dtype_bytes = 4;         // compute dtype (weights, activations, KV)
+  double weight_dtype_bytes = 0;  // GEMM weights where they differ (0: dtype_bytes)
   double weight_bytes = 0;
   // KV cache.
   int kv_num_blocks = 0;

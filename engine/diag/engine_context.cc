@@ -8,6 +8,7 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
   AnalyzerContext c;
   c.model = engine.model();
   c.dtype_bytes = static_cast<double>(DTypeSize(engine.backend().compute_dtype()));
+  c.weight_dtype_bytes = static_cast<double>(DTypeSize(engine.backend().weight_dtype()));
   c.weight_bytes = static_cast<double>(engine.runner().weight_bytes());
   const KvStats kv = engine.kv_stats();
   c.kv_num_blocks = kv.num_blocks;

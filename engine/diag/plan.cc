@@ -34,7 +34,8 @@ struct Predictor {
   // Decode step time at batch b.
   double DecodeUs(int b, bool graphs) const {
     const int rows = Padded(b, graphs);
-    const StepCost cost = EstimateStepCost(ctx.model, ctx.dtype_bytes, DecodeShape(rows, context));
+    const StepCost cost = EstimateStepCost(ctx.model, ctx.dtype_bytes, DecodeShape(rows, context),
+                                           ctx.weight_dtype_bytes);
     double t = model.PredictUs(cost, b);
     if (graphs && !graphs_now) {
       int ops = 0;
@@ -49,7 +50,8 @@ struct Predictor {
   // A step of `budget` prefill tokens (one chunk) next to `decodes` decode rows.
   double MixedUs(int budget, int decodes) const {
     const StepShape s = MixedShape(1, std::max(1, budget - decodes), 0, decodes, context, true);
-    return model.PredictUs(EstimateStepCost(ctx.model, ctx.dtype_bytes, s), decodes + 1);
+    return model.PredictUs(EstimateStepCost(ctx.model, ctx.dtype_bytes, s, ctx.weight_dtype_bytes),
+                           decodes + 1);
   }
 };
 

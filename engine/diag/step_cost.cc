@@ -11,9 +11,9 @@ void Add(StepCost* c, OpClass k, double flops, double bytes) {
   ++cc.ops;
 }
 
-// out[m, n] = x[m, k] w[n, k]^T
-void Gemm(StepCost* c, double m, double n, double k, double e, double out_e) {
-  Add(c, OpClass::kGemm, 2.0 * m * n * k, (m * k + n * k) * e + m * n * out_e);
+// out[m, n] = x[m, k] w[n, k]^T; x in e-byte elements, w in we, out in out_e
+void Gemm(StepCost* c, double m, double n, double k, double e, double we, double out_e) {
+  Add(c, OpClass::kGemm, 2.0 * m * n * k, m * k * e + n * k * we + m * n * out_e);
 }
 
 }  // namespace
@@ -45,7 +45,8 @@ double WeightBytesPerStep(const ModelConfig& m, double e) {
   return m.num_layers * per_layer + double(m.vocab_size) * d * e;
 }
 
-StepCost EstimateStepCost(const ModelConfig& m, double e, const StepShape& s) {
+StepCost EstimateStepCost(const ModelConfig& m, double e, const StepShape& s, double we) {
+  if (we <= 0) we = e;
   StepCost c{};
   const double T = s.num_tokens, R = s.num_sampled, d = m.hidden_size,
                hq = double(m.num_heads) * m.head_dim, hkv = double(m.num_kv_heads) * m.head_dim,
@@ -58,24 +59,24 @@ StepCost EstimateStepCost(const ModelConfig& m, double e, const StepShape& s) {
     } else {
       Add(&c, OpClass::kNorm, 5 * T * d, 4 * T * d * e + d * e);
     }
-    Gemm(&c, T, hq, d, e, e);
-    Gemm(&c, T, hkv, d, e, e);
-    Gemm(&c, T, hkv, d, e, e);
+    Gemm(&c, T, hq, d, e, we, e);
+    Gemm(&c, T, hkv, d, e, we, e);
+    Gemm(&c, T, hkv, d, e, we, e);
     Add(&c, OpClass::kElementwise, 10 * (T * hq + T * hkv) / 2, 2 * (T * hq + T * hkv) * e);
     Add(&c, OpClass::kElementwise, 0, 4 * T * hkv * e);  // kv write
     Add(&c, OpClass::kAttention, 4.0 * double(s.attended_pairs) * m.num_heads * m.head_dim,
         2 * T * hq * e + 2 * hkv * e * double(s.context_tokens));
-    Gemm(&c, T, d, hq, e, e);
+    Gemm(&c, T, d, hq, e, we, e);
     Add(&c, OpClass::kNorm, 5 * T * d, 4 * T * d * e + d * e);
-    Gemm(&c, T, 2 * f, d, e, e);
+    Gemm(&c, T, 2 * f, d, e, we, e);
     Add(&c, OpClass::kElementwise, 5 * T * f, 3 * T * f * e);  // swiglu
-    Gemm(&c, T, d, f, e, e);
+    Gemm(&c, T, d, f, e, we, e);
   }
   if (R <= 0) return c;
   Add(&c, OpClass::kElementwise, 0, 2 * R * d * e);  // gather hidden
   Add(&c, OpClass::kElementwise, 0, 2 * R * d * e);  // gather mlp out
   Add(&c, OpClass::kNorm, 5 * R * d, 4 * R * d * e + d * e);
-  Gemm(&c, R, V, d, e, 4.0);  // logits are f32
+  Gemm(&c, R, V, d, e, we, 4.0);  // logits are f32
   Add(&c, OpClass::kSampling, 5 * R * V, 4 * R * V);
   return c;
 }

@@ -38,8 +38,10 @@ StepShape MixedShape(int64_t seqs, int64_t chunk, int64_t prior, int64_t decodes
                      double decode_context, bool chunks_sample);
 
 // Per-class FLOPs, bytes and op counts; `dtype_bytes` is the compute dtype's size (weights,
-// activations, KV cache); logits are f32.
-StepCost EstimateStepCost(const ModelConfig& m, double dtype_bytes, const StepShape& s);
+// activations, KV cache); logits are f32. `weight_dtype_bytes`, when > 0, is the GEMM
+// weights' size where it differs (the CPU backend's bf16 weights with f32 activations).
+StepCost EstimateStepCost(const ModelConfig& m, double dtype_bytes, const StepShape& s,
+                          double weight_dtype_bytes = 0);
 
 // Bytes of weights one step reads (every GEMM's weight matrix once).
 double WeightBytesPerStep(const ModelConfig& m, double dtype_bytes);

@@ -1,6 +1,8 @@
-// Causal paged attention on the CPU with GQA, one (query row, head) pair per work item.
-// Each item streams its sequence's cache blocks once with an online softmax in f32: per
-// block, scores -> new running max -> rescale the accumulator -> add p * v.
+// Causal paged attention on the CPU with GQA: validation, tiling and scheduling. A tile is
+// up to kAttnTileRows (query row, head) pairs of one sequence sharing a KV head (a prefill
+// chunk's rows times the heads of a GQA group; a decode row's group of heads); the tile
+// kernel (attention_tile.inc, per instruction-set level) streams the sequence's keys and
+// values once per tile with an online softmax in f32. Tiles run on the pool, longest first.
 //
 //   k_cache rows:  [ block 0 | block 1 | ... ]  each block_size rows of Hkv*hd floats
 //   sequence s, position p  ->  row block_tables[s][p / block_size] * block_size + p % block_size
@@ -8,10 +10,9 @@
 // Device data (query_start, context_lens, block_tables) is validated first, so a bad batch
 // returns InvalidArgument and reads nothing out of bounds.
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <vector>
 
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
 
 namespace saturn::cpu {
@@ -54,53 +55,10 @@ absl::Status ValidateBatch(const AttentionBatch& b, const AttentionShape& shape,
   return absl::OkStatus();
 }
 
-struct Item {
-  const float* q;  // this head's query vector
-  const int32_t* table;
-  int64_t num_positions;  // attends to positions [0, num_positions)
-  int64_t kv_offset;      // kv head * head_dim within a cache row
-  float* out;
-};
-
-// One query head against its sequence's cache; scratch holds block_size + head_dim floats.
-void AttendOne(const Item& it, const Tensor& k_cache, const Tensor& v_cache,
-               const AttentionShape& shape, float* scratch) {
-  const int64_t hd = shape.head_dim, bs = shape.block_size, width = k_cache.cols;
-  float* scores = scratch;
-  float* acc = scratch + bs;
-  std::fill(acc, acc + hd, 0.0f);
-  float m = -std::numeric_limits<float>::infinity();
-  float l = 0.0f;
-  for (int64_t start = 0; start < it.num_positions; start += bs) {
-    const int64_t base = static_cast<int64_t>(it.table[start / bs]) * bs;
-    const int64_t count = std::min(bs, it.num_positions - start);
-    float block_max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < count; ++j) {
-      const float* kr = k_cache.as<float>() + (base + j) * width + it.kv_offset;
-      scores[j] = Dot(it.q, kr, hd) * shape.scale;
-      block_max = std::max(block_max, scores[j]);
-    }
-    if (block_max > m) {
-      const float correction = std::exp(m - block_max);  // 0 on the first block
-      for (int64_t d = 0; d < hd; ++d) acc[d] *= correction;
-      l *= correction;
-      m = block_max;
-    }
-    for (int64_t j = 0; j < count; ++j) {
-      const float p = std::exp(scores[j] - m);
-      l += p;
-      const float* vr = v_cache.as<float>() + (base + j) * width + it.kv_offset;
-      for (int64_t d = 0; d < hd; ++d) acc[d] += p * vr[d];
-    }
-  }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (int64_t d = 0; d < hd; ++d) it.out[d] = acc[d] * inv;
-}
-
 }  // namespace
 
-absl::Status Attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
-                       const Tensor& v_cache, const AttentionBatch& batch,
+absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor& q,
+                       const Tensor& k_cache, const Tensor& v_cache, const AttentionBatch& batch,
                        const AttentionShape& shape, const Tensor& out) {
   for (auto [name, t] : {std::pair{"q", &q}, std::pair{"k_cache", &k_cache},
                          std::pair{"v_cache", &v_cache}, std::pair{"out", &out}}) {
@@ -113,30 +71,61 @@ absl::Status Attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
   if (batch.num_seqs == 0) return absl::OkStatus();
   const int32_t* qs = batch.query_start.as<int32_t>();
   const int32_t* ctx = batch.context_lens.as<int32_t>();
-  // Row -> sequence, so the flat (row, head) index space maps back to its sequence.
-  const int64_t first_row = qs[0], num_rows = qs[batch.num_seqs] - qs[0];
-  std::vector<int32_t> row_seq(num_rows);
-  int64_t longest = 1;
+  const int64_t hd = shape.head_dim;
+  const int group = shape.num_heads / shape.num_kv_heads;
+  // Tiles: runs of up to kAttnTileRows (query row, head) pairs of one sequence and KV head,
+  // pair index (row - first row) * group + head-in-group; the longest first, so the dynamic
+  // schedule ends on short ones.
+  struct Work {
+    int seq, kv_head;
+    int64_t first_pair;
+    int64_t cost;  // positions the tile's last row attends
+  };
+  std::vector<Work> work;
   for (int s = 0; s < batch.num_seqs; ++s) {
-    for (int32_t r = qs[s]; r < qs[s + 1]; ++r) row_seq[r - first_row] = s;
-    longest = std::max<int64_t>(longest, ctx[s]);
+    const int64_t len = qs[s + 1] - qs[s], pairs = len * group;
+    for (int64_t p0 = 0; p0 < pairs; p0 += kAttnTileRows) {
+      const int64_t last_row = std::min(pairs, p0 + kAttnTileRows) - 1;
+      const int64_t cost = ctx[s] - len + last_row / group + 1;
+      for (int g = 0; g < shape.num_kv_heads; ++g) work.push_back({s, g, p0, cost});
+    }
   }
-  const int64_t hd = shape.head_dim, heads = shape.num_heads;
-  const int64_t group = shape.num_heads / shape.num_kv_heads;
-  const int64_t grain = std::max<int64_t>(1, 16384 / (longest * hd));
-  pool.ParallelFor(num_rows * heads, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch(shape.block_size + hd);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t row = first_row + item / heads, h = item % heads;
-      const int s = row_seq[row - first_row];
-      const int64_t len = qs[s + 1] - qs[s];
-      Item it;
-      it.q = q.as<float>() + row * q.cols + h * hd;
-      it.table = batch.block_tables.as<int32_t>() + s * batch.block_tables.cols;
-      it.num_positions = ctx[s] - len + (row - qs[s]) + 1;
-      it.kv_offset = (h / group) * hd;
-      it.out = out.as<float>() + row * out.cols + h * hd;
-      AttendOne(it, k_cache, v_cache, shape, scratch.data());
+  std::stable_sort(work.begin(), work.end(),
+                   [](const Work& a, const Work& b) { return a.cost > b.cost; });
+  int64_t total_cost = 0;
+  for (const Work& w : work) total_cost += w.cost;
+  // ~16K positions of work per claimed chunk at least.
+  const int64_t grain = std::max<int64_t>(
+      1, static_cast<int64_t>(work.size()) * 16384 / std::max<int64_t>(total_cost * hd, 1));
+  const size_t scratch_floats = AttnTileScratchFloats(shape.head_dim);
+  pool.ParallelFor(static_cast<int64_t>(work.size()), grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(scratch_floats);
+    const float* qp[kAttnTileRows];
+    float* op[kAttnTileRows];
+    int32_t limit[kAttnTileRows];
+    for (int64_t wi = begin; wi < end; ++wi) {
+      const Work& w = work[wi];
+      const int64_t len = qs[w.seq + 1] - qs[w.seq];
+      AttnTile t;
+      t.rows = static_cast<int>(std::min<int64_t>(kAttnTileRows, len * group - w.first_pair));
+      for (int i = 0; i < t.rows; ++i) {
+        const int64_t pair = w.first_pair + i, r = pair / group;
+        const int64_t h = int64_t{w.kv_head} * group + pair % group, row = qs[w.seq] + r;
+        qp[i] = q.as<float>() + row * q.cols + h * hd;
+        op[i] = out.as<float>() + row * out.cols + h * hd;
+        limit[i] = static_cast<int32_t>(ctx[w.seq] - len + r + 1);
+      }
+      t.q = qp;
+      t.out = op;
+      t.limit = limit;
+      t.table = batch.block_tables.as<int32_t>() + w.seq * batch.block_tables.cols;
+      t.block_size = shape.block_size;
+      t.k_base = k_cache.as<float>() + w.kv_head * hd;
+      t.v_base = v_cache.as<float>() + w.kv_head * hd;
+      t.row_stride = k_cache.cols;
+      t.head_dim = shape.head_dim;
+      t.scale = shape.scale;
+      kernels.attend_tile(t, scratch.data());
     }
   });
   return absl::OkStatus();

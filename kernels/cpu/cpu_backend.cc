@@ -1,5 +1,6 @@
 // CpuBackend: memory (aligned host allocations), upload/download (memcpy, f32 -> bf16/f16
-// conversion for weights), host-clock op timing and dispatch to the op files (ops.h).
+// conversion for weights), host-clock op timing and dispatch to the op files (ops.h) with the
+// kernel level and GEMM planner it was created with.
 // Every op has finished when its call returns, so Synchronize is a no-op.
 #include "kernels/cpu/cpu_backend.h"
 
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -80,13 +82,17 @@ std::string CpuModelName() {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int num_threads)
+  CpuBackend(int num_threads, DType weight_dtype, cpu::Isa isa)
       : pool_(num_threads),
-        device_name_(absl::StrCat(CpuModelName(), " (", num_threads, " threads)")) {}
+        kernels_(cpu::KernelsFor(isa)),
+        weight_dtype_(weight_dtype),
+        device_name_(absl::StrCat(CpuModelName(), " (", num_threads, " threads) ",
+                                  cpu::IsaName(isa), ", ", DTypeName(weight_dtype), " weights")) {}
 
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return device_name_; }
   DType compute_dtype() const override { return DType::kF32; }
+  DType weight_dtype() const override { return weight_dtype_; }
   size_t device_memory_bytes() const override {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_size = sysconf(_SC_PAGESIZE);
@@ -153,7 +159,7 @@ class CpuBackend final : public Backend {
     return cpu::Embedding(pool_, ids, table, out);
   }
   absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
-    return cpu::Gemm(pool_, x, w, out);
+    return cpu::Gemm(pool_, kernels_, &planner_, x, w, out);
   }
   absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
                          const Tensor& out) override {
@@ -174,7 +180,7 @@ class CpuBackend final : public Backend {
   absl::Status DoAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                            const AttentionBatch& batch, const AttentionShape& shape,
                            const Tensor& out) override {
-    return cpu::Attention(pool_, q, k_cache, v_cache, batch, shape, out);
+    return cpu::Attention(pool_, kernels_, q, k_cache, v_cache, batch, shape, out);
   }
   absl::Status DoSwiGlu(const Tensor& gate_up, const Tensor& out) override {
     return cpu::SwiGlu(pool_, gate_up, out);
@@ -207,20 +213,44 @@ class CpuBackend final : public Backend {
 
  private:
   cpu::ThreadPool pool_;
+  const cpu::IsaKernels& kernels_;
+  cpu::GemmPlanner planner_;
+  const DType weight_dtype_;
   const std::string device_name_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options) {
+  int num_threads = options.num_threads;
   if (num_threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cpu backend: num_threads must be >= 0 (0: all cores), got ", num_threads));
   }
   if (num_threads == 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
   if (num_threads <= 0) num_threads = 1;
+  DType weight_dtype = DType::kF32;
+  if (options.weight_dtype == "bf16" || (options.weight_dtype == "auto" && cpu::HasNativeBf16())) {
+    weight_dtype = DType::kBF16;
+  } else if (options.weight_dtype != "f32" && options.weight_dtype != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("dtype: unknown value \"", options.weight_dtype,
+                                                   "\" (expected auto, f32 or bf16)"));
+  }
+  const cpu::Isa isa = options.isa.value_or(cpu::BestIsa());
+  if (!cpu::IsaSupported(isa)) {
+    return absl::InvalidArgumentError(absl::StrCat("isa: this CPU cannot run ", cpu::IsaName(isa),
+                                                   " kernels (best: ", cpu::IsaName(cpu::BestIsa()),
+                                                   ")"));
+  }
   openblas_set_num_threads(num_threads);
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads, weight_dtype, isa));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads) {
+  CpuBackendOptions o;
+  o.num_threads = num_threads;
+  o.weight_dtype = "f32";
+  return CreateCpuBackend(o);
 }
 
 }  // namespace saturn

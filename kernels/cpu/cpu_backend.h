@@ -1,16 +1,35 @@
-// The CPU backend: f32 weights, activations and KV cache in 64-byte aligned host memory; ops
-// run synchronously on the calling thread plus a small pool (GEMM through OpenBLAS).
+// The CPU backend: f32 activations and KV cache, f32 or bf16 GEMM weights, in 64-byte
+// aligned host memory; ops run synchronously on the calling thread plus a small pool, with
+// kernels picked at run time for the CPU's instruction set (kernels/cpu/isa_kernels.h) and
+// GEMM paths chosen by measurement (kernels/cpu/gemm_planner.h).
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace saturn {
 
-// num_threads: total threads for ops and OpenBLAS (0: std::thread::hardware_concurrency()).
-// OpenBLAS's thread count is process-wide, so the last CPU backend created sets it.
+struct CpuBackendOptions {
+  int num_threads = 0;  // total threads for ops and OpenBLAS (0: hardware_concurrency)
+  // GEMM weight precision: "f32", "bf16", or "auto" (bf16 where the CPU has native bf16 dot
+  // products, AVX512-BF16 or AMX; f32 elsewhere).
+  std::string weight_dtype = "auto";
+  // Kernel level; unset: the best this CPU runs. Tests force lower levels to check each path.
+  std::optional<cpu::Isa> isa;
+};
+
+// Fails with INVALID_ARGUMENT on a negative thread count, an unknown dtype or an ISA the
+// CPU lacks.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);
+
+// f32 weights, best ISA. num_threads: total threads for ops and OpenBLAS (0:
+// std::thread::hardware_concurrency()). OpenBLAS's thread count is process-wide, so the last
+// CPU backend created sets it.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads);
 
 }  // namespace saturn

@@ -1,155 +1,167 @@
-// GEMM on the CPU: out[M, N] = x[M, K] * w[N, K]^T (f32). Large M goes to OpenBLAS sgemm.
-// Skinny M (decode batches) runs a weight-streaming kernel of our own: each weight row is
-// read from memory once and multiplied against all M input rows while it sits in L1, so a
-// decode step costs one pass over the weights whatever the batch. OpenBLAS's small-M sgemm
-// and its sgemv do not reach that on this path (measured: bench/results/).
+// GEMM on the CPU: out[M, N] = x[M, K] * w[N, K]^T, x and out f32, w f32 or bf16.
+// Three paths:
+//  - skinny: a weight-streaming kernel of our own (isa_kernels.h, per instruction-set
+//    level): each weight row is read from memory once and multiplied against all M input
+//    rows while it sits in L1, so a decode step costs one pass over the weights. bf16
+//    weights use vdpbf16ps where the CPU has AVX512-BF16, else they are widened to f32 in
+//    registers.
+//  - blocked: a cache-blocked GEMM of our own (gemm_blocked.inc, per instruction-set level)
+//    for many rows; bf16 weights are widened while packing.
+//  - blas: OpenBLAS sgemm; bf16 weights are widened to f32 one panel of rows at a time
+//    (N * K conversions against 2 * M * N * K FLOPs, so only for large M).
+// With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
+// f32), so results do not depend on the path. kAuto asks the GemmPlanner, which measured
+// the paths on this machine (gemm_planner.h).
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
+#include "kernels/cpu/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 
 namespace saturn::cpu {
 namespace {
 
-// When the skinny kernel beats OpenBLAS sgemm: its x rows are re-read from cache for every
-// group of four weight rows, so they must stay cache-resident. Measured with saturn-bench-gemm
-// on the 2-core CI machine class (2026-11-29, quiet machine): at K=768 skinny wins up to M=48
-// (x = 144 KiB); at K=2048 it wins at M=16 (128 KiB) and loses from M=24 (192 KiB).
-constexpr int64_t kSkinnyMaxM = 64;
-constexpr int64_t kSkinnyMaxXBytes = 160 * 1024;
+uint16_t RoundToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
+  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>(x >> 16);
+}
 
-void SkinnyRowsScalar(const float* x, const float* w, float* out, int64_t m, int64_t n, int64_t k,
-                      int64_t n_begin, int64_t n_end) {
-  for (int64_t j = n_begin; j < n_end; ++j) {
-    const float* wr = w + j * k;
-    for (int64_t i = 0; i < m; ++i) {
-      const float* xr = x + i * k;
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int64_t p = 0;
-      for (; p + 8 <= k; p += 8) {
-        for (int u = 0; u < 8; ++u) acc[u] += xr[p + u] * wr[p + u];
+SkinnyArgs ArgsOf(const Tensor& x, const Tensor& w, const Tensor& out) {
+  SkinnyArgs a;
+  a.x = x.as<float>();
+  a.w = w.data;
+  a.out = out.as<float>();
+  a.m = x.rows;
+  a.n = w.rows;
+  a.k = x.cols;
+  return a;
+}
+
+// x_bf16: x rounded to bf16, for the vdpbf16ps kernel (bf16 weights only).
+void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
+            const Tensor& w, const Tensor& out) {
+  SkinnyArgs a = ArgsOf(x, w, out);
+  auto kernel = w.dtype == DType::kF32 ? kernels.skinny_f32 : kernels.skinny_bf16;
+  if (w.dtype == DType::kBF16 && kernels.isa == Isa::kAvx512 && DetectCpuFeatures().avx512_bf16) {
+    a.x_bf16 = x_bf16;
+    kernel = SkinnyBf16Dot;
+  }
+  // Chunks of whole 16-row groups (a multiple of every kernel's weight-row block); at
+  // least ~64 KiB of f32 weights per chunk.
+  const int64_t n = a.n, k = std::max<int64_t>(a.k, 1);
+  const int64_t groups = (n + 15) / 16, grain = std::max<int64_t>(1, 16384 / (16 * k));
+  pool.ParallelFor(groups, grain,
+                   [&](int64_t b, int64_t e) { kernel(a, b * 16, std::min(n, e * 16)); });
+}
+
+void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
+             const Tensor& out) {
+  const SkinnyArgs a = ArgsOf(x, w, out);
+  auto kernel = w.dtype == DType::kF32 ? kernels.blocked_f32 : kernels.blocked_bf16;
+  const int64_t panels = (a.n + kBlockedPanel - 1) / kBlockedPanel;
+  pool.ParallelFor(panels, 1, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> pack;  // pool threads persist: allocated once each
+    if (pack.size() < kBlockedPackFloats) pack.resize(kBlockedPackFloats);
+    kernel(a, b * kBlockedPanel, std::min(a.n, e * kBlockedPanel), pack.data());
+  });
+}
+
+void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out) {
+  const blasint m = static_cast<blasint>(x.rows), n = static_cast<blasint>(w.rows),
+                k = static_cast<blasint>(x.cols);
+  if (w.dtype == DType::kF32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.as<float>(), k,
+                w.as<float>(), k, 0.0f, out.as<float>(), n);
+    return;
+  }
+  // bf16 weights: widen ~1 MiB panels of rows and multiply each into its output columns.
+  const int64_t panel = std::min<int64_t>(n, std::max<int64_t>(64, (1 << 18) / std::max(k, 1)));
+  std::vector<float> wf(static_cast<size_t>(panel * k));
+  const uint16_t* wb = w.as<uint16_t>();
+  for (int64_t n0 = 0; n0 < n; n0 += panel) {
+    const int64_t rows = std::min<int64_t>(panel, n - n0);
+    pool.ParallelFor(rows * k, 1 << 14, [&](int64_t b, int64_t e) {
+      const uint16_t* src = wb + n0 * k;
+      for (int64_t i = b; i < e; ++i) {
+        const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+        std::memcpy(&wf[i], &bits, 4);
       }
-      float s = 0;
-      for (; p < k; ++p) s += xr[p] * wr[p];
-      for (float a : acc) s += a;
-      out[i * n + j] = s;
-    }
+    });
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<blasint>(rows), k, 1.0f,
+                x.as<float>(), k, wf.data(), k, 0.0f, out.as<float>() + n0, n);
   }
 }
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) inline float HSum(__m256 v) {
-  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
-// Four weight rows at a time against the x rows, two x rows per pass: 8 FMA chains share
-// 6 loads (4 weight vectors, 2 x vectors), so the loop is bound by FMAs rather than loads.
-__attribute__((target("avx2,fma"))) inline void Store4(float* o, __m256 a0, __m256 a1, __m256 a2,
-                                                       __m256 a3, const float* xr,
-                                                       const float* const w[4], int64_t k8,
-                                                       int64_t k) {
-  float s[4] = {HSum(a0), HSum(a1), HSum(a2), HSum(a3)};
-  for (int64_t p = k8; p < k; ++p) {
-    for (int r = 0; r < 4; ++r) s[r] += xr[p] * w[r][p];
-  }
-  for (int r = 0; r < 4; ++r) o[r] = s[r];
-}
-
-__attribute__((target("avx2,fma"))) void SkinnyRowsAvx2(const float* x, const float* w, float* out,
-                                                        int64_t m, int64_t n, int64_t k,
-                                                        int64_t n_begin, int64_t n_end) {
-  const int64_t k8 = k & ~int64_t{7};
-  int64_t j = n_begin;
-  for (; j + 4 <= n_end; j += 4) {
-    const float* const wr[4] = {w + j * k, w + (j + 1) * k, w + (j + 2) * k, w + (j + 3) * k};
-    int64_t i = 0;
-    for (; i + 2 <= m; i += 2) {
-      const float* x0 = x + i * k;
-      const float* x1 = x0 + k;
-      __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a02 = _mm256_setzero_ps(),
-             a03 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps(),
-             a12 = _mm256_setzero_ps(), a13 = _mm256_setzero_ps();
-      for (int64_t p = 0; p < k8; p += 8) {
-        const __m256 xv0 = _mm256_loadu_ps(x0 + p), xv1 = _mm256_loadu_ps(x1 + p);
-        const __m256 w0 = _mm256_loadu_ps(wr[0] + p), w1 = _mm256_loadu_ps(wr[1] + p),
-                     w2 = _mm256_loadu_ps(wr[2] + p), w3 = _mm256_loadu_ps(wr[3] + p);
-        a00 = _mm256_fmadd_ps(w0, xv0, a00);
-        a01 = _mm256_fmadd_ps(w1, xv0, a01);
-        a02 = _mm256_fmadd_ps(w2, xv0, a02);
-        a03 = _mm256_fmadd_ps(w3, xv0, a03);
-        a10 = _mm256_fmadd_ps(w0, xv1, a10);
-        a11 = _mm256_fmadd_ps(w1, xv1, a11);
-        a12 = _mm256_fmadd_ps(w2, xv1, a12);
-        a13 = _mm256_fmadd_ps(w3, xv1, a13);
-      }
-      Store4(out + i * n + j, a00, a01, a02, a03, x0, wr, k8, k);
-      Store4(out + (i + 1) * n + j, a10, a11, a12, a13, x1, wr, k8, k);
-    }
-    for (; i < m; ++i) {
-      const float* xr = x + i * k;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
-             a3 = _mm256_setzero_ps();
-      for (int64_t p = 0; p < k8; p += 8) {
-        const __m256 xv = _mm256_loadu_ps(xr + p);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr[0] + p), xv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr[1] + p), xv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wr[2] + p), xv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wr[3] + p), xv, a3);
-      }
-      Store4(out + i * n + j, a0, a1, a2, a3, xr, wr, k8, k);
-    }
-  }
-  if (j < n_end) SkinnyRowsScalar(x, w, out, m, n, k, j, n_end);
-}
-
-bool HasAvx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-#endif
 
 }  // namespace
 
-absl::Status Gemm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out,
-                  GemmPath path) {
-  for (auto [name, t] : {std::pair{"x", &x}, std::pair{"w", &w}, std::pair{"out", &out}}) {
+const char* GemmPathName(GemmPath path) {
+  switch (path) {
+    case GemmPath::kAuto:
+      return "auto";
+    case GemmPath::kSkinny:
+      return "skinny";
+    case GemmPath::kBlocked:
+      return "blocked";
+    case GemmPath::kBlas:
+      return "blas";
+  }
+  return "?";
+}
+
+absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
+                  const Tensor& x, const Tensor& w, const Tensor& out, GemmPath path) {
+  for (auto [name, t] : {std::pair{"x", &x}, std::pair{"out", &out}}) {
     if (absl::Status s = ExpectF32(name, *t); !s.ok()) return s;
   }
-  const int64_t m = x.rows, n = w.rows, k = x.cols;
-  if (n == 0 || m == 0) return absl::OkStatus();
-  const bool skinny = path == GemmPath::kAuto ? m <= kSkinnyMaxM && m * k * 4 <= kSkinnyMaxXBytes
-                                              : path == GemmPath::kSkinny;
-  if (skinny) {
-    const float* xp = x.as<float>();
-    const float* wp = w.as<float>();
-    float* op = out.as<float>();
-    // Chunks of whole 4-row groups; at least ~64 KiB of weights per chunk.
-    const int64_t grain = std::max<int64_t>(4, (16384 / std::max<int64_t>(k, 1) + 3) & ~3);
-    pool.ParallelFor((n + 3) / 4, std::max<int64_t>(1, grain / 4), [&](int64_t b, int64_t e) {
-      const int64_t nb = b * 4, ne = std::min(n, e * 4);
-#if defined(__x86_64__)
-      if (HasAvx2()) {
-        SkinnyRowsAvx2(xp, wp, op, m, n, k, nb, ne);
-        return;
-      }
-#endif
-      SkinnyRowsScalar(xp, wp, op, m, n, k, nb, ne);
-    });
-    return absl::OkStatus();
+  if (w.dtype != DType::kF32 && w.dtype != DType::kBF16) {
+    return absl::UnimplementedError(absl::StrCat("w has dtype ", DTypeName(w.dtype),
+                                                 "; the CPU backend's weights are f32 or bf16"));
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x.as<float>(),
-              static_cast<blasint>(k), w.as<float>(), static_cast<blasint>(k), 0.0f,
-              out.as<float>(), static_cast<blasint>(n));
+  if (w.rows == 0 || x.rows == 0) return absl::OkStatus();
+  if (path == GemmPath::kAuto) {
+    if (planner == nullptr) return absl::InternalError("gemm: kAuto needs a GemmPlanner");
+    path = planner->Choose(pool, kernels, w, x.rows);
+  }
+  // bf16 weights: every path multiplies x rounded to bf16 (exact products, f32 sums), so
+  // the result does not depend on which path the planner picked for this M.
+  Tensor xin = x;
+  const uint16_t* x_bf16 = nullptr;
+  if (w.dtype == DType::kBF16) {
+    thread_local std::vector<uint16_t> xb;
+    thread_local std::vector<float> xr;
+    const int64_t n = x.numel();
+    if (static_cast<int64_t>(xb.size()) < n) xb.resize(n), xr.resize(n);
+    // Plain pointers: inside the lambda, pool threads would see their own thread_locals.
+    const float* src = x.as<float>();
+    uint16_t* xbp = xb.data();
+    float* xrp = xr.data();
+    pool.ParallelFor(n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        xbp[i] = RoundToBf16(src[i]);
+        const uint32_t bits = static_cast<uint32_t>(xbp[i]) << 16;
+        std::memcpy(&xrp[i], &bits, 4);
+      }
+    });
+    xin.data = xrp;
+    x_bf16 = xbp;
+  }
+  switch (path) {
+    case GemmPath::kSkinny:
+      Skinny(pool, kernels, xin, x_bf16, w, out);
+      break;
+    case GemmPath::kBlocked:
+      Blocked(pool, kernels, xin, w, out);
+      break;
+    default:
+      Blas(pool, xin, w, out);
+      break;
+  }
   return absl::OkStatus();
 }
 

@@ -9,15 +9,19 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace saturn::cpu {
 
 absl::Status Embedding(ThreadPool& pool, const Tensor& ids, const Tensor& table, const Tensor& out);
-// kAuto picks the skinny weight-streaming kernel for small M and OpenBLAS otherwise; the
-// other two force a path (bench/gemm_bench.cc compares them).
-enum class GemmPath { kAuto, kSkinny, kBlas };
-absl::Status Gemm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out,
+// kAuto asks `planner` (the path measured fastest at this M, gemm_planner.h); the others
+// force a path (bench/gemm_bench.cc compares them) and need no planner. w is f32 or bf16.
+enum class GemmPath { kAuto, kSkinny, kBlocked, kBlas };
+const char* GemmPathName(GemmPath path);
+class GemmPlanner;
+absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
+                  const Tensor& x, const Tensor& w, const Tensor& out,
                   GemmPath path = GemmPath::kAuto);
 absl::Status RmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps,
                      const Tensor& out);
@@ -27,8 +31,8 @@ absl::Status Rope(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tens
                   int head_dim, const RopeParams& rope);
 absl::Status KvWrite(ThreadPool& pool, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                      const Tensor& k_cache, const Tensor& v_cache);
-absl::Status Attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
-                       const Tensor& v_cache, const AttentionBatch& batch,
+absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor& q,
+                       const Tensor& k_cache, const Tensor& v_cache, const AttentionBatch& batch,
                        const AttentionShape& shape, const Tensor& out);
 absl::Status SwiGlu(ThreadPool& pool, const Tensor& gate_up, const Tensor& out);
 absl::Status Add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);

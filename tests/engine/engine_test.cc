@@ -15,6 +15,7 @@ EngineConfig TinyConfig() {
   EngineConfig c;
   c.model = "tiny";
   c.backend = "cpu";
+  c.dtype = "f32";  // greedy tokens compared across batch compositions: f32 sums only
   c.num_threads = 2;
   c.max_model_len = 256;
   c.max_num_seqs_limit = 16;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "engine/kv_cache.h"
@@ -33,7 +34,7 @@ class RunnerTest : public ::testing::Test {
     auto w = RandomWeights(*cfg, 7);
     ASSERT_TRUE(w.ok()) << w.status();
     weights_ = std::move(*w);
-    auto be = CreateBackend("cpu", 2);
+    auto be = CreateBackend("cpu", 2, "f32");  // f32: logits compared at f32 tolerance
     ASSERT_TRUE(be.ok());
     backend_ = std::move(*be);
     RunnerConfig rc;
@@ -87,7 +88,7 @@ TEST(RunnerLlama3Test, ScaledRopeExplicitHeadDimAndUntiedHeadMatchDenseReference
   cfg.rope_original_max_position = 64;
   auto w = RandomWeights(cfg, 11);
   ASSERT_TRUE(w.ok()) << w.status();
-  auto be = CreateBackend("cpu", 2);
+  auto be = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(be.ok());
   RunnerConfig rc;
   rc.max_num_seqs_limit = 2;
@@ -116,6 +117,67 @@ TEST(RunnerLlama3Test, ScaledRopeExplicitHeadDimAndUntiedHeadMatchDenseReference
   ModelWeights plain = *w;
   plain.config.rope_llama3_factor = 0;
   EXPECT_GT(RelErr(logits.data(), testing_ref::ReferenceLogits(plain, tokens).back()), 10 * kTol);
+}
+
+// bf16 weights (--dtype bf16): every GEMM multiplies bf16 weights by bf16-rounded inputs with
+// f32 sums, so against the float64 reference over the same bf16 weights the logits differ by
+// the inputs' rounding only (bf16 tolerance). Weight bytes: 2 per GEMM parameter, 4 for the
+// embedding table and norms (f32 activations).
+TEST(RunnerBf16Test, WholePromptMatchesReferenceAtBf16Tolerance) {
+  auto cfg = PresetConfig("tiny");
+  ASSERT_TRUE(cfg.ok());
+  cfg->max_position_embeddings = 256;
+  cfg->tie_word_embeddings = false;
+  auto w = RandomWeights(*cfg, 11);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto be = CreateBackend("cpu", 2, "bf16");
+  ASSERT_TRUE(be.ok()) << be.status();
+  ASSERT_EQ((*be)->weight_dtype(), DType::kBF16);
+  RunnerConfig rc;
+  rc.max_num_seqs_limit = 2;
+  rc.max_num_batched_tokens_limit = 64;
+  rc.max_model_len = 64;
+  rc.block_size = 4;
+  rc.num_kv_blocks = 40;
+  auto runner = ModelRunner::Create(be->get(), *w, rc);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  ModelWeights rounded = *w;  // what the device holds
+  auto round = [](std::vector<float>& v) {
+    for (float& x : v) {
+      uint32_t b;
+      std::memcpy(&b, &x, 4);
+      b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+      std::memcpy(&x, &b, 4);
+    }
+  };
+  size_t matrix_params = rounded.lm_head.size(),
+         other_params = rounded.embedding.size() + rounded.final_norm.size();
+  round(rounded.lm_head);
+  for (LayerWeights& l : rounded.layers) {
+    for (std::vector<float>* m : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) {
+      round(*m);
+      matrix_params += m->size();
+    }
+    other_params += l.attn_norm.size() + l.mlp_norm.size();
+  }
+  EXPECT_EQ((*runner)->weight_bytes(), 2 * matrix_params + 4 * other_params);
+  std::mt19937 rng(2);
+  for (int len : {1, 17, 40}) {
+    std::vector<int> tokens(len);
+    for (int& t : tokens) t = rng() % cfg->vocab_size;
+    const auto ref = testing_ref::ReferenceLogits(rounded, tokens);
+    BlockManager blocks(40, 4);
+    ScheduledSeq s;
+    s.request_id = 1;
+    s.token_ids = tokens;
+    ASSERT_TRUE(blocks.EnsureCapacity(&s.block_table, len));
+    s.sample = true;
+    StepPlan plan;
+    plan.seqs.push_back(s);
+    std::vector<float> logits;
+    ASSERT_TRUE((*runner)->ExecuteWithLogits(plan, &logits).ok());
+    EXPECT_LT(RelErr(logits.data(), ref.back()), 3e-2) << "prompt length " << len;
+  }
 }
 
 // Several sequences advance in random chunks, interleaved in random batch compositions, over

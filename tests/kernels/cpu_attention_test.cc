@@ -1,6 +1,8 @@
 // CPU paged attention against a float64 reference: several sequences with different query
-// chunk and context lengths, shuffled non-contiguous block tables, GQA ratios 1 and 4.
-// Cache rows no sequence owns are NaN, so reading past a context shows up in the error.
+// chunk and context lengths, shuffled non-contiguous block tables, GQA ratios 1, 3 and 4,
+// head dims with and without 16-lane tails, prefill tiles split across several tiles, at
+// every kernel level the CPU runs (scalar, AVX2, AVX-512). Cache rows no sequence owns are
+// NaN, so reading past a context shows up in the error.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -97,19 +99,30 @@ void RunCase(Backend& b, const Case& c, std::mt19937& rng) {
 }
 
 TEST_P(CpuAttentionTest, MatchesReference) {
-  std::unique_ptr<Backend> b = MakeCpu(GetParam());
-  std::mt19937 rng(99);
-  const std::vector<Case> cases = {
-      // GQA ratio 1, decode-only batch.
-      {4, 4, 64, 16, {{1, 1}, {1, 17}, {1, 100}, {1, 16}}},
-      // GQA ratio 4, mixed prefill chunks and decode, odd head_dim and block size.
-      {8, 2, 24, 5, {{7, 7}, {1, 33}, {12, 40}, {3, 3}, {1, 2}}},
-      // GQA ratio 4, chunked prefill continuing a long context.
-      {16, 4, 128, 16, {{33, 300}, {1, 257}, {64, 64}}},
-      // Single sequence, single head pair.
-      {1, 1, 8, 4, {{9, 13}}},
-  };
-  for (const Case& c : cases) RunCase(*b, c, rng);
+  for (cpu::Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(cpu::IsaName(isa));
+    std::unique_ptr<Backend> b = MakeCpuIsa(GetParam(), isa);
+    std::mt19937 rng(99);
+    const std::vector<Case> cases = {
+        // GQA ratio 1, decode-only batch.
+        {4, 4, 64, 16, {{1, 1}, {1, 17}, {1, 100}, {1, 16}}},
+        // GQA ratio 4, mixed prefill chunks and decode, odd head_dim and block size.
+        {8, 2, 24, 5, {{7, 7}, {1, 33}, {12, 40}, {3, 3}, {1, 2}}},
+        // GQA ratio 4, chunked prefill continuing a long context.
+        {16, 4, 128, 16, {{33, 300}, {1, 257}, {64, 64}}},
+        // Single sequence, single head pair.
+        {1, 1, 8, 4, {{9, 13}}},
+        // GQA ratio 3 (the small preset's), long prefill: several 64-row tiles per KV head,
+        // plus a chunk continuing a context and a decode row.
+        {12, 4, 64, 16, {{150, 150}, {37, 301}, {1, 90}}},
+        // Head dims past one 64-float slice with a partial last vector; > 128.
+        {4, 2, 100, 8, {{20, 50}, {1, 7}}},
+        {2, 1, 160, 16, {{40, 40}}},
+        // Group of 1 with 80 rows: tiles of 64 and 16 rows.
+        {2, 2, 80, 16, {{80, 95}}},
+    };
+    for (const Case& c : cases) RunCase(*b, c, rng);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CpuAttentionTest, ::testing::Values(1, 2, 3));

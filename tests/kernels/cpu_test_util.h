@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -25,6 +26,27 @@ inline std::unique_ptr<Backend> MakeCpu(int threads) {
   absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(threads);
   EXPECT_TRUE(b.ok()) << b.status();
   return std::move(*b);
+}
+
+// A CPU backend running the kernels of `isa` (which the CPU must support) with f32 weights.
+inline std::unique_ptr<Backend> MakeCpuIsa(int threads, cpu::Isa isa,
+                                           const std::string& weight_dtype = "f32") {
+  CpuBackendOptions o;
+  o.num_threads = threads;
+  o.isa = isa;
+  o.weight_dtype = weight_dtype;
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(o);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return std::move(*b);
+}
+
+// Every kernel level this CPU runs, lowest first.
+inline std::vector<cpu::Isa> SupportedIsas() {
+  std::vector<cpu::Isa> out;
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (cpu::IsaSupported(isa)) out.push_back(isa);
+  }
+  return out;
 }
 
 inline DevTensor Empty(Backend& b, DType d, int64_t rows, int64_t cols) {

@@ -1,0 +1,35 @@
+// What the running CPU can execute, detected once at run time, and the instruction-set
+// levels the CPU backend's kernels are built for (kernels/cpu/isa_*.cc). Kernels never
+// assume a feature at compile time; the backend picks the best level the CPU has, and tests
+// may force a lower one to check every path on one machine.
+#pragma once
+
+#include <string>
+
+namespace saturn::cpu {
+
+struct CpuFeatures {
+  bool avx2_fma = false;     // AVX2 + FMA3
+  bool avx512 = false;       // AVX-512 F, BW, VL and DQ (and the OS saves the zmm state)
+  bool avx512_bf16 = false;  // vdpbf16ps / vcvtne2ps2bf16
+  bool amx_bf16 = false;     // AMX tiles with bf16 (reported, not used)
+};
+
+// Detected once per process.
+const CpuFeatures& DetectCpuFeatures();
+
+// Kernel levels, each a superset of the one before.
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+const char* IsaName(Isa isa);
+// The best level this CPU runs.
+Isa BestIsa();
+// True when this CPU can run kernels built for `isa`.
+bool IsaSupported(Isa isa);
+// True when the CPU has native bf16 dot products (AVX512-BF16 or AMX-BF16): where bf16
+// weights are the default.
+bool HasNativeBf16();
+// e.g. "avx512 (avx512_bf16)" for logs and device names.
+std::string CpuFeatureSummary();
+
+}  // namespace saturn::cpu

@@ -1,0 +1,48 @@
+// GemmPlanner: which GEMM path (gemm.cc: the skinny weight-streaming kernel, the blocked
+// kernel or OpenBLAS) runs m input rows against a weight matrix, decided by measuring them
+// on the running machine rather than by constants tuned on one CPU. The first GEMM with a
+// given (K, weight dtype) times the paths on that weight's first rows at M = 1, 2, 4, ... 256
+// (fastest of a few runs each; the skinny kernel drops out once it has lost twice in a row)
+// and keeps the fastest per probed M (the skinny kernel for every M below its largest win:
+// its edge only shrinks with M, so a loss below a win is noise). An M between probes takes the
+// choice of the nearest probe in log scale, an M past the last probe the faster of blocked and BLAS
+// there. Later calls are a lookup. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/tensor.h"
+
+namespace saturn::cpu {
+
+class GemmPlanner {
+ public:
+  // The path for m rows against w (probes on first use of w's (K, dtype); the probe's
+  // output never leaves the planner). Never kAuto.
+  GemmPath Choose(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w, int64_t m);
+  // The measured choices so far, e.g. "k768/f32: skinny<=32 blocked<=256".
+  std::string Describe() const;
+
+  static constexpr int kProbes = 9;  // M = 1, 2, 4, ..., 256
+  static constexpr int64_t kMaxProbeM = int64_t{1} << (kProbes - 1);
+
+ private:
+  struct Plan {
+    GemmPath at[kProbes];  // fastest path at M = 2^i
+    GemmPath beyond;       // past the last probe
+  };
+  Plan Probe(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
+
+  mutable std::mutex mu_;
+  std::map<std::pair<int64_t, int>, Plan> plans_;  // (k, dtype) -> plan
+};
+
+}  // namespace saturn::cpu

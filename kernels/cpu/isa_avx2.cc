@@ -1,0 +1,36 @@
+// The CPU kernels built for AVX2 + FMA: attention_tile.inc, gemm_skinny.inc and gemm_blocked.inc
+// over simd16.inc's two-__m256 V. Only called where DetectCpuFeatures().avx2_fma.
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/isa_kernels.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+
+namespace saturn::cpu::isa_avx2 {
+#define SATURN_SIMD_AVX2
+// Accumulators per level (16 ymm, two per V): attention keys per scoring pass by lane-vector count,
+// attention rows per PV pass, skinny weight x input rows, blocked micro-kernel rows.
+constexpr int kKeysPerPass[5] = {1, 4, 2, 1, 1};
+constexpr int kPvRows = 1;
+constexpr int kSkinnyWeightRows = 4, kSkinnyInputRows = 1;
+constexpr int kGemmRows = 2;
+#include "kernels/cpu/isa_entry.inc"
+#undef SATURN_SIMD_AVX2
+
+}  // namespace saturn::cpu::isa_avx2
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif  // __x86_64__

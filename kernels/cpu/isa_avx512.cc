@@ -1,0 +1,37 @@
+// The CPU kernels built for AVX-512 (F, BW, VL, DQ): attention_tile.inc, gemm_skinny.inc and
+// gemm_blocked.inc over simd16.inc's one-__m512 V. Only called where DetectCpuFeatures().avx512.
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/isa_kernels.h"
+
+#if defined(__clang__)
+#pragma clang attribute push( \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+#endif
+
+namespace saturn::cpu::isa_avx512 {
+#define SATURN_SIMD_AVX512
+// Accumulators per level (32 zmm): attention keys per scoring pass by lane-vector count,
+// attention rows per PV pass, skinny weight x input rows, blocked micro-kernel rows.
+constexpr int kKeysPerPass[5] = {1, 8, 8, 6, 4};
+constexpr int kPvRows = 2;
+constexpr int kSkinnyWeightRows = 8, kSkinnyInputRows = 2;
+constexpr int kGemmRows = 12;
+#include "kernels/cpu/isa_entry.inc"
+#undef SATURN_SIMD_AVX512
+
+}  // namespace saturn::cpu::isa_avx512
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif  // __x86_64__

@@ -1,0 +1,73 @@
+// The CPU kernels that exist once per instruction-set level (kernels/cpu/isa_*.cc, all built
+// from the shared sources attention_tile.inc, gemm_skinny.inc, gemm_blocked.inc and
+// simd16.inc) and the table
+// that selects them at run time. Plain pointers and sizes only: callers (attention.cc,
+// gemm.cc) validate and partition the work; these just compute.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/cpu_features.h"
+
+namespace saturn::cpu {
+
+// One attention tile: up to kAttnTileRows (query row, head) pairs of one sequence that share
+// a KV head, attended together so every key and value row is read once per tile.
+constexpr int kAttnTileRows = 64;
+struct AttnTile {
+  int rows = 0;                     // 1 .. kAttnTileRows
+  const float* const* q = nullptr;  // [rows] query vectors, head_dim floats each
+  float* const* out = nullptr;      // [rows] output vectors
+  const int32_t* limit = nullptr;   // [rows] row i attends to positions [0, limit[i]), >= 1
+  const int32_t* table = nullptr;   // the sequence's block table (validated by the caller)
+  int block_size = 0;
+  const float* k_base = nullptr;  // k_cache + kv head offset
+  const float* v_base = nullptr;  // v_cache + kv head offset
+  int64_t row_stride = 0;         // floats per cache row
+  int head_dim = 0;
+  float scale = 1.0f;
+};
+// Floats of scratch one AttendTile call needs.
+inline size_t AttnTileScratchFloats(int head_dim) {
+  const size_t hdp = (static_cast<size_t>(head_dim) + 15) / 16 * 16;
+  return (head_dim + 16 + 4 + hdp) * kAttnTileRows + 64;
+}
+
+// out[m, n_begin:n_end) = x[m, K] * w[n, K]^T for the weight rows [n_begin, n_end): every
+// weight row is read once from memory and used against all m input rows.
+struct SkinnyArgs {
+  const float* x = nullptr;          // [m, k] f32
+  const void* w = nullptr;           // [n, k] f32 or bf16
+  const uint16_t* x_bf16 = nullptr;  // [m, k] x rounded to bf16 (bf16 dot-product kernel only)
+  float* out = nullptr;              // [m, n]
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// The cache-blocked GEMM (gemm_blocked.inc): weight rows are packed kBlockedNc x kBlockedKc
+// at a time into kBlockedPanel-column panels; callers split n at multiples of kBlockedPanel
+// and give each thread kBlockedPackFloats of scratch.
+constexpr int kBlockedPanel = 32;
+constexpr int64_t kBlockedKc = 256;
+constexpr int64_t kBlockedNc = 512;
+constexpr size_t kBlockedPackFloats = kBlockedKc * kBlockedNc;  // 512 KiB
+
+struct IsaKernels {
+  Isa isa;
+  void (*attend_tile)(const AttnTile& tile, float* scratch);
+  void (*skinny_f32)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+  // bf16 weights widened to f32 in registers; f32 x and accumulation.
+  void (*skinny_bf16)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+  // The blocked GEMM over out columns [n_begin, n_end) (n_begin a multiple of kBlockedPanel).
+  void (*blocked_f32)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
+  void (*blocked_bf16)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
+};
+
+// The kernels for `isa`, which the CPU must support (IsaSupported).
+const IsaKernels& KernelsFor(Isa isa);
+
+// bf16 weights and bf16-rounded x multiplied with vdpbf16ps (f32 accumulation); only where
+// DetectCpuFeatures().avx512_bf16. Needs a.x_bf16.
+void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+
+}  // namespace saturn::cpu

@@ -1,0 +1,146 @@
+// CPU GEMM paths against float64 references: the skinny kernel and the BLAS path forced, and
+// the planner's automatic choice, with f32 and bf16 weights, at every kernel level the CPU
+// runs (scalar, AVX2, AVX-512, and AVX512-BF16 dot products where present). With bf16
+// weights every path multiplies bf16-rounded x, so the reference is float64 over the same
+// bf16 values of x and w and every path must match it at f32 tolerance (and so each other:
+// results do not depend on the path the planner picks). Also: --dtype plumbing of
+// CreateCpuBackend and the cost model's byte count for bf16 weights.
+#include <cstring>
+#include <tuple>
+
+#include "absl/strings/match.h"
+#include "kernels/cpu/gemm_planner.h"
+#include "kernels/cpu/ops.h"
+#include "tests/kernels/cpu_test_util.h"
+
+namespace saturn::testing {
+namespace {
+
+float Bf16Value(float f) {  // what UploadF32 stores for a bf16 tensor, widened back
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  x &= 0xffff0000u;
+  float r;
+  std::memcpy(&r, &x, 4);
+  return r;
+}
+
+std::vector<double> Reference(const std::vector<float>& x, const std::vector<float>& w, int m,
+                              int n, int k) {
+  std::vector<double> ref(static_cast<size_t>(m) * n);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int l = 0; l < k; ++l) s += static_cast<double>(x[i * k + l]) * w[j * k + l];
+      ref[i * n + j] = s;
+    }
+  }
+  return ref;
+}
+
+struct Shape {
+  int m, n, k;
+};
+const Shape kShapes[] = {{1, 7, 5},    {1, 320, 768}, {2, 64, 100},  {3, 17, 33},
+                         {8, 131, 77}, {17, 33, 40},  {64, 130, 96}, {130, 40, 64}};
+
+TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
+  std::mt19937 rng(5);
+  for (cpu::Isa isa : SupportedIsas()) {
+    for (const char* dtype : {"f32", "bf16"}) {
+      SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " " + dtype);
+      std::unique_ptr<Backend> b = MakeCpuIsa(2, isa, dtype);
+      const bool bf16 = std::string(dtype) == "bf16";
+      const DType wdt = bf16 ? DType::kBF16 : DType::kF32;
+      cpu::ThreadPool pool(2);
+      cpu::GemmPlanner planner;
+      for (const Shape& s : kShapes) {
+        std::vector<float> x = Random(rng, s.m * s.k), w = Random(rng, s.n * s.k);
+        DevTensor dx = F32(*b, s.m, s.k, x), dw = Empty(*b, wdt, s.n, s.k);
+        ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
+        if (bf16) {  // what the device holds, and what every path multiplies x as
+          for (float& v : w) v = Bf16Value(v);
+        }
+        std::vector<float> xq = x;
+        if (bf16) {
+          for (float& v : xq) v = Bf16Value(v);
+        }
+        const std::vector<double> ref = Reference(xq, w, s.m, s.n, s.k);
+        for (cpu::GemmPath path :
+             {cpu::GemmPath::kSkinny, cpu::GemmPath::kBlas, cpu::GemmPath::kAuto}) {
+          DevTensor out = Poisoned(*b, s.m, s.n);
+          ASSERT_TRUE(
+              cpu::Gemm(pool, cpu::KernelsFor(isa), &planner, dx.t, dw.t, out.t, path).ok());
+          EXPECT_LT(RelErr(ToHost<float>(*b, out.t), ref), kTol)
+              << s.m << "x" << s.n << "x" << s.k << " path " << cpu::GemmPathName(path);
+        }
+        DevTensor out = Poisoned(*b, s.m, s.n);  // the backend's own op, planner inside
+        ASSERT_TRUE(b->Gemm(dx.t, dw.t, out.t).ok());
+        EXPECT_LT(RelErr(ToHost<float>(*b, out.t), ref), kTol);
+      }
+      EXPECT_TRUE(absl::StrContains(planner.Describe(), std::string("/") + dtype))
+          << planner.Describe();
+    }
+  }
+}
+
+TEST(CpuGemmTest, PlannerNeverStreamsPastItsLargestProbe) {
+  std::unique_ptr<Backend> b = MakeCpu(2);
+  std::mt19937 rng(9);
+  DevTensor w = F32(*b, 16, 8, Random(rng, 16 * 8));
+  cpu::ThreadPool pool(2);
+  cpu::GemmPlanner planner;
+  const cpu::IsaKernels& k = cpu::KernelsFor(cpu::BestIsa());
+  const cpu::GemmPath big = planner.Choose(pool, k, w.t, 4 * cpu::GemmPlanner::kMaxProbeM);
+  EXPECT_TRUE(big == cpu::GemmPath::kBlocked || big == cpu::GemmPath::kBlas)
+      << cpu::GemmPathName(big);
+  for (int64_t m : {1, 3, 100, 256}) {
+    EXPECT_NE(planner.Choose(pool, k, w.t, m), cpu::GemmPath::kAuto) << m;
+  }
+  EXPECT_TRUE(absl::StrContains(planner.Describe(), "k8/f32")) << planner.Describe();
+}
+
+TEST(CpuGemmTest, DtypeOptionAndCostModelBytes) {
+  CpuBackendOptions o;
+  o.num_threads = 1;
+  o.weight_dtype = "f16";
+  absl::StatusOr<std::unique_ptr<Backend>> bad = CreateCpuBackend(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "dtype")) << bad.status();
+
+  o.weight_dtype = "auto";
+  absl::StatusOr<std::unique_ptr<Backend>> autob = CreateCpuBackend(o);
+  ASSERT_TRUE(autob.ok());
+  EXPECT_EQ((*autob)->weight_dtype(), cpu::HasNativeBf16() ? DType::kBF16 : DType::kF32);
+  EXPECT_EQ((*autob)->compute_dtype(), DType::kF32);
+
+  std::unique_ptr<Backend> b = MakeCpuIsa(1, cpu::BestIsa(), "bf16");
+  EXPECT_EQ(b->weight_dtype(), DType::kBF16);
+  const int m = 4, n = 24, k = 32;
+  std::mt19937 rng(3);
+  std::vector<float> wf = Random(rng, n * k);
+  DevTensor x = F32(*b, m, k, Random(rng, m * k)), w = Empty(*b, DType::kBF16, n, k);
+  ASSERT_TRUE(b->UploadF32(wf.data(), w.t).ok());
+  DevTensor out = Poisoned(*b, m, n);
+  b->BeginStep(true);
+  ASSERT_TRUE(b->Gemm(x.t, w.t, out.t).ok());
+  absl::StatusOr<StepTiming> timing = b->EndStep();
+  ASSERT_TRUE(timing.ok());
+  ASSERT_EQ(timing->ops.size(), 1u);
+  // Weights count 2 bytes per parameter; x and out 4 per element.
+  EXPECT_EQ(timing->ops[0].cost.bytes, 4.0 * m * k + 2.0 * n * k + 4.0 * m * n);
+  EXPECT_EQ(timing->ops[0].cost.flops, 2.0 * m * n * k);
+}
+
+TEST(CpuGemmTest, UnsupportedIsaIsRejected) {
+  if (cpu::IsaSupported(cpu::Isa::kAvx512)) GTEST_SKIP() << "this CPU runs every level";
+  CpuBackendOptions o;
+  o.isa = cpu::Isa::kAvx512;
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(o);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace saturn::testing
