@@ -46,6 +46,7 @@ EngineConfig TinyConfig() {
   c.model = "tiny";
   c.backend = "cpu";
   c.num_threads = 2;
+  c.dtype = "f32";  // compared against the float64 reference at f32 tolerance
   c.max_model_len = 128;
   c.max_num_seqs_limit = 8;
   c.max_num_batched_tokens_limit = 256;
