@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "server/diagnostics_request.h"
 #include "server/generate_reactor.h"
 #include "server/report_proto.h"
 #include "server/status_util.h"
@@ -72,11 +73,7 @@ grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerConte
     return reactor;
   }
   FillServerInfo(*engine, Limits(*engine), state_->listen_address(), response);
-  if (diag_ != nullptr) {
-    if (std::optional<Calibration> cal = diag_->calibration(); cal.has_value()) {
-      ToProto(*cal, diag_->calibration_ms(), response->mutable_calibration());
-    }
-  }
+  if (diag_ != nullptr) FillCalibration(*diag_, response->mutable_calibration());
   ToProto(engine->graph_info(), response->mutable_cuda_graphs());
   reactor->Finish(grpc::Status::OK);
   return reactor;

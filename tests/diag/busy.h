@@ -1,0 +1,38 @@
+// Busy processes for tests that must hold on a loaded machine: each child spins on a core
+// until the owner goes out of scope (SIGKILL, then reaped). Fork-safe: the child touches no
+// lock and allocates nothing. Test code only.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vector>
+
+namespace saturn::testing_diag {
+
+class BusyProcesses {
+ public:
+  explicit BusyProcesses(int n) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        volatile unsigned long spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~BusyProcesses() {
+    for (pid_t p : pids_) ::kill(p, SIGKILL);
+    for (pid_t p : pids_) ::waitpid(p, nullptr, 0);
+  }
+  BusyProcesses(const BusyProcesses&) = delete;
+  BusyProcesses& operator=(const BusyProcesses&) = delete;
+  int count() const { return static_cast<int>(pids_.size()); }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+}  // namespace saturn::testing_diag
