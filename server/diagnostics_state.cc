@@ -144,6 +144,7 @@ absl::Status DiagnosticsState::InitCalibration(Engine* engine, const ServerConfi
   std::lock_guard<std::mutex> lock(mu_);
   calibration_ = std::move(cal);
   calibration_ms_ = ms;
+  last_sched_ = ReadSchedTimes();
   return absl::OkStatus();
 }
 
@@ -208,6 +209,17 @@ DiagnosticsReport DiagnosticsState::BuildReport(const Engine& engine, double beg
   ctx.edge_busy_us = edges.busy_us;
   ctx.step_in_flight = edges.in_flight;
   ctx.widened_from_s = edges.widened_from_s;
+  {
+    // Contention since the previous report: how much of their runnable time the server's
+    // threads ran (other processes holding the cores make every kernel look slow).
+    const SchedTimes now = ReadSchedTimes();
+    std::lock_guard<std::mutex> lock(mu_);
+    const double run = now.run_ns - last_sched_.run_ns, wait = now.wait_ns - last_sched_.wait_ns;
+    if (now.available && last_sched_.available && run > 0 && wait >= 0) {
+      ctx.run_share = run / (run + wait);
+    }
+    last_sched_ = now;
+  }
   const Calibration cal = calibration().value_or(Calibration{});
   DiagnosticsReport report = Analyze(steps, begin_us, end_us, cal, ctx);
   report.tracked = tracker_.Evaluate(steps);

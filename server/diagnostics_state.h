@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/calibration.h"
+#include "engine/diag/calibration_trials.h"
 #include "engine/diag/plan_tracker.h"
 #include "engine/engine.h"
 #include "server/request_metrics.h"
@@ -72,6 +73,7 @@ class DiagnosticsState {
   std::optional<Calibration> calibration_;  // guarded by mu_
   double calibration_ms_ = 0;               // guarded by mu_
   bool suspect_ = false;                    // guarded by mu_
+  SchedTimes last_sched_;                   // guarded by mu_: at the previous report
   std::string suspect_reason_;              // guarded by mu_
   std::deque<RecentPlan> recent_;           // newest first; guarded by mu_
   PlanTracker tracker_;

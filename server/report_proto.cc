@@ -196,6 +196,7 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
     o->set_speedup(h.speedup);
   }
   out->set_window_note(r.verdict.window_note);
+  out->set_run_share(r.verdict.run_share);
   for (const Action& a : r.plan.actions) ToProto(a, out->add_plan());
   out->set_plan_note(r.plan.note);
   out->set_kv_capacity_batch(r.plan.kv_capacity_batch);

@@ -58,6 +58,9 @@ struct AnalyzerContext {
   double edge_busy_us = 0;
   bool step_in_flight = false;  // a step was still running at the window's end
   double widened_from_s = 0;    // > 0: the window asked for was this long and held too few steps
+  // Share of runnable time the server's threads ran since the previous report (schedstat;
+  // 1: no contention seen): under 1, other processes held the cores.
+  double run_share = 1;
 };
 
 // Fixed thresholds, each with its source in docs/DIAGNOSTICS.md; the launch-bound test is
@@ -170,6 +173,7 @@ struct Verdict {
   bool far_below_roofs = false;    // under AnalyzerThresholds::far_below_roofs of both
   std::vector<Headroom> headroom;  // classes furthest below their roof, largest loss first
   std::string window_note;         // the window was too short / widened / a step was in flight
+  double run_share = 1;            // AnalyzerContext::run_share: contention from other processes
   CalibrationCheck calibration_check;
 };
 

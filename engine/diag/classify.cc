@@ -81,6 +81,7 @@ const char* BottleneckName(Bottleneck b) {
 Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
                  const AnalyzerContext& ctx, const AnalyzerThresholds& th) {
   Verdict v;
+  v.run_share = ctx.run_share;
   v.signals.push_back(Above("engine_idle_share", p.idle_share, th.idle_share,
                             "TensorRT-LLM idle ratio > 0.30; HTA idle time",
                             "no step ran for this share of the window: the engine waits for "
@@ -207,6 +208,13 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
                           100 * h.step_saved_share, h.speedup));
     }
     v.summary.pop_back();
+    if (ctx.run_share < 0.9) {
+      absl::StrAppend(&v.summary,
+                      absl::StrFormat("; the server's threads ran only %.0f%% of the time they "
+                                      "were runnable (other processes held the cores), so part "
+                                      "of this gap is theirs, not the kernels'",
+                                      100 * ctx.run_share));
+    }
   }
   // Too few complete steps: say so (the server widens the window when it can, see
   // diagnostics_state.cc; when it could not, the verdict stands qualified).
@@ -219,8 +227,10 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
     v.window_note = absl::StrFormat(
         "the %.1f s window asked for held fewer than %d complete steps: widened to %.1f s",
         ctx.widened_from_s, th.min_window_steps, p.window_s);
-  } else if (ctx.step_in_flight) {
-    v.window_note = "a step was in flight at the window's end: its time so far counts as busy";
+  } else if (ctx.step_in_flight && p.edge_busy_us > 0.05 * p.window_s * 1e6) {
+    v.window_note = absl::StrFormat(
+        "a step was in flight at the window's edge: its %.0f ms inside the window count as busy",
+        p.edge_busy_us * 1e-3);
   }
   if (!v.window_note.empty() && int(steps.size()) < th.min_window_steps) {
     absl::StrAppend(&v.summary, " (", v.window_note, ")");

@@ -1,9 +1,10 @@
 // Busy processes for tests that must hold on a loaded machine: each child spins on a core
-// until the owner goes out of scope (SIGKILL, then reaped). Fork-safe: the child touches no
-// lock and allocates nothing. Test code only.
+// until the owner goes out of scope (SIGKILL, then reaped) or the test process dies. Fork-safe: the
+// child touches no lock and allocates nothing. Test code only.
 #pragma once
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,8 @@ class BusyProcesses {
     for (int i = 0; i < n; ++i) {
       const pid_t pid = ::fork();
       if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a test killed mid-way
+        if (::getppid() == 1) ::_exit(0);
         volatile unsigned long spin = 0;
         for (;;) spin = spin + 1;
       }
