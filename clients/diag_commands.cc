@@ -112,6 +112,30 @@ int Watch(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::ost
   return n > 0 ? kDiagExitOk : kDiagExitFailed;
 }
 
+// Recalibrate: the server measures its ceilings again (the engine pauses between two steps).
+int Recalibrate(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::ostream& err) {
+  v1::RecalibrateRequest req;
+  v1::RecalibrateResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(std::max(o.timeout_s, 60.0)));  // measuring takes seconds
+  const grpc::Status s = c.diag->Recalibrate(&ctx, req, &resp);
+  if (!s.ok()) return DiagFail(o, c.Error(s, "Recalibrate"), err);
+  if (o.json) {
+    out << ProtoJson(resp, true) << "\n";
+    return kDiagExitOk;
+  }
+  const v1::Calibration& a = resp.previous();
+  const v1::Calibration& b = resp.calibration();
+  out << absl::StrFormat(
+      "recalibrated: GEMM %.1f -> %.1f GFLOP/s, bandwidth %.1f -> %.1f GB/s, "
+      "ridge %.2f -> %.2f FLOP/B, in %.0f ms%s\n",
+      a.gemm_flops_per_s() / 1e9, b.gemm_flops_per_s() / 1e9, a.bandwidth_bytes_per_s() / 1e9,
+      b.bandwidth_bytes_per_s() / 1e9, a.ridge_flops_per_byte(), b.ridge_flops_per_byte(),
+      b.calibration_ms(), a.suspect() ? " (the previous one was suspect)" : "");
+  out << RenderCalibration(b);
+  return kDiagExitOk;
+}
+
 int Trace(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::ostream& err) {
   v1::ExportTraceRequest req;
   req.set_max_steps(o.steps);
@@ -176,7 +200,8 @@ int Roofline(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::
 
 absl::Status DiagOptions::Validate() const {
   auto bad = [](const std::string& m) { return absl::InvalidArgumentError(m); };
-  static const char* kCommands[] = {"info", "get", "watch", "trace", "roofline", "apply"};
+  static const char* kCommands[] = {"info",     "get",   "watch",      "trace",
+                                    "roofline", "apply", "recalibrate"};
   if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
     return bad(
         absl::StrCat(command.empty() ? "no command given" : "unknown command \"" + command + "\"",
@@ -258,6 +283,7 @@ int RunDiagCommand(const DiagOptions& o, std::ostream& out, std::ostream& err,
   if (o.command == "watch") return Watch(o, *c, out, err, interrupt);
   if (o.command == "trace") return Trace(o, *c, out, err);
   if (o.command == "roofline") return Roofline(o, *c, out, err);
+  if (o.command == "recalibrate") return Recalibrate(o, *c, out, err);
   return RunApply(o, *c, out, err, interrupt);
 }
 

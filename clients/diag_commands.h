@@ -9,6 +9,8 @@
 //             cleared and redrawn, otherwise reports follow each other; --count N stops
 //   trace     ExportTrace of the last --steps steps, checked to parse, written to -o FILE.json
 //   roofline  the calibrated roofline with the window's op classes and steps, -o FILE.svg
+//   recalibrate  Recalibrate: the server measures its ceilings again (engine paused between
+//             two steps); prints old and new ceilings
 //   apply     UpdateEngineOptions with the top plan action's options, wait --settle seconds,
 //             then print measured vs predicted (diag_apply.cc)
 //
@@ -35,7 +37,7 @@ inline constexpr int kDiagExitFailed = 1;
 inline constexpr int kDiagExitUsage = 2;
 
 struct DiagOptions {
-  std::string command;  // info | get | watch | trace | roofline | apply
+  std::string command;  // info | get | watch | trace | roofline | apply | recalibrate
   std::string target = "127.0.0.1:50051";
   double timeout_s = 10;  // connecting, and each call
   bool json = false;

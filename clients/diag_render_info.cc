@@ -49,6 +49,20 @@ std::string RenderCalibration(const v1::Calibration& c) {
   absl::StrAppendFormat(&out, "%-12s per op     %.2f us dispatch, %.2f us issue   (%s)\n", "",
                         c.op_dispatch_us(), c.op_issue_us(), c.dispatch_method());
   absl::StrAppendFormat(&out, "%-12s ridge      %.2f FLOP/byte\n", "", c.ridge_flops_per_byte());
+  if (c.spec_flops_per_s() > 0 || c.spec_bandwidth_bytes_per_s() > 0) {
+    absl::StrAppendFormat(&out, "%-12s spec       %s, %s   (%s)\n", "",
+                          FormatSi(c.spec_flops_per_s(), "FLOP/s"),
+                          FormatSi(c.spec_bandwidth_bytes_per_s(), "B/s"), c.spec_method());
+  }
+  if (c.age_s() >= 0 || c.suspect() || !c.stable()) {
+    absl::StrAppendFormat(
+        &out, "%-12s state      %s%s%s\n", "",
+        c.age_s() >= 0 ? absl::StrFormat("measured %.0f s ago", c.age_s())
+                       : std::string("age unknown"),
+        c.stable() ? "" : "; trials did NOT agree (busy machine)",
+        c.suspect() ? absl::StrCat("; SUSPECT: ", c.suspect_reason(), " (saturn-diag recalibrate)")
+                    : std::string());
+  }
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -227,6 +228,20 @@ absl::StatusOr<EngineOptions> Engine::UpdateOptions(const EngineOptions& o) {
   return options_;
 }
 
+absl::Status Engine::RunBetweenSteps(std::function<absl::Status(Backend*)> fn) {
+  auto done = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> result = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::UnavailableError("engine is shutting down");
+    between_steps_.push_back([this, fn = std::move(fn), done](bool run) {
+      done->set_value(run ? fn(backend_.get()) : absl::UnavailableError("engine is shutting down"));
+    });
+    cv_.notify_one();
+  }
+  return result.get();
+}
+
 void Engine::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -239,6 +254,7 @@ void Engine::Shutdown() {
 }
 
 void Engine::Loop() {
+  std::deque<std::function<void(bool)>> tasks;
   for (;;) {
     std::deque<Pending> incoming;
     std::vector<int64_t> cancels;
@@ -247,18 +263,27 @@ void Engine::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       if (!scheduler_->HasWork()) {
         cv_.wait(lock, [&] {
-          return stopping_ || !incoming_.empty() || !cancels_.empty() || has_pending_options_;
+          return stopping_ || !incoming_.empty() || !cancels_.empty() || has_pending_options_ ||
+                 !between_steps_.empty();
         });
       }
       if (stopping_) break;
       incoming.swap(incoming_);
       cancels.swap(cancels_);
       apply_options = has_pending_options_;
+      tasks.swap(between_steps_);
     }
+    for (auto& task : tasks) task(true);
+    tasks.clear();
     DrainIncoming(&incoming, &cancels);
     if (apply_options) ApplyPendingOptions();
     Step();
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks.swap(between_steps_);
+  }
+  for (auto& task : tasks) task(false);
   // Shutdown: everything still known ends as cancelled, blocks returned first.
   std::deque<Pending> incoming;
   {
@@ -370,6 +395,11 @@ void Engine::AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
 bool Engine::Step() {
   StepRecord rec;
   rec.start_us = NowUs();
+  step_in_flight_since_us_ = rec.start_us;
+  struct InFlight {  // cleared on every return
+    std::atomic<double>* since;
+    ~InFlight() { *since = 0; }
+  } in_flight{&step_in_flight_since_us_};
   StepPlan plan = scheduler_->Schedule();
   rec.schedule_us = NowUs() - rec.start_us;
   if (plan.empty()) {

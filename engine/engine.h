@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -105,6 +106,13 @@ class Engine {
   // Validates `options` against this engine (limits, backend ability), applies them at the
   // next step boundary and returns the options in force after that.
   absl::StatusOr<EngineOptions> UpdateOptions(const EngineOptions& options);
+  // Runs `fn` on the engine thread between two steps (the engine is paused while it runs:
+  // no step starts until it returns) and returns its status. Diagnostics use it to
+  // recalibrate with the device otherwise idle. UNAVAILABLE after Shutdown.
+  absl::Status RunBetweenSteps(std::function<absl::Status(Backend*)> fn);
+  // Start time (steady clock, us) of the step running now; 0 when none is (a step in flight
+  // at a diagnostics window's edge is busy time, not idle).
+  double step_in_flight_since_us() const { return step_in_flight_since_us_.load(); }
   // Stops accepting, cancels every request (each gets its final event), joins the loop.
   void Shutdown();
 
@@ -179,6 +187,10 @@ class Engine {
   int kv_free_ = 0;       // guarded by mu_ (mirror of the scheduler's)
   std::unordered_map<int64_t, Live> live_;  // engine thread only
   int64_t step_id_ = 0;                     // engine thread only
+
+  std::deque<std::function<void(bool run)>>
+      between_steps_;  // guarded by mu_; run=false: shutting down
+  std::atomic<double> step_in_flight_since_us_{0};
 
   std::thread loop_;
 };

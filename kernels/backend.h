@@ -100,6 +100,14 @@ struct StepTiming {
   bool graph_replayed = false;
 };
 
+// Datasheet-style ceilings computed from the device's own properties (calibration reports
+// them beside the measured ones); zeros where the backend cannot say.
+struct SpecCeilings {
+  double flops_per_s = 0;  // peak dense tensor FLOP/s in the compute dtype
+  double bytes_per_s = 0;  // peak memory bandwidth
+  std::string method;      // how each was computed
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -116,6 +124,7 @@ class Backend {
   // One-op dispatch cost is measured by the calibrator; this says whether per-op device
   // timing perturbs the device enough that it should be sampled rather than always on.
   virtual bool per_op_timing_is_cheap() const = 0;
+  virtual SpecCeilings spec_ceilings() const { return {}; }
 
   // --- memory ---------------------------------------------------------------------------
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;

@@ -95,6 +95,17 @@ double NvmlUtilization(const Engine& engine) {
   return -1;
 }
 
+bool FillCalibration(const DiagnosticsState& diag, v1::Calibration* out) {
+  const std::optional<Calibration> cal = diag.calibration();
+  if (!cal.has_value()) return false;
+  ToProto(*cal, diag.calibration_ms(), out);
+  out->set_age_s(diag.calibration_age_s());
+  std::string reason;
+  out->set_suspect(diag.calibration_suspect(&reason));
+  out->set_suspect_reason(reason);
+  return true;
+}
+
 void FillReport(const Engine& engine, DiagnosticsState* diag, const DiagWindow& window,
                 bool include_json, int max_step_points, v1::DiagnosticsReport* out) {
   std::vector<StepRecord> steps;

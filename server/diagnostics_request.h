@@ -43,6 +43,10 @@ absl::Status ValidateStepPoints(int max_step_points);
 // no CUDA, the backend is not CUDA, or the driver library is absent.
 double NvmlUtilization(const Engine& engine);
 
+// The calibration in force as GetServerInfo and Recalibrate return it: the figures, how
+// long measuring took, its age and the self-check's suspect flag. False when none yet.
+bool FillCalibration(const DiagnosticsState& diag, v1::Calibration* out);
+
 // One report over `window` as the RPCs return it.
 void FillReport(const Engine& engine, DiagnosticsState* diag, const DiagWindow& window,
                 bool include_json, int max_step_points, v1::DiagnosticsReport* out);

@@ -101,4 +101,19 @@ grpc::ServerUnaryReactor* DiagnosticsService::ExportTrace(grpc::CallbackServerCo
   return reactor;
 }
 
+grpc::ServerUnaryReactor* DiagnosticsService::Recalibrate(grpc::CallbackServerContext* context,
+                                                          const v1::RecalibrateRequest* /*request*/,
+                                                          v1::RecalibrateResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  DiagnosticsState* diag = diag_;
+  RunUnary(state_, &timer_, reactor, [diag, response](Engine* engine) {
+    FillCalibration(*diag, response->mutable_previous());
+    absl::StatusOr<Calibration> cal = diag->Recalibrate(engine);
+    if (!cal.ok()) return ToGrpcStatus(cal.status());
+    FillCalibration(*diag, response->mutable_calibration());
+    return grpc::Status::OK;
+  });
+  return reactor;
+}
+
 }  // namespace saturn

@@ -1,6 +1,6 @@
 // saturn.v1.Diagnostics on the gRPC callback API: GetDiagnostics, WatchDiagnostics (a
-// WatchReactor per stream) and ExportTrace. Handlers validate on the gRPC thread and hand the
-// work (reading step records, analysing, rendering) to one shared TimerThread, so no gRPC
+// WatchReactor per stream), ExportTrace and Recalibrate. Handlers validate on the gRPC thread and
+// hand the work (reading step records, analysing, rendering) to one shared TimerThread, so no gRPC
 // thread waits or crunches. The engine comes from ServingState (UNAVAILABLE until it is
 // ready); each task holds a ServingState call token while it reads the engine.
 #pragma once
@@ -27,6 +27,11 @@ class DiagnosticsService final : public v1::Diagnostics::CallbackService {
   grpc::ServerUnaryReactor* ExportTrace(grpc::CallbackServerContext* context,
                                         const v1::ExportTraceRequest* request,
                                         v1::ExportTraceResponse* response) override;
+  // Runs on the timer thread (other diagnostics wait the few seconds it takes); the engine
+  // pauses between two steps while the ceilings are measured.
+  grpc::ServerUnaryReactor* Recalibrate(grpc::CallbackServerContext* context,
+                                        const v1::RecalibrateRequest* request,
+                                        v1::RecalibrateResponse* response) override;
 
  private:
   ServingState* state_;

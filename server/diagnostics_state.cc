@@ -1,6 +1,8 @@
 // DiagnosticsState: calibration at start, reports, and the plan -> applied -> tracked loop.
 #include "server/diagnostics_state.h"
 
+#include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <utility>
 
@@ -16,9 +18,80 @@ bool SameOptions(const StepOptions& a, const EngineOptions& b) {
          a.cuda_graphs == b.cuda_graphs;
 }
 
+// Ceilings measured with the model's own GEMM shape beside the square one: a prefill
+// chunk (the token budget, at most 512 rows) x hidden x intermediate.
+CalibrationOptions CalibrationOptionsFor(const Engine& engine) {
+  CalibrationOptions o;
+  o.model_m = std::clamp(engine.options().max_num_batched_tokens, 16, 512);
+  o.model_k = engine.model().hidden_size;
+  o.model_n = engine.model().intermediate_size;
+  return o;
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 bool SameOptions(const EngineOptions& a, const EngineOptions& b) {
   return a.max_num_seqs == b.max_num_seqs && a.max_num_batched_tokens == b.max_num_batched_tokens &&
          a.cuda_graphs == b.cuda_graphs;
+}
+
+struct WindowEdges {
+  double busy_us = 0;  // overlap of steps not wholly inside the window
+  bool in_flight = false;
+  double widened_from_s = 0;
+};
+
+// Keeps the steps wholly inside [*begin_us, end_us]; counts the overlap of a step that
+// straddles either edge (or still runs) as busy; widens the window back to the last
+// kMinSteps complete steps when it holds fewer (a window shorter than a few steps).
+WindowEdges FitWindow(const Engine& engine, std::vector<StepRecord>* steps, double* begin_us,
+                      double end_us) {
+  constexpr size_t kMinSteps = 3;
+  WindowEdges e;
+  double last_start = steps->empty() ? 0 : steps->back().start_us;
+  for (const StepRecord& r : *steps) {
+    if (r.end_us > end_us && r.start_us < end_us) {  // finished after the window's end
+      e.busy_us += end_us - r.start_us;
+      e.in_flight = true;
+    }
+  }
+  std::erase_if(*steps, [end_us](const StepRecord& r) { return r.end_us > end_us; });
+  const double running = engine.step_in_flight_since_us();
+  if (running > 0 && running < end_us && running > last_start) {
+    e.busy_us += end_us - std::max(running, *begin_us);
+    e.in_flight = true;
+  }
+  if (steps->size() < kMinSteps) {
+    // Widen: the last kMinSteps complete steps ending by end_us (the ring permitting).
+    std::vector<StepRecord> recent = engine.steps().Last(steps->size() + kMinSteps + 2);
+    std::erase_if(recent, [end_us](const StepRecord& r) { return r.end_us > end_us; });
+    if (recent.size() > kMinSteps) recent.erase(recent.begin(), recent.end() - kMinSteps);
+    if (recent.size() > steps->size() && recent.front().start_us < *begin_us) {
+      e.widened_from_s = (end_us - *begin_us) * 1e-6;
+      *begin_us = recent.front().start_us;
+      *steps = std::move(recent);
+      return e;  // the widened window starts at a step: no straddling step at its start
+    }
+  }
+  // A step that started before the window and ended inside it: its overlap is busy.
+  const size_t n = steps->size();
+  std::vector<StepRecord> prev = engine.steps().Last(1);
+  if (n == 0 && !prev.empty() && prev.back().end_us <= end_us && prev.back().end_us > *begin_us &&
+      prev.back().start_us < *begin_us) {
+    e.busy_us += prev.back().end_us - *begin_us;
+  } else if (n > 0) {
+    // The ring is ordered: the step before the window's first one is the candidate.
+    std::vector<StepRecord> tail = engine.steps().Last(n + 8);
+    for (size_t i = 0; i + 1 < tail.size(); ++i) {
+      if (tail[i + 1].start_us == steps->front().start_us && tail[i].start_us < *begin_us &&
+          tail[i].end_us > *begin_us) {
+        e.busy_us += tail[i].end_us - *begin_us;
+      }
+    }
+  }
+  return e;
 }
 
 }  // namespace
@@ -41,10 +114,13 @@ absl::Status DiagnosticsState::InitCalibration(Engine* engine, const ServerConfi
     }
   } else {
     const double t0 = NowUs();
-    absl::StatusOr<Calibration> measured = Calibrate(engine->mutable_backend());
+    CalibrationOptions options = CalibrationOptionsFor(*engine);
+    options.quick = config.calibration == "quick";
+    absl::StatusOr<Calibration> measured = Calibrate(engine->mutable_backend(), options);
     if (!measured.ok()) {
-      return absl::Status(measured.status().code(),
-                          absl::StrCat("--calibration=measure: ", measured.status().message()));
+      return absl::Status(
+          measured.status().code(),
+          absl::StrCat("--calibration=", config.calibration, ": ", measured.status().message()));
     }
     ms = (NowUs() - t0) / 1000.0;
     cal = std::move(*measured);
@@ -61,10 +137,52 @@ absl::Status DiagnosticsState::InitCalibration(Engine* engine, const ServerConfi
       "us/op%s\n",
       cal.source, cal.gemm_flops_per_s / 1e9, cal.bandwidth_bytes_per_s / 1e9, cal.op_dispatch_us,
       ms > 0 ? absl::StrFormat(", measured in %.0f ms", ms) : std::string());
+  if (!cal.stable) {
+    std::cerr << "saturn-server: warning: calibration trials did not agree (busy machine?): "
+              << cal.gemm_method << "; " << cal.bandwidth_method << "\n";
+  }
   std::lock_guard<std::mutex> lock(mu_);
   calibration_ = std::move(cal);
   calibration_ms_ = ms;
+  last_sched_ = ReadSchedTimes();
   return absl::OkStatus();
+}
+
+absl::StatusOr<Calibration> DiagnosticsState::Recalibrate(Engine* engine) {
+  const CalibrationOptions options = CalibrationOptionsFor(*engine);
+  absl::StatusOr<Calibration> measured;
+  double ms = 0;
+  absl::Status s = engine->RunBetweenSteps([&](Backend* backend) {
+    const double t0 = NowUs();
+    measured = Calibrate(backend, options);
+    ms = (NowUs() - t0) / 1000.0;
+    return measured.status();
+  });
+  if (!s.ok()) return s;
+  measured->source = "measured";
+  std::cerr << absl::StrFormat(
+      "saturn-server: recalibrated: GEMM %.1f GFLOP/s, bandwidth %.1f GB/s, dispatch %.2f us/op, "
+      "in %.0f ms%s\n",
+      measured->gemm_flops_per_s / 1e9, measured->bandwidth_bytes_per_s / 1e9,
+      measured->op_dispatch_us, ms, measured->stable ? "" : " (trials did not agree)");
+  std::lock_guard<std::mutex> lock(mu_);
+  calibration_ = *measured;
+  calibration_ms_ = ms;
+  suspect_ = false;
+  suspect_reason_.clear();
+  return measured;
+}
+
+double DiagnosticsState::calibration_age_s() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!calibration_ || calibration_->measured_unix_s <= 0) return -1;
+  return std::max(0.0, UnixNow() - calibration_->measured_unix_s);
+}
+
+bool DiagnosticsState::calibration_suspect(std::string* reason) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reason != nullptr) *reason = suspect_reason_;
+  return suspect_;
 }
 
 std::optional<Calibration> DiagnosticsState::calibration() const {
@@ -86,13 +204,33 @@ DiagnosticsReport DiagnosticsState::BuildReport(const Engine& engine, double beg
       steps.size() >= engine.steps().capacity() && !steps.empty()) {
     begin_us = std::max(begin_us, steps.front().start_us);
   }
-  std::erase_if(steps, [end_us](const StepRecord& r) { return r.end_us > end_us; });
-  const AnalyzerContext ctx = ContextFromEngine(engine);
+  const WindowEdges edges = FitWindow(engine, &steps, &begin_us, end_us);
+  AnalyzerContext ctx = ContextFromEngine(engine);
+  ctx.edge_busy_us = edges.busy_us;
+  ctx.step_in_flight = edges.in_flight;
+  ctx.widened_from_s = edges.widened_from_s;
+  {
+    // Contention since the previous report: how much of their runnable time the server's
+    // threads ran (other processes holding the cores make every kernel look slow).
+    const SchedTimes now = ReadSchedTimes();
+    std::lock_guard<std::mutex> lock(mu_);
+    const double run = now.run_ns - last_sched_.run_ns, wait = now.wait_ns - last_sched_.wait_ns;
+    if (now.available && last_sched_.available && run > 0 && wait >= 0) {
+      ctx.run_share = run / (run + wait);
+    }
+    last_sched_ = now;
+  }
   const Calibration cal = calibration().value_or(Calibration{});
   DiagnosticsReport report = Analyze(steps, begin_us, end_us, cal, ctx);
   report.tracked = tracker_.Evaluate(steps);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const CalibrationCheck& check = report.verdict.calibration_check;
+    if (check.suspect && !suspect_) {
+      suspect_ = true;
+      suspect_reason_ = check.notes.empty() ? std::string() : check.notes.front();
+      std::cerr << "saturn-server: calibration suspect: " << suspect_reason_ << "\n";
+    }
     if (!report.plan.actions.empty()) {
       recent_.push_front(RecentPlan{report.plan, report.model, ctx});
       if (recent_.size() > kRecentPlans) recent_.pop_back();

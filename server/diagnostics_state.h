@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/calibration.h"
+#include "engine/diag/calibration_trials.h"
 #include "engine/diag/plan_tracker.h"
 #include "engine/engine.h"
 #include "server/request_metrics.h"
@@ -32,10 +33,19 @@ class DiagnosticsState {
   // (--calibration=file), then saves them when --save_calibration is set. Call once, after
   // Engine::Create and before serving: the engine loop must be idle. Errors name the flag.
   absl::Status InitCalibration(Engine* engine, const ServerConfig& config);
+  // Measures the ceilings again on the engine thread between two steps (the engine pauses
+  // for it, so the device is otherwise idle), replaces the calibration in force and clears
+  // the suspect flag. Errors: UNAVAILABLE while shutting down, the backend's errors.
+  absl::StatusOr<Calibration> Recalibrate(Engine* engine);
   // Nullopt before InitCalibration succeeded.
   std::optional<Calibration> calibration() const;
   // Wall time measuring took (0 when loaded from a file).
   double calibration_ms() const;
+  // Seconds since the calibration in force was measured (-1: unknown, e.g. an old file).
+  double calibration_age_s() const;
+  // Set when a report found an achieved rate above a ceiling (self-check); cleared by
+  // Recalibrate. `reason` gets the first note.
+  bool calibration_suspect(std::string* reason = nullptr) const;
 
   // One report over steps fully inside [begin_us, end_us] (steady clock), with the tracked
   // outcome of an applied action; remembers its plan. `steps_out` (optional) receives the
@@ -62,6 +72,9 @@ class DiagnosticsState {
   mutable std::mutex mu_;
   std::optional<Calibration> calibration_;  // guarded by mu_
   double calibration_ms_ = 0;               // guarded by mu_
+  bool suspect_ = false;                    // guarded by mu_
+  SchedTimes last_sched_;                   // guarded by mu_: at the previous report
+  std::string suspect_reason_;              // guarded by mu_
   std::deque<RecentPlan> recent_;           // newest first; guarded by mu_
   PlanTracker tracker_;
   RequestMetrics request_metrics_;

@@ -44,6 +44,7 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
 ABSL_FLAG(uint64_t, seed, 1234, "Seed of the built-in presets' random weights");
 ABSL_FLAG(std::string, calibration, "measure",
           "measure: measure the device's GEMM peak, bandwidth and op dispatch cost at start; "
+          "quick: the same with shorter trials and smaller buffers (tests); "
           "file: load them from --calibration_file");
 ABSL_FLAG(std::string, calibration_file, "",
           "Calibration JSON to load with --calibration=file (written by --save_calibration)");

@@ -76,6 +76,15 @@ std::string RenderMetrics(ServingState* state, DiagnosticsState* diag, double wi
           cal->bandwidth_bytes_per_s, &out);
     Gauge("saturn:calibrated_op_dispatch_seconds", "Calibrated cost of issuing one op.",
           cal->op_dispatch_us * 1e-6, &out);
+    Gauge("saturn:calibration_age_seconds",
+          "Seconds since the ceilings in force were measured (-1: unknown).",
+          diag->calibration_age_s(), &out);
+    Gauge("saturn:calibration_suspect",
+          "1 when a report saw an achieved rate above a calibrated ceiling (cleared by "
+          "Recalibrate).",
+          diag->calibration_suspect() ? 1.0 : 0.0, &out);
+    Gauge("saturn:calibration_stable", "1 when every calibration series met its stability test.",
+          cal->stable ? 1.0 : 0.0, &out);
   }
   diag->request_metrics()->Render(&out);
   return out;

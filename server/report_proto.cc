@@ -138,6 +138,19 @@ void ToProto(const Calibration& c, double calibration_ms, v1::Calibration* out) 
   out->set_dispatch_method(c.dispatch_method);
   out->set_source(c.source);
   out->set_calibration_ms(calibration_ms);
+  out->set_gemm_square_flops_per_s(c.gemm_square_flops_per_s);
+  out->set_gemm_model_flops_per_s(c.gemm_model_flops_per_s);
+  out->set_gemm_model_shape(c.gemm_model_shape);
+  out->set_stream_bandwidth_bytes_per_s(c.stream_bandwidth_bytes_per_s);
+  out->set_copy_bandwidth_bytes_per_s(c.copy_bandwidth_bytes_per_s);
+  out->set_gemm_spread(c.gemm_spread);
+  out->set_bandwidth_spread(c.bandwidth_spread);
+  out->set_stable(c.stable);
+  out->set_run_share(c.run_share);
+  out->set_cache_bytes(c.cache_bytes);
+  out->set_spec_flops_per_s(c.spec_flops_per_s);
+  out->set_spec_bandwidth_bytes_per_s(c.spec_bandwidth_bytes_per_s);
+  out->set_spec_method(c.spec_method);
 }
 
 void ToProto(const GraphInfo& g, v1::CudaGraphInfo* out) {
@@ -165,6 +178,25 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
   ToProto(r.profile, out->mutable_profile());
   for (const ClassProfile& c : r.profile.classes) ToProto(c, out->add_classes());
   ToProto(r.calibration, 0, out->mutable_calibration());
+  const CalibrationCheck& cc = r.verdict.calibration_check;
+  out->mutable_calibration()->set_suspect(cc.suspect);
+  if (!cc.notes.empty()) out->mutable_calibration()->set_suspect_reason(cc.notes.front());
+  for (const std::string& n : cc.notes) out->add_calibration_notes(n);
+  out->set_judged_flops_per_s(cc.judged_flops_per_s);
+  out->set_judged_bytes_per_s(cc.judged_bytes_per_s);
+  out->set_step_mfu(r.verdict.step_mfu);
+  out->set_step_mbu(r.verdict.step_mbu);
+  out->set_far_below_roofs(r.verdict.far_below_roofs);
+  for (const Headroom& h : r.verdict.headroom) {
+    v1::Headroom* o = out->add_headroom();
+    o->set_op_class(OpClassName(h.op_class));
+    o->set_step_share(h.step_share);
+    o->set_roofline_efficiency(h.roofline_efficiency);
+    o->set_step_saved_share(h.step_saved_share);
+    o->set_speedup(h.speedup);
+  }
+  out->set_window_note(r.verdict.window_note);
+  out->set_run_share(r.verdict.run_share);
   for (const Action& a : r.plan.actions) ToProto(a, out->add_plan());
   out->set_plan_note(r.plan.note);
   out->set_kv_capacity_batch(r.plan.kv_capacity_batch);

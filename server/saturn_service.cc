@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/diagnostics_request.h"
 #include "server/generate_reactor.h"
 #include "server/raw_message.h"
 #include "server/report_proto.h"
@@ -85,11 +86,7 @@ grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerConte
   }
   v1::ServerInfo info;
   FillServerInfo(*engine, Limits(*engine), state_->listen_address(), &info);
-  if (diag_ != nullptr) {
-    if (std::optional<Calibration> cal = diag_->calibration(); cal.has_value()) {
-      ToProto(*cal, diag_->calibration_ms(), info.mutable_calibration());
-    }
-  }
+  if (diag_ != nullptr) FillCalibration(*diag_, info.mutable_calibration());
   ToProto(engine->graph_info(), info.mutable_cuda_graphs());
   SerializeResponse(info, response);
   reactor->Finish(grpc::Status::OK);

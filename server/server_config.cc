@@ -124,17 +124,18 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--shutdown_grace: must be >= 0, got ", absl::FormatDuration(shutdown_grace)));
   }
-  if (calibration != "measure" && calibration != "file") {
+  if (calibration != "measure" && calibration != "quick" && calibration != "file") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--calibration: \"", calibration, "\" is not one of measure, file"));
+        absl::StrCat("--calibration: \"", calibration, "\" is not one of measure, quick, file"));
   }
   if (calibration == "file" && calibration_file.empty()) {
     return absl::InvalidArgumentError(
         "--calibration_file: required with --calibration=file (a file --save_calibration wrote)");
   }
   if (calibration != "file" && !calibration_file.empty()) {
-    return absl::InvalidArgumentError(
-        "--calibration_file: only read with --calibration=file (got --calibration=measure)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--calibration_file: only read with --calibration=file (got --calibration=", calibration,
+        ")"));
   }
   if (metrics_port < -1 || metrics_port > 65535) {
     return absl::InvalidArgumentError(absl::StrFormat(

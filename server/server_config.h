@@ -19,7 +19,7 @@ struct ServerConfig {
   int max_client_request_id_bytes = 256;
   int max_stop_token_ids = 256;
   // Diagnostics (docs/DIAGNOSTICS.md): how the device's ceilings are obtained at start.
-  std::string calibration = "measure";  // measure | file
+  std::string calibration = "measure";  // measure | quick (shorter trials) | file
   std::string calibration_file;         // read with calibration == "file"
   std::string save_calibration;         // write the calibration here after start (optional)
   // Prometheus text endpoint: 0 off; -1 any free port (logged; tests); else the port. It

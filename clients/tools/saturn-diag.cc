@@ -51,7 +51,8 @@ constexpr char kUsage[] =
     "  watch                a report every --interval_ms (--count N to stop)\n"
     "  trace -o FILE.json   the last --steps steps as a Perfetto / Chrome trace\n"
     "  roofline -o FILE.svg the calibrated roofline with this window's op classes and steps\n"
-    "  apply                apply the plan's top action, wait --settle s, report the outcome";
+    "  apply                apply the plan's top action, wait --settle s, report the outcome\n"
+    "  recalibrate          measure the server's ceilings again (engine paused between steps)";
 
 }  // namespace
 

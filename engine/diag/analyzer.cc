@@ -1,4 +1,5 @@
-// Analyze(): profile -> verdict -> step model -> plan (analyzer.h).
+// Analyze(): profile -> self-check of the ceilings -> verdict -> step model -> plan
+// (analyzer.h).
 #include "engine/diag/analyzer.h"
 
 namespace saturn {
@@ -11,9 +12,19 @@ DiagnosticsReport Analyze(const std::vector<StepRecord>& steps, double window_be
   r.window_end_us = window_end_us;
   r.calibration = cal;
   r.profile = ComputeProfile(steps, window_begin_us, window_end_us, cal, ctx, th);
-  r.verdict = Classify(steps, r.profile, cal, ctx, th);
-  r.model = FitStepModel(steps, cal, ctx.additive_roofline);
-  r.plan = MakePlan(steps, r.profile, r.verdict, r.model, cal, ctx, th);
+  const CalibrationCheck check = CheckCalibration(steps, r.profile, cal, ctx, th);
+  // Judge with ceilings the window has not disproved: a ceiling known to be low is raised
+  // to the observed maximum (the report keeps the calibrated figures and says why).
+  Calibration judged = cal;
+  if (check.suspect) {
+    judged.gemm_flops_per_s = check.judged_flops_per_s;
+    judged.bandwidth_bytes_per_s = check.judged_bytes_per_s;
+    r.profile = ComputeProfile(steps, window_begin_us, window_end_us, judged, ctx, th);
+  }
+  r.verdict = Classify(steps, r.profile, judged, ctx, th);
+  r.verdict.calibration_check = check;
+  r.model = FitStepModel(steps, judged, ctx.additive_roofline);
+  r.plan = MakePlan(steps, r.profile, r.verdict, r.model, judged, ctx, th);
   return r;
 }
 

@@ -54,6 +54,14 @@ struct AnalyzerContext {
   int additive_roofline = -1;
   // Optional latency objective: plans keep predicted TPOT under it (0: none).
   double tpot_slo_ms = 0;
+  // The window's edges: busy time of steps that overlap the window but are not wholly inside
+  // it (one that started before it, one still running at its end). Busy, never idle.
+  double edge_busy_us = 0;
+  bool step_in_flight = false;  // a step was still running at the window's end
+  double widened_from_s = 0;    // > 0: the window asked for was this long and held too few steps
+  // Share of runnable time the server's threads ran since the previous report (schedstat;
+  // 1: no contention seen): under 1, other processes held the cores.
+  double run_share = 1;
 };
 
 // Fixed thresholds, each with its source in docs/DIAGNOSTICS.md; the launch-bound test is
@@ -72,6 +80,24 @@ struct AnalyzerThresholds {
   // request (has prefill tokens) and the gap is longer than max(this, the previous step's
   // time); otherwise it is the engine loop's own overhead (HTA's "kernel wait").
   double idle_gap_floor_us = 1000;
+  // Self-check: an achieved rate over the ceiling by more than this share (or the
+  // calibration's own spread, if larger) marks the calibration suspect.
+  double ceiling_tolerance = 0.05;
+  // Headroom: a window is far below both roofs when MFU and MBU (over step time) are under this.
+  double far_below_roofs = 0.5;
+  // A verdict from fewer complete steps than this is qualified (the window is too short).
+  int min_window_steps = 3;
+};
+
+// The self-check of the ceilings against what the window achieved (self_check.cc).
+struct CalibrationCheck {
+  bool suspect = false;            // an achieved rate exceeded a ceiling
+  bool cache_resident = false;     // explained: the model's working set fits in the cache
+  std::vector<std::string> notes;  // plain words, one per exceeded ceiling
+  // What the verdict was judged with: max(calibrated, observed maximum).
+  double judged_flops_per_s = 0, judged_bytes_per_s = 0;
+  double observed_max_flops_per_s = 0, observed_max_bytes_per_s = 0;
+  double raw_mfu = 0, raw_mbu = 0;  // the window's MFU/MBU against the calibrated ceilings
 };
 
 struct Signal {
@@ -111,6 +137,7 @@ struct Profile {
   double idle_share = 0;     // no step running: the engine waits for requests
   double host_share = 0;     // schedule + prepare + postprocess + loop gaps
   double loop_gap_us = 0;    // short gaps between steps: the engine loop's own overhead
+  double edge_busy_us = 0;   // steps overlapping the window's edges (incl. one in flight)
   double launch_share = 0;   // op count x calibrated dispatch cost
   // Achieved rates over the span, and as shares of the calibrated ceilings.
   double flops_per_s = 0, bytes_per_s = 0;
@@ -128,11 +155,27 @@ struct Profile {
   std::vector<ClassProfile> classes;
 };
 
+// An op class holding the step below its roof (classify.cc, "Headroom named").
+struct Headroom {
+  OpClass op_class = OpClass::kGemm;
+  double step_share = 0;           // share of step time the class costs
+  double roofline_efficiency = 0;  // its roofline floor / its measured time
+  double step_saved_share = 0;     // share of step time saved if it reached its roof
+  double speedup = 1;              // tokens/s ratio that would give
+};
+
 struct Verdict {
   Bottleneck bottleneck = Bottleneck::kUnknown;
   Bottleneck step_bound = Bottleneck::kUnknown;  // what bounds the steps that do run
   std::vector<Signal> signals;
   std::string summary;
+  // Over step time (idle excluded): how close the steps that ran are to each roof.
+  double step_mfu = 0, step_mbu = 0;
+  bool far_below_roofs = false;    // under AnalyzerThresholds::far_below_roofs of both
+  std::vector<Headroom> headroom;  // classes furthest below their roof, largest loss first
+  std::string window_note;         // the window was too short / widened / a step was in flight
+  double run_share = 1;            // AnalyzerContext::run_share: contention from other processes
+  CalibrationCheck calibration_check;
 };
 
 enum class ActionKind {
@@ -207,6 +250,11 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
                        const AnalyzerThresholds& th = {});
 Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
                  const AnalyzerContext& ctx, const AnalyzerThresholds& th);
+// Compares the window's achieved rates (whole window over step time, each op class) with
+// the ceilings; the judged ceilings are the calibrated ones raised to any observed maximum.
+CalibrationCheck CheckCalibration(const std::vector<StepRecord>& steps, const Profile& p,
+                                  const Calibration& cal, const AnalyzerContext& ctx,
+                                  const AnalyzerThresholds& th);
 Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verdict& v,
               const StepModel& model, const Calibration& cal, const AnalyzerContext& ctx,
               const AnalyzerThresholds& th);

@@ -1,14 +1,20 @@
 #include "engine/diag/calibration.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/diag/calibration_trials.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
@@ -23,14 +29,56 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Fills a buffer with random values (never time on zeros).
+// Fills a buffer with random values (never time on zeros): a 1 Mi-element random block,
+// tiled, so that a 256 MiB buffer costs a copy rather than 64 M random draws.
 absl::Status FillRandom(Backend* b, const Tensor& t, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> host(static_cast<size_t>(t.numel()));
-  for (float& x : host) x = u(rng);
+  const size_t n = static_cast<size_t>(t.numel());
+  std::vector<float> block(std::min<size_t>(n, size_t{1} << 20));
+  for (float& x : block) x = u(rng);
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; i += block.size()) {
+    std::copy_n(block.begin(), std::min(block.size(), n - i), host.begin() + i);
+  }
   RETURN_IF_ERROR(b->UploadF32(host.data(), t));
   return b->Synchronize();
+}
+
+// One GEMM [m, k] x [n, k]^T in the compute dtype, timed in trials.
+absl::StatusOr<TrialSeries> TimeGemm(Backend* b, int64_t m, int64_t k, int64_t n,
+                                     const TrialOptions& topt) {
+  const DType dt = b->compute_dtype();
+  ASSIGN_OR_RETURN(DeviceBuffer a, b->Allocate(size_t(m) * k * DTypeSize(dt)));
+  ASSIGN_OR_RETURN(DeviceBuffer w, b->Allocate(size_t(n) * k * DTypeSize(dt)));
+  ASSIGN_OR_RETURN(DeviceBuffer o, b->Allocate(size_t(m) * n * DTypeSize(dt)));
+  const Tensor ta = a.View(dt, m, k), tw = w.View(dt, n, k), to = o.View(dt, m, n);
+  RETURN_IF_ERROR(FillRandom(b, ta, 1));
+  RETURN_IF_ERROR(FillRandom(b, tw, 2));
+  return RunTrials(
+      [&]() -> absl::Status {
+        b->BeginStep(false);
+        RETURN_IF_ERROR(b->Gemm(ta, tw, to));
+        RETURN_IF_ERROR(b->Synchronize());
+        return b->EndStep().status();
+      },
+      2.0 * double(m) * double(n) * double(k), topt);
+}
+
+int BackendThreads(const Backend& b) {
+  const std::string name = b.device_name();  // the CPU backend: "<model> (N threads)"
+  const size_t open = name.rfind('(');
+  if (open != std::string::npos) {
+    const int n = std::atoi(name.c_str() + open + 1);
+    if (n > 0 && name.find(" threads)", open) != std::string::npos) return n;
+  }
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+double LastLevelCacheBytes() {
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 <= 0) l3 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l3 > 0 ? double(l3) : 0;
 }
 
 }  // namespace
@@ -42,84 +90,137 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
   c.backend = backend->name();
   c.device = backend->device_name();
   c.dtype = DTypeName(dt);
+  c.measured_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  TrialOptions topt;
+  topt.min_trial_s = opt.quick ? opt.min_trial_s / 4 : opt.min_trial_s;
+  topt.min_trials = opt.quick ? 2 : opt.min_trials;
+  topt.max_trials = opt.quick ? std::max(2, opt.max_trials / 2) : opt.max_trials;
+  topt.tolerance = opt.tolerance;
+  topt.correct_contention = cpu;  // a GPU is not time-shared with the host's other work
+  topt.threads = opt.threads > 0 ? opt.threads : BackendThreads(*backend);
+  topt.max_series_s = opt.quick ? 0.3 : 1.0;
+  double run_share_min = 1;
 
-  // GEMM peak.
-  const int n = opt.gemm_size > 0 ? opt.gemm_size : (cpu ? 1024 : 8192);
-  {
-    ASSIGN_OR_RETURN(DeviceBuffer a, backend->Allocate(size_t(n) * n * DTypeSize(dt)));
-    ASSIGN_OR_RETURN(DeviceBuffer w, backend->Allocate(size_t(n) * n * DTypeSize(dt)));
-    ASSIGN_OR_RETURN(DeviceBuffer o, backend->Allocate(size_t(n) * n * DTypeSize(dt)));
-    const Tensor ta = a.View(dt, n, n), tw = w.View(dt, n, n), to = o.View(dt, n, n);
-    RETURN_IF_ERROR(FillRandom(backend, ta, 1));
-    RETURN_IF_ERROR(FillRandom(backend, tw, 2));
-    const int inner = cpu ? 1 : 10;
-    std::vector<double> times;
-    for (int r = 0; r < opt.repeats + 1; ++r) {
-      backend->BeginStep(false);
-      const double t0 = Seconds();
-      for (int i = 0; i < inner; ++i) RETURN_IF_ERROR(backend->Gemm(ta, tw, to));
-      RETURN_IF_ERROR(backend->Synchronize());
-      const double dt_s = (Seconds() - t0) / inner;
-      RETURN_IF_ERROR(backend->EndStep().status());
-      if (r > 0) times.push_back(dt_s);  // first run is warm-up
+  // GEMM peak: the square GEMM and the model's own prefill shape; the ceiling is the better.
+  const int n = opt.gemm_size > 0 ? opt.gemm_size : (cpu ? (opt.quick ? 512 : 1024) : 8192);
+  ASSIGN_OR_RETURN(TrialSeries sq, TimeGemm(backend, n, n, n, topt));
+  c.gemm_square_flops_per_s = sq.best;
+  c.gemm_flops_per_s = sq.best;
+  c.gemm_spread = sq.spread;
+  c.stable = sq.stable;
+  run_share_min = std::min(run_share_min, sq.run_share);
+  c.gemm_method = absl::StrCat(n, "x", n, "x", n, " ", DTypeName(dt),
+                               " GEMM through the backend, random data, ", sq.Describe());
+  if (opt.model_m > 0 && opt.model_k > 0 && opt.model_n > 0) {
+    ASSIGN_OR_RETURN(TrialSeries ms,
+                     TimeGemm(backend, opt.model_m, opt.model_k, opt.model_n, topt));
+    c.gemm_model_flops_per_s = ms.best;
+    c.gemm_model_shape = absl::StrCat(opt.model_m, "x", opt.model_k, "x", opt.model_n);
+    c.stable = c.stable && ms.stable;
+    run_share_min = std::min(run_share_min, ms.run_share);
+    absl::StrAppend(&c.gemm_method, "; model shape ", c.gemm_model_shape,
+                    " (MxKxN): ", absl::StrFormat("%.1f GFLOP/s, ", ms.best / 1e9), ms.Describe());
+    if (ms.best > c.gemm_flops_per_s) {
+      c.gemm_flops_per_s = ms.best;
+      c.gemm_spread = ms.spread;
     }
-    c.gemm_flops_per_s = 2.0 * n * n * double(n) / Median(times);
-    c.gemm_method = absl::StrCat(n, "x", n, "x", n, " ", DTypeName(dt),
-                                 " GEMM through the backend, random data, median of ", opt.repeats,
-                                 " after one warm-up");
   }
 
-  // Copy bandwidth.
-  const size_t bytes = opt.copy_bytes > 0 ? opt.copy_bytes : (cpu ? (256u << 20) : (2ull << 30));
+  // Bandwidth: a read-only weight stream through the backend's GEMM at M = 1 (what a decode
+  // step does with all threads) and a device-to-device copy; the ceiling is the better.
+  size_t bytes = opt.copy_bytes > 0 ? opt.copy_bytes : (cpu ? (256u << 20) : (2ull << 30));
+  if (opt.quick) bytes /= 4;
+  {
+    const int64_t k = 1024;
+    const int64_t rows = std::max<int64_t>(64, int64_t(bytes / DTypeSize(dt)) / k);
+    const double moved = double(rows * k + k + rows) * DTypeSize(dt);  // weights + x + out
+    ASSIGN_OR_RETURN(DeviceBuffer x, backend->Allocate(size_t(k) * DTypeSize(dt)));
+    ASSIGN_OR_RETURN(DeviceBuffer w, backend->Allocate(size_t(rows * k) * DTypeSize(dt)));
+    ASSIGN_OR_RETURN(DeviceBuffer o, backend->Allocate(size_t(rows) * DTypeSize(dt)));
+    const Tensor tx = x.View(dt, 1, k), tw = w.View(dt, rows, k), to = o.View(dt, 1, rows);
+    RETURN_IF_ERROR(FillRandom(backend, tx, 3));
+    RETURN_IF_ERROR(FillRandom(backend, tw, 4));
+    ASSIGN_OR_RETURN(TrialSeries st, RunTrials(
+                                         [&]() -> absl::Status {
+                                           backend->BeginStep(false);
+                                           RETURN_IF_ERROR(backend->Gemm(tx, tw, to));
+                                           RETURN_IF_ERROR(backend->Synchronize());
+                                           return backend->EndStep().status();
+                                         },
+                                         moved, topt));
+    c.stream_bandwidth_bytes_per_s = st.best;
+    c.bandwidth_bytes_per_s = st.best;
+    c.bandwidth_spread = st.spread;
+    c.stable = c.stable && st.stable;
+    run_share_min = std::min(run_share_min, st.run_share);
+    c.bandwidth_method =
+        absl::StrCat("read-only weight stream: 1x", k, " x ", rows, "x", k, " GEMM (",
+                     (rows * k * DTypeSize(dt)) >> 20, " MiB of weights), bytes read, ",
+                     absl::StrFormat("%.1f GB/s, ", st.best / 1e9), st.Describe());
+  }
   {
     const int64_t elems = static_cast<int64_t>(bytes / 4);
     ASSIGN_OR_RETURN(DeviceBuffer src, backend->Allocate(bytes));
     ASSIGN_OR_RETURN(DeviceBuffer dst, backend->Allocate(bytes));
     const Tensor ts = src.View(DType::kF32, 1, elems), td = dst.View(DType::kF32, 1, elems);
-    RETURN_IF_ERROR(FillRandom(backend, ts, 3));
-    RETURN_IF_ERROR(FillRandom(backend, td, 4));
-    std::vector<double> times;
-    for (int r = 0; r < opt.repeats + 1; ++r) {
-      backend->BeginStep(false);
-      const double t0 = Seconds();
-      RETURN_IF_ERROR(backend->Copy(ts, td));
-      RETURN_IF_ERROR(backend->Synchronize());
-      const double dt_s = Seconds() - t0;
-      RETURN_IF_ERROR(backend->EndStep().status());
-      if (r > 0) times.push_back(dt_s);
+    RETURN_IF_ERROR(FillRandom(backend, ts, 5));
+    RETURN_IF_ERROR(FillRandom(backend, td, 6));
+    ASSIGN_OR_RETURN(TrialSeries cp, RunTrials(
+                                         [&]() -> absl::Status {
+                                           backend->BeginStep(false);
+                                           RETURN_IF_ERROR(backend->Copy(ts, td));
+                                           RETURN_IF_ERROR(backend->Synchronize());
+                                           return backend->EndStep().status();
+                                         },
+                                         2.0 * double(bytes), topt));
+    c.copy_bandwidth_bytes_per_s = cp.best;
+    c.stable = c.stable && cp.stable;
+    run_share_min = std::min(run_share_min, cp.run_share);
+    absl::StrAppend(&c.bandwidth_method, "; ", bytes >> 20,
+                    " MiB device-to-device copy, bytes read + written, ",
+                    absl::StrFormat("%.1f GB/s, ", cp.best / 1e9), cp.Describe());
+    if (cp.best > c.bandwidth_bytes_per_s) {
+      c.bandwidth_bytes_per_s = cp.best;
+      c.bandwidth_spread = cp.spread;
     }
-    c.bandwidth_bytes_per_s = 2.0 * double(bytes) / Median(times);
-    c.bandwidth_method = absl::StrCat(bytes >> 20,
-                                      " MiB device-to-device copy through the backend"
-                                      ", bytes read + written, median of ",
-                                      opt.repeats);
   }
+  c.run_share = run_share_min;
+  c.cache_bytes = cpu ? LastLevelCacheBytes() : 0;
+  const SpecCeilings spec = backend->spec_ceilings();
+  c.spec_flops_per_s = spec.flops_per_s;
+  c.spec_bandwidth_bytes_per_s = spec.bytes_per_s;
+  c.spec_method = spec.method;
 
   // Per-op dispatch cost: tiny adds back to back.
   {
     ASSIGN_OR_RETURN(DeviceBuffer x, backend->Allocate(64 * 4));
     const Tensor t = x.View(dt, 1, 16);
-    RETURN_IF_ERROR(FillRandom(backend, t, 5));
+    RETURN_IF_ERROR(FillRandom(backend, t, 7));
     std::vector<double> per_op, issue;
+    const int ops = opt.quick ? opt.dispatch_ops / 4 : opt.dispatch_ops;
     for (int r = 0; r < opt.repeats + 1; ++r) {
       backend->BeginStep(false);
       const double t0 = Seconds();
-      for (int i = 0; i < opt.dispatch_ops; ++i) RETURN_IF_ERROR(backend->Add(t, t, t));
+      for (int i = 0; i < ops; ++i) RETURN_IF_ERROR(backend->Add(t, t, t));
       const double t_issue = Seconds() - t0;
       RETURN_IF_ERROR(backend->Synchronize());
       const double total = Seconds() - t0;
       RETURN_IF_ERROR(backend->EndStep().status());
       if (r > 0) {
-        per_op.push_back(total / opt.dispatch_ops * 1e6);
-        issue.push_back(t_issue / opt.dispatch_ops * 1e6);
+        per_op.push_back(total / ops * 1e6);
+        issue.push_back(t_issue / ops * 1e6);
       }
     }
-    c.op_dispatch_us = Median(per_op);
-    c.op_issue_us = Median(issue);
-    c.dispatch_method = absl::StrCat(opt.dispatch_ops,
-                                     " 16-element adds issued back to back, one sync; time per op,"
-                                     " median of ",
-                                     opt.repeats);
+    // The smallest, not the median: a tiny op cannot be faster than its dispatch, while a
+    // busy machine only ever makes it slower.
+    c.op_dispatch_us = *std::min_element(per_op.begin(), per_op.end());
+    c.op_issue_us = *std::min_element(issue.begin(), issue.end());
+    c.dispatch_method =
+        absl::StrCat(ops,
+                     " 16-element adds issued back to back, one sync; time per op,"
+                     " best of ",
+                     opt.repeats, absl::StrFormat(" (median %.2f us)", Median(per_op)));
   }
   return c;
 }
@@ -135,7 +236,21 @@ std::string CalibrationToJson(const Calibration& c) {
                       {"ridge_flops_per_byte", c.ridge_flops_per_byte()},
                       {"gemm_method", c.gemm_method},
                       {"bandwidth_method", c.bandwidth_method},
-                      {"dispatch_method", c.dispatch_method}};
+                      {"dispatch_method", c.dispatch_method},
+                      {"gemm_square_flops_per_s", c.gemm_square_flops_per_s},
+                      {"gemm_model_flops_per_s", c.gemm_model_flops_per_s},
+                      {"gemm_model_shape", c.gemm_model_shape},
+                      {"stream_bandwidth_bytes_per_s", c.stream_bandwidth_bytes_per_s},
+                      {"copy_bandwidth_bytes_per_s", c.copy_bandwidth_bytes_per_s},
+                      {"gemm_spread", c.gemm_spread},
+                      {"bandwidth_spread", c.bandwidth_spread},
+                      {"stable", c.stable},
+                      {"run_share", c.run_share},
+                      {"cache_bytes", c.cache_bytes},
+                      {"spec_flops_per_s", c.spec_flops_per_s},
+                      {"spec_bandwidth_bytes_per_s", c.spec_bandwidth_bytes_per_s},
+                      {"spec_method", c.spec_method},
+                      {"measured_unix_s", c.measured_unix_s}};
   return j.dump(2);
 }
 
@@ -156,6 +271,20 @@ absl::StatusOr<Calibration> CalibrationFromJson(const std::string& text) {
     c.gemm_method = j.value("gemm_method", "");
     c.bandwidth_method = j.value("bandwidth_method", "");
     c.dispatch_method = j.value("dispatch_method", "");
+    c.gemm_square_flops_per_s = j.value("gemm_square_flops_per_s", 0.0);
+    c.gemm_model_flops_per_s = j.value("gemm_model_flops_per_s", 0.0);
+    c.gemm_model_shape = j.value("gemm_model_shape", "");
+    c.stream_bandwidth_bytes_per_s = j.value("stream_bandwidth_bytes_per_s", 0.0);
+    c.copy_bandwidth_bytes_per_s = j.value("copy_bandwidth_bytes_per_s", 0.0);
+    c.gemm_spread = j.value("gemm_spread", 0.0);
+    c.bandwidth_spread = j.value("bandwidth_spread", 0.0);
+    c.stable = j.value("stable", true);
+    c.run_share = j.value("run_share", 1.0);
+    c.cache_bytes = j.value("cache_bytes", 0.0);
+    c.spec_flops_per_s = j.value("spec_flops_per_s", 0.0);
+    c.spec_bandwidth_bytes_per_s = j.value("spec_bandwidth_bytes_per_s", 0.0);
+    c.spec_method = j.value("spec_method", "");
+    c.measured_unix_s = j.value("measured_unix_s", 0.0);
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("calibration: ", e.what()));
   }

@@ -1,10 +1,16 @@
 // Calibration: the active backend measures its own ceilings through its own ops, so the
 // diagnostics compare achieved FLOP/s and bytes/s with what this machine really does rather
-// than a datasheet. Measured once at start (or loaded from a file the user saved).
-//  - GEMM peak: a large square GEMM in the compute dtype, median of repeats.
-//  - Memory bandwidth: a large device-to-device copy, counting bytes read plus written.
+// than a datasheet. Measured at start and on Recalibrate (or loaded from a file the user saved).
+// Each ceiling is a series of trials (calibration_trials.h: best-of-N, stability criterion,
+// contention correction on the CPU backend), the spread reported beside it:
+//  - GEMM peak: the best of a large square GEMM and a GEMM at the model's own prefill shape,
+//    in the compute dtype.
+//  - Memory bandwidth: the best of a read-only weight stream through the backend's GEMM at
+//    M = 1 (what a decode step does, all threads) and a device-to-device copy (bytes read
+//    plus written).
 //  - Op dispatch cost: many tiny ops issued back to back, total time / count (the kernel
 //    launch cost on CUDA, the dispatch cost on the CPU backend).
+//  - On CUDA, the datasheet-style ceilings from the device's properties beside them.
 #pragma once
 
 #include <string>
@@ -26,6 +32,20 @@ struct Calibration {
   std::string bandwidth_method;
   std::string dispatch_method;
   std::string source = "measured";  // "measured" or the file it came from
+  // How the ceilings above were reached (0 / empty in files written before these existed).
+  double gemm_square_flops_per_s = 0;            // the square GEMM alone
+  double gemm_model_flops_per_s = 0;             // GEMM at the model's prefill shape
+  std::string gemm_model_shape;                  // "MxKxN"
+  double stream_bandwidth_bytes_per_s = 0;       // read-only weight stream (GEMM, M = 1)
+  double copy_bandwidth_bytes_per_s = 0;         // device-to-device copy, read + written
+  double gemm_spread = 0, bandwidth_spread = 0;  // (best - median) / best of the trials
+  bool stable = true;                            // every series met its stability criterion
+  double run_share = 1;    // share of runnable time the threads ran (1: no contention seen)
+  double cache_bytes = 0;  // last-level cache: working sets under it run from cache
+  // Datasheet ceilings from the device's properties (CUDA; 0 where unknown).
+  double spec_flops_per_s = 0, spec_bandwidth_bytes_per_s = 0;
+  std::string spec_method;
+  double measured_unix_s = 0;  // when measured (wall clock, seconds since the epoch)
   double ridge_flops_per_byte() const {
     return bandwidth_bytes_per_s > 0 ? gemm_flops_per_s / bandwidth_bytes_per_s : 0;
   }
@@ -33,9 +53,21 @@ struct Calibration {
 
 struct CalibrationOptions {
   int gemm_size = 0;      // 0: 1024 on CPU, 8192 on CUDA
-  size_t copy_bytes = 0;  // 0: 256 MiB on CPU, 2 GiB on CUDA
+  size_t copy_bytes = 0;  // 0: 256 MiB on CPU, 2 GiB on CUDA (also the weight stream's size)
   int dispatch_ops = 2000;
-  int repeats = 5;
+  int repeats = 5;  // dispatch measurement: median of this many
+  // The model's GEMM shape (prefill chunk rows M, hidden K, intermediate N); 0: none.
+  int model_m = 0, model_k = 0, model_n = 0;
+  // Trials per ceiling (calibration_trials.h); the defaults take about 1-2 s on 2 CPU cores.
+  double min_trial_s = 0.04;
+  int min_trials = 3;
+  int max_trials = 8;
+  double tolerance = 0.05;
+  // Cheaper: quarter-size buffers, shorter trials (tests that start many servers).
+  bool quick = false;
+  // Threads the backend runs an op on (contention correction); 0: the "(N threads)" in the
+  // CPU backend's device name, else the machine's hardware threads.
+  int threads = 0;
 };
 
 // Runs the measurements on `backend` (which must be otherwise idle).

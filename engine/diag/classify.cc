@@ -7,6 +7,7 @@
 //   roofline: FLOPs/peak vs bytes/bandwidth summed per class -> COMPUTE_ or MEMORY_BOUND
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/diag/analyzer.h"
 
@@ -26,6 +27,37 @@ Signal Below(std::string name, double value, double threshold, std::string sourc
              std::string meaning) {
   return Signal{std::move(name),   value, threshold, value < threshold, std::move(source),
                 std::move(meaning)};
+}
+
+// Step-time MFU/MBU and the op classes holding the step furthest below their roof.
+void NameHeadroom(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
+                  const AnalyzerThresholds& th, Verdict* v) {
+  double wall = 0, flops = 0, bytes = 0, timed_wall = 0;
+  for (const StepRecord& r : steps) {
+    wall += r.wall_us();
+    flops += r.total_flops();
+    bytes += r.total_bytes();
+    if (r.per_op_timed) timed_wall += r.wall_us();
+  }
+  if (wall <= 0) return;
+  v->step_mfu = cal.gemm_flops_per_s > 0 ? flops / (wall * 1e-6) / cal.gemm_flops_per_s : 0;
+  v->step_mbu =
+      cal.bandwidth_bytes_per_s > 0 ? bytes / (wall * 1e-6) / cal.bandwidth_bytes_per_s : 0;
+  v->far_below_roofs = v->step_mfu < th.far_below_roofs && v->step_mbu < th.far_below_roofs;
+  if (timed_wall <= 0) return;
+  for (const ClassProfile& c : p.classes) {
+    Headroom h;
+    h.op_class = c.op_class;
+    h.step_share = c.time_us / timed_wall;
+    h.roofline_efficiency = c.roofline_efficiency;
+    h.step_saved_share = h.step_share * std::max(0.0, 1.0 - c.roofline_efficiency);
+    h.speedup = 1.0 / std::max(1e-9, 1.0 - h.step_saved_share);
+    if (h.step_saved_share >= 0.05) v->headroom.push_back(h);
+  }
+  std::sort(v->headroom.begin(), v->headroom.end(), [](const Headroom& a, const Headroom& b) {
+    return a.step_saved_share > b.step_saved_share;
+  });
+  if (v->headroom.size() > 3) v->headroom.resize(3);
 }
 
 }  // namespace
@@ -49,11 +81,22 @@ const char* BottleneckName(Bottleneck b) {
 Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
                  const AnalyzerContext& ctx, const AnalyzerThresholds& th) {
   Verdict v;
+  v.run_share = ctx.run_share;
   v.signals.push_back(Above("engine_idle_share", p.idle_share, th.idle_share,
                             "TensorRT-LLM idle ratio > 0.30; HTA idle time",
                             "no step ran for this share of the window: the engine waits for "
                             "requests"));
   if (steps.empty()) {
+    if (p.edge_busy_us > 0) {
+      // Busy all along, but no step finished inside the window: nothing to judge yet.
+      v.bottleneck = Bottleneck::kUnknown;
+      v.summary = absl::StrFormat(
+          "UNKNOWN: a step ran through %.0f%% of the %.1f s window without finishing inside it; "
+          "ask for a longer window",
+          100 * p.busy_fraction, p.window_s);
+      v.window_note = "no complete step in the window";
+      return v;
+    }
     v.bottleneck = Bottleneck::kUnderloaded;
     v.summary = "UNDERLOADED: no step ran in the window";
     return v;
@@ -117,6 +160,7 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   } else {
     v.bottleneck = v.step_bound;
   }
+  NameHeadroom(steps, p, cal, th, &v);
   switch (v.bottleneck) {
     case Bottleneck::kUnderloaded:
       v.summary = idle ? absl::StrFormat(
@@ -149,6 +193,47 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
       break;
     case Bottleneck::kUnknown:
       break;
+  }
+  if (v.far_below_roofs && !v.headroom.empty() &&
+      (v.bottleneck == Bottleneck::kMemoryBound || v.bottleneck == Bottleneck::kComputeBound)) {
+    absl::StrAppend(&v.summary, absl::StrFormat(" -- but far below both roofs (steps at %.0f%% of "
+                                                "peak FLOP/s, %.0f%% of bandwidth):",
+                                                100 * v.step_mfu, 100 * v.step_mbu));
+    for (const Headroom& h : v.headroom) {
+      absl::StrAppend(
+          &v.summary,
+          absl::StrFormat(" %s takes %.0f%% of the step at %.0f%% of its roof "
+                          "(at its roof: step -%.0f%%, %.2fx tokens/s);",
+                          OpClassName(h.op_class), 100 * h.step_share, 100 * h.roofline_efficiency,
+                          100 * h.step_saved_share, h.speedup));
+    }
+    v.summary.pop_back();
+    if (ctx.run_share < 0.9) {
+      absl::StrAppend(&v.summary,
+                      absl::StrFormat("; the server's threads ran only %.0f%% of the time they "
+                                      "were runnable (other processes held the cores), so part "
+                                      "of this gap is theirs, not the kernels'",
+                                      100 * ctx.run_share));
+    }
+  }
+  // Too few complete steps: say so (the server widens the window when it can, see
+  // diagnostics_state.cc; when it could not, the verdict stands qualified).
+  if (int(steps.size()) < th.min_window_steps) {
+    v.window_note = absl::StrFormat(
+        "the window holds only %zu complete step%s (mean %.0f ms)%s: a tentative verdict",
+        steps.size(), steps.size() == 1 ? "" : "s", p.mean_step_ms,
+        ctx.step_in_flight ? ", one more in flight at its end" : "");
+  } else if (ctx.widened_from_s > 0) {
+    v.window_note = absl::StrFormat(
+        "the %.1f s window asked for held fewer than %d complete steps: widened to %.1f s",
+        ctx.widened_from_s, th.min_window_steps, p.window_s);
+  } else if (ctx.step_in_flight && p.edge_busy_us > 0.05 * p.window_s * 1e6) {
+    v.window_note = absl::StrFormat(
+        "a step was in flight at the window's edge: its %.0f ms inside the window count as busy",
+        p.edge_busy_us * 1e-3);
+  }
+  if (!v.window_note.empty() && int(steps.size()) < th.min_window_steps) {
+    absl::StrAppend(&v.summary, " (", v.window_note, ")");
   }
   return v;
 }

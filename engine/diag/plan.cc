@@ -285,13 +285,22 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
     plan.actions.push_back(a);
   }
   if (plan.actions.empty()) {
-    plan.note = v.step_bound == Bottleneck::kComputeBound
-                    ? absl::StrFormat(
-                          "at the compute ceiling (MFU %.0f%%): more batching adds "
-                          "latency, not throughput; batch %d already gives %.0f%% of "
-                          "the plateau",
-                          100 * p.mfu, plan.plateau_batch, 100 * th.plateau_fraction)
-                    : "no change predicted to gain throughput";
+    if (v.far_below_roofs && !v.headroom.empty()) {
+      const Headroom& h = v.headroom.front();
+      plan.note = absl::StrFormat(
+          "no batching change predicted to gain throughput, but the steps run far below both "
+          "roofs (%.0f%% of peak FLOP/s, %.0f%% of bandwidth): %s takes %.0f%% of the step at "
+          "%.0f%% of its roof; a faster %s kernel would give up to %.2fx tokens/s",
+          100 * v.step_mfu, 100 * v.step_mbu, OpClassName(h.op_class), 100 * h.step_share,
+          100 * h.roofline_efficiency, OpClassName(h.op_class), h.speedup);
+    } else if (v.step_bound == Bottleneck::kComputeBound && !v.far_below_roofs) {
+      plan.note = absl::StrFormat(
+          "at the compute ceiling (steps at %.0f%% of peak FLOP/s): more batching adds "
+          "latency, not throughput; batch %d already gives %.0f%% of the plateau",
+          100 * v.step_mfu, plan.plateau_batch, 100 * th.plateau_fraction);
+    } else {
+      plan.note = "no change predicted to gain throughput";
+    }
   }
   return plan;
 }

@@ -14,8 +14,10 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
   p.window_s = span_us * 1e-6;
   p.steps = static_cast<int>(steps.size());
   p.ridge = cal.ridge_flops_per_byte();
+  p.edge_busy_us = std::clamp(ctx.edge_busy_us, 0.0, span_us);
   if (steps.empty()) {
-    p.idle_share = 1.0;
+    p.idle_share = 1.0 - p.edge_busy_us / span_us;
+    p.busy_fraction = p.edge_busy_us / span_us;
     return p;
   }
   double wall = 0, busy = 0, host = 0, launch = 0, flops = 0, bytes = 0;
@@ -76,8 +78,9 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
   p.mean_step_ms = wall / n * 1e-3;
   p.mean_decode_step_ms = decode_steps > 0 ? decode_wall / decode_steps * 1e-3 : 0;
   p.mean_context = decode_seqs > 0 ? decode_ctx / decode_seqs : 0;
-  p.busy_fraction = std::min(1.0, busy / span_us);
-  p.idle_share = std::clamp((span_us - wall - p.loop_gap_us) / span_us, 0.0, 1.0);
+  // A step overlapping an edge (or running at the end) kept the engine busy for its overlap.
+  p.busy_fraction = std::min(1.0, (busy + p.edge_busy_us) / span_us);
+  p.idle_share = std::clamp((span_us - wall - p.loop_gap_us - p.edge_busy_us) / span_us, 0.0, 1.0);
   p.host_share = std::min(1.0, (host + p.loop_gap_us) / span_us);
   p.launch_share = std::min(1.0, launch / span_us);
   p.flops_per_s = flops / span_s;
@@ -126,7 +129,6 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
     cp.compute_side = p.ridge > 0 && cp.intensity > p.ridge;
     p.classes.push_back(cp);
   }
-  (void)ctx;
   return p;
 }
 

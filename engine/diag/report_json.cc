@@ -114,6 +114,15 @@ std::string ReportToJson(const DiagnosticsReport& r, int indent) {
   for (const Signal& s : r.verdict.signals) signals.push_back(ToJson(s));
   json actions = json::array();
   for (const Action& a : r.plan.actions) actions.push_back(ToJson(a));
+  json headroom = json::array();
+  for (const Headroom& h : r.verdict.headroom) {
+    headroom.push_back({{"op_class", OpClassName(h.op_class)},
+                        {"step_share", h.step_share},
+                        {"roofline_efficiency", h.roofline_efficiency},
+                        {"step_saved_share", h.step_saved_share},
+                        {"speedup", h.speedup}});
+  }
+  const CalibrationCheck& cc = r.verdict.calibration_check;
   json j = {
       {"window_begin_us", r.window_begin_us},
       {"window_end_us", r.window_end_us},
@@ -124,13 +133,31 @@ std::string ReportToJson(const DiagnosticsReport& r, int indent) {
         {"gemm_flops_per_s", r.calibration.gemm_flops_per_s},
         {"bandwidth_bytes_per_s", r.calibration.bandwidth_bytes_per_s},
         {"op_dispatch_us", r.calibration.op_dispatch_us},
-        {"source", r.calibration.source}}},
+        {"source", r.calibration.source},
+        {"stable", r.calibration.stable},
+        {"gemm_spread", r.calibration.gemm_spread},
+        {"bandwidth_spread", r.calibration.bandwidth_spread},
+        {"suspect", cc.suspect},
+        {"cache_resident", cc.cache_resident},
+        {"notes", cc.notes},
+        {"judged_flops_per_s", cc.judged_flops_per_s},
+        {"judged_bytes_per_s", cc.judged_bytes_per_s},
+        {"observed_max_flops_per_s", cc.observed_max_flops_per_s},
+        {"observed_max_bytes_per_s", cc.observed_max_bytes_per_s},
+        {"raw_mfu", cc.raw_mfu},
+        {"raw_mbu", cc.raw_mbu}}},
       {"profile", ToJson(r.profile)},
       {"verdict",
        {{"bottleneck", BottleneckName(r.verdict.bottleneck)},
         {"step_bound", BottleneckName(r.verdict.step_bound)},
         {"summary", r.verdict.summary},
-        {"signals", signals}}},
+        {"signals", signals},
+        {"step_mfu", r.verdict.step_mfu},
+        {"step_mbu", r.verdict.step_mbu},
+        {"far_below_roofs", r.verdict.far_below_roofs},
+        {"headroom", headroom},
+        {"window_note", r.verdict.window_note},
+        {"run_share", r.verdict.run_share}}},
       {"model", ToJson(r.model)},
       {"plan",
        {{"batch_now", r.plan.batch_now},

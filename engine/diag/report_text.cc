@@ -15,6 +15,30 @@ std::string ReportToText(const DiagnosticsReport& r) {
   const Profile& p = r.profile;
   std::string out;
   absl::StrAppendFormat(&out, "%-9s %s\n", "verdict", r.verdict.summary);
+  const CalibrationCheck& cc = r.verdict.calibration_check;
+  if (cc.suspect) {
+    absl::StrAppendFormat(&out,
+                          "%-9s SUSPECT: a measured rate exceeds a ceiling (MFU %.0f%%, "
+                          "MBU %.0f%% against the calibration; figures below use the observed "
+                          "maxima)\n",
+                          "calib", 100 * cc.raw_mfu, 100 * cc.raw_mbu);
+  }
+  for (const std::string& n : cc.notes) absl::StrAppendFormat(&out, "%-9s - %s\n", "", n);
+  if (!r.verdict.window_note.empty()) {
+    absl::StrAppendFormat(&out, "%-9s %s\n", "window", r.verdict.window_note);
+  }
+  if (!r.verdict.headroom.empty()) {
+    absl::StrAppendFormat(&out, "%-9s steps at %.0f%% of peak FLOP/s, %.0f%% of bandwidth%s\n",
+                          "headroom", 100 * r.verdict.step_mfu, 100 * r.verdict.step_mbu,
+                          r.verdict.far_below_roofs ? " (far below both roofs)" : "");
+    for (const Headroom& h : r.verdict.headroom) {
+      absl::StrAppendFormat(&out,
+                            "%-9s - %s: %.0f%% of the step at %.0f%% of its roof; at its roof the "
+                            "step is %.0f%% shorter (%.2fx tokens/s)\n",
+                            "", OpClassName(h.op_class), 100 * h.step_share,
+                            100 * h.roofline_efficiency, 100 * h.step_saved_share, h.speedup);
+    }
+  }
   absl::StrAppendFormat(&out,
                         "%-9s %3.0f%% (nvidia-smi style)  MFU %.1f%%  MBU %.1f%%  idle %.0f%%  "
                         "host %.0f%%  launch %.0f%%\n",

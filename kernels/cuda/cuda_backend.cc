@@ -70,6 +70,7 @@ class CudaBackend final : public Backend {
   DType compute_dtype() const override { return DType::kBF16; }
   size_t device_memory_bytes() const override { return prop_.totalGlobalMem; }
   bool per_op_timing_is_cheap() const override { return false; }
+  SpecCeilings spec_ceilings() const override;
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "Allocate"));
@@ -504,6 +505,32 @@ absl::Status CudaBackend::ReplayGraph(int handle) {
 }
 
 }  // namespace
+
+// Memory: clock x 2 (DDR) x bus width. Compute: SMs x boost clock x dense bf16 tensor FLOPs
+// per SM per clock of the architecture (NVIDIA architecture whitepapers: A100 312 TFLOP/s =
+// 108 SMs x 1.41 GHz x 2048; H100/H200 SXM 989 TFLOP/s = 132 x 1.83 GHz x 4096).
+SpecCeilings CudaBackend::spec_ceilings() const {
+  SpecCeilings s;
+  int mem_khz = 0, bus_bits = 0, sm_khz = 0;
+  if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device_) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return s;
+  }
+  s.bytes_per_s = 2.0 * mem_khz * 1e3 * bus_bits / 8.0;
+  int per_sm_clk = 0;  // dense bf16 FLOPs per SM per clock
+  if (prop_.major == 8 && prop_.minor == 0) per_sm_clk = 2048;
+  if (prop_.major == 9) per_sm_clk = 4096;
+  if (prop_.major == 10) per_sm_clk = 8192;
+  s.flops_per_s = double(prop_.multiProcessorCount) * sm_khz * 1e3 * per_sm_clk;
+  s.method = absl::StrCat("bandwidth = 2 x memory clock ", mem_khz / 1000, " MHz x ", bus_bits,
+                          "-bit bus; compute = ", prop_.multiProcessorCount, " SMs x ",
+                          sm_khz / 1000, " MHz x ", per_sm_clk,
+                          per_sm_clk > 0 ? " dense bf16 FLOP/clk/SM (sm_" : " (unknown for sm_",
+                          prop_.major, prop_.minor, ")");
+  return s;
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   int count = 0;

@@ -3,6 +3,7 @@
 //   `small` at batch 1 decode                -> MEMORY_BOUND
 //   `small` at decode batch 64               -> COMPUTE_BOUND
 //   a trickle-fed server / an idle one       -> UNDERLOADED
+//   the same classes calibrated and measured while two busy processes hold the cores
 // and the plan's prediction for raising max_num_seqs, checked by the PlanTracker (printed;
 // asserted only loosely, the bench reports the error). Decisions rest on ratios with wide
 // margins, so a loaded 2-core machine still gets them right.
@@ -19,6 +20,7 @@
 #include "engine/diag/report_format.h"
 #include "engine/engine.h"
 #include "engine/weights.h"
+#include "tests/diag/busy.h"
 #include "tests/diag/synthetic.h"
 
 namespace saturn {
@@ -122,6 +124,25 @@ TEST_F(MicroWorkload, BatchOneIsLaunchBound) {
   for (const Action& a : r.plan.actions) EXPECT_NE(a.kind, ActionKind::kEnableCudaGraphs);
 }
 
+// Calibrated and run while two other processes spin on the machine's cores: the ceilings
+// must not collapse (contention-corrected trials), and no figure may pass 100 % unflagged.
+void ExpectHonest(const DiagnosticsReport& r) {
+  const bool over = r.profile.mfu > 1.0 || r.profile.mbu > 1.0;
+  EXPECT_TRUE(!over || r.verdict.calibration_check.suspect) << ReportToText(r);
+}
+
+TEST_F(MicroWorkload, BatchOneIsLaunchBoundUnderLoad) {
+  testing_diag::BusyProcesses busy(2);
+  ASSERT_EQ(busy.count(), 2);
+  const Calibration cal = Calibrated(engine_);
+  SetMaxNumSeqs(engine_, 1);
+  const auto steps = RunConcurrent(engine_, 4, 8, 200);
+  ASSERT_GT(steps.size(), 400u);
+  const auto r = Diagnose(*engine_, cal, steps);
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kLaunchBound) << r.verdict.summary;
+  ExpectHonest(r);
+}
+
 TEST_F(MicroWorkload, TrickleFedIsUnderloaded) {
   SetMaxNumSeqs(engine_, 8);
   const double t0 = NowUs();
@@ -188,6 +209,27 @@ TEST_F(SmallWorkload, DecodeBatch64IsComputeBound) {
   EXPECT_GT(r.profile.intensity, 2 * r.profile.ridge);
   // The whole window, long prefill included, is compute-bound too.
   EXPECT_EQ(Diagnose(*engine_, *cal_, all).verdict.step_bound, Bottleneck::kComputeBound);
+}
+
+TEST_F(SmallWorkload, CalibratedUnderLoadKeepsTheClasses) {
+  testing_diag::BusyProcesses busy(2);
+  ASSERT_EQ(busy.count(), 2);
+  const Calibration cal = Calibrated(engine_);
+  std::printf("under load: %s\n%s\n", cal.gemm_method.c_str(), cal.bandwidth_method.c_str());
+  SetMaxNumSeqs(engine_, 1);
+  const auto one = Diagnose(*engine_, cal, RunConcurrent(engine_, 2, 8, 10));
+  EXPECT_EQ(one.verdict.bottleneck, Bottleneck::kMemoryBound) << one.verdict.summary;
+  ExpectHonest(one);
+  SetMaxNumSeqs(engine_, 64);
+  const auto all = RunConcurrent(engine_, 64, 4, 4);
+  std::vector<StepRecord> decode;
+  for (const StepRecord& s : all) {
+    if (s.num_prefill_tokens == 0 && s.num_seqs == 64) decode.push_back(s);
+  }
+  ASSERT_FALSE(decode.empty());
+  const auto wide = Diagnose(*engine_, cal, decode);
+  EXPECT_EQ(wide.verdict.bottleneck, Bottleneck::kComputeBound) << wide.verdict.summary;
+  ExpectHonest(wide);
 }
 
 // Follows the plan once: at max_num_seqs=1 with 6 requests waiting the plan raises

@@ -123,8 +123,8 @@ class CapturingBackend final : public Backend {
     return Op("add_rms_norm", [=, this] { return cpu_->AddRmsNorm(x, r, w, eps, out); });
   }
   absl::Status DoRope(const Tensor& q, const Tensor& k, const Tensor& pos, int hd,
-                      float theta) override {
-    return Op("rope", [=, this] { return cpu_->Rope(q, k, pos, hd, theta); });
+                      const RopeParams& rope) override {
+    return Op("rope", [=, this] { return cpu_->Rope(q, k, pos, hd, rope); });
   }
   absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slots, const Tensor& kc,
                          const Tensor& vc) override {

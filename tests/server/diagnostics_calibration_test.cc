@@ -1,10 +1,13 @@
 // Calibration at server start: GetServerInfo reports it (with how it was measured) and the
 // CUDA graph info; --save_calibration then --calibration=file round-trips it; a missing or
-// malformed file is an error naming --calibration_file.
+// malformed file is an error naming --calibration_file. A calibration far below what the
+// server then achieves is flagged suspect (reports, GetServerInfo); Recalibrate measures
+// again between steps while requests stream, and clears the flag.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "tests/server/diagnostics_test_util.h"
 
@@ -59,6 +62,61 @@ TEST(DiagnosticsCalibrationTest, MeasuredSavedAndLoadedBack) {
   EXPECT_DOUBLE_EQ(loaded.op_dispatch_us(), measured.op_dispatch_us());
   EXPECT_EQ(loaded.gemm_method(), measured.gemm_method());
   EXPECT_EQ(loaded.calibration_ms(), 0);
+  fs::remove(path);
+}
+
+TEST(DiagnosticsCalibrationTest, SuspectCeilingsAreFlaggedAndRecalibrateReplacesThem) {
+  // Ceilings 1000x too low, as a start on a badly loaded machine could measure.
+  const fs::path path =
+      fs::temp_directory_path() / ("saturn_cal_low_" + std::to_string(::getpid()) + ".json");
+  {
+    std::ofstream f(path);
+    f << R"({"backend": "cpu", "device": "x", "dtype": "f32", "gemm_flops_per_s": 1e7,
+             "bandwidth_bytes_per_s": 1e6, "op_dispatch_us": 1})";
+  }
+  ServerConfig config = TinyConfig();
+  config.calibration = "file";
+  config.calibration_file = path.string();
+  auto s = StartServer(config);
+  ASSERT_NE(s, nullptr);
+  auto diag = v1::Diagnostics::NewStub(s->channel);
+  const double t0 = NowUs();
+  RunConcurrent(s->stub.get(), 4, 16, 24);
+  v1::GetDiagnosticsRequest req;
+  req.set_window_begin_us(t0);
+  req.set_window_end_us(NowUs());
+  v1::DiagnosticsReport report;
+  ASSERT_TRUE(GetDiagnostics(diag.get(), req, &report).ok());
+  EXPECT_TRUE(report.calibration().suspect()) << report.text();
+  ASSERT_GT(report.calibration_notes_size(), 0);
+  EXPECT_NE(report.text().find("SUSPECT"), std::string::npos) << report.text();
+  EXPECT_GT(report.judged_bytes_per_s(), 1e6);
+  EXPECT_LE(report.profile().mbu(), 1.0 + 1e-9);
+  EXPECT_LE(report.profile().mfu(), 1.0 + 1e-9);
+  const v1::Calibration before = Info(s.get()).calibration();
+  EXPECT_TRUE(before.suspect());
+  EXPECT_FALSE(before.suspect_reason().empty());
+
+  // Recalibrate while requests stream: it runs between two steps and every request finishes.
+  std::thread load([&] { RunConcurrent(s->stub.get(), 2, 8, 64); });
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(std::chrono::seconds(120)));
+  v1::RecalibrateResponse resp;
+  const grpc::Status st = diag->Recalibrate(&ctx, {}, &resp);
+  load.join();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(resp.previous().suspect());
+  EXPECT_EQ(resp.previous().gemm_flops_per_s(), 1e7);
+  EXPECT_EQ(resp.calibration().source(), "measured");
+  EXPECT_GT(resp.calibration().gemm_flops_per_s(), 1e7);
+  EXPECT_GT(resp.calibration().stream_bandwidth_bytes_per_s(), 0);
+  EXPECT_GT(resp.calibration().copy_bandwidth_bytes_per_s(), 0);
+  EXPECT_FALSE(resp.calibration().suspect());
+  EXPECT_GE(resp.calibration().age_s(), 0);
+  const v1::Calibration after = Info(s.get()).calibration();
+  EXPECT_FALSE(after.suspect());
+  EXPECT_EQ(after.gemm_flops_per_s(), resp.calibration().gemm_flops_per_s());
+  EXPECT_GT(after.calibration_ms(), 0);
   fs::remove(path);
 }
 

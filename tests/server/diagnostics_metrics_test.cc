@@ -114,6 +114,9 @@ TEST(MetricsEndpointTest, ServesParseableTextWithCountersMatchingRequests) {
   }
   EXPECT_GT(v.at("saturn:calibrated_gemm_flops"), 0);
   EXPECT_GT(v.at("saturn:calibrated_bandwidth_bytes"), 0);
+  EXPECT_GE(v.at("saturn:calibration_age_seconds"), 0);
+  EXPECT_TRUE(v.count("saturn:calibration_suspect"));
+  EXPECT_TRUE(v.count("saturn:calibration_stable"));
 
   s->app->Shutdown();
   httplib::Client after("127.0.0.1", port);

@@ -33,6 +33,7 @@ inline ServerConfig TinyConfig() {
   c.engine.kv_cache_bytes = size_t{48} << 20;
   c.engine.max_queued_requests = 256;
   c.shutdown_grace = absl::Seconds(30);
+  c.calibration = "quick";  // many servers start: shorter calibration trials
   return c;
 }
 
