@@ -36,7 +36,7 @@ class CudaAttentionTest : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(CudaAttentionTest, MatchesCpu) {
   SATURN_REQUIRE_CUDA(gpu);
-  auto cpu_or = CreateBackend("cpu", 2);
+  auto cpu_or = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(cpu_or.ok()) << cpu_or.status();
   std::unique_ptr<Backend> cpu = std::move(*cpu_or);
   const AttnCase& c = GetParam();

@@ -35,7 +35,7 @@ class CudaOpTest : public ::testing::TestWithParam<RowsCols> {
   void SetUp() override {
     gpu_ = testing::CudaOrNull();
     if (gpu_ == nullptr) GTEST_SKIP() << "no CUDA device: skipping";
-    auto cpu = CreateBackend("cpu", 2);
+    auto cpu = CreateBackend("cpu", 2, "f32");
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     cpu_ = std::move(*cpu);
   }

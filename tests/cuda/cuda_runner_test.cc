@@ -74,7 +74,7 @@ struct Runners {
 
 TEST(CudaRunnerTest, TinyForwardLogitsMatchCpu) {
   SATURN_REQUIRE_CUDA(gpu);
-  auto cpu = CreateBackend("cpu", 2);
+  auto cpu = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   const ModelWeights w = TinyWeights();
   auto rc = ModelRunner::Create(cpu->get(), w, TinyRunnerConfig());
@@ -138,7 +138,7 @@ TEST(CudaRunnerTest, GraphReplayEqualsEagerAtEveryCapturedSize) {
 
 TEST(CudaRunnerTest, ChunkedPrefillThenDecodeMatchesOneShotAndCpu) {
   SATURN_REQUIRE_CUDA(gpu);
-  auto cpu = CreateBackend("cpu", 2);
+  auto cpu = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   const ModelWeights w = TinyWeights();
   auto rg = ModelRunner::Create(gpu.get(), w, TinyRunnerConfig());

@@ -65,7 +65,7 @@ std::vector<float> SpreadLogits(int rows, int vocab, uint32_t seed) {
 
 TEST(CudaSamplingTest, GreedyMatchesCpuIncludingTies) {
   SATURN_REQUIRE_CUDA(gpu);
-  auto cpu = CreateBackend("cpu", 2);
+  auto cpu = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   for (int vocab : {7, 4096, 32000, 128256}) {
     SCOPED_TRACE(vocab);
@@ -85,7 +85,7 @@ TEST(CudaSamplingTest, GreedyMatchesCpuIncludingTies) {
 
 TEST(CudaSamplingTest, SameSeedSameTokenAsCpu) {
   SATURN_REQUIRE_CUDA(gpu);
-  auto cpu = CreateBackend("cpu", 2);
+  auto cpu = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   for (int vocab : {50, 4096, 32000}) {
     SCOPED_TRACE(vocab);
@@ -130,7 +130,7 @@ TEST(CudaSamplingTest, SeedsChangeTheDrawAndStayInRange) {
 // within a float ulp of a CDF boundary; only double accumulation agrees with the CPU there.
 TEST(CudaSamplingTest, LmLikeRowsSameTokenAsCpu) {
   SATURN_REQUIRE_CUDA(gpu);
-  auto cpu = CreateBackend("cpu", 2);
+  auto cpu = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   const int vocab = 32000, n = 256;
   std::mt19937 rng(7);
@@ -154,7 +154,7 @@ TEST(CudaSamplingTest, LmLikeRowsSameTokenAsCpu) {
 // and -0.0 / +0.0 in one row rank as equal (lower index first), as on the CPU.
 TEST(CudaSamplingTest, ExactTiesAndSignedZerosSameTokenAsCpu) {
   SATURN_REQUIRE_CUDA(gpu);
-  auto cpu = CreateBackend("cpu", 2);
+  auto cpu = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   const int vocab = 64;
   std::vector<float> row(vocab, -3.0f);

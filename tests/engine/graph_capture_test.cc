@@ -198,7 +198,7 @@ class GraphCaptureTest : public ::testing::Test {
     auto w = RandomWeights(*cfg, 3);
     ASSERT_TRUE(w.ok()) << w.status();
     weights_ = std::move(*w);
-    auto cpu = CreateBackend("cpu", 1);
+    auto cpu = CreateBackend("cpu", 1, "f32");
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     backend_ = std::make_unique<CapturingBackend>(std::move(*cpu));
   }
