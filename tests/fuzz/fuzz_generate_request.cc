@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string_view>
 
 #include "server/proto_convert.h"
 #include "server/raw_message.h"
+#include "server/text_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   saturn::v1::GenerateRequest req;
@@ -20,7 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   saturn::PromptLimits limits;
   limits.max_model_len = 512;
-  limits.has_text_tokenizer = (size & 1) == 0;
+  // The built-in byte tokenizer (what a preset has) on even sizes, token ids only on odd ones.
+  static const std::unique_ptr<saturn::TextTokenizer> byte_tokenizer =
+      *saturn::LoadTextTokenizer("tiny", /*skip=*/false);
+  limits.tokenizer = (size & 1) == 0 ? byte_tokenizer.get() : nullptr;
   absl::StatusOr<saturn::ConvertedRequest> converted = saturn::ToEngineRequest(req, limits, 7);
   if (!converted.ok()) {
     if (converted.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
