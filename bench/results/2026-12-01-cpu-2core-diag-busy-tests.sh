@@ -1,6 +1,6 @@
 #!/bin/bash
 # Diagnostics tests while two busy processes occupy the cores.
-cd /work/wt-diag
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 yes > /dev/null & Y1=$!; yes > /dev/null & Y2=$!
 trap 'kill $Y1 $Y2' EXIT
 uptime

@@ -2,7 +2,7 @@
 # Done-when class runs: CPU backend, `small`, two busy background processes on the 2 cores.
 # Usage: 2026-12-01-cpu-2core-diag-classes.sh OUTDIR PART (PART a: conc 1, conc 64, trickle; b: 1500-token prompts, max_num_seqs 2 under 32 clients)
 set -u
-cd /work/wt-diag
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=$1; PART=$2; mkdir -p $OUT
 B=./build
 yes > /dev/null & Y1=$!; yes > /dev/null & Y2=$!

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Server-side plan error on 6 mixed workloads (prompts and outputs >= 32 tokens), quiet machine.
-cd /work/wt-diag
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=$1; mkdir -p $OUT; uptime
 i=0
 for w in "32 32 2 16" "64 64 2 16" "128 32 2 12" "32 128 2 16" "96 96 4 24" "48 64 1 8"; do
