@@ -49,6 +49,8 @@ struct AnalyzerContext {
   int num_waiting = 0;
   int num_running = 0;
   double mean_request_tokens = 0;  // prompt + output of finished requests; 0: unknown
+  double mean_prompt_tokens = 0;   // of finished requests; 0: unknown (plans use the window's
+  double mean_output_tokens = 0;   // prefill/decode token ratio then, step_curve.h)
   // Roofline form of the step model where the window cannot choose: 1 sum, 0 max, -1 the
   // backend's default (step_model.h).
   int additive_roofline = -1;
@@ -201,6 +203,12 @@ struct Action {
   double tpot_ms_before = 0, tpot_ms_after = 0;  // = ITL for decode
   double batch_after = 0;                        // decode batch the prediction assumes
   StepOptions options_after;                     // engine options to apply
+  // Expected relative error of tokens_per_s_after (measured-curve spread, extrapolation
+  // beyond the measured steps, mix model; step_curve.h) and whether the prediction left the
+  // range of measured step shapes.
+  double expected_error = 0;
+  bool outside_measured = false;
+  double prefill_share = 0;  // predicted share of step time in steps carrying prefill
   std::vector<FailureMode> tradeoffs;
 };
 

@@ -38,6 +38,8 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
   if (n.requests_finished > 0) {
     c.mean_request_tokens =
         static_cast<double>(n.prompt_tokens + n.generation_tokens) / n.requests_finished;
+    c.mean_prompt_tokens = static_cast<double>(n.prompt_tokens) / n.requests_finished;
+    c.mean_output_tokens = static_cast<double>(n.generation_tokens) / n.requests_finished;
   }
   return c;
 }

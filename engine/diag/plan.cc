@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/diag/analyzer.h"
+#include "engine/diag/step_curve.h"
 
 namespace saturn {
 namespace {
@@ -52,6 +53,37 @@ struct Predictor {
     const StepShape s = MixedShape(1, std::max(1, budget - decodes), 0, decodes, context, true);
     return model.PredictUs(EstimateStepCost(ctx.model, ctx.dtype_bytes, s, ctx.weight_dtype_bytes),
                            decodes + 1);
+  }
+};
+
+// Step time from the window's measured curve inside its range; outside it the fitted model,
+// scaled to agree with the curve at the nearest measured point, flagged, with the wider error
+// Interpolate gives for that distance.
+struct CurveLookupFn {
+  const Predictor& pred;
+  const StepCurve& curve;
+  bool graphs;
+  double ModelUs(double rows, bool prefill) const {
+    return prefill ? pred.MixedUs(std::max(1, int(std::lround(rows))), 0)
+                   : pred.DecodeUs(std::max(1, int(std::lround(rows))), graphs);
+  }
+  CurveLookup operator()(double rows, bool prefill) const {
+    // The curve was measured with the graph setting in force; another setting is the model's.
+    static const std::vector<CurvePoint> kNone;
+    const std::vector<CurvePoint>& pts =
+        graphs != pred.graphs_now ? kNone : prefill ? curve.prefill : curve.decode;
+    CurveLookup l = Interpolate(pts, rows);
+    if (l.in_range) return l;
+    const double model = ModelUs(rows, prefill);
+    if (pts.empty()) {
+      l.us = model;
+      l.rel_error = std::max(pred.model.fit_error, 0.0) + 0.25;
+      return l;
+    }
+    const CurvePoint& edge = rows < pts.front().x ? pts.front() : pts.back();
+    const double at_edge = ModelUs(edge.x, prefill);
+    l.us = at_edge > 0 ? model * edge.us / at_edge : model;
+    return l;
   }
 };
 
@@ -112,6 +144,20 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   const int blocks_per_seq = std::max(1, int(std::ceil(plan.expected_seq_len / block)));
   plan.kv_capacity_batch = ctx.kv_num_blocks > 0 ? ctx.kv_num_blocks / blocks_per_seq : 1 << 20;
   const Predictor pred{model, ctx, plan.context, host / steps.size(), ctx.options.cuda_graphs};
+  const StepCurve curve = CurveFromSteps(steps);
+  // The request mix: the engine's finished requests, else the window's prefill/decode ratio
+  // with the mean request length. Without prefill in the window, decode-only predictions.
+  double win_prefill = 0, win_decode = 0;
+  for (const StepRecord& r : steps) win_prefill += r.num_prefill_tokens, win_decode += r.num_decode_tokens;
+  WorkloadMix mix{ctx.mean_prompt_tokens, ctx.mean_output_tokens};
+  if ((mix.prompt_tokens <= 0 || mix.output_tokens <= 0) && win_prefill > 0 && win_decode > 0 &&
+      ctx.mean_request_tokens > 0) {
+    const double rho = win_prefill / win_decode;  // = P / (O - 1)
+    mix.output_tokens = (ctx.mean_request_tokens + rho) / (1 + rho);
+    mix.prompt_tokens = ctx.mean_request_tokens - mix.output_tokens;
+  }
+  const bool use_mix = win_prefill > 0 && mix.prompt_tokens > 0 && mix.output_tokens > 0;
+  const int budget_now = std::max(1, ctx.options.max_num_batched_tokens);
 
   // Throughput plateau over every batch the server could be configured to, and B90.
   const int limit = std::max({ctx.max_num_seqs_limit, ctx.options.max_num_seqs, b_now});
@@ -167,12 +213,44 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   bool demand_bound = false;  // the max_num_seqs action stopped at what the queue supports
   double cur_batch = b_now;
   bool cur_graphs = ctx.options.cuda_graphs;
+  // Workload-aware prediction of an action: closed-loop output tokens/s at `conc_before` ->
+  // `conc_after` in-flight requests, max_num_seqs `seqs_before` -> `seqs_after`.
+  auto fill_mix = [&](Action* a, double conc_before, int seqs_before, double conc_after,
+                      int seqs_after, bool graphs_after) {
+    if (!use_mix) return;
+    const MixPrediction before = PredictMix(CurveLookupFn{pred, curve, cur_graphs}, mix,
+                                            conc_before, seqs_before, budget_now);
+    const MixPrediction after = PredictMix(CurveLookupFn{pred, curve, graphs_after}, mix,
+                                           conc_after, seqs_after, budget_now);
+    a->tokens_per_s_before = before.output_tokens_per_s;
+    a->tpot_ms_before = before.tpot_ms;
+    a->tokens_per_s_after = after.output_tokens_per_s;
+    a->tpot_ms_after = after.tpot_ms;
+    a->batch_after = after.decode_batch;
+    a->prefill_share = after.prefill_share;
+    a->outside_measured = !after.in_range;
+    a->expected_error = std::max(after.rel_error, model.fit_error);
+    a->tradeoffs.push_back(Fm(
+        "workload_mix", after.prefill_share,
+        absl::StrFormat("requests of %.0f prompt + %.0f output tokens: %.0f%% of step time in "
+                        "steps carrying prefill, decode batch %.1f of %.0f in flight; expected "
+                        "error %.0f%%%s",
+                        mix.prompt_tokens, mix.output_tokens, 100 * after.prefill_share,
+                        after.decode_batch, std::min<double>(conc_after, seqs_after),
+                        100 * a->expected_error,
+                        after.in_range ? "" : " (outside the measured step shapes)")));
+  };
   auto fill = [&](Action* a, double batch_after, bool graphs_after) {
-    a->tokens_per_s_before = pred.DecodeTps(int(cur_batch), cur_graphs);
-    a->tpot_ms_before = pred.DecodeUs(int(cur_batch), cur_graphs) * 1e-3;
+    // Decode steps: the measured curve where it reaches, the model (scaled to it) beyond.
+    const CurveLookup l0 = CurveLookupFn{pred, curve, cur_graphs}(cur_batch, false);
+    const CurveLookup l = CurveLookupFn{pred, curve, graphs_after}(batch_after, false);
     a->batch_after = batch_after;
-    a->tokens_per_s_after = pred.DecodeTps(int(batch_after), graphs_after);
-    a->tpot_ms_after = pred.DecodeUs(int(batch_after), graphs_after) * 1e-3;
+    a->tpot_ms_before = l0.us * 1e-3;
+    a->tokens_per_s_before = cur_batch / l0.us * 1e6;
+    a->tpot_ms_after = l.us * 1e-3;
+    a->tokens_per_s_after = batch_after / l.us * 1e6;
+    a->expected_error = std::max(l.rel_error, model.fit_error);
+    a->outside_measured = !l.in_range;
     const double dt = a->tpot_ms_after / std::max(a->tpot_ms_before, 1e-9) - 1;
     a->tradeoffs.push_back(Fm("latency", a->tpot_ms_after,
                               absl::StrFormat("TPOT/ITL %.2f -> %.2f ms (%+.0f%%)",
@@ -213,6 +291,7 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
       a.to = target;
       a.what = absl::StrFormat("raise max_num_seqs %d -> %d", ctx.options.max_num_seqs, target);
       fill(&a, reach, cur_graphs);
+      fill_mix(&a, demand, ctx.options.max_num_seqs, demand, target, cur_graphs);
       a.tradeoffs.insert(a.tradeoffs.end(), bounds.begin(), bounds.end());
       if (reach < target) {
         demand_bound = true;
@@ -276,6 +355,8 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
             ? absl::StrFormat(" (and max_num_seqs %d -> %d)", opts.max_num_seqs, target)
             : "");
     fill(&a, target, cur_graphs);
+    fill_mix(&a, demand, opts.max_num_seqs, target, std::max(opts.max_num_seqs, target),
+             cur_graphs);
     if (p.output_tokens_per_s > 0) {  // what the window delivered, idle included
       a.tokens_per_s_before = std::min(a.tokens_per_s_before, p.output_tokens_per_s);
     }

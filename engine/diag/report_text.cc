@@ -99,6 +99,8 @@ std::string ReportToText(const DiagnosticsReport& r) {
       absl::StrAppendFormat(&out, "  %-2d %-58s %9.1f -> %-9.1f %7.2f -> %-7.2f\n", ++i, a.what,
                             a.tokens_per_s_before, a.tokens_per_s_after, a.tpot_ms_before,
                             a.tpot_ms_after);
+      absl::StrAppendFormat(&out, "       expected error +-%.0f%%%s\n", 100 * a.expected_error,
+                            a.outside_measured ? " (beyond the measured step shapes)" : "");
       for (const FailureMode& f : a.tradeoffs) {
         absl::StrAppendFormat(&out, "       - %s: %s\n", f.name, f.detail);
       }

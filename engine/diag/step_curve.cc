@@ -1,0 +1,138 @@
+// The measured step-time curve (interpolation, out-of-range flagging, building it from a
+// window's steps) and the workload-aware closed-loop throughput model. See step_curve.h.
+#include "engine/diag/step_curve.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace saturn {
+namespace {
+
+// Expected error inside the measured range beyond the points' own spread (linear
+// interpolation between neighbours of a convex-ish curve).
+constexpr double kInterpolationError = 0.02;
+// Extra expected error per doubling of x beyond the measured range.
+constexpr double kErrorPerDoubling = 0.25;
+// Extra expected error of the mix model when prefill shares the steps (chunk placement and
+// arrival order are averaged, not simulated).
+constexpr double kMixModelError = 0.03;
+
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - lo) * (v[hi] - v[lo]);
+}
+
+CurvePoint PointOf(const std::vector<double>& xs, const std::vector<double>& us) {
+  CurvePoint p;
+  p.x = Quantile(xs, 0.5);
+  p.us = Quantile(us, 0.5);
+  p.spread = p.us > 0 ? (Quantile(us, 0.9) - Quantile(us, 0.1)) / p.us : 0;
+  p.samples = static_cast<int>(us.size());
+  return p;
+}
+
+}  // namespace
+
+CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x) {
+  CurveLookup out;
+  if (pts.empty()) {
+    out.rel_error = 1;
+    return out;
+  }
+  if (pts.size() == 1) {
+    out.us = pts[0].us;
+    out.in_range = std::abs(x - pts[0].x) <= 1e-9 * std::max(1.0, x);
+    const double ratio = std::max(x, pts[0].x) / std::max(std::min(x, pts[0].x), 1e-9);
+    out.rel_error = pts[0].spread + kInterpolationError +
+                    (out.in_range ? 0 : kErrorPerDoubling * std::log2(ratio));
+    return out;
+  }
+  size_t i = 1;  // segment [i-1, i]
+  while (i + 1 < pts.size() && pts[i].x < x) ++i;
+  const CurvePoint& a = pts[i - 1];
+  const CurvePoint& b = pts[i];
+  double slope = (b.us - a.us) / std::max(b.x - a.x, 1e-9);
+  out.in_range = x >= pts.front().x && x <= pts.back().x;
+  if (!out.in_range) slope = std::max(slope, 0.0);  // never extrapolate a step time downwards
+  out.us = std::max(a.us + slope * (x - a.x), 1e-3);
+  out.rel_error = std::max(a.spread, b.spread) + kInterpolationError;
+  if (!out.in_range) {
+    const double edge = x < pts.front().x ? pts.front().x : pts.back().x;
+    const double ratio = std::max(x, edge) / std::max(std::min(x, edge), 1e-9);
+    out.rel_error += kErrorPerDoubling * std::log2(ratio);
+  }
+  return out;
+}
+
+StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) {
+  std::map<int, std::pair<std::vector<double>, std::vector<double>>> dec, pre;
+  for (const StepRecord& r : steps) {
+    const double wall = r.wall_us();
+    if (wall <= 0) continue;
+    if (r.num_prefill_tokens == 0 && r.num_decode_tokens > 0) {
+      auto& g = dec[r.num_seqs];
+      g.first.push_back(r.num_seqs);
+      g.second.push_back(wall);
+    } else if (r.num_prefill_tokens > 0) {
+      const double rows = r.num_prefill_tokens + r.num_decode_tokens;
+      auto& g = pre[static_cast<int>(std::lround(4 * std::log2(rows)))];  // 2^(1/4) buckets
+      g.first.push_back(rows);
+      g.second.push_back(wall);
+    }
+  }
+  StepCurve c;
+  for (const auto& [key, g] : dec) {
+    if (static_cast<int>(g.second.size()) >= min_samples) c.decode.push_back(PointOf(g.first, g.second));
+  }
+  for (const auto& [key, g] : pre) {
+    if (static_cast<int>(g.second.size()) >= min_samples) c.prefill.push_back(PointOf(g.first, g.second));
+  }
+  return c;
+}
+
+MixPrediction PredictMix(const StepLookup& lookup, const WorkloadMix& mix, double concurrency,
+                         int max_num_seqs, int budget) {
+  MixPrediction m;
+  const double n = std::max(1.0, std::min(concurrency, double(std::max(1, max_num_seqs))));
+  const double prompt = std::max(0.0, mix.prompt_tokens);
+  const double out_len = std::max(1.0, mix.output_tokens);
+  const double decode_steps = out_len - 1;  // the first token comes from the prefill step
+  // Slots held by requests still in prefill: a prompt takes ceil(P / room) chunked steps.
+  double nd = n, room = 1, chunks = 0;
+  for (int it = 0; it < 20; ++it) {
+    room = std::max(1.0, budget - nd);
+    chunks = prompt > 0 ? std::ceil(prompt / room) : 0;
+    nd = decode_steps > 0 ? n * decode_steps / (decode_steps + chunks) : 0;
+  }
+  // Requests entering per step, capped by the prefill rows a step can take.
+  double k = decode_steps > 0 ? nd / decode_steps : n / std::max(1.0, chunks);
+  if (prompt > 0) k = std::min(k, room / prompt);
+  if (decode_steps > 0) nd = std::min(nd, k * decode_steps);
+  const double rows_needed = k * prompt;  // prefill rows per step on average
+  const double chunk = prompt > 0 ? std::min(std::max(prompt, rows_needed), room) : 0;
+  const double f = chunk > 0 ? std::min(1.0, rows_needed / chunk) : 0;  // steps carrying prefill
+  CurveLookup dec{}, mixed{};
+  double avg = 0;
+  if (f < 1) {
+    dec = lookup(std::max(nd, 1.0), false);
+    avg += (1 - f) * dec.us;
+  }
+  if (f > 0) {
+    mixed = lookup(nd + chunk, true);
+    avg += f * mixed.us;
+  }
+  avg = std::max(avg, 1e-3);
+  m.decode_batch = nd;
+  m.tpot_ms = avg * 1e-3;
+  m.output_tokens_per_s = k * out_len / avg * 1e6;
+  m.prefill_share = f > 0 ? f * mixed.us / avg : 0;
+  m.in_range = (f >= 1 || dec.in_range) && (f <= 0 || mixed.in_range);
+  m.rel_error = (1 - f) * dec.rel_error + f * mixed.rel_error + (f > 0 ? kMixModelError : 0);
+  return m;
+}
+
+}  // namespace saturn

@@ -1,0 +1,72 @@
+// The measured step-time curve and the workload-aware throughput model built on it.
+//
+// StepCurve holds measured wall times of decode steps at several batch sizes and of prefill
+// chunks at several lengths (from the window's own steps, CurveFromSteps). Plans interpolate it
+// (piecewise linear) instead of extrapolating a fit; a query outside the measured range is
+// flagged and carries a wider expected error (CurveLookup).
+//
+// PredictMix turns a step-time lookup into closed-loop output tokens/s for n in-flight requests
+// with a given prompt/output mix, accounting for the prefill share of the rows, chunked prefill
+// steps that slow the decodes sharing them, slots held by requests still in prefill and requests
+// queued beyond max_num_seqs. docs/DIAGNOSTICS.md, "Workload-aware plans", derives it.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "engine/step_record.h"
+
+namespace saturn {
+
+struct CurvePoint {
+  double x = 0;       // decode: batch rows; prefill: chunk tokens (+ decode rows sharing it)
+  double us = 0;      // median measured step wall time
+  double spread = 0;  // relative spread of the samples: (p90 - p10) / median
+  int samples = 0;
+};
+
+struct StepCurve {
+  std::vector<CurvePoint> decode;   // ascending x
+  std::vector<CurvePoint> prefill;  // ascending x
+};
+
+struct CurveLookup {
+  double us = 0;
+  bool in_range = false;  // x within the measured points (else extrapolated)
+  double rel_error = 0;   // expected relative error of `us`
+};
+
+// Interpolates `pts` (ascending x) at x. Empty: us = 0, in_range false, rel_error 1.
+// Inside: linear between neighbours, error = the larger neighbour spread + 2 %. Outside:
+// extends the nearest segment's slope (never below 0), error grows with the distance:
+// + 25 % per doubling beyond the range (docs/DIAGNOSTICS.md).
+CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
+
+// Groups the window's steps by shape: pure decode steps by num_seqs, steps carrying prefill by
+// total rows (prefill + decode tokens, bucketed to powers of two / 4). Keeps the median per
+// group (at least `min_samples` steps).
+StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples = 2);
+
+struct WorkloadMix {
+  double prompt_tokens = 0;  // mean prompt length
+  double output_tokens = 0;  // mean output length (>= 1)
+};
+
+struct MixPrediction {
+  double output_tokens_per_s = 0;
+  double tpot_ms = 0;         // mean step time the decodes see (mixed steps included)
+  double decode_batch = 0;    // decode rows per step
+  double prefill_share = 0;   // share of step time in steps carrying prefill
+  bool in_range = true;       // every lookup was inside the measured curve
+  double rel_error = 0;       // expected relative error of output_tokens_per_s
+};
+
+// Step time lookup: rows processed and whether the step carries prefill.
+using StepLookup = std::function<CurveLookup(double rows, bool prefill)>;
+
+// Steady-state output tokens/s for `concurrency` closed-loop requests of mix `mix` on a server
+// running at most `max_num_seqs` sequences and `budget` tokens per step.
+MixPrediction PredictMix(const StepLookup& lookup, const WorkloadMix& mix, double concurrency,
+                         int max_num_seqs, int budget);
+
+}  // namespace saturn

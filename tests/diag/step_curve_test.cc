@@ -1,0 +1,150 @@
+// The measured step-time curve and the workload-aware throughput model: interpolation,
+// out-of-range flagging and widening error, grouping a window's steps, and the request mix
+// (prompt length, queueing beyond max_num_seqs) changing the predicted gain. No timing.
+#include "engine/diag/step_curve.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/diag/analyzer.h"
+#include "tests/diag/synthetic.h"
+
+namespace saturn {
+namespace {
+
+std::vector<CurvePoint> Line() {  // 1000 us + 100 us per row, measured at 1, 4, 16 rows
+  return {{1, 1100, 0.01, 5}, {4, 1400, 0.03, 5}, {16, 2600, 0.02, 5}};
+}
+
+TEST(StepCurveTest, InterpolatesInsideTheMeasuredRange) {
+  const CurveLookup l = Interpolate(Line(), 10);
+  EXPECT_TRUE(l.in_range);
+  EXPECT_NEAR(l.us, 2000, 1e-6);
+  EXPECT_NEAR(l.rel_error, 0.03 + 0.02, 1e-9);  // larger neighbour spread + interpolation
+  EXPECT_NEAR(Interpolate(Line(), 4).us, 1400, 1e-6);
+}
+
+TEST(StepCurveTest, FlagsQueriesOutsideTheRangeWithAWiderError) {
+  const CurveLookup in = Interpolate(Line(), 16);
+  const CurveLookup out2 = Interpolate(Line(), 32);
+  const CurveLookup out4 = Interpolate(Line(), 64);
+  EXPECT_TRUE(in.in_range);
+  EXPECT_FALSE(out2.in_range);
+  EXPECT_FALSE(out4.in_range);
+  EXPECT_NEAR(out2.us, 4200, 1e-6);  // the last segment's slope carried on
+  EXPECT_GT(out2.rel_error, in.rel_error + 0.2);
+  EXPECT_GT(out4.rel_error, out2.rel_error + 0.2);
+  // Below the range a falling segment is never extended downwards.
+  const std::vector<CurvePoint> falling = {{4, 1000, 0, 3}, {8, 900, 0, 3}};
+  EXPECT_GE(Interpolate(falling, 32).us, 900 - 1e-6);
+  EXPECT_FALSE(Interpolate({}, 4).in_range);
+}
+
+TEST(StepCurveTest, GroupsWindowStepsByShapeWithTheirMedian) {
+  std::vector<StepRecord> steps;
+  const double walls[] = {1000, 1100, 5000};  // one outlier: the median ignores it
+  for (int seqs : {2, 8}) {
+    for (double w : walls) {
+      StepRecord r;
+      r.num_seqs = seqs;
+      r.num_decode_tokens = seqs;
+      r.start_us = 0;
+      r.end_us = w * seqs;
+      steps.push_back(r);
+    }
+  }
+  StepRecord lone;  // a shape seen once is left out
+  lone.num_seqs = lone.num_decode_tokens = 5;
+  lone.end_us = 1;
+  steps.push_back(lone);
+  StepRecord pre;
+  pre.num_prefill_tokens = 100;
+  pre.num_seqs = 1;
+  pre.end_us = 9000;
+  steps.push_back(pre);
+  steps.push_back(pre);
+  const StepCurve c = CurveFromSteps(steps);
+  ASSERT_EQ(c.decode.size(), 2u);
+  EXPECT_EQ(c.decode[0].x, 2);
+  EXPECT_NEAR(c.decode[0].us, 2200, 1e-6);
+  EXPECT_EQ(c.decode[1].x, 8);
+  EXPECT_NEAR(c.decode[1].us, 8800, 1e-6);
+  EXPECT_GT(c.decode[0].spread, 1.0);
+  ASSERT_EQ(c.prefill.size(), 1u);
+  EXPECT_EQ(c.prefill[0].x, 100);
+}
+
+// A step model of the shape decode and prefill have: a fixed weight stream + per row cost.
+CurveLookup Linear(double rows, bool) { return CurveLookup{2000 + 50 * rows, true, 0.02}; }
+
+TEST(StepCurveTest, DecodeOnlyMixIsBatchOverStepTime) {
+  const MixPrediction m = PredictMix(Linear, WorkloadMix{0, 1e9}, 8, 64, 2048);
+  EXPECT_NEAR(m.decode_batch, 8, 1e-6);
+  EXPECT_NEAR(m.output_tokens_per_s, 8 / 2400e-6, 1e-3);
+  EXPECT_EQ(m.prefill_share, 0);
+  EXPECT_NEAR(m.rel_error, 0.02, 1e-9);
+}
+
+TEST(StepCurveTest, LongerPromptsLowerThePredictedGain) {
+  const WorkloadMix shorts{32, 64}, longs{1024, 64};
+  const MixPrediction s1 = PredictMix(Linear, shorts, 1, 64, 512);
+  const MixPrediction s32 = PredictMix(Linear, shorts, 32, 64, 512);
+  const MixPrediction l1 = PredictMix(Linear, longs, 1, 64, 512);
+  const MixPrediction l32 = PredictMix(Linear, longs, 32, 64, 512);
+  EXPECT_GT(l32.prefill_share, s32.prefill_share);
+  EXPECT_LT(l32.output_tokens_per_s, s32.output_tokens_per_s);
+  EXPECT_LT(l32.output_tokens_per_s / l1.output_tokens_per_s,
+            s32.output_tokens_per_s / s1.output_tokens_per_s);
+  // Requests in prefill hold slots: the decode batch is below the concurrency.
+  EXPECT_LT(l32.decode_batch, 32);
+  EXPECT_GT(s32.rel_error, 0.02);  // mixed steps add the mix model's error
+}
+
+TEST(StepCurveTest, ConcurrencyBeyondMaxNumSeqsQueues) {
+  const WorkloadMix mix{64, 64};
+  const MixPrediction at8 = PredictMix(Linear, mix, 8, 8, 2048);
+  const MixPrediction at40 = PredictMix(Linear, mix, 40, 8, 2048);
+  EXPECT_NEAR(at40.output_tokens_per_s, at8.output_tokens_per_s, 1e-9);
+  EXPECT_GT(PredictMix(Linear, mix, 40, 40, 2048).output_tokens_per_s,
+            1.5 * at8.output_tokens_per_s);
+}
+
+TEST(StepCurveTest, OutOfRangeLookupsFlagThePrediction) {
+  auto lookup = [](double rows, bool prefill) {
+    return prefill ? CurveLookup{3000 + 10 * rows, false, 0.4} : Linear(rows, false);
+  };
+  const MixPrediction m = PredictMix(lookup, WorkloadMix{256, 64}, 16, 64, 2048);
+  EXPECT_FALSE(m.in_range);
+  EXPECT_GT(m.rel_error, PredictMix(Linear, WorkloadMix{256, 64}, 16, 64, 2048).rel_error);
+}
+
+TEST(StepCurveTest, PlanUsesTheRequestMix) {
+  using testing_diag::StepSpec;
+  StepSpec s;  // each request arrives after a pause and is served in one prefill step
+  s.running = 1;
+  s.prefill_tokens = 8;
+  const auto steps =
+      testing_diag::Steps(testing_diag::Small(), testing_diag::TrueModel{}, s, 5, 200000);
+  auto plan_for = [&](double prompt, double output) {
+    auto ctx = testing_diag::TestContext(testing_diag::Small(), 64);
+    ctx.mean_prompt_tokens = prompt;
+    ctx.mean_output_tokens = output;
+    return Analyze(steps, 0, steps.back().end_us + 200000, testing_diag::TestCalibration(), ctx);
+  };
+  const auto shorts = plan_for(32, 64);
+  const auto longs = plan_for(1500, 64);
+  ASSERT_FALSE(shorts.plan.actions.empty());
+  ASSERT_FALSE(longs.plan.actions.empty());
+  const Action& a = shorts.plan.actions.back();
+  const Action& b = longs.plan.actions.back();
+  ASSERT_EQ(a.kind, ActionKind::kRaiseClientConcurrency);
+  ASSERT_EQ(b.kind, ActionKind::kRaiseClientConcurrency);
+  EXPECT_LT(b.tokens_per_s_after, a.tokens_per_s_after);
+  EXPECT_GT(b.prefill_share, a.prefill_share);
+  EXPECT_GT(a.expected_error, 0);
+  bool named = false;
+  for (const FailureMode& f : b.tradeoffs) named |= f.name == "workload_mix";
+  EXPECT_TRUE(named);
+}
+
+}  // namespace
+}  // namespace saturn
