@@ -3,10 +3,16 @@
 // of --concurrency clients (each sends its next request when the previous one finishes),
 // diagnose a steady window, apply the plan's top action with Engine::UpdateOptions (what
 // UpdateEngineOptions does), let it settle, measure, and print predicted vs measured decode
-// tokens/s and TPOT with the errors (PlanTracker, engine/diag/plan_tracker.h).
+// tokens/s and TPOT with the errors (PlanTracker, engine/diag/plan_tracker.h). A client-side
+// action (raise client concurrency) is followed too: the load restarts at the planned number of
+// clients. Output tokens/s over the after window is compared with the plan's prediction, which
+// is output tokens/s of the request mix when the window held prefill (step_curve.h).
 //
 //   saturn-bench-plan --model=small --start_seqs=1 --concurrency=8 --json=plan.json
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <memory>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -30,7 +36,7 @@ ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint dir
 ABSL_FLAG(std::string, backend, "cpu", "auto|cpu|cuda");
 ABSL_FLAG(int, threads, 0, "CPU backend threads (0: all cores)");
 ABSL_FLAG(int, start_seqs, 1, "max_num_seqs before the plan");
-ABSL_FLAG(int, concurrency, 8, "closed-loop clients (more than --start_seqs)");
+ABSL_FLAG(int, concurrency, 8, "closed-loop clients (fewer than --start_seqs: a client-side plan)");
 ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
 ABSL_FLAG(int, max_tokens, 64, "tokens generated per request");
 ABSL_FLAG(double, before_s, 4, "seconds of load diagnosed before the change");
@@ -83,8 +89,8 @@ DiagnosticsReport Window(const Engine& e, const Calibration& cal, double begin, 
 
 int Main() {
   const int start = absl::GetFlag(FLAGS_start_seqs), n = absl::GetFlag(FLAGS_concurrency);
-  if (start < 1 || n <= start) {
-    std::cerr << "--concurrency must exceed --start_seqs >= 1\n";
+  if (start < 1 || n < 1) {
+    std::cerr << "--start_seqs and --concurrency must be >= 1\n";
     return 2;
   }
   EngineConfig cfg;
@@ -111,7 +117,8 @@ int Main() {
               cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
               cal->op_dispatch_us);
 
-  ClosedLoop load(engine, n, absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_max_tokens));
+  const int prompt_len = absl::GetFlag(FLAGS_prompt_len), max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  auto load = std::make_unique<ClosedLoop>(engine, n, prompt_len, max_tokens);
   Sleep(0.5);  // past the first admissions
   const double b0 = NowUs();
   Sleep(absl::GetFlag(FLAGS_before_s));
@@ -132,6 +139,13 @@ int Main() {
     std::cerr << "UpdateOptions: " << applied.status() << "\n";
     return 1;
   }
+  int clients_after = n;
+  if (a.kind == ActionKind::kRaiseClientConcurrency) {  // client side: rerun at the planned load
+    clients_after = std::max(n, int(std::lround(a.to)));
+    load->Stop();
+    load = std::make_unique<ClosedLoop>(engine, clients_after, prompt_len, max_tokens);
+    Sleep(0.5);  // past the first admissions
+  }
   const double t_applied = NowUs();
   PlanTracker tracker;
   tracker.RecordApplied(a, before.model, ctx, before.plan.context, t_applied);
@@ -139,17 +153,26 @@ int Main() {
   const double a1 = NowUs();
   const auto t = tracker.Evaluate(bench::StepsIn(*engine, t_applied, a1));
   const DiagnosticsReport after = Window(*engine, *cal, t_applied, a1);
-  load.Stop();
+  load->Stop();
   if (!t.has_value() || t->steady_steps == 0) {
     std::cerr << "no steady decode steps after the change\n";
     return 1;
   }
+  // What the plan predicts is output tokens/s of the mix when it used one (prefill_share > 0),
+  // decode tokens/s of steady decode steps otherwise.
+  const bool mix = a.prefill_share > 0;
+  const double measured_plan = mix ? after.profile.output_tokens_per_s : t->measured_tokens_per_s;
+  const double plan_error = a.tokens_per_s_after / std::max(1e-9, measured_plan) - 1;
   std::printf("--- after \"%s\" ---\n%s", a.what.c_str(), ReportToText(after).c_str());
   std::printf("\n%-28s %12s %12s %9s\n", "", "predicted", "measured", "error");
   std::printf("%-28s %12.1f %12.1f %+8.1f%%\n", "decode tokens/s", t->predicted_tokens_per_s,
               t->measured_tokens_per_s, 100 * t->tokens_per_s_error);
   std::printf("%-28s %12.2f %12.2f %+8.1f%%\n", "TPOT ms", t->predicted_tpot_ms,
               t->measured_tpot_ms, 100 * t->tpot_error);
+  std::printf("%-28s %12.1f %12.1f %+8.1f%%  (expected +-%.0f%%%s)\n",
+              mix ? "plan: output tokens/s" : "plan: decode tokens/s", a.tokens_per_s_after,
+              measured_plan, 100 * plan_error, 100 * a.expected_error,
+              a.outside_measured ? ", beyond measured shapes" : "");
   std::printf("%-28s %12.1f %12.1f %+8.1f%%\n", "model at measured batch",
               t->model_tokens_per_s_at_measured_batch, t->measured_tokens_per_s,
               100 * t->model_error);
@@ -166,6 +189,17 @@ int Main() {
                         {"concurrency", n},
                         {"calibration", nlohmann::json::parse(CalibrationToJson(*cal))},
                         {"action", a.what},
+                        {"action_kind", ActionKindName(a.kind)},
+                        {"prompt_len", prompt_len},
+                        {"max_tokens", max_tokens},
+                        {"clients_after", clients_after},
+                        {"plan_metric", mix ? "output_tokens_per_s" : "decode_tokens_per_s"},
+                        {"plan_predicted", a.tokens_per_s_after},
+                        {"plan_measured", measured_plan},
+                        {"plan_error", plan_error},
+                        {"expected_error", a.expected_error},
+                        {"outside_measured", a.outside_measured},
+                        {"predicted_prefill_share", a.prefill_share},
                         {"before", nlohmann::json::parse(ReportToJson(before))},
                         {"after", nlohmann::json::parse(ReportToJson(after))},
                         {"predicted_tokens_per_s", t->predicted_tokens_per_s},

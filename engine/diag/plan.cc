@@ -304,6 +304,8 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
       a.options_after = opts;
       cur_batch = reach;
       plan.actions.push_back(a);
+    } else if (reach < target) {
+      demand_bound = true;  // the limit binds only because clients send no more: ask them
     }
   }
 
