@@ -2,11 +2,13 @@
 #include "server/diagnostics_service.h"
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <utility>
 
 #include "engine/diag/trace_export.h"
 #include "server/diagnostics_request.h"
+#include "server/raw_message.h"
 #include "server/status_util.h"
 #include "server/watch_reactor.h"
 
@@ -17,9 +19,11 @@ const grpc::Status kLoading(grpc::StatusCode::UNAVAILABLE,
                             "model is loading; retry when health reports SERVING");
 const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "server shutting down");
 
-// Runs `work(engine)` on the timer thread under a call token, then finishes `reactor` with
-// its status. Finishes at once with UNAVAILABLE when the server is loading or draining.
+// Runs `work(engine)` on the timer thread under a call token, then (when OK) serializes `reply`
+// into `response` and finishes `reactor` with its status. Finishes at once with UNAVAILABLE
+// when the server is loading or draining.
 void RunUnary(ServingState* state, TimerThread* timer, grpc::ServerUnaryReactor* reactor,
+              std::shared_ptr<google::protobuf::Message> reply, grpc::ByteBuffer* response,
               std::function<grpc::Status(Engine*)> work) {
   if (state->engine() == nullptr) {
     reactor->Finish(kLoading);
@@ -31,15 +35,25 @@ void RunUnary(ServingState* state, TimerThread* timer, grpc::ServerUnaryReactor*
     return;
   }
   const int64_t t = *token;
-  const bool posted = timer->Post(TimerThread::Clock::now(), [state, reactor, t, work] {
+  const bool posted = timer->Post(TimerThread::Clock::now(), [=] {
     Engine* engine = state->engine();
-    reactor->Finish(engine == nullptr ? kShuttingDown : work(engine));
+    const grpc::Status status = engine == nullptr ? kShuttingDown : work(engine);
+    if (status.ok()) SerializeResponse(*reply, response);
+    reactor->Finish(status);
     state->EndCall(t);
   });
   if (!posted) {
     reactor->Finish(kShuttingDown);
     state->EndCall(t);
   }
+}
+
+// Parses `raw` into `request`; on failure finishes `reactor` INVALID_ARGUMENT and returns false.
+bool ParseOrFinish(const grpc::ByteBuffer& raw, google::protobuf::Message* request,
+                   grpc::ServerUnaryReactor* reactor) {
+  absl::Status s = ParseRequest(raw, request);
+  if (!s.ok()) reactor->Finish(ToGrpcStatus(s));
+  return s.ok();
 }
 
 }  // namespace
@@ -49,68 +63,81 @@ DiagnosticsService::DiagnosticsService(ServingState* state, DiagnosticsState* di
 
 DiagnosticsService::~DiagnosticsService() { timer_.Stop(); }
 
-grpc::ServerUnaryReactor* DiagnosticsService::GetDiagnostics(
-    grpc::CallbackServerContext* context, const v1::GetDiagnosticsRequest* request,
-    v1::DiagnosticsReport* response) {
+grpc::ServerUnaryReactor* DiagnosticsService::GetDiagnostics(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* raw,
+                                                           grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  v1::GetDiagnosticsRequest request;
+  if (!ParseOrFinish(*raw, &request, reactor)) return reactor;
   // Checked before anything else so that a bad request is INVALID_ARGUMENT in any state.
-  absl::StatusOr<DiagWindow> window = ResolveWindow(*request, NowUs());
-  absl::Status points = ValidateStepPoints(request->max_step_points());
+  absl::StatusOr<DiagWindow> window = ResolveWindow(request, NowUs());
+  absl::Status points = ValidateStepPoints(request.max_step_points());
   if (!window.ok() || !points.ok()) {
     reactor->Finish(ToGrpcStatus(!window.ok() ? window.status() : points));
     return reactor;
   }
   DiagnosticsState* diag = diag_;
-  RunUnary(state_, &timer_, reactor, [diag, request, response, w = *window](Engine* engine) {
-    FillReport(*engine, diag, w, request->include_json(), request->max_step_points(), response);
-    return grpc::Status::OK;
-  });
+  auto report = std::make_shared<v1::DiagnosticsReport>();
+  RunUnary(state_, &timer_, reactor, report, response,
+           [diag, report, w = *window, json = request.include_json(),
+            points = request.max_step_points()](Engine* engine) {
+             FillReport(*engine, diag, w, json, points, report.get());
+             return grpc::Status::OK;
+           });
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::DiagnosticsReport>* DiagnosticsService::WatchDiagnostics(
-    grpc::CallbackServerContext* /*context*/, const v1::WatchDiagnosticsRequest* request) {
-  absl::StatusOr<double> window = ResolveWindowSeconds(request->window_seconds());
+grpc::ServerWriteReactor<grpc::ByteBuffer>* DiagnosticsService::WatchDiagnostics(
+    grpc::CallbackServerContext* /*context*/, const grpc::ByteBuffer* raw) {
+  v1::WatchDiagnosticsRequest request;
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectWatch(ToGrpcStatus(s));
+  absl::StatusOr<double> window = ResolveWindowSeconds(request.window_seconds());
   if (!window.ok()) return RejectWatch(ToGrpcStatus(window.status()));
-  absl::StatusOr<int> interval = ResolveIntervalMs(request->interval_ms());
+  absl::StatusOr<int> interval = ResolveIntervalMs(request.interval_ms());
   if (!interval.ok()) return RejectWatch(ToGrpcStatus(interval.status()));
   if (state_->engine() == nullptr) return RejectWatch(kLoading);
-  return new WatchReactor(state_, diag_, &timer_, *window, *interval, request->include_json());
+  return new WatchReactor(state_, diag_, &timer_, *window, *interval, request.include_json());
 }
 
 grpc::ServerUnaryReactor* DiagnosticsService::ExportTrace(grpc::CallbackServerContext* context,
-                                                          const v1::ExportTraceRequest* request,
-                                                          v1::ExportTraceResponse* response) {
+                                                          const grpc::ByteBuffer* raw,
+                                                          grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  v1::ExportTraceRequest request;
+  if (!ParseOrFinish(*raw, &request, reactor)) return reactor;
   Engine* engine = state_->engine();
   if (engine == nullptr) {
     reactor->Finish(kLoading);
     return reactor;
   }
-  absl::StatusOr<size_t> n = ResolveTraceSteps(request->max_steps(), engine->steps().capacity());
+  absl::StatusOr<size_t> n = ResolveTraceSteps(request.max_steps(), engine->steps().capacity());
   if (!n.ok()) {
     reactor->Finish(ToGrpcStatus(n.status()));
     return reactor;
   }
-  RunUnary(state_, &timer_, reactor, [response, n = *n](Engine* e) {
+  auto trace = std::make_shared<v1::ExportTraceResponse>();
+  RunUnary(state_, &timer_, reactor, trace, response, [trace, n = *n](Engine* e) {
     const std::vector<StepRecord> steps = e->steps().Last(n);
-    response->set_trace_json(ExportChromeTrace(steps));
-    response->set_num_steps(static_cast<int>(steps.size()));
+    trace->set_trace_json(ExportChromeTrace(steps));
+    trace->set_num_steps(static_cast<int>(steps.size()));
     return grpc::Status::OK;
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* DiagnosticsService::Recalibrate(grpc::CallbackServerContext* context,
-                                                          const v1::RecalibrateRequest* /*request*/,
-                                                          v1::RecalibrateResponse* response) {
+                                                          const grpc::ByteBuffer* raw,
+                                                          grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  v1::RecalibrateRequest request;
+  if (!ParseOrFinish(*raw, &request, reactor)) return reactor;
   DiagnosticsState* diag = diag_;
-  RunUnary(state_, &timer_, reactor, [diag, response](Engine* engine) {
-    FillCalibration(*diag, response->mutable_previous());
+  auto result = std::make_shared<v1::RecalibrateResponse>();
+  RunUnary(state_, &timer_, reactor, result, response, [diag, result](Engine* engine) {
+    FillCalibration(*diag, result->mutable_previous());
     absl::StatusOr<Calibration> cal = diag->Recalibrate(engine);
     if (!cal.ok()) return ToGrpcStatus(cal.status());
-    FillCalibration(*diag, response->mutable_calibration());
+    FillCalibration(*diag, result->mutable_calibration());
     return grpc::Status::OK;
   });
   return reactor;

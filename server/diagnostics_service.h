@@ -3,6 +3,9 @@
 // hand the work (reading step records, analysing, rendering) to one shared TimerThread, so no gRPC
 // thread waits or crunches. The engine comes from ServingState (UNAVAILABLE until it is
 // ready); each task holds a ServingState call token while it reads the engine.
+// All four methods are registered raw (grpc::ByteBuffer in and out; the same bytes on the wire)
+// so that an unparseable request is INVALID_ARGUMENT with a reason (raw_message.h), as in
+// saturn_service.h, not gRPC's message-less UNIMPLEMENTED.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -14,24 +17,29 @@
 
 namespace saturn {
 
-class DiagnosticsService final : public v1::Diagnostics::CallbackService {
+using DiagnosticsRawService = v1::Diagnostics::WithRawCallbackMethod_GetDiagnostics<
+    v1::Diagnostics::WithRawCallbackMethod_WatchDiagnostics<
+        v1::Diagnostics::WithRawCallbackMethod_ExportTrace<
+            v1::Diagnostics::WithRawCallbackMethod_Recalibrate<v1::Diagnostics::Service>>>>;
+
+class DiagnosticsService final : public DiagnosticsRawService {
  public:
   DiagnosticsService(ServingState* state, DiagnosticsState* diag);
   ~DiagnosticsService() override;  // stops the timer thread (after the gRPC server is gone)
 
   grpc::ServerUnaryReactor* GetDiagnostics(grpc::CallbackServerContext* context,
-                                           const v1::GetDiagnosticsRequest* request,
-                                           v1::DiagnosticsReport* response) override;
-  grpc::ServerWriteReactor<v1::DiagnosticsReport>* WatchDiagnostics(
-      grpc::CallbackServerContext* context, const v1::WatchDiagnosticsRequest* request) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchDiagnostics(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* ExportTrace(grpc::CallbackServerContext* context,
-                                        const v1::ExportTraceRequest* request,
-                                        v1::ExportTraceResponse* response) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   // Runs on the timer thread (other diagnostics wait the few seconds it takes); the engine
   // pauses between two steps while the ceilings are measured.
   grpc::ServerUnaryReactor* Recalibrate(grpc::CallbackServerContext* context,
-                                        const v1::RecalibrateRequest* request,
-                                        v1::RecalibrateResponse* response) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
 
  private:
   ServingState* state_;

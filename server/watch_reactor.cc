@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "server/diagnostics_request.h"
+#include "server/raw_message.h"
 #include "server/reject_reactor.h"
 
 namespace saturn {
@@ -31,7 +32,7 @@ struct WatchReactor::Call {
   std::optional<int64_t> call_token;
   TimerThread::Clock::time_point next_report;
 
-  v1::DiagnosticsReport writing;
+  grpc::ByteBuffer writing;  // the report in flight, serialized
   bool write_in_flight = false;
   std::optional<grpc::Status> finish;
   bool finish_called = false;
@@ -69,7 +70,7 @@ struct WatchReactor::Call {
       state->EndCall(*token);
       std::lock_guard<std::mutex> lock(mu);
       if (reactor == nullptr || finish.has_value()) return;
-      writing = std::move(report);
+      SerializeResponse(report, &writing);
       write_in_flight = true;
       reactor->StartWrite(&writing);
       next_report = std::max(next_report + interval, now);
@@ -89,8 +90,8 @@ struct WatchReactor::Call {
   }
 };
 
-grpc::ServerWriteReactor<v1::DiagnosticsReport>* RejectWatch(const grpc::Status& status) {
-  return new RejectReactor<v1::DiagnosticsReport>(status);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* RejectWatch(const grpc::Status& status) {
+  return new RejectReactor<grpc::ByteBuffer>(status);
 }
 
 WatchReactor::WatchReactor(ServingState* state, DiagnosticsState* diag, TimerThread* timer,

@@ -23,7 +23,8 @@
 
 namespace saturn {
 
-class WatchReactor final : public grpc::ServerWriteReactor<v1::DiagnosticsReport> {
+// Writes each DiagnosticsReport serialized (the method is registered raw: diagnostics_service.h).
+class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // Starts the stream: the first report at once, then one every `interval_ms`.
   WatchReactor(ServingState* state, DiagnosticsState* diag, TimerThread* timer,
@@ -39,6 +40,6 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::DiagnosticsReport
 };
 
 // A stream that only returns `status`.
-grpc::ServerWriteReactor<v1::DiagnosticsReport>* RejectWatch(const grpc::Status& status);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* RejectWatch(const grpc::Status& status);
 
 }  // namespace saturn

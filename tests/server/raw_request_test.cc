@@ -1,6 +1,6 @@
 // Requests gRPC cannot parse into the method's message (invalid UTF-8 in a string field,
 // truncated or garbage bytes) are INVALID_ARGUMENT with a message naming the problem, for
-// every saturn.v1.Saturn method, never UNIMPLEMENTED; libprotobuf writes nothing to the log
+// every saturn.v1.Saturn and saturn.v1.Diagnostics method, never UNIMPLEMENTED; libprotobuf writes nothing to the log
 // for them; well-formed raw bytes still work. Sent through a raw (grpc::ByteBuffer) client.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "saturn/v1/diagnostics.pb.h"
 #include "server/raw_message.h"
 #include "tests/server/server_test_util.h"
 
@@ -123,6 +124,81 @@ TEST_F(RawRequestTest, GarbageAndTruncatedBytesAreInvalidArgumentForEveryMethod)
   v1::ServerInfo info;
   ASSERT_TRUE(info.ParseFromString(bytes));
   EXPECT_EQ(info.model().name(), "tiny");
+}
+
+// The bytes `resp` holds, as one string.
+std::string Flatten(const grpc::ByteBuffer& resp) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(resp.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return bytes;
+}
+
+TEST_F(RawRequestTest, GarbageBytesAreInvalidArgumentForEveryDiagnosticsMethod) {
+  const std::vector<std::string> bad = {
+      std::string("\xFF\xFF\xFF\xFF", 4),  // field 0 / bad varint
+      std::string("\x0A\x7F", 2),          // length beyond the message
+      std::string("\x0F", 1),              // wire type 7 does not exist
+      std::string("\x08", 1),              // a tag with its value cut off
+  };
+  struct Unary {
+    const char* method;
+    const char* request_type;
+  };
+  const Unary unary[] = {
+      {"/saturn.v1.Diagnostics/GetDiagnostics", "saturn.v1.GetDiagnosticsRequest"},
+      {"/saturn.v1.Diagnostics/ExportTrace", "saturn.v1.ExportTraceRequest"},
+      {"/saturn.v1.Diagnostics/Recalibrate", "saturn.v1.RecalibrateRequest"},
+  };
+  ::testing::internal::CaptureStderr();
+  for (const std::string& body : bad) {
+    SCOPED_TRACE(::testing::PrintToString(body));
+    for (const Unary& u : unary) {
+      SCOPED_TRACE(u.method);
+      grpc::ByteBuffer resp;
+      grpc::Status st = RawUnary(server_->channel.get(), u.method, body, &resp);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+      EXPECT_NE(st.error_message().find(u.request_type), std::string::npos) << st.error_message();
+      EXPECT_NE(st.error_message().find("malformed"), std::string::npos) << st.error_message();
+    }
+    int messages = -1;
+    grpc::Status st = RawStream(server_->channel.get(), "/saturn.v1.Diagnostics/WatchDiagnostics",
+                                body, &messages);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("saturn.v1.WatchDiagnosticsRequest"), std::string::npos)
+        << st.error_message();
+    EXPECT_EQ(messages, 0);
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.find("libprotobuf"), std::string::npos) << log;
+  // Well-formed raw requests still work, and the replies parse as their messages.
+  grpc::ByteBuffer resp;
+  grpc::Status st =
+      RawUnary(server_->channel.get(), "/saturn.v1.Diagnostics/GetDiagnostics", "", &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  v1::DiagnosticsReport report;
+  EXPECT_TRUE(report.ParseFromString(Flatten(resp)));
+  st = RawUnary(server_->channel.get(), "/saturn.v1.Diagnostics/ExportTrace", "", &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  v1::ExportTraceResponse trace;
+  ASSERT_TRUE(trace.ParseFromString(Flatten(resp)));
+  EXPECT_FALSE(trace.trace_json().empty());
+  // One report from a watch (interval 100 ms, field 2), ended by its deadline.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(testing::In(std::chrono::seconds(5)));
+  const grpc::internal::RpcMethod rpc("/saturn.v1.Diagnostics/WatchDiagnostics",
+                                      grpc::internal::RpcMethod::SERVER_STREAMING);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          server_->channel.get(), rpc, &ctx, Bytes(std::string("\x10\x64", 2))));
+  grpc::ByteBuffer msg;
+  ASSERT_TRUE(reader->Read(&msg));
+  v1::DiagnosticsReport watched;
+  EXPECT_TRUE(watched.ParseFromString(Flatten(msg)));
+  ctx.TryCancel();
+  reader->Finish();
 }
 
 TEST(RawMessageTest, InvalidUtf8OffsetFollowsRfc3629) {
