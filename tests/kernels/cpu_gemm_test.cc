@@ -43,7 +43,10 @@ struct Shape {
   int m, n, k;
 };
 const Shape kShapes[] = {{1, 7, 5},    {1, 320, 768}, {2, 64, 100},  {3, 17, 33},
-                         {8, 131, 77}, {17, 33, 40},  {64, 130, 96}, {130, 40, 64}};
+                         {8, 131, 77}, {17, 33, 40},  {64, 130, 96}, {130, 40, 64},
+                         // many weight-row blocks (the skinny kernel prefetches the next one)
+                         // with odd k and a row tail, at one and several input rows
+                         {1, 203, 129}, {5, 203, 129}};
 
 TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
   std::mt19937 rng(5);
@@ -68,7 +71,8 @@ TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
         }
         const std::vector<double> ref = Reference(xq, w, s.m, s.n, s.k);
         for (cpu::GemmPath path :
-             {cpu::GemmPath::kSkinny, cpu::GemmPath::kBlas, cpu::GemmPath::kAuto}) {
+             {cpu::GemmPath::kSkinny, cpu::GemmPath::kBlocked, cpu::GemmPath::kBlas,
+              cpu::GemmPath::kAuto}) {
           DevTensor out = Poisoned(*b, s.m, s.n);
           ASSERT_TRUE(
               cpu::Gemm(pool, cpu::KernelsFor(isa), &planner, dx.t, dw.t, out.t, path).ok());
