@@ -9,15 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/weights.h"
+#include "kernels/clock.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
-
-double NowUs() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 absl::Status EngineConfig::Validate() const {
   if (block_size < 1 || block_size > 256) {

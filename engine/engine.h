@@ -28,11 +28,9 @@
 #include "engine/scheduler.h"
 #include "engine/step_record.h"
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 
 namespace saturn {
-
-// Steady-clock microseconds: the one clock of events, timings and step records.
-double NowUs();
 
 // Options that may change on a running engine (applied at a step boundary).
 struct EngineOptions {

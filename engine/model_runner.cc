@@ -9,17 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/logprobs.h"
+#include "kernels/clock.h"
 #include "kernels/op_cost.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
 namespace {
-
-double HostUs() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Where each step input lives inside the one packed input buffer (host staging and device
 // alike): regions in a fixed order, each 16-byte aligned, sized for this step's counts. The
@@ -441,12 +436,12 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
   const int n = static_cast<int>(plan.seqs.size());
   const bool logprobs = WantsLogprobs(plan);
   const int graph_size = use_graphs_ && !logprobs && IsUniformDecode(plan) ? GraphSizeFor(n) : 0;
-  const double t0 = HostUs();
+  const double t0 = NowUs();
   backend_->BeginStep(per_op_timing && graph_size == 0);
   int rows = 0;
   if (graph_size > 0) {
     ASSIGN_OR_RETURN(rows, PrepareInputs(plan, graph_size));
-    out.prepare_us = HostUs() - t0;
+    out.prepare_us = NowUs() - t0;
     int handle = -1;
     for (const auto& [size, h] : graphs_) {
       if (size == graph_size) handle = h;
@@ -457,7 +452,7 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
     out.padding_tokens = graph_size - n;
   } else {
     ASSIGN_OR_RETURN(rows, PrepareInputs(plan, 0));
-    out.prepare_us = HostUs() - t0;
+    out.prepare_us = NowUs() - t0;
     int num_tokens, max_query, max_context;
     PlanBounds(plan, &num_tokens, &max_query, &max_context);
     RETURN_IF_ERROR(Forward(num_tokens, n, rows, max_query, max_context, logprobs));
@@ -592,7 +587,7 @@ absl::Status ModelRunner::CaptureGraphs() {
   }
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  const double t0 = HostUs();
+  const double t0 = NowUs();
   const size_t mem0 = backend_->graph_memory_bytes();
   StepPlan empty;
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {  // largest first
@@ -620,7 +615,7 @@ absl::Status ModelRunner::CaptureGraphs() {
   }
   std::sort(graphs_.begin(), graphs_.end());
   graph_info_.sizes = sizes;
-  graph_info_.capture_ms = (HostUs() - t0) / 1000.0;
+  graph_info_.capture_ms = (NowUs() - t0) / 1000.0;
   graph_info_.memory_bytes = backend_->graph_memory_bytes() - mem0;
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/half_float.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
@@ -34,50 +35,6 @@ int DtypeSize(const std::string& dtype) {
     return 1;
   }
   return 0;
-}
-
-float Bf16ToF32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
-float F16ToF32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  const uint32_t man = h & 0x3ff;
-  if (exp == 0) {  // zero or subnormal: man * 2^-24
-    const float v = std::ldexp(static_cast<float>(man), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf, nan
-  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (man << 13));
-}
-
-uint16_t F32ToBf16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // qNaN
-  x += 0x7fffu + ((x >> 16) & 1);  // round to nearest, ties to even
-  return static_cast<uint16_t>(x >> 16);
-}
-
-uint16_t F32ToF16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  x &= 0x7fffffffu;
-  if (x >= 0x7f800000u) return sign | (x > 0x7f800000u ? 0x7e00 : 0x7c00);  // nan, inf
-  if (x >= 0x477ff000u) return sign | 0x7c00;  // >= 65520 rounds to inf
-  const uint32_t exp = x >> 23;
-  if (exp < 113) {  // below the smallest f16 normal (2^-14): subnormal or zero
-    if (exp == 0) return sign;
-    const uint32_t man = (x & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126 - exp;  // value / 2^-24 = man >> shift
-    if (shift >= 25) return sign;
-    uint32_t h = man >> shift;
-    const uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1))) ++h;
-    return sign | static_cast<uint16_t>(h);
-  }
-  uint32_t h = ((exp - 127 + 15) << 10) | ((x & 0x7fffffu) >> 13);
-  const uint32_t rem = x & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;  // carry may bump the exponent
-  return sign | static_cast<uint16_t>(h);
 }
 
 // Product of dims, or nullopt-like -1 on a negative dim or overflow past 2^62.

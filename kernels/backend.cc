@@ -7,17 +7,12 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/clock.h"
 #include "kernels/op_cost.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
 namespace {
-
-double NowUs() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 absl::Status Expect(bool ok, const char* op, const std::string& what) {
   if (ok) return absl::OkStatus();

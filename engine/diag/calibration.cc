@@ -15,14 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/diag/calibration_trials.h"
+#include "kernels/clock.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
 namespace {
-
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -201,11 +198,11 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
     const int ops = opt.quick ? opt.dispatch_ops / 4 : opt.dispatch_ops;
     for (int r = 0; r < opt.repeats + 1; ++r) {
       backend->BeginStep(false);
-      const double t0 = Seconds();
+      const double t0 = NowSeconds();
       for (int i = 0; i < ops; ++i) RETURN_IF_ERROR(backend->Add(t, t, t));
-      const double t_issue = Seconds() - t0;
+      const double t_issue = NowSeconds() - t0;
       RETURN_IF_ERROR(backend->Synchronize());
-      const double total = Seconds() - t0;
+      const double total = NowSeconds() - t0;
       RETURN_IF_ERROR(backend->EndStep().status());
       if (r > 0) {
         per_op.push_back(total / ops * 1e6);

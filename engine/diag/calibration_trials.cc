@@ -7,16 +7,9 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
+#include "kernels/clock.h"
 
 namespace saturn {
-namespace {
-
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 SchedTimes ReadSchedTimes() {
   SchedTimes t;
   std::error_code ec;
@@ -49,17 +42,17 @@ absl::StatusOr<TrialSeries> RunTrials(const std::function<absl::Status()>& unit,
   TrialSeries out;
   double share_sum = 0;
   const int max_trials = std::max(opt.max_trials, std::max(opt.min_trials, 1));
-  const double series_start = Seconds();
+  const double series_start = NowSeconds();
   for (int t = 0; t < max_trials; ++t) {
-    if (t >= std::max(opt.min_trials, 1) && Seconds() - series_start > opt.max_series_s) break;
+    if (t >= std::max(opt.min_trials, 1) && NowSeconds() - series_start > opt.max_series_s) break;
     const SchedTimes s0 = opt.correct_contention ? ReadSchedTimes() : SchedTimes{};
-    const double t0 = Seconds();
+    const double t0 = NowSeconds();
     int units = 0;
     double wall = 0;
     do {
       if (absl::Status s = unit(); !s.ok()) return s;
       ++units;
-      wall = Seconds() - t0;
+      wall = NowSeconds() - t0;
     } while (wall < opt.min_trial_s);
     const double work = work_per_unit * units;
     double rate = work / wall;

@@ -15,57 +15,14 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/clock.h"
 #include "kernels/cpu/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/half_float.h"
 
 namespace saturn {
 namespace {
-
-double NowUs() {  // the clock backend.cc uses for step_host_start_us_
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-uint16_t F32ToBf16(float f) {
-  uint32_t x = FloatBits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
-  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<uint16_t>(x >> 16);
-}
-
-// Rounds the 24-bit mantissa `m` right by `shift` bits, to nearest with ties to even.
-uint32_t ShiftRoundEven(uint32_t m, int shift) {
-  const uint32_t q = m >> shift;
-  const uint32_t rem = m & ((1u << shift) - 1);
-  const uint32_t half = 1u << (shift - 1);
-  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
-}
-
-uint16_t F32ToF16(float f) {
-  const uint32_t x = FloatBits(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) {  // Inf or NaN (quiet, payload kept where it fits)
-    return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u);
-  }
-  if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to Inf
-  const uint32_t e = a >> 23;
-  if (e >= 113) {  // normal half: rebias the exponent, round the mantissa (carry is correct)
-    return sign | static_cast<uint16_t>(ShiftRoundEven(a - (112u << 23), 13));
-  }
-  if (a < 0x33000000u) return sign;  // <= 2^-25 rounds to zero
-  // Subnormal half: value = m_h * 2^-24 with m_h = mantissa * 2^(e - 126).
-  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
-  return sign | static_cast<uint16_t>(ShiftRoundEven(m, static_cast<int>(126 - e)));
-}
 
 std::string CpuModelName() {
   std::ifstream in("/proc/cpuinfo");

@@ -20,17 +20,10 @@
 
 #include "kernels/cpu/gemm_planner.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/half_float.h"
 
 namespace saturn::cpu {
 namespace {
-
-uint16_t RoundToBf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
-  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<uint16_t>(x >> 16);
-}
 
 SkinnyArgs ArgsOf(const Tensor& x, const Tensor& w, const Tensor& out) {
   SkinnyArgs a;
@@ -88,10 +81,7 @@ void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out)
     const int64_t rows = std::min<int64_t>(panel, n - n0);
     pool.ParallelFor(rows * k, 1 << 14, [&](int64_t b, int64_t e) {
       const uint16_t* src = wb + n0 * k;
-      for (int64_t i = b; i < e; ++i) {
-        const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
-        std::memcpy(&wf[i], &bits, 4);
-      }
+      for (int64_t i = b; i < e; ++i) wf[i] = Bf16ToF32(src[i]);
     });
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<blasint>(rows), k, 1.0f,
                 x.as<float>(), k, wf.data(), k, 0.0f, out.as<float>() + n0, n);
@@ -143,9 +133,8 @@ absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* plan
     float* xrp = xr.data();
     pool.ParallelFor(n, 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        xbp[i] = RoundToBf16(src[i]);
-        const uint32_t bits = static_cast<uint32_t>(xbp[i]) << 16;
-        std::memcpy(&xrp[i], &bits, 4);
+        xbp[i] = F32ToBf16(src[i]);
+        xrp[i] = Bf16ToF32(xbp[i]);
       }
     });
     xin.data = xrp;

@@ -25,6 +25,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/clock.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/status_macros.h"
@@ -51,12 +52,6 @@ absl::Status RefuseDuringCapture(bool capturing, const char* what) {
       absl::StrCat(what,
                    " during CUDA graph capture (it would invalidate the capture; the runner "
                    "uploads and allocates before BeginGraphCapture)"));
-}
-
-double NowUs() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 class CudaBackend final : public Backend {
@@ -308,7 +303,7 @@ absl::Status CudaBackend::UploadF32(const float* host, const Tensor& dst) {
     // Stream order keeps the next chunk's copy behind this chunk's conversion.
     CUDA_CHECK(cudaMemcpyAsync(staging_, host + off, count * sizeof(float), cudaMemcpyHostToDevice,
                                stream_));
-    SATURN_STATUS_RETURN(
+    RETURN_IF_ERROR(
         gpu::ConvertF32ToBF16(stream_, staging_, static_cast<char*>(dst.data) + off * 2, count));
   }
   return absl::OkStatus();

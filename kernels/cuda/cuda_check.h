@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
 
 namespace saturn::gpu {
 
@@ -69,18 +70,12 @@ inline absl::Status CublasStatus(cublasStatus_t s, const char* stmt, const char*
 
 }  // namespace saturn::gpu
 
-#define SATURN_STATUS_RETURN(status_expr)                      \
-  do {                                                         \
-    ::absl::Status saturn_cuda_status_ = (status_expr);        \
-    if (!saturn_cuda_status_.ok()) return saturn_cuda_status_; \
-  } while (0)
-
 // Returns an error Status from the enclosing function when `stmt` fails.
 #define CUDA_CHECK(stmt) \
-  SATURN_STATUS_RETURN(::saturn::gpu::CudaStatus((stmt), #stmt, __FILE__, __LINE__))
+  RETURN_IF_ERROR(::saturn::gpu::CudaStatus((stmt), #stmt, __FILE__, __LINE__))
 #define CUBLAS_CHECK(stmt) \
-  SATURN_STATUS_RETURN(::saturn::gpu::CublasStatus((stmt), #stmt, __FILE__, __LINE__))
+  RETURN_IF_ERROR(::saturn::gpu::CublasStatus((stmt), #stmt, __FILE__, __LINE__))
 // After a kernel launch: picks up bad launch configurations (not device faults, which show
 // at the next Synchronize/Download).
 #define CUDA_CHECK_LAUNCH(what) \
-  SATURN_STATUS_RETURN(::saturn::gpu::CudaStatus(cudaGetLastError(), what, __FILE__, __LINE__))
+  RETURN_IF_ERROR(::saturn::gpu::CudaStatus(cudaGetLastError(), what, __FILE__, __LINE__))

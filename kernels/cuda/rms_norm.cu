@@ -121,8 +121,8 @@ absl::Status ExpectSame(const Tensor& a, const Tensor& b, const char* what) {
 
 absl::Status RmsNorm(cudaStream_t s, const Tensor& x, const Tensor& weight, float eps,
                      const Tensor& out) {
-  SATURN_STATUS_RETURN(ExpectSame(x, out, "rms_norm"));
-  SATURN_STATUS_RETURN(ExpectSame(x, weight, "rms_norm"));
+  RETURN_IF_ERROR(ExpectSame(x, out, "rms_norm"));
+  RETURN_IF_ERROR(ExpectSame(x, weight, "rms_norm"));
   if (x.rows == 0) return absl::OkStatus();
   const int threads = ThreadsFor(x.cols);
   SATURN_DISPATCH_FLOAT(x.dtype, "rms_norm", {
@@ -146,9 +146,9 @@ absl::Status RmsNorm(cudaStream_t s, const Tensor& x, const Tensor& weight, floa
 
 absl::Status AddRmsNorm(cudaStream_t s, const Tensor& x, const Tensor& residual,
                         const Tensor& weight, float eps, const Tensor& out) {
-  SATURN_STATUS_RETURN(ExpectSame(x, out, "add_rms_norm"));
-  SATURN_STATUS_RETURN(ExpectSame(x, residual, "add_rms_norm"));
-  SATURN_STATUS_RETURN(ExpectSame(x, weight, "add_rms_norm"));
+  RETURN_IF_ERROR(ExpectSame(x, out, "add_rms_norm"));
+  RETURN_IF_ERROR(ExpectSame(x, residual, "add_rms_norm"));
+  RETURN_IF_ERROR(ExpectSame(x, weight, "add_rms_norm"));
   if (x.rows == 0) return absl::OkStatus();
   const int threads = ThreadsFor(x.cols);
   SATURN_DISPATCH_FLOAT(x.dtype, "add_rms_norm", {
