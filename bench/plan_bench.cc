@@ -132,7 +132,7 @@ int Main() {
   }
   const Action& a = before.plan.actions.front();
   const AnalyzerContext ctx = ContextFromEngine(*engine);
-  const StepOptions& o = a.options_after;
+  const EngineOptions& o = a.options_after;
   auto applied =
       engine->UpdateOptions(EngineOptions{o.max_num_seqs, o.max_num_batched_tokens, o.cuda_graphs});
   if (!applied.ok()) {

@@ -22,16 +22,7 @@ absl::Status EngineConfig::Validate() const {
     return absl::InvalidArgumentError(
         "max_num_seqs_limit/max_num_batched_tokens_limit: must be >= 1");
   }
-  if (options.max_num_seqs < 1 || options.max_num_seqs > max_num_seqs_limit) {
-    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs: ", options.max_num_seqs,
-                                                   " is outside [1, ", max_num_seqs_limit, "]"));
-  }
-  if (options.max_num_batched_tokens < 1 ||
-      options.max_num_batched_tokens > max_num_batched_tokens_limit) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_num_batched_tokens: ", options.max_num_batched_tokens, " is outside [1, ",
-                     max_num_batched_tokens_limit, "]"));
-  }
+  RETURN_IF_ERROR(CheckEngineOptions(options, max_num_seqs_limit, max_num_batched_tokens_limit));
   if (max_model_len < 0) return absl::InvalidArgumentError("max_model_len: must be >= 0");
   if (per_op_timing_every < 1) {
     return absl::InvalidArgumentError("per_op_timing_every: must be >= 1");
@@ -195,17 +186,8 @@ void Engine::Cancel(int64_t request_id) {
 }
 
 absl::StatusOr<EngineOptions> Engine::UpdateOptions(const EngineOptions& o) {
-  if (o.max_num_seqs < 1 || o.max_num_seqs > config_.max_num_seqs_limit) {
-    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs: ", o.max_num_seqs,
-                                                   " is outside [1, ", config_.max_num_seqs_limit,
-                                                   "] (the server's --max_num_seqs_limit)"));
-  }
-  if (o.max_num_batched_tokens < 1 ||
-      o.max_num_batched_tokens > config_.max_num_batched_tokens_limit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_num_batched_tokens: ", o.max_num_batched_tokens, " is outside [1, ",
-        config_.max_num_batched_tokens_limit, "] (the server's --max_num_batched_tokens_limit)"));
-  }
+  RETURN_IF_ERROR(
+      CheckEngineOptions(o, config_.max_num_seqs_limit, config_.max_num_batched_tokens_limit));
   if (o.cuda_graphs && !backend_->SupportsGraphs()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cuda_graphs: the ", backend_->name(),
@@ -473,8 +455,8 @@ bool Engine::Step() {
   rec.ops = std::move(out->timing.ops);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    rec.options =
-        StepOptions{options_.max_num_seqs, options_.max_num_batched_tokens, runner_->use_graphs()};
+    rec.options = EngineOptions{options_.max_num_seqs, options_.max_num_batched_tokens,
+                                runner_->use_graphs()};
     counters_.generation_tokens += generated;
     counters_.requests_finished += finished;
     counters_.preemptions += static_cast<int64_t>(plan.preempted.size());

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/engine_options.h"
 #include "engine/model_config.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
@@ -31,13 +32,6 @@
 #include "kernels/clock.h"
 
 namespace saturn {
-
-// Options that may change on a running engine (applied at a step boundary).
-struct EngineOptions {
-  int max_num_seqs = 64;
-  int max_num_batched_tokens = 2048;
-  bool cuda_graphs = false;
-};
 
 struct EngineConfig {
   std::string model = "small";   // preset name or Hugging Face checkpoint directory

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/engine_options.h"
 #include "kernels/op_record.h"
 
 namespace saturn {
@@ -17,13 +18,6 @@ struct OpClassStats {
   double device_us = 0;  // sum of timed device intervals (0 when not timed this step)
   double flops = 0;
   double bytes = 0;
-};
-
-// The engine options in force for a step.
-struct StepOptions {
-  int max_num_seqs = 0;
-  int max_num_batched_tokens = 0;
-  bool cuda_graphs = false;
 };
 
 struct StepRecord {
@@ -62,7 +56,7 @@ struct StepRecord {
   int num_running = 0;
   int kv_blocks_used = 0;
   int kv_blocks_free = 0;
-  StepOptions options;
+  EngineOptions options;  // in force for this step (cuda_graphs: graph replay was on)
 
   std::array<OpClassStats, static_cast<size_t>(OpClass::kCount)> by_class{};
   double total_flops() const;

@@ -13,11 +13,6 @@
 namespace saturn {
 namespace {
 
-bool SameOptions(const StepOptions& a, const EngineOptions& b) {
-  return a.max_num_seqs == b.max_num_seqs && a.max_num_batched_tokens == b.max_num_batched_tokens &&
-         a.cuda_graphs == b.cuda_graphs;
-}
-
 // Ceilings measured with the model's own GEMM shape beside the square one: a prefill
 // chunk (the token budget, at most 512 rows) x hidden x intermediate.
 CalibrationOptions CalibrationOptionsFor(const Engine& engine) {
@@ -30,11 +25,6 @@ CalibrationOptions CalibrationOptionsFor(const Engine& engine) {
 
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-bool SameOptions(const EngineOptions& a, const EngineOptions& b) {
-  return a.max_num_seqs == b.max_num_seqs && a.max_num_batched_tokens == b.max_num_batched_tokens &&
-         a.cuda_graphs == b.cuda_graphs;
 }
 
 struct WindowEdges {
@@ -242,11 +232,11 @@ DiagnosticsReport DiagnosticsState::BuildReport(const Engine& engine, double beg
 
 void DiagnosticsState::OnOptionsApplied(const EngineOptions& before, const EngineOptions& after,
                                         double applied_us) {
-  if (SameOptions(before, after)) return;  // nothing changed: keep what is tracked
+  if (before == after) return;  // nothing changed: keep what is tracked
   std::lock_guard<std::mutex> lock(mu_);
   for (const RecentPlan& p : recent_) {
     for (const Action& a : p.plan.actions) {
-      if (!SameOptions(a.options_after, after)) continue;
+      if (a.options_after != after) continue;
       tracker_.RecordApplied(a, p.model, p.ctx, p.plan.context, applied_us);
       std::cerr << "saturn-server: tracking plan action \"" << a.what << "\"\n";
       return;

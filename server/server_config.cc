@@ -93,23 +93,11 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("--threads: must be >= 0 (0: all cores), got %d", engine.num_threads));
   }
-  if (engine.options.max_num_seqs < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--max_num_seqs: must be >= 1, got %d", engine.options.max_num_seqs));
-  }
-  if (engine.options.max_num_batched_tokens < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--max_num_batched_tokens: must be >= 1, got %d", engine.options.max_num_batched_tokens));
-  }
-  if (engine.max_num_seqs_limit < engine.options.max_num_seqs) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--max_num_seqs_limit: %d is below --max_num_seqs %d",
-                        engine.max_num_seqs_limit, engine.options.max_num_seqs));
-  }
-  if (engine.max_num_batched_tokens_limit < engine.options.max_num_batched_tokens) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--max_num_batched_tokens_limit: %d is below --max_num_batched_tokens %d",
-        engine.max_num_batched_tokens_limit, engine.options.max_num_batched_tokens));
+  // The engine's one range check of the live options; its fields are the flags' names.
+  if (absl::Status s = CheckEngineOptions(engine.options, engine.max_num_seqs_limit,
+                                          engine.max_num_batched_tokens_limit);
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
   }
   if (engine.max_model_len < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

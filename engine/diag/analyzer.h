@@ -37,7 +37,7 @@ struct AnalyzerContext {
   double kv_bytes_per_block = 0;
   int max_model_len = 0;
   // Options in force and the limits UpdateOptions may raise them to.
-  StepOptions options;
+  EngineOptions options;
   int max_num_seqs_limit = 0;
   int max_num_batched_tokens_limit = 0;
   // Backend.
@@ -202,7 +202,7 @@ struct Action {
   double tokens_per_s_before = 0, tokens_per_s_after = 0;
   double tpot_ms_before = 0, tpot_ms_after = 0;  // = ITL for decode
   double batch_after = 0;                        // decode batch the prediction assumes
-  StepOptions options_after;                     // engine options to apply
+  EngineOptions options_after;                   // engine options to apply
   // Expected relative error of tokens_per_s_after (measured-curve spread, extrapolation
   // beyond the measured steps, mix model; step_curve.h) and whether the prediction left the
   // range of measured step shapes.

@@ -15,8 +15,7 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
   c.kv_block_size = kv.block_size;
   c.kv_bytes_per_block = static_cast<double>(kv.bytes_per_block);
   c.max_model_len = engine.limits().max_model_len;
-  const EngineOptions o = engine.options();
-  c.options = StepOptions{o.max_num_seqs, o.max_num_batched_tokens, o.cuda_graphs};
+  c.options = engine.options();
   c.max_num_seqs_limit = engine.config().max_num_seqs_limit;
   c.max_num_batched_tokens_limit = engine.config().max_num_batched_tokens_limit;
   c.backend = engine.backend().name();

@@ -209,7 +209,7 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
                                         ctx.tpot_slo_ms, slo_batch)));
   }
 
-  StepOptions opts = ctx.options;
+  EngineOptions opts = ctx.options;
   bool demand_bound = false;  // the max_num_seqs action stopped at what the queue supports
   double cur_batch = b_now;
   bool cur_graphs = ctx.options.cuda_graphs;

@@ -55,7 +55,7 @@ inline AnalyzerContext TestContext(const ModelConfig& m, int max_num_seqs) {
   c.kv_block_size = 16;
   c.kv_num_blocks = 100000;
   c.max_model_len = 2048;
-  c.options = StepOptions{max_num_seqs, 2048, false};
+  c.options = EngineOptions{max_num_seqs, 2048, false};
   c.max_num_seqs_limit = 256;
   c.max_num_batched_tokens_limit = 8192;
   c.backend = "cpu";
@@ -114,7 +114,7 @@ inline StepRecord MakeStep(const ModelConfig& m, const TrueModel& t, const StepS
   r.kv_blocks_used = s.seqs * 8;
   r.kv_blocks_free = 1000;
   r.options =
-      StepOptions{s.max_num_seqs > 0 ? s.max_num_seqs : s.seqs, s.max_num_batched_tokens, false};
+      EngineOptions{s.max_num_seqs > 0 ? s.max_num_seqs : s.seqs, s.max_num_batched_tokens, false};
   return r;
 }
 

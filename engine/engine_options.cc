@@ -1,0 +1,22 @@
+#include "engine/engine_options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace saturn {
+
+absl::Status CheckEngineOptions(const EngineOptions& o, int max_num_seqs_limit,
+                                int max_num_batched_tokens_limit) {
+  if (o.max_num_seqs < 1 || o.max_num_seqs > max_num_seqs_limit) {
+    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs: ", o.max_num_seqs,
+                                                   " is outside [1, ", max_num_seqs_limit,
+                                                   "] (the server's --max_num_seqs_limit)"));
+  }
+  if (o.max_num_batched_tokens < 1 || o.max_num_batched_tokens > max_num_batched_tokens_limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_num_batched_tokens: ", o.max_num_batched_tokens, " is outside [1, ",
+        max_num_batched_tokens_limit, "] (the server's --max_num_batched_tokens_limit)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace saturn

@@ -1,0 +1,22 @@
+// The engine options that may change while it serves (applied at a step boundary), and their
+// one range check. Step records carry the options in force for each step (step_record.h).
+#pragma once
+
+#include "absl/status/status.h"
+
+namespace saturn {
+
+struct EngineOptions {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  bool cuda_graphs = false;
+  bool operator==(const EngineOptions&) const = default;
+};
+
+// Each limit in [1, its *_limit]; INVALID_ARGUMENT names the field, the value and the range.
+// Start-up flags (EngineConfig::Validate, ServerConfig::Validate) and UpdateEngineOptions
+// both check here.
+absl::Status CheckEngineOptions(const EngineOptions& options, int max_num_seqs_limit,
+                                int max_num_batched_tokens_limit);
+
+}  // namespace saturn
