@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "absl/strings/str_format.h"
+#include "kernels/status_macros.h"
 
 namespace saturn {
 
@@ -25,18 +26,22 @@ const char* FinishReasonName(FinishReason r) {
   return "unknown";
 }
 
+absl::Status CheckTokenIds(absl::Span<const int> ids, int vocab_size, std::string_view field) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s[%d]: token id %d is outside the vocabulary [0, %d)", field, i, ids[i], vocab_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limits) {
   const int vocab = limits.vocab_size;
   if (req.prompt.empty()) {
     return absl::InvalidArgumentError("prompt: must contain at least one token");
   }
-  for (size_t i = 0; i < req.prompt.size(); ++i) {
-    const int t = req.prompt[i];
-    if (t < 0 || t >= vocab) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "prompt[%d]: token id %d is outside the vocabulary [0, %d)", i, t, vocab));
-    }
-  }
+  RETURN_IF_ERROR(CheckTokenIds(req.prompt, vocab, "prompt"));
   const SamplingParams& s = req.sampling;
   if (s.max_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -61,13 +66,7 @@ absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limi
     return absl::InvalidArgumentError(
         absl::StrFormat("top_k: must be >= 0 (0 disables it), got %d", s.top_k));
   }
-  for (size_t i = 0; i < s.stop_token_ids.size(); ++i) {
-    const int t = s.stop_token_ids[i];
-    if (t < 0 || t >= vocab) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "stop_token_ids[%d]: token id %d is outside the vocabulary [0, %d)", i, t, vocab));
-    }
-  }
+  RETURN_IF_ERROR(CheckTokenIds(s.stop_token_ids, vocab, "stop_token_ids"));
   if (s.logprobs < -1 || s.logprobs > kMaxLogprobs) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "logprobs: must be in [0, %d] (or unset), got %d", kMaxLogprobs, s.logprobs));

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace saturn {
 
@@ -92,5 +94,8 @@ struct ModelLimits {
 
 // Checks a request against the model. The error names the field and the limit.
 absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limits);
+
+// Checks that every id lies in [0, vocab_size); the error names `field`[i], the id and the range.
+absl::Status CheckTokenIds(absl::Span<const int> ids, int vocab_size, std::string_view field);
 
 }  // namespace saturn

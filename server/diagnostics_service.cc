@@ -10,13 +10,12 @@
 #include "server/diagnostics_request.h"
 #include "server/raw_message.h"
 #include "server/status_util.h"
+#include "server/unary_call.h"
 #include "server/watch_reactor.h"
 
 namespace saturn {
 namespace {
 
-const grpc::Status kLoading(grpc::StatusCode::UNAVAILABLE,
-                            "model is loading; retry when health reports SERVING");
 const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "server shutting down");
 
 // Runs `work(engine)` on the timer thread under a call token, then (when OK) serializes `reply`
@@ -25,10 +24,7 @@ const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "server shutting
 void RunUnary(ServingState* state, TimerThread* timer, grpc::ServerUnaryReactor* reactor,
               std::shared_ptr<google::protobuf::Message> reply, grpc::ByteBuffer* response,
               std::function<grpc::Status(Engine*)> work) {
-  if (state->engine() == nullptr) {
-    reactor->Finish(kLoading);
-    return;
-  }
+  if (EngineOrFinish(*state, reactor) == nullptr) return;
   std::optional<int64_t> token = state->BeginCall(nullptr);
   if (!token.has_value()) {
     reactor->Finish(kShuttingDown);
@@ -46,14 +42,6 @@ void RunUnary(ServingState* state, TimerThread* timer, grpc::ServerUnaryReactor*
     reactor->Finish(kShuttingDown);
     state->EndCall(t);
   }
-}
-
-// Parses `raw` into `request`; on failure finishes `reactor` INVALID_ARGUMENT and returns false.
-bool ParseOrFinish(const grpc::ByteBuffer& raw, google::protobuf::Message* request,
-                   grpc::ServerUnaryReactor* reactor) {
-  absl::Status s = ParseRequest(raw, request);
-  if (!s.ok()) reactor->Finish(ToGrpcStatus(s));
-  return s.ok();
 }
 
 }  // namespace
@@ -95,7 +83,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DiagnosticsService::WatchDiagnostics
   if (!window.ok()) return RejectWatch(ToGrpcStatus(window.status()));
   absl::StatusOr<int> interval = ResolveIntervalMs(request.interval_ms());
   if (!interval.ok()) return RejectWatch(ToGrpcStatus(interval.status()));
-  if (state_->engine() == nullptr) return RejectWatch(kLoading);
+  if (state_->engine() == nullptr) return RejectWatch(LoadingStatus());
   return new WatchReactor(state_, diag_, &timer_, *window, *interval, request.include_json());
 }
 
@@ -105,11 +93,8 @@ grpc::ServerUnaryReactor* DiagnosticsService::ExportTrace(grpc::CallbackServerCo
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   v1::ExportTraceRequest request;
   if (!ParseOrFinish(*raw, &request, reactor)) return reactor;
-  Engine* engine = state_->engine();
-  if (engine == nullptr) {
-    reactor->Finish(kLoading);
-    return reactor;
-  }
+  Engine* engine = EngineOrFinish(*state_, reactor);
+  if (engine == nullptr) return reactor;
   absl::StatusOr<size_t> n = ResolveTraceSteps(request.max_steps(), engine->steps().capacity());
   if (!n.ok()) {
     reactor->Finish(ToGrpcStatus(n.status()));

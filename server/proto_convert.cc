@@ -5,9 +5,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/status_macros.h"
 
 namespace saturn {
 
@@ -69,6 +69,7 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
                           req.prompt_token_ids_size(), limits.max_model_len));
     }
     r.prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
+    RETURN_IF_ERROR(CheckTokenIds(r.prompt, limits.vocab_size, "prompt_token_ids"));
   }
 
   SamplingParams& s = r.sampling;
@@ -92,13 +93,6 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
   r.client_request_id = req.client_request_id();
   out.want_text = limits.has_text_tokenizer() && req.output_format() != v1::OUTPUT_FORMAT_TOKENS;
   return out;
-}
-
-absl::Status ValidateForEngine(const GenerateRequest& req, const ModelLimits& limits,
-                               bool prompt_was_ids) {
-  absl::Status s = ValidateRequest(req, limits);
-  if (s.ok() || !prompt_was_ids || !absl::StartsWith(s.message(), "prompt[")) return s;
-  return absl::Status(s.code(), absl::StrCat("prompt_token_ids", s.message().substr(6)));
 }
 
 v1::FinishReason ToProto(FinishReason reason) {

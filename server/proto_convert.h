@@ -1,6 +1,7 @@
 // Conversions between the saturn.v1 messages and the engine's plain structs, with the
-// server-level request checks (text vs token ids, sizes, enum values). The engine's
-// ValidateRequest checks the sampling fields and vocabulary; nothing here repeats it.
+// server-level request checks (text vs token ids, sizes, enum values, prompt_token_ids in the
+// vocabulary). The engine checks the rest once, in Engine::Submit (ValidateRequest: the
+// sampling fields, stop_token_ids, the context length); nothing here repeats it.
 // Pure functions, thread-safe.
 #pragma once
 
@@ -17,6 +18,7 @@ namespace saturn {
 // What the server needs to know about the model to check a request.
 struct PromptLimits {
   int max_model_len = 0;
+  int vocab_size = 0;
   const TextTokenizer* tokenizer = nullptr;  // null: token ids only
   int max_client_request_id_bytes = 256;
   int max_stop_token_ids = 256;
@@ -37,11 +39,6 @@ struct ConvertedRequest {
 // none. INVALID_ARGUMENT names the field and the limit.
 absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
                                                  const PromptLimits& limits, int64_t default_seed);
-
-// Runs the engine's ValidateRequest and renames its "prompt" to the proto field the client
-// used, so the message names a field the client can find.
-absl::Status ValidateForEngine(const GenerateRequest& req, const ModelLimits& limits,
-                               bool prompt_was_ids);
 
 v1::FinishReason ToProto(FinishReason reason);
 void ToProto(const EngineOptions& options, v1::EngineOptions* out);

@@ -14,12 +14,10 @@
 #include "server/raw_message.h"
 #include "server/report_proto.h"
 #include "server/status_util.h"
+#include "server/unary_call.h"
 
 namespace saturn {
 namespace {
-
-const grpc::Status kLoading(grpc::StatusCode::UNAVAILABLE,
-                            "model is loading; retry when health reports SERVING");
 
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -38,7 +36,9 @@ SaturnService::SaturnService(ServingState* state, DiagnosticsState* diag)
 
 PromptLimits SaturnService::Limits(const Engine& engine) const {
   PromptLimits l;
-  l.max_model_len = engine.limits().max_model_len;
+  const ModelLimits model = engine.limits();
+  l.max_model_len = model.max_model_len;
+  l.vocab_size = model.vocab_size;
   l.tokenizer = state_->text_tokenizer();
   l.max_client_request_id_bytes = state_->config().max_client_request_id_bytes;
   l.max_stop_token_ids = state_->config().max_stop_token_ids;
@@ -57,15 +57,12 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* SaturnService::Generate(
     return GenerateReactor::Reject(ToGrpcStatus(s));
   }
   Engine* engine = state_->engine();
-  if (engine == nullptr) return GenerateReactor::Reject(kLoading);
+  if (engine == nullptr) return GenerateReactor::Reject(LoadingStatus());
   absl::StatusOr<ConvertedRequest> converted =
       ToEngineRequest(request, Limits(*engine), NextSeed());
   if (!converted.ok()) return GenerateReactor::Reject(ToGrpcStatus(converted.status()));
-  // Checked here as well as in Submit so that a bad request is INVALID_ARGUMENT whatever the
-  // queue's state.
-  absl::Status valid =
-      ValidateForEngine(converted->request, engine->limits(), request.prompt_token_ids_size() > 0);
-  if (!valid.ok()) return GenerateReactor::Reject(ToGrpcStatus(valid));
+  // The engine checks the rest of the request in Submit (before any queue limit), and the
+  // reactor finishes the stream with its error.
   return new GenerateReactor(state_, engine, std::move(converted->request), converted->want_text,
                              diag_ != nullptr ? diag_->request_metrics() : nullptr);
 }
@@ -75,15 +72,9 @@ grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerConte
                                                        grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   v1::GetServerInfoRequest request;
-  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) {
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
-  }
-  Engine* engine = state_->engine();
-  if (engine == nullptr) {
-    reactor->Finish(kLoading);
-    return reactor;
-  }
+  if (!ParseOrFinish(*raw, &request, reactor)) return reactor;
+  Engine* engine = EngineOrFinish(*state_, reactor);
+  if (engine == nullptr) return reactor;
   v1::ServerInfo info;
   FillServerInfo(*engine, Limits(*engine), state_->listen_address(), &info);
   if (diag_ != nullptr) FillCalibration(*diag_, info.mutable_calibration());
@@ -98,15 +89,9 @@ grpc::ServerUnaryReactor* SaturnService::UpdateEngineOptions(grpc::CallbackServe
                                                              grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   v1::UpdateEngineOptionsRequest request;
-  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) {
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
-  }
-  Engine* engine = state_->engine();
-  if (engine == nullptr) {
-    reactor->Finish(kLoading);
-    return reactor;
-  }
+  if (!ParseOrFinish(*raw, &request, reactor)) return reactor;
+  Engine* engine = EngineOrFinish(*state_, reactor);
+  if (engine == nullptr) return reactor;
   // The job's id once queued: shutdown after the grace period takes a job that has not
   // started off the queue (it ends UNAVAILABLE); a running one ends with the engine.
   auto job_id = std::make_shared<std::atomic<int64_t>>(0);

@@ -20,8 +20,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (parsed.code() != absl::StatusCode::kInvalidArgument) std::abort();
     return 0;
   }
+  const saturn::ModelLimits model{4096, 512};
   saturn::PromptLimits limits;
-  limits.max_model_len = 512;
+  limits.max_model_len = model.max_model_len;
+  limits.vocab_size = model.vocab_size;
   // The built-in byte tokenizer (what a preset has) on even sizes, token ids only on odd ones.
   static const std::unique_ptr<saturn::TextTokenizer> byte_tokenizer =
       *saturn::LoadTextTokenizer("tiny", /*skip=*/false);
@@ -31,9 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (converted.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
     return 0;
   }
-  saturn::ModelLimits model{4096, 512};
-  const absl::Status valid =
-      saturn::ValidateForEngine(converted->request, model, req.prompt_token_ids_size() > 0);
+  const absl::Status valid = saturn::ValidateRequest(converted->request, model);
   if (valid.ok()) {
     const auto& r = converted->request;
     if (r.prompt.empty() ||
