@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/kv_cache.h"
+#include "engine/block_manager.h"
 #include "engine/request.h"
 
 namespace saturn {

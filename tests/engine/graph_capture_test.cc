@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/kv_cache.h"
+#include "engine/block_manager.h"
 #include "engine/model_config.h"
 #include "engine/model_runner.h"
 #include "engine/weights.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <random>
 
-#include "engine/kv_cache.h"
+#include "engine/block_manager.h"
 #include "reference_model.h"
 
 namespace saturn {

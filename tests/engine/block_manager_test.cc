@@ -1,5 +1,5 @@
 // BlockManager: counting, growth, exhaustion and the all-or-nothing rule.
-#include "engine/kv_cache.h"
+#include "engine/block_manager.h"
 
 #include <set>
 #include <vector>

@@ -1,6 +1,6 @@
 // Block manager: a stack of free block ids. Allocation is all-or-nothing so a failed grow
 // leaves both the table and the free list exactly as they were.
-#include "engine/kv_cache.h"
+#include "engine/block_manager.h"
 
 #include <algorithm>
 
