@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/step_record_build.h"
 #include "engine/weights.h"
 #include "kernels/clock.h"
 #include "kernels/status_macros.h"
@@ -425,34 +426,8 @@ bool Engine::Step() {
   rec.end_us = NowUs();
   rec.postprocess_us = rec.end_us - post0;
   rec.step_id = id;
-  rec.prepare_us = out->prepare_us;
-  rec.issue_us = out->timing.issue_us;
-  rec.device_busy_us = out->timing.device_busy_us;
-  rec.device_span_us = out->timing.device_span_us;
-  rec.per_op_timed = out->timing.per_op_device_times;
-  rec.op_count = static_cast<int>(out->timing.ops.size());
-  rec.gap_us = std::max(0.0, rec.device_span_us - rec.device_busy_us);
-  rec.num_seqs = static_cast<int>(plan.seqs.size());
-  rec.num_prefill_tokens = plan.num_prefill_tokens;
-  rec.num_decode_tokens = plan.num_decode_tokens;
-  rec.num_sampled = static_cast<int>(out->sampled.size());
-  rec.num_preempted = static_cast<int>(plan.preempted.size());
-  for (const ScheduledSeq& s : plan.seqs) rec.context_tokens += s.context_len();
-  rec.graph_replayed = out->graph_replayed;
-  rec.graph_batch_size = out->graph_batch_size;
-  rec.padding_tokens = out->padding_tokens;
-  rec.queue_depth = scheduler_->num_waiting();
-  rec.num_running = scheduler_->num_running();
-  rec.kv_blocks_free = scheduler_->blocks().num_free();
-  rec.kv_blocks_used = scheduler_->blocks().num_used();
-  for (const OpRecord& op : out->timing.ops) {
-    OpClassStats& c = rec.by_class[static_cast<size_t>(ClassOf(op.kind))];
-    ++c.count;
-    c.flops += op.cost.flops;
-    c.bytes += op.cost.bytes;
-    if (op.device_begin_us >= 0) c.device_us += op.device_end_us - op.device_begin_us;
-  }
-  rec.ops = std::move(out->timing.ops);
+  RecordStepWork(plan, &*out, &rec);
+  RecordServingState(*scheduler_, &rec);
   {
     std::lock_guard<std::mutex> lock(mu_);
     rec.options = EngineOptions{options_.max_num_seqs, options_.max_num_batched_tokens,
