@@ -125,6 +125,10 @@ class Backend {
   // timing perturbs the device enough that it should be sampled rather than always on.
   virtual bool per_op_timing_is_cheap() const = 0;
   virtual SpecCeilings spec_ceilings() const { return {}; }
+  // Device telemetry: the share of recent time the device ran any kernel, in [0, 1] (what
+  // nvidia-smi calls utilization), or -1 where the backend has no such counter (the CPU) or
+  // it cannot be read now (no NVML). Any thread.
+  virtual double DeviceUtilization() const { return -1; }
 
   // --- memory ---------------------------------------------------------------------------
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;

@@ -6,9 +6,6 @@
 
 #include "absl/strings/str_format.h"
 #include "server/report_proto.h"
-#if SATURN_WITH_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
 
 namespace saturn {
 
@@ -83,18 +80,6 @@ absl::Status ValidateStepPoints(int max_step_points) {
   return absl::OkStatus();
 }
 
-double NvmlUtilization(const Engine& engine) {
-#if SATURN_WITH_CUDA
-  if (engine.backend().name() == "cuda") {
-    absl::StatusOr<int> pct = NvmlGpuUtilizationPercent(0);
-    if (pct.ok()) return *pct / 100.0;
-  }
-#else
-  static_cast<void>(engine);
-#endif
-  return -1;
-}
-
 bool FillCalibration(const DiagnosticsState& diag, v1::Calibration* out) {
   const std::optional<Calibration> cal = diag.calibration();
   if (!cal.has_value()) return false;
@@ -113,7 +98,7 @@ void FillReport(const Engine& engine, DiagnosticsState* diag, const DiagWindow& 
   ReportProtoOptions o;
   o.include_json = include_json;
   o.max_step_points = max_step_points;
-  o.nvml_utilization = NvmlUtilization(engine);
+  o.nvml_utilization = engine.backend().DeviceUtilization();
   ToProto(r, steps, o, out);
 }
 

@@ -39,9 +39,6 @@ absl::StatusOr<int> ResolveIntervalMs(int interval_ms);
 absl::StatusOr<size_t> ResolveTraceSteps(int max_steps, size_t ring_capacity);
 absl::Status ValidateStepPoints(int max_step_points);
 
-// NVML's utilization.gpu of the engine's device as a share in [0, 1]; -1 when the build has
-// no CUDA, the backend is not CUDA, or the driver library is absent.
-double NvmlUtilization(const Engine& engine);
 
 // The calibration in force as GetServerInfo and Recalibrate return it: the figures, how
 // long measuring took, its age and the self-check's suspect flag. False when none yet.

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/status_macros.h"
 
 namespace saturn {
 
@@ -69,7 +68,8 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
                           req.prompt_token_ids_size(), limits.max_model_len));
     }
     r.prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
-    RETURN_IF_ERROR(CheckTokenIds(r.prompt, limits.vocab_size, "prompt_token_ids"));
+    absl::Status ids = CheckTokenIds(r.prompt, limits.vocab_size, "prompt_token_ids");
+    if (!ids.ok()) return ids;
   }
 
   SamplingParams& s = r.sampling;

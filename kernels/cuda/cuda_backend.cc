@@ -66,6 +66,10 @@ class CudaBackend final : public Backend {
   size_t device_memory_bytes() const override { return prop_.totalGlobalMem; }
   bool per_op_timing_is_cheap() const override { return false; }
   SpecCeilings spec_ceilings() const override;
+  double DeviceUtilization() const override {
+    absl::StatusOr<int> pct = NvmlGpuUtilizationPercent(device_);
+    return pct.ok() ? *pct / 100.0 : -1;
+  }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "Allocate"));

@@ -147,6 +147,10 @@ TEST(CudaBackendTest, NvmlAndOccupancyReport) {
     EXPECT_FALSE(util.status().message().empty());
   }
   SATURN_REQUIRE_CUDA(gpu);
+  // The backend's telemetry is the same counter, for its own device: a share or -1.
+  const double share = gpu->DeviceUtilization();
+  EXPECT_TRUE(share == -1 || (share >= 0 && share <= 1)) << share;
+  EXPECT_EQ(share == -1, !util.ok());
   DevTensor a = ComputeTensor(gpu.get(), 8, 512, RandomValues(8 * 512, 36));
   DevTensor w = ComputeTensor(gpu.get(), 1, 512, RandomValues(512, 37));
   ASSERT_TRUE(gpu->RmsNorm(a.t, w.t, 1e-5f, a.t).ok());
