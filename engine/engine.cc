@@ -242,6 +242,30 @@ absl::Status Engine::RunBetweenSteps(std::function<absl::Status(Backend*)> fn) {
   return result.get();
 }
 
+absl::StatusOr<StepProbe> Engine::ProbeSteps(StepProbeOptions options) {
+  RETURN_IF_ERROR(options.Validate());
+  options.max_batch = std::min(options.max_batch, config_.max_num_seqs_limit);
+  options.max_prefill_tokens =
+      std::min({options.max_prefill_tokens, config_.max_num_batched_tokens_limit,
+                scheduler_->config().max_model_len * config_.max_num_seqs_limit});
+  // As most serving steps run: timed per op where that is cheap (CPU), else not.
+  options.per_op_timing = config_.instrument && backend_->per_op_timing_is_cheap();
+  absl::StatusOr<StepProbe> probe;
+  RETURN_IF_ERROR(RunBetweenSteps([&](Backend*) {
+    probe = RunStepProbe(runner_.get(), scheduler_->mutable_blocks(),
+                         scheduler_->config().max_model_len, options);
+    return probe.status();
+  }));
+  std::lock_guard<std::mutex> lock(mu_);
+  step_probe_ = *probe;
+  return probe;
+}
+
+std::optional<StepProbe> Engine::step_probe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return step_probe_;
+}
+
 void Engine::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
