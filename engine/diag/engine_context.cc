@@ -1,6 +1,7 @@
 #include "engine/diag/engine_context.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace saturn {
 
@@ -32,6 +33,11 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
     std::sort(c.graph_sizes.begin(), c.graph_sizes.end());
   }
   c.graph_memory_bytes = static_cast<double>(graphs.memory_bytes);
+  if (const std::optional<StepProbe> probe = engine.step_probe(); probe.has_value()) {
+    c.probe_curve = CurveFromProbe(*probe);
+    c.probe_context = probe->decode_context;
+    c.probe_graphs = probe->graphs;
+  }
   const EngineCounters n = engine.counters();
   c.num_waiting = n.num_waiting;
   c.num_running = n.num_running;

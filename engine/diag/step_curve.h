@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "engine/step_probe.h"
 #include "engine/step_record.h"
 
 namespace saturn {
@@ -46,6 +47,23 @@ CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
 // total rows (prefill + decode tokens, bucketed to powers of two / 4). Keeps the median per
 // group (at least `min_samples` steps).
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples = 2);
+
+// The probe's timed series (engine/step_probe.h) as curve points: the best time of each size
+// (noise only slows a step) with the repeats' spread (p90 - p10) / median.
+StepCurve CurveFromProbe(const StepProbe& probe, int min_samples = 1);
+
+// The window's curve extended by probed points. The window's own steps are what the server
+// does now (load, host work, contention), so inside their range they are kept as they are;
+// probed points are scaled by the median ratio window / probe where both measured (decode
+// and prefill separately, the other's ratio, else 1, where one has no overlap) and added
+// outside the window's range. A scaled point's spread is at least the ratios' spread.
+StepCurve MergeCurves(const StepCurve& window, const StepCurve& probe);
+
+// Makes the step times non-decreasing in x (pool-adjacent-violators, weighted by samples):
+// a step with more rows does at least the same work, so a point measured faster than a
+// smaller shape is noise (a disturbed probe or window), not a property of the shapes. Pooled
+// points keep their x, share the weighted mean time and the largest spread of the pool.
+void MakeMonotone(std::vector<CurvePoint>* pts);
 
 struct WorkloadMix {
   double prompt_tokens = 0;  // mean prompt length
