@@ -126,6 +126,10 @@ absl::Status Engine::Warmup() {
   while (scheduler_->HasWork()) Step();
   steps_.Clear();
   step_id_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_ = EngineCounters{};  // the warm-up is no request: it must not skew the mix
+  }
   if (!failure.ok()) {
     return absl::Status(failure.code(), absl::StrCat("warm-up failed: ", failure.message()));
   }
@@ -189,6 +193,7 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on
   const int64_t id = next_id_++;
   incoming_.push_back(Pending{id, std::move(request), std::move(on_event), NowUs()});
   ++counters_.requests_submitted;
+  counters_.submitted_prompt_tokens += static_cast<int64_t>(incoming_.back().request.prompt.size());
   cv_.notify_one();
   return id;
 }

@@ -80,7 +80,8 @@ struct EngineCounters {
   int64_t requests_finished = 0;  // any reason
   int64_t requests_cancelled = 0;
   int64_t requests_failed = 0;
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;            // of finished requests
+  int64_t submitted_prompt_tokens = 0;  // of every accepted request, at Submit
   int64_t generation_tokens = 0;
   int64_t preemptions = 0;
   int num_waiting = 0;  // incl. submitted but not yet seen by the loop

@@ -50,8 +50,10 @@ struct AnalyzerContext {
   int num_waiting = 0;
   int num_running = 0;
   double mean_request_tokens = 0;  // prompt + output of finished requests; 0: unknown
-  double mean_prompt_tokens = 0;   // of finished requests; 0: unknown (plans use the window's
-  double mean_output_tokens = 0;   // prefill/decode token ratio then, step_curve.h)
+  double mean_prompt_tokens = 0;   // of accepted requests (at submission); 0: unknown
+  double mean_output_tokens = 0;   // of finished requests; 0: unknown. Plans take the output
+                                   // length from the window's prefill/decode token ratio and
+                                   // the prompt length where the window has both (plan.cc)
   // Roofline form of the step model where the window cannot choose: 1 sum, 0 max, -1 the
   // backend's default (step_model.h).
   int additive_roofline = -1;

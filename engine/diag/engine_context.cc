@@ -47,6 +47,11 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
     c.mean_prompt_tokens = static_cast<double>(n.prompt_tokens) / n.requests_finished;
     c.mean_output_tokens = static_cast<double>(n.generation_tokens) / n.requests_finished;
   }
+  // Prompts of every accepted request: unlike finished ones, not biased towards the short
+  // requests that finish first after a start or a change.
+  if (n.requests_submitted > 0) {
+    c.mean_prompt_tokens = static_cast<double>(n.submitted_prompt_tokens) / n.requests_submitted;
+  }
   return c;
 }
 

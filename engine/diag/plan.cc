@@ -177,7 +177,11 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   double win_prefill = 0, win_decode = 0;
   for (const StepRecord& r : steps) win_prefill += r.num_prefill_tokens, win_decode += r.num_decode_tokens;
   WorkloadMix mix{ctx.mean_prompt_tokens, ctx.mean_output_tokens};
-  if ((mix.prompt_tokens <= 0 || mix.output_tokens <= 0) && win_prefill > 0 && win_decode > 0 &&
+  if (mix.prompt_tokens > 0 && win_prefill > 0 && win_decode > 0) {
+    // Output length from the window's own token ratio rho = P / (O - 1): finished requests
+    // favour the short ones that finish first (a window after a start or a change).
+    mix.output_tokens = 1 + mix.prompt_tokens * win_decode / win_prefill;
+  } else if ((mix.prompt_tokens <= 0 || mix.output_tokens <= 0) && win_prefill > 0 && win_decode > 0 &&
       ctx.mean_request_tokens > 0) {
     const double rho = win_prefill / win_decode;  // = P / (O - 1)
     mix.output_tokens = (ctx.mean_request_tokens + rho) / (1 + rho);

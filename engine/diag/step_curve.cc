@@ -84,12 +84,22 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) 
       g.second.push_back(wall);
     }
   }
+  // Throughput is tokens over the sum of step times, so a shape's time is the mean of its
+  // steps, stalls on a shared machine included (they recur after a change as before it);
+  // the median would hide them (measured here: median 26.5 ms, mean 37.3 ms at batch 16).
+  auto point = [](const std::vector<double>& xs, const std::vector<double>& us) {
+    CurvePoint p = PointOf(xs, us);
+    double sum = 0;
+    for (double u : us) sum += u;
+    p.us = sum / us.size();
+    return p;
+  };
   StepCurve c;
   for (const auto& [key, g] : dec) {
-    if (static_cast<int>(g.second.size()) >= min_samples) c.decode.push_back(PointOf(g.first, g.second));
+    if (static_cast<int>(g.second.size()) >= min_samples) c.decode.push_back(point(g.first, g.second));
   }
   for (const auto& [key, g] : pre) {
-    if (static_cast<int>(g.second.size()) >= min_samples) c.prefill.push_back(PointOf(g.first, g.second));
+    if (static_cast<int>(g.second.size()) >= min_samples) c.prefill.push_back(point(g.first, g.second));
   }
   return c;
 }

@@ -21,7 +21,7 @@ namespace saturn {
 
 struct CurvePoint {
   double x = 0;       // decode: batch rows; prefill: chunk tokens (+ decode rows sharing it)
-  double us = 0;      // median measured step wall time
+  double us = 0;      // measured step wall time (window: mean; probe: best of its repeats)
   double spread = 0;  // relative spread of the samples: (p90 - p10) / median
   int samples = 0;
 };
@@ -44,8 +44,9 @@ struct CurveLookup {
 CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
 
 // Groups the window's steps by shape: pure decode steps by num_seqs, steps carrying prefill by
-// total rows (prefill + decode tokens, bucketed to powers of two / 4). Keeps the median per
-// group (at least `min_samples` steps).
+// total rows (prefill + decode tokens, bucketed to powers of two / 4). Keeps the mean per
+// group (throughput is tokens over summed step time: stalls count) with the spread
+// (p90 - p10) / median, for groups of at least `min_samples` steps.
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples = 2);
 
 // The probe's timed series (engine/step_probe.h) as curve points: the best time of each size
