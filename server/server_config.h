@@ -25,7 +25,7 @@ struct ServerConfig {
   std::string save_calibration;         // write the calibration here after start (optional)
   // Synthetic probe steps after calibration and on Recalibrate (engine/step_probe.h): time
   // budget in ms (0: none; plans then rely on the window's own step shapes). --calibration=
-  // quick uses a quarter of it.
+  // quick uses an eighth of it.
   double probe_steps_ms = kDefaultProbeBudgetMs;
   // Prometheus text endpoint: 0 off; -1 any free port (logged; tests); else the port. It
   // binds the host of `listen` (127.0.0.1 for unix: addresses).
