@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/diag/analyzer.h"
+#include "engine/diag/report_format.h"
 #include "tests/diag/synthetic.h"
 
 namespace saturn {
@@ -87,6 +88,12 @@ TEST(PlanTest, ProbedStepsPutPredictionsInsideTheMeasuredRange) {
   EXPECT_NEAR(a.tokens_per_s_after, a.batch_after / truth(a.batch_after) * 1e6,
               1e-6 * a.tokens_per_s_after);
   EXPECT_LT(a.expected_error, without.plan.actions[0].expected_error);
+  EXPECT_NE(ReportToText(with).find("decode batch <= 64, prefill rows <= 0 (window + probe steps)"),
+            std::string::npos)
+      << ReportToText(with);
+  EXPECT_NE(ReportToText(without).find("decode batch <= 4, prefill rows <= 0 (window only)"),
+            std::string::npos)
+      << ReportToText(without);
   // Probed with the other CUDA-graph setting: not used.
   ctx.probe_graphs = true;
   const auto other = Plan(steps, ctx);
