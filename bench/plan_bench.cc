@@ -7,12 +7,17 @@
 // action (raise client concurrency) is followed too: the load restarts at the planned number of
 // clients. Output tokens/s over the after window is compared with the plan's prediction, which
 // is output tokens/s of the request mix when the window held prefill (step_curve.h).
+// Before the load, synthetic probe steps are timed (Engine::ProbeSteps, as the server does at
+// start with --probe_steps_ms). Request lengths vary around their means (--length_jitter) so
+// the clients do not run in lockstep, and after the change the after window starts only once
+// as many requests finished as clients run (--ramp_s), i.e. in steady state.
 //
 //   saturn-bench-plan --model=small --start_seqs=1 --concurrency=8 --json=plan.json
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -39,22 +44,47 @@ ABSL_FLAG(int, start_seqs, 1, "max_num_seqs before the plan");
 ABSL_FLAG(int, concurrency, 8, "closed-loop clients (fewer than --start_seqs: a client-side plan)");
 ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
 ABSL_FLAG(int, max_tokens, 64, "tokens generated per request");
+ABSL_FLAG(double, length_jitter, 0.5,
+          "prompt and output lengths vary uniformly in [L(1-j), L(1+j)] per request (mean L), so "
+          "closed-loop clients do not run in lockstep (0: every request alike)");
 ABSL_FLAG(double, before_s, 4, "seconds of load diagnosed before the change");
 ABSL_FLAG(double, after_s, 6, "seconds of load measured after the change");
+ABSL_FLAG(double, ramp_s, -1,
+          "seconds between restarting the load at the planned concurrency and the after window "
+          "(client-side actions); -1: until as many requests finished as clients run (at most "
+          "30 s), so the after window sees steady state, not the new clients' first prefills");
+ABSL_FLAG(double, probe_ms, saturn::kDefaultProbeBudgetMs,
+          "time budget of the synthetic probe steps after calibration (0: none, as a server "
+          "with --probe_steps_ms=0)");
+ABSL_FLAG(bool, probe_after, true,
+          "probe again once the after window's load stopped: probed vs served step times at the "
+          "same moment separate machine load from what serving itself adds");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 
 namespace saturn {
 namespace {
 
+// Length `mean` varied uniformly by +-jitter (deterministic in client i, request k, field f).
+int Jittered(int mean, double jitter, int i, int k, int f) {
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(k) * 40503u ^
+               static_cast<uint32_t>(f) * 2246822519u;
+  h ^= h >> 15;
+  h *= 2654435761u;
+  h ^= h >> 13;
+  const double u = (h % 10001) / 10000.0;  // [0, 1]
+  return std::max(1, int(std::lround(mean * (1 + jitter * (2 * u - 1)))));
+}
+
 // `n` clients, each running one request at a time until Stop().
 class ClosedLoop {
  public:
-  ClosedLoop(Engine* engine, int n, int prompt_len, int max_tokens) {
+  ClosedLoop(Engine* engine, int n, int prompt_len, int max_tokens, double jitter) {
     for (int i = 0; i < n; ++i) {
-      threads_.emplace_back([this, engine, i, prompt_len, max_tokens] {
+      threads_.emplace_back([this, engine, i, prompt_len, max_tokens, jitter] {
         for (int k = 0; !stop_.load(); ++k) {
           const GenerateRequest r =
-              bench::SyntheticRequest(i * 131 + k * 7, 1, prompt_len, max_tokens);
+              bench::SyntheticRequest(i * 131 + k * 7, 1, Jittered(prompt_len, jitter, i, k, 1),
+                                      Jittered(max_tokens, jitter, i, k, 2));
           auto s = RequestStream::Open(engine, r);
           if (!s.ok()) {
             std::cerr << "request: " << s.status() << "\n";
@@ -81,6 +111,30 @@ class ClosedLoop {
   std::vector<std::thread> threads_;
 };
 
+// A probe's series: [prefill?, rows, median us, samples] each.
+nlohmann::json ProbeJson(const std::optional<StepProbe>& p) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!p.has_value()) return out;
+  for (const ProbeSeries& s : p->series) {
+    std::vector<double> v = s.wall_us;
+    std::sort(v.begin(), v.end());
+    out.push_back({s.prefill, s.rows, v.empty() ? 0.0 : v[v.size() / 2], v.size()});
+  }
+  return out;
+}
+
+// /proc/loadavg's first three figures (the machine's load; empty where unreadable).
+std::string LoadAvg() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return "";
+  double a = 0, b = 0, c = 0;
+  const int n = std::fscanf(f, "%lf %lf %lf", &a, &b, &c);
+  std::fclose(f);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f %.2f %.2f", a, b, c);
+  return n == 3 ? buf : "";
+}
+
 void Sleep(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
 DiagnosticsReport Window(const Engine& e, const Calibration& cal, double begin, double end) {
@@ -93,11 +147,19 @@ int Main() {
     std::cerr << "--start_seqs and --concurrency must be >= 1\n";
     return 2;
   }
+  const std::string load_start = LoadAvg();
   EngineConfig cfg;
   cfg.model = absl::GetFlag(FLAGS_model);
   cfg.backend = absl::GetFlag(FLAGS_backend);
   cfg.num_threads = absl::GetFlag(FLAGS_threads);
-  cfg.max_model_len = absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_max_tokens) + 16;
+  const double jitter = absl::GetFlag(FLAGS_length_jitter);
+  if (jitter < 0 || jitter > 0.9) {
+    std::cerr << "--length_jitter must be in [0, 0.9]\n";
+    return 2;
+  }
+  cfg.max_model_len =
+      int(std::ceil((absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_max_tokens)) *
+                    (1 + jitter))) + 16;
   cfg.max_num_seqs_limit = 64;
   cfg.options.max_num_seqs = start;
   cfg.step_ring_capacity = 1 << 15;
@@ -117,8 +179,23 @@ int Main() {
               cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
               cal->op_dispatch_us);
 
+  StepProbeOptions probe_options;
+  probe_options.budget_ms = absl::GetFlag(FLAGS_probe_ms);
+  probe_options.max_batch = cfg.max_num_seqs_limit;
+  probe_options.max_prefill_tokens = cfg.options.max_num_batched_tokens;
+  if (probe_options.budget_ms > 0) {
+    auto probe = engine->ProbeSteps(probe_options);
+    if (!probe.ok()) {
+      std::cerr << "probe: " << probe.status() << "\n";
+      return 1;
+    }
+    std::printf("probe: decode batch <= %d, prefill <= %d tokens, context %d, in %.0f ms%s\n",
+                probe->max_batch, probe->max_prefill_tokens, probe->decode_context,
+                probe->took_ms, probe->truncated ? " (sizes left out: budget or KV)" : "");
+  }
+
   const int prompt_len = absl::GetFlag(FLAGS_prompt_len), max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  auto load = std::make_unique<ClosedLoop>(engine, n, prompt_len, max_tokens);
+  auto load = std::make_unique<ClosedLoop>(engine, n, prompt_len, max_tokens, jitter);
   Sleep(0.5);  // past the first admissions
   const double b0 = NowUs();
   Sleep(absl::GetFlag(FLAGS_before_s));
@@ -143,9 +220,19 @@ int Main() {
   if (a.kind == ActionKind::kRaiseClientConcurrency) {  // client side: rerun at the planned load
     clients_after = std::max(n, int(std::lround(a.to)));
     load->Stop();
-    load = std::make_unique<ClosedLoop>(engine, clients_after, prompt_len, max_tokens);
-    Sleep(0.5);  // past the first admissions
+    load = std::make_unique<ClosedLoop>(engine, clients_after, prompt_len, max_tokens, jitter);
   }
+  // Ramp-up: the requests queued before a server-side change, or the new clients of a
+  // client-side one, all start at once; wait until as many requests finished as clients run
+  // (every client past one request on average), so arrivals have spread out.
+  const double ramp = absl::GetFlag(FLAGS_ramp_s), r0 = NowUs();
+  const int f0 = load->finished();
+  if (ramp >= 0) {
+    Sleep(ramp);
+  } else {
+    while (load->finished() - f0 < clients_after && NowUs() - r0 < 30e6) Sleep(0.05);
+  }
+  const double ramp_took_s = (NowUs() - r0) * 1e-6;
   const double t_applied = NowUs();
   PlanTracker tracker;
   tracker.RecordApplied(a, before.model, ctx, before.plan.context, t_applied);
@@ -154,6 +241,12 @@ int Main() {
   const auto t = tracker.Evaluate(bench::StepsIn(*engine, t_applied, a1));
   const DiagnosticsReport after = Window(*engine, *cal, t_applied, a1);
   load->Stop();
+  const std::optional<StepProbe> probe_before = engine->step_probe();
+  std::optional<StepProbe> probe_after;
+  if (absl::GetFlag(FLAGS_probe_after) && probe_options.budget_ms > 0) {
+    auto p = engine->ProbeSteps(probe_options);
+    if (p.ok()) probe_after = *p;
+  }
   if (!t.has_value() || t->steady_steps == 0) {
     std::cerr << "no steady decode steps after the change\n";
     return 1;
@@ -177,9 +270,10 @@ int Main() {
               t->model_tokens_per_s_at_measured_batch, t->measured_tokens_per_s,
               100 * t->model_error);
   std::printf(
-      "batch planned %.1f, measured %.1f over %d steady steps; before: %.1f decode tok/s "
+      "ramp %.1f s; batch planned %.1f, measured %.1f over %d steady steps; before: %.1f decode tok/s "
       "(predicted %.1f); output tok/s before %.1f, after %.1f (%.2fx)\n",
-      a.batch_after, t->measured_batch, t->steady_steps, before.profile.decode_tokens_per_s,
+      ramp_took_s, a.batch_after, t->measured_batch, t->steady_steps,
+      before.profile.decode_tokens_per_s,
       a.tokens_per_s_before, before.profile.output_tokens_per_s, after.profile.output_tokens_per_s,
       after.profile.output_tokens_per_s / std::max(1e-9, before.profile.output_tokens_per_s));
 
@@ -191,8 +285,15 @@ int Main() {
                         {"action", a.what},
                         {"action_kind", ActionKindName(a.kind)},
                         {"prompt_len", prompt_len},
+                        {"length_jitter", jitter},
                         {"max_tokens", max_tokens},
                         {"clients_after", clients_after},
+                        {"probe_ms", probe_options.budget_ms},
+                        {"ramp_s", ramp_took_s},
+                        {"probe", ProbeJson(probe_before)},
+                        {"probe_after", ProbeJson(probe_after)},
+                        {"loadavg_start", load_start},
+                        {"loadavg_end", LoadAvg()},
                         {"plan_metric", mix ? "output_tokens_per_s" : "decode_tokens_per_s"},
                         {"plan_predicted", a.tokens_per_s_after},
                         {"plan_measured", measured_plan},

@@ -55,6 +55,11 @@ void Plan(const v1::DiagnosticsReport& r, std::string* out) {
     absl::StrAppendFormat(out, "  %-2d %-56s %9.1f -> %-9.1f %8.2f -> %-8.2f %7.1f\n", ++i,
                           a.what(), a.tokens_per_s_before(), a.tokens_per_s_after(),
                           a.tpot_ms_before(), a.tpot_ms_after(), a.batch_after());
+    if (a.expected_error() > 0) {
+      absl::StrAppendFormat(out, "       expected error +-%.0f%%, prefill %.0f%% of step time%s\n",
+                            100 * a.expected_error(), 100 * a.prefill_share(),
+                            a.outside_measured() ? ", outside the measured step shapes" : "");
+    }
     Tradeoffs(a, out);
   }
 }

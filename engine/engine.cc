@@ -113,6 +113,10 @@ absl::Status Engine::Warmup() {
   while (scheduler_->HasWork()) Step();
   steps_.Clear();
   step_id_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_ = EngineCounters{};  // the warm-up is no request: it must not skew the mix
+  }
   if (!failure.ok()) {
     return absl::Status(failure.code(), absl::StrCat("warm-up failed: ", failure.message()));
   }
@@ -176,6 +180,7 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on
   const int64_t id = next_id_++;
   incoming_.push_back(Pending{id, std::move(request), std::move(on_event), NowUs()});
   ++counters_.requests_submitted;
+  counters_.submitted_prompt_tokens += static_cast<int64_t>(incoming_.back().request.prompt.size());
   cv_.notify_one();
   return id;
 }
@@ -218,6 +223,30 @@ absl::Status Engine::RunBetweenSteps(std::function<absl::Status(Backend*)> fn) {
     cv_.notify_one();
   }
   return result.get();
+}
+
+absl::StatusOr<StepProbe> Engine::ProbeSteps(StepProbeOptions options) {
+  RETURN_IF_ERROR(options.Validate());
+  options.max_batch = std::min(options.max_batch, config_.max_num_seqs_limit);
+  options.max_prefill_tokens =
+      std::min({options.max_prefill_tokens, config_.max_num_batched_tokens_limit,
+                scheduler_->config().max_model_len * config_.max_num_seqs_limit});
+  // As most serving steps run: timed per op where that is cheap (CPU), else not.
+  options.per_op_timing = config_.instrument && backend_->per_op_timing_is_cheap();
+  absl::StatusOr<StepProbe> probe;
+  RETURN_IF_ERROR(RunBetweenSteps([&](Backend*) {
+    probe = RunStepProbe(runner_.get(), scheduler_->mutable_blocks(),
+                         scheduler_->config().max_model_len, options);
+    return probe.status();
+  }));
+  std::lock_guard<std::mutex> lock(mu_);
+  step_probe_ = *probe;
+  return probe;
+}
+
+std::optional<StepProbe> Engine::step_probe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return step_probe_;
 }
 
 void Engine::Shutdown() {

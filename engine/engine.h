@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -27,6 +28,7 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_probe.h"
 #include "engine/step_record.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
@@ -70,7 +72,8 @@ struct EngineCounters {
   int64_t requests_finished = 0;  // any reason
   int64_t requests_cancelled = 0;
   int64_t requests_failed = 0;
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;            // of finished requests
+  int64_t submitted_prompt_tokens = 0;  // of every accepted request, at Submit
   int64_t generation_tokens = 0;
   int64_t preemptions = 0;
   int num_waiting = 0;  // incl. submitted but not yet seen by the loop
@@ -102,6 +105,13 @@ class Engine {
   // no step starts until it returns) and returns its status. Diagnostics use it to
   // recalibrate with the device otherwise idle. UNAVAILABLE after Shutdown.
   absl::Status RunBetweenSteps(std::function<absl::Status(Backend*)> fn);
+  // Times synthetic decode and prefill steps through the runner on the engine thread between
+  // two steps (engine/step_probe.h), with KV blocks taken from and returned to the cache, and
+  // keeps the result (step_probe()). Sizes are capped at this engine's limits. Errors:
+  // INVALID_ARGUMENT naming the option, UNAVAILABLE after Shutdown, the runner's errors.
+  absl::StatusOr<StepProbe> ProbeSteps(StepProbeOptions options);
+  // The latest probe (nullopt before the first).
+  std::optional<StepProbe> step_probe() const;
   // Start time (steady clock, us) of the step running now; 0 when none is (a step in flight
   // at a diagnostics window's edge is busy time, not idle).
   double step_in_flight_since_us() const { return step_in_flight_since_us_.load(); }
@@ -177,6 +187,7 @@ class Engine {
   EngineCounters counters_;             // guarded by mu_
   GraphInfo graph_info_;  // guarded by mu_ (copy of the runner's, refreshed after captures)
   int kv_free_ = 0;       // guarded by mu_ (mirror of the scheduler's)
+  std::optional<StepProbe> step_probe_;  // guarded by mu_
   std::unordered_map<int64_t, Live> live_;  // engine thread only
   int64_t step_id_ = 0;                     // engine thread only
 

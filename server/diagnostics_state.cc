@@ -131,11 +131,35 @@ absl::Status DiagnosticsState::InitCalibration(Engine* engine, const ServerConfi
     std::cerr << "saturn-server: warning: calibration trials did not agree (busy machine?): "
               << cal.gemm_method << "; " << cal.bandwidth_method << "\n";
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  calibration_ = std::move(cal);
-  calibration_ms_ = ms;
-  last_sched_ = ReadSchedTimes();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    calibration_ = std::move(cal);
+    calibration_ms_ = ms;
+    last_sched_ = ReadSchedTimes();
+  }
+  // Quick (the test suite starts many servers): an eighth, about 190 ms by default.
+  probe_ms_ = config.calibration == "quick" ? config.probe_steps_ms / 8 : config.probe_steps_ms;
+  ProbeSteps(engine);
   return absl::OkStatus();
+}
+
+void DiagnosticsState::ProbeSteps(Engine* engine) {
+  if (probe_ms_ <= 0) return;
+  StepProbeOptions o;
+  o.budget_ms = probe_ms_;
+  o.max_batch = engine->config().max_num_seqs_limit;  // every batch a plan may propose
+  o.max_prefill_tokens = engine->options().max_num_batched_tokens;
+  absl::StatusOr<StepProbe> p = engine->ProbeSteps(o);
+  if (!p.ok()) {
+    std::cerr << "saturn-server: warning: probe steps failed (plans use served steps only): "
+              << p.status() << "\n";
+    return;
+  }
+  std::cerr << absl::StrFormat(
+      "saturn-server: probe steps: decode batch 1-%d (context %d), prefill up to %d tokens, in "
+      "%.0f ms%s\n",
+      p->max_batch, p->decode_context, p->max_prefill_tokens, p->took_ms,
+      p->truncated ? " (larger sizes left out: --probe_steps_ms budget or KV cache)" : "");
 }
 
 absl::StatusOr<Calibration> DiagnosticsState::Recalibrate(Engine* engine) {
@@ -155,11 +179,14 @@ absl::StatusOr<Calibration> DiagnosticsState::Recalibrate(Engine* engine) {
       "in %.0f ms%s\n",
       measured->gemm_flops_per_s / 1e9, measured->bandwidth_bytes_per_s / 1e9,
       measured->op_dispatch_us, ms, measured->stable ? "" : " (trials did not agree)");
-  std::lock_guard<std::mutex> lock(mu_);
-  calibration_ = *measured;
-  calibration_ms_ = ms;
-  suspect_ = false;
-  suspect_reason_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    calibration_ = *measured;
+    calibration_ms_ = ms;
+    suspect_ = false;
+    suspect_reason_.clear();
+  }
+  ProbeSteps(engine);  // the step times may have moved with the ceilings
   return measured;
 }
 

@@ -37,6 +37,10 @@ class DiagnosticsState {
   // for it, so the device is otherwise idle), replaces the calibration in force and clears
   // the suspect flag. Errors: UNAVAILABLE while shutting down, the backend's errors.
   absl::StatusOr<Calibration> Recalibrate(Engine* engine);
+  // Times synthetic probe steps (Engine::ProbeSteps, --probe_steps_ms) so plans have
+  // measured step times beyond the served shapes. Run by InitCalibration and Recalibrate; a
+  // failure is logged and the plans fall back to the window's own steps.
+  void ProbeSteps(Engine* engine);
   // Nullopt before InitCalibration succeeded.
   std::optional<Calibration> calibration() const;
   // Wall time measuring took (0 when loaded from a file).
@@ -72,6 +76,7 @@ class DiagnosticsState {
   mutable std::mutex mu_;
   std::optional<Calibration> calibration_;  // guarded by mu_
   double calibration_ms_ = 0;               // guarded by mu_
+  double probe_ms_ = 0;                     // probe budget (set once by InitCalibration)
   bool suspect_ = false;                    // guarded by mu_
   SchedTimes last_sched_;                   // guarded by mu_: at the previous report
   std::string suspect_reason_;              // guarded by mu_

@@ -46,6 +46,10 @@ ABSL_FLAG(std::string, calibration, "measure",
           "measure: measure the device's GEMM peak, bandwidth and op dispatch cost at start; "
           "quick: the same with shorter trials and smaller buffers (tests); "
           "file: load them from --calibration_file");
+ABSL_FLAG(double, probe_steps_ms, saturn::kDefaultProbeBudgetMs,
+          "After calibration (and on Recalibrate), time synthetic decode and prefill steps "
+          "through the model for at most this many ms, so the diagnostics plan predicts from "
+          "measured step times across batch sizes (0: none)");
 ABSL_FLAG(std::string, calibration_file, "",
           "Calibration JSON to load with --calibration=file (written by --save_calibration)");
 ABSL_FLAG(std::string, save_calibration, "", "Write the calibration in force to this JSON file");
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
   config.calibration = absl::GetFlag(FLAGS_calibration);
   config.calibration_file = absl::GetFlag(FLAGS_calibration_file);
   config.save_calibration = absl::GetFlag(FLAGS_save_calibration);
+  config.probe_steps_ms = absl::GetFlag(FLAGS_probe_steps_ms);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_window_seconds = absl::GetFlag(FLAGS_metrics_window_seconds);
   config.tls_cert = absl::GetFlag(FLAGS_tls_cert);

@@ -71,6 +71,9 @@ void ToProto(const Action& a, v1::PlanAction* out) {
   out->set_max_num_seqs(a.options_after.max_num_seqs);
   out->set_max_num_batched_tokens(a.options_after.max_num_batched_tokens);
   out->set_cuda_graphs(a.options_after.cuda_graphs);
+  out->set_expected_error(a.expected_error);
+  out->set_outside_measured(a.outside_measured);
+  out->set_prefill_share(a.prefill_share);
   for (const FailureMode& f : a.tradeoffs) {
     v1::Tradeoff* t = out->add_tradeoffs();
     t->set_name(f.name);

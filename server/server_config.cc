@@ -112,6 +112,10 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--shutdown_grace: must be >= 0, got ", absl::FormatDuration(shutdown_grace)));
   }
+  if (!(probe_steps_ms >= 0 && probe_steps_ms <= 600000)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--probe_steps_ms: must be in [0, 600000] (0: no probe steps), got %g", probe_steps_ms));
+  }
   if (calibration != "measure" && calibration != "quick" && calibration != "file") {
     return absl::InvalidArgumentError(
         absl::StrCat("--calibration: \"", calibration, "\" is not one of measure, quick, file"));

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
+#include "engine/step_probe.h"
 
 namespace saturn {
 
@@ -22,6 +23,10 @@ struct ServerConfig {
   std::string calibration = "measure";  // measure | quick (shorter trials) | file
   std::string calibration_file;         // read with calibration == "file"
   std::string save_calibration;         // write the calibration here after start (optional)
+  // Synthetic probe steps after calibration and on Recalibrate (engine/step_probe.h): time
+  // budget in ms (0: none; plans then rely on the window's own step shapes). --calibration=
+  // quick uses an eighth of it.
+  double probe_steps_ms = kDefaultProbeBudgetMs;
   // Prometheus text endpoint: 0 off; -1 any free port (logged; tests); else the port. It
   // binds the host of `listen` (127.0.0.1 for unix: addresses).
   int metrics_port = 0;

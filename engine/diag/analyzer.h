@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/diag/calibration.h"
+#include "engine/diag/step_curve.h"
 #include "engine/diag/step_model.h"
 #include "engine/model_config.h"
 #include "engine/step_record.h"
@@ -49,11 +50,19 @@ struct AnalyzerContext {
   int num_waiting = 0;
   int num_running = 0;
   double mean_request_tokens = 0;  // prompt + output of finished requests; 0: unknown
-  double mean_prompt_tokens = 0;   // of finished requests; 0: unknown (plans use the window's
-  double mean_output_tokens = 0;   // prefill/decode token ratio then, step_curve.h)
+  double mean_prompt_tokens = 0;   // of accepted requests (at submission); 0: unknown
+  double mean_output_tokens = 0;   // of finished requests; 0: unknown. Plans take the output
+                                   // length from the window's prefill/decode token ratio and
+                                   // the prompt length where the window has both (plan.cc)
   // Roofline form of the step model where the window cannot choose: 1 sum, 0 max, -1 the
   // backend's default (step_model.h).
   int additive_roofline = -1;
+  // Synthetic steps timed at calibration (Engine::ProbeSteps): the measured step-time curve
+  // beyond the window's own shapes. Empty: none probed. Decode points were timed at
+  // probe_context tokens per sequence, with CUDA graphs on or off as probe_graphs says.
+  StepCurve probe_curve;
+  double probe_context = 0;
+  bool probe_graphs = false;
   // Optional latency objective: plans keep predicted TPOT under it (0: none).
   double tpot_slo_ms = 0;
   // The window's edges: busy time of steps that overlap the window but are not wholly inside
@@ -220,6 +229,12 @@ struct Plan {
   int kv_capacity_batch = 0;    // largest batch before the KV cache forces preemption
   int plateau_batch = 0;        // smallest batch reaching plateau_fraction of the plateau
   double plateau_tokens_per_s = 0;
+  // The measured step shapes the predictions could look up: the largest decode batch and
+  // prefill rows (window and probe together; 0: none), and whether probed points were used.
+  double measured_max_batch = 0;
+  double measured_max_prefill_rows = 0;
+  bool used_probe = false;
+  StepCurve curve;  // the merged curve the predictions looked up (step_curve.h)
   std::string note;  // why there is no action, when there is none
 };
 

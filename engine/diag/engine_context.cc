@@ -1,6 +1,7 @@
 #include "engine/diag/engine_context.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace saturn {
 
@@ -31,6 +32,11 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
     std::sort(c.graph_sizes.begin(), c.graph_sizes.end());
   }
   c.graph_memory_bytes = static_cast<double>(graphs.memory_bytes);
+  if (const std::optional<StepProbe> probe = engine.step_probe(); probe.has_value()) {
+    c.probe_curve = CurveFromProbe(*probe);
+    c.probe_context = probe->decode_context;
+    c.probe_graphs = probe->graphs;
+  }
   const EngineCounters n = engine.counters();
   c.num_waiting = n.num_waiting;
   c.num_running = n.num_running;
@@ -39,6 +45,11 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
         static_cast<double>(n.prompt_tokens + n.generation_tokens) / n.requests_finished;
     c.mean_prompt_tokens = static_cast<double>(n.prompt_tokens) / n.requests_finished;
     c.mean_output_tokens = static_cast<double>(n.generation_tokens) / n.requests_finished;
+  }
+  // Prompts of every accepted request: unlike finished ones, not biased towards the short
+  // requests that finish first after a start or a change.
+  if (n.requests_submitted > 0) {
+    c.mean_prompt_tokens = static_cast<double>(n.submitted_prompt_tokens) / n.requests_submitted;
   }
   return c;
 }

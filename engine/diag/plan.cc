@@ -87,6 +87,33 @@ struct CurveLookupFn {
   }
 };
 
+// The window's own curve, extended by the probed one when it was measured with the graph
+// setting in force. Probed decode points were timed at the probe's context: each is moved to
+// the window's context by the fitted model's ratio at that batch (attention grows with it).
+StepCurve MeasuredCurve(const std::vector<StepRecord>& steps, const Predictor& pred,
+                        const AnalyzerContext& ctx, Plan* plan) {
+  StepCurve curve = CurveFromSteps(steps);
+  const bool have_probe = !ctx.probe_curve.decode.empty() || !ctx.probe_curve.prefill.empty();
+  if (have_probe && ctx.probe_graphs == pred.graphs_now) {
+    StepCurve probe = ctx.probe_curve;
+    Predictor at_probe = pred;
+    at_probe.context = ctx.probe_context > 0 ? ctx.probe_context : pred.context;
+    for (CurvePoint& p : probe.decode) {
+      const int b = std::max(1, int(std::lround(p.x)));
+      const double there = at_probe.DecodeUs(b, pred.graphs_now);
+      if (there > 0) p.us *= pred.DecodeUs(b, pred.graphs_now) / there;
+    }
+    curve = MergeCurves(curve, probe);
+    plan->used_probe = true;
+  }
+  MakeMonotone(&curve.decode);
+  MakeMonotone(&curve.prefill);
+  plan->curve = curve;
+  if (!curve.decode.empty()) plan->measured_max_batch = curve.decode.back().x;
+  if (!curve.prefill.empty()) plan->measured_max_prefill_rows = curve.prefill.back().x;
+  return curve;
+}
+
 FailureMode Fm(std::string name, double at, std::string detail) {
   return FailureMode{std::move(name), at, std::move(detail)};
 }
@@ -144,13 +171,17 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   const int blocks_per_seq = std::max(1, int(std::ceil(plan.expected_seq_len / block)));
   plan.kv_capacity_batch = ctx.kv_num_blocks > 0 ? ctx.kv_num_blocks / blocks_per_seq : 1 << 20;
   const Predictor pred{model, ctx, plan.context, host / steps.size(), ctx.options.cuda_graphs};
-  const StepCurve curve = CurveFromSteps(steps);
+  const StepCurve curve = MeasuredCurve(steps, pred, ctx, &plan);
   // The request mix: the engine's finished requests, else the window's prefill/decode ratio
   // with the mean request length. Without prefill in the window, decode-only predictions.
   double win_prefill = 0, win_decode = 0;
   for (const StepRecord& r : steps) win_prefill += r.num_prefill_tokens, win_decode += r.num_decode_tokens;
   WorkloadMix mix{ctx.mean_prompt_tokens, ctx.mean_output_tokens};
-  if ((mix.prompt_tokens <= 0 || mix.output_tokens <= 0) && win_prefill > 0 && win_decode > 0 &&
+  if (mix.prompt_tokens > 0 && win_prefill > 0 && win_decode > 0) {
+    // Output length from the window's own token ratio rho = P / (O - 1): finished requests
+    // favour the short ones that finish first (a window after a start or a change).
+    mix.output_tokens = 1 + mix.prompt_tokens * win_decode / win_prefill;
+  } else if ((mix.prompt_tokens <= 0 || mix.output_tokens <= 0) && win_prefill > 0 && win_decode > 0 &&
       ctx.mean_request_tokens > 0) {
     const double rho = win_prefill / win_decode;  // = P / (O - 1)
     mix.output_tokens = (ctx.mean_request_tokens + rho) / (1 + rho);

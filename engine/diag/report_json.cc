@@ -86,6 +86,13 @@ json ToJson(const StepModel& m) {
           {"classes", rates}};
 }
 
+// Measured step-time points: [rows, median us, spread, samples] each.
+json CurveJson(const std::vector<CurvePoint>& pts) {
+  json out = json::array();
+  for (const CurvePoint& p : pts) out.push_back({p.x, p.us, p.spread, p.samples});
+  return out;
+}
+
 json ToJson(const Action& a) {
   json t = json::array();
   for (const FailureMode& f : a.tradeoffs) {
@@ -169,6 +176,11 @@ std::string ReportToJson(const DiagnosticsReport& r, int indent) {
         {"kv_capacity_batch", r.plan.kv_capacity_batch},
         {"plateau_batch", r.plan.plateau_batch},
         {"plateau_tokens_per_s", r.plan.plateau_tokens_per_s},
+        {"measured_max_batch", r.plan.measured_max_batch},
+        {"measured_max_prefill_rows", r.plan.measured_max_prefill_rows},
+        {"used_probe", r.plan.used_probe},
+        {"curve", {{"decode", CurveJson(r.plan.curve.decode)},
+                   {"prefill", CurveJson(r.plan.curve.prefill)}}},
         {"note", r.plan.note},
         {"actions", actions}}},
   };

@@ -89,6 +89,13 @@ std::string ReportToText(const DiagnosticsReport& r) {
                         "plateau %.1f tok/s reached (90%%) at batch %d\n",
                         "plan", pl.batch_now, pl.context, pl.kv_capacity_batch, pl.expected_seq_len,
                         pl.plateau_tokens_per_s, pl.plateau_batch);
+  if (pl.measured_max_batch > 0 || pl.measured_max_prefill_rows > 0) {
+    absl::StrAppendFormat(&out,
+                          "%-9s measured step shapes: decode batch <= %.0f, prefill rows <= %.0f "
+                          "(%s)\n",
+                          "", pl.measured_max_batch, pl.measured_max_prefill_rows,
+                          pl.used_probe ? "window + probe steps" : "window only");
+  }
   if (pl.actions.empty()) {
     absl::StrAppendFormat(&out, "%-9s %s\n", "", pl.note);
   } else {

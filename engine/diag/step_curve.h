@@ -14,13 +14,14 @@
 #include <functional>
 #include <vector>
 
+#include "engine/step_probe.h"
 #include "engine/step_record.h"
 
 namespace saturn {
 
 struct CurvePoint {
   double x = 0;       // decode: batch rows; prefill: chunk tokens (+ decode rows sharing it)
-  double us = 0;      // median measured step wall time
+  double us = 0;      // measured step wall time (window: mean; probe: best of its repeats)
   double spread = 0;  // relative spread of the samples: (p90 - p10) / median
   int samples = 0;
 };
@@ -43,9 +44,27 @@ struct CurveLookup {
 CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
 
 // Groups the window's steps by shape: pure decode steps by num_seqs, steps carrying prefill by
-// total rows (prefill + decode tokens, bucketed to powers of two / 4). Keeps the median per
-// group (at least `min_samples` steps).
+// total rows (prefill + decode tokens, bucketed to powers of two / 4). Keeps the mean per
+// group (throughput is tokens over summed step time: stalls count) with the spread
+// (p90 - p10) / median, for groups of at least `min_samples` steps.
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples = 2);
+
+// The probe's timed series (engine/step_probe.h) as curve points: the best time of each size
+// (noise only slows a step) with the repeats' spread (p90 - p10) / median.
+StepCurve CurveFromProbe(const StepProbe& probe, int min_samples = 1);
+
+// The window's curve extended by probed points. The window's own steps are what the server
+// does now (load, host work, contention), so inside their range they are kept as they are;
+// probed points are scaled by the median ratio window / probe where both measured (decode
+// and prefill separately, the other's ratio, else 1, where one has no overlap) and added
+// outside the window's range. A scaled point's spread is at least the ratios' spread.
+StepCurve MergeCurves(const StepCurve& window, const StepCurve& probe);
+
+// Makes the step times non-decreasing in x (pool-adjacent-violators, weighted by samples):
+// a step with more rows does at least the same work, so a point measured faster than a
+// smaller shape is noise (a disturbed probe or window), not a property of the shapes. Pooled
+// points keep their x, share the weighted mean time and the largest spread of the pool.
+void MakeMonotone(std::vector<CurvePoint>* pts);
 
 struct WorkloadMix {
   double prompt_tokens = 0;  // mean prompt length

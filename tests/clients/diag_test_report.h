@@ -74,6 +74,9 @@ inline v1::DiagnosticsReport SampleReport() {
   a->set_batch_after(48);
   a->set_max_num_seqs(48);
   a->set_max_num_batched_tokens(512);
+  a->set_expected_error(0.12);
+  a->set_outside_measured(true);
+  a->set_prefill_share(0.3);
   v1::Tradeoff* t = a->add_tradeoffs();
   t->set_name("kv_preemption");
   t->set_at(64);

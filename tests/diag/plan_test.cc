@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/diag/analyzer.h"
+#include "engine/diag/report_format.h"
 #include "tests/diag/synthetic.h"
 
 namespace saturn {
@@ -62,6 +63,42 @@ TEST(PlanTest, KvCapacityCapsTheBatch) {
   const FailureMode* kv = FindMode(a, "kv_preemption");
   ASSERT_NE(kv, nullptr);
   EXPECT_EQ(kv->at, 10);
+}
+
+TEST(PlanTest, ProbedStepsPutPredictionsInsideTheMeasuredRange) {
+  const std::vector<StepRecord> steps = MemoryBoundAt4(40);
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  const auto without = Plan(steps, ctx);
+  ASSERT_FALSE(without.plan.actions.empty());
+  EXPECT_TRUE(without.plan.actions[0].outside_measured);  // the window saw batch 4 only
+  EXPECT_FALSE(without.plan.used_probe);
+  // Probed decode steps, linear in the batch, half as long as the window's (a quieter
+  // machine): the plan scales them by the window's own step at batch 4.
+  const double t4 = steps[0].wall_us();
+  auto truth = [&](double b) { return t4 * (1 + 0.1 * (b - 4)); };
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, 0.5 * truth(b), 0.01, 3});
+  }
+  const auto with = Plan(steps, ctx);
+  ASSERT_FALSE(with.plan.actions.empty());
+  const Action& a = with.plan.actions[0];
+  EXPECT_TRUE(with.plan.used_probe);
+  EXPECT_EQ(with.plan.measured_max_batch, 64);
+  EXPECT_FALSE(a.outside_measured);
+  EXPECT_NEAR(a.tokens_per_s_after, a.batch_after / truth(a.batch_after) * 1e6,
+              1e-6 * a.tokens_per_s_after);
+  EXPECT_LT(a.expected_error, without.plan.actions[0].expected_error);
+  EXPECT_NE(ReportToText(with).find("decode batch <= 64, prefill rows <= 0 (window + probe steps)"),
+            std::string::npos)
+      << ReportToText(with);
+  EXPECT_NE(ReportToText(without).find("decode batch <= 4, prefill rows <= 0 (window only)"),
+            std::string::npos)
+      << ReportToText(without);
+  // Probed with the other CUDA-graph setting: not used.
+  ctx.probe_graphs = true;
+  const auto other = Plan(steps, ctx);
+  EXPECT_FALSE(other.plan.used_probe);
+  EXPECT_TRUE(other.plan.actions[0].outside_measured);
 }
 
 TEST(PlanTest, ConfiguredLimitCapsTheBatch) {

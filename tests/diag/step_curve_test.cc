@@ -39,9 +39,9 @@ TEST(StepCurveTest, FlagsQueriesOutsideTheRangeWithAWiderError) {
   EXPECT_FALSE(Interpolate({}, 4).in_range);
 }
 
-TEST(StepCurveTest, GroupsWindowStepsByShapeWithTheirMedian) {
+TEST(StepCurveTest, GroupsWindowStepsByShapeWithTheirMean) {
   std::vector<StepRecord> steps;
-  const double walls[] = {1000, 1100, 5000};  // one outlier: the median ignores it
+  const double walls[] = {1000, 1100, 5000};  // one stall: it costs throughput, so it counts
   for (int seqs : {2, 8}) {
     for (double w : walls) {
       StepRecord r;
@@ -65,9 +65,9 @@ TEST(StepCurveTest, GroupsWindowStepsByShapeWithTheirMedian) {
   const StepCurve c = CurveFromSteps(steps);
   ASSERT_EQ(c.decode.size(), 2u);
   EXPECT_EQ(c.decode[0].x, 2);
-  EXPECT_NEAR(c.decode[0].us, 2200, 1e-6);
+  EXPECT_NEAR(c.decode[0].us, 2 * 7100 / 3.0, 1e-6);
   EXPECT_EQ(c.decode[1].x, 8);
-  EXPECT_NEAR(c.decode[1].us, 8800, 1e-6);
+  EXPECT_NEAR(c.decode[1].us, 8 * 7100 / 3.0, 1e-6);
   EXPECT_GT(c.decode[0].spread, 1.0);
   ASSERT_EQ(c.prefill.size(), 1u);
   EXPECT_EQ(c.prefill[0].x, 100);
@@ -144,6 +144,70 @@ TEST(StepCurveTest, PlanUsesTheRequestMix) {
   bool named = false;
   for (const FailureMode& f : b.tradeoffs) named |= f.name == "workload_mix";
   EXPECT_TRUE(named);
+}
+
+TEST(StepCurveTest, ProbeSeriesBecomePointsWithTheirBestTime) {
+  StepProbe probe;
+  probe.series.push_back(ProbeSeries{false, 4, 64, {300, 100, 200}});
+  probe.series.push_back(ProbeSeries{false, 1, 64, {50}});
+  probe.series.push_back(ProbeSeries{true, 32, 0, {900, 1100}});
+  const StepCurve c = CurveFromProbe(probe);
+  ASSERT_EQ(c.decode.size(), 2u);
+  EXPECT_EQ(c.decode[0].x, 1);  // sorted by size
+  EXPECT_EQ(c.decode[1].x, 4);
+  EXPECT_DOUBLE_EQ(c.decode[1].us, 100);  // a stalled repeat (300) does not count
+  EXPECT_NEAR(c.decode[1].spread, (280.0 - 120.0) / 200, 1e-9);
+  EXPECT_EQ(c.decode[1].samples, 3);
+  ASSERT_EQ(c.prefill.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.prefill[0].us, 900);
+  EXPECT_TRUE(CurveFromProbe(probe, 2).decode.size() == 1);  // the single sample is dropped
+}
+
+TEST(StepCurveTest, MergeKeepsTheWindowAndScalesTheProbeBeyondIt) {
+  StepCurve window, probe;
+  window.decode = {{2, 2200, 0.01, 10}, {4, 2600, 0.01, 10}};
+  // The probe ran on a quieter machine: every step half as long as the window's.
+  for (double x : {1, 2, 4, 8, 16, 32}) probe.decode.push_back({x, 0.5 * (1800 + 200 * x), 0.05, 3});
+  probe.prefill = {{64, 5000, 0.02, 3}, {256, 15000, 0.02, 3}};
+  const StepCurve m = MergeCurves(window, probe);
+  ASSERT_EQ(m.decode.size(), 6u);  // 1, 2 (window), 4 (window), 8, 16, 32
+  EXPECT_DOUBLE_EQ(m.decode[1].us, 2200);  // the window's own point, unscaled
+  EXPECT_EQ(m.decode[1].samples, 10);
+  EXPECT_NEAR(m.decode[0].us, 2000, 1e-9);  // probe x 2 (the window / probe ratio)
+  EXPECT_NEAR(m.decode[5].us, 1800 + 200 * 32, 1e-9);
+  EXPECT_GE(m.decode[5].spread, 0.05);
+  // No window prefill: the decode ratio carries over.
+  ASSERT_EQ(m.prefill.size(), 2u);
+  EXPECT_NEAR(m.prefill[1].us, 30000, 1e-9);
+  const CurveLookup l = Interpolate(m.decode, 24);
+  EXPECT_TRUE(l.in_range);
+  EXPECT_NEAR(l.us, 1800 + 200 * 24, 1e-6);
+}
+
+TEST(StepCurveTest, MergeWithoutOverlapKeepsTheProbeAsMeasured) {
+  StepCurve window, probe;
+  window.decode = {{64, 9000, 0.01, 4}};  // beyond the probe's range: no ratio
+  probe.decode = {{1, 1000, 0.01, 3}, {8, 2000, 0.01, 3}};
+  const StepCurve m = MergeCurves(window, probe);
+  ASSERT_EQ(m.decode.size(), 3u);
+  EXPECT_DOUBLE_EQ(m.decode[0].us, 1000);
+  EXPECT_DOUBLE_EQ(m.decode[2].us, 9000);
+}
+
+TEST(StepCurveTest, MonotoneCurvePoolsPointsMeasuredFasterThanSmallerShapes) {
+  std::vector<CurvePoint> pts = {
+      {1, 1000, 0.1, 3}, {8, 2600, 0.2, 1}, {16, 1400, 0.3, 3}, {32, 4000, 0.1, 3}};
+  MakeMonotone(&pts);
+  ASSERT_EQ(pts.size(), 4u);
+  EXPECT_DOUBLE_EQ(pts[0].us, 1000);
+  EXPECT_DOUBLE_EQ(pts[1].us, (2600 * 1 + 1400 * 3) / 4.0);  // pooled, weighted by samples
+  EXPECT_DOUBLE_EQ(pts[2].us, pts[1].us);
+  EXPECT_DOUBLE_EQ(pts[2].spread, 0.3);
+  EXPECT_EQ(pts[2].x, 16);
+  EXPECT_DOUBLE_EQ(pts[3].us, 4000);
+  std::vector<CurvePoint> sorted = {{1, 1, 0, 1}, {2, 2, 0, 1}};
+  MakeMonotone(&sorted);
+  EXPECT_DOUBLE_EQ(sorted[1].us, 2);
 }
 
 }  // namespace

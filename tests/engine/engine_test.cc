@@ -8,23 +8,13 @@
 #include <random>
 #include <thread>
 
+#include "tests/engine/engine_test_util.h"
+
 namespace saturn {
 namespace {
 
-EngineConfig TinyConfig() {
-  EngineConfig c;
-  c.model = "tiny";
-  c.backend = "cpu";
-  c.dtype = "f32";  // greedy tokens compared across batch compositions: f32 sums only
-  c.num_threads = 2;
-  c.max_model_len = 256;
-  c.max_num_seqs_limit = 16;
-  c.max_num_batched_tokens_limit = 512;
-  c.options.max_num_seqs = 16;
-  c.options.max_num_batched_tokens = 64;
-  c.kv_cache_bytes = 0;
-  return c;
-}
+using testing_engine::TinyConfig;
+using testing_engine::WaitAllBlocksFree;
 
 GenerateRequest Req(int n_prompt, int max_tokens, float temperature = 0.f, int64_t seed = 0) {
   GenerateRequest r;
@@ -44,13 +34,6 @@ std::vector<int> Generate(Engine* e, const GenerateRequest& r, TokenEvent* final
   TokenEvent last = (*s)->Drain(&tokens);
   if (final_ev) *final_ev = last;
   return tokens;
-}
-
-void WaitAllBlocksFree(Engine* e) {
-  for (int i = 0; i < 500 && e->kv_stats().blocks_free != e->kv_stats().num_blocks; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(e->kv_stats().blocks_free, e->kv_stats().num_blocks);
 }
 
 TEST(EngineTest, GeneratesWithUsageTimingsAndFinishReason) {

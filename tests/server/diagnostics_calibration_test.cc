@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "tests/server/diagnostics_test_util.h"
@@ -97,6 +98,11 @@ TEST(DiagnosticsCalibrationTest, SuspectCeilingsAreFlaggedAndRecalibrateReplaces
   EXPECT_TRUE(before.suspect());
   EXPECT_FALSE(before.suspect_reason().empty());
 
+  // The start probed steps (--probe_steps_ms); Recalibrate probes them again.
+  const std::optional<StepProbe> probe0 = s->engine()->step_probe();
+  ASSERT_TRUE(probe0.has_value());
+  EXPECT_FALSE(probe0->series.empty());
+
   // Recalibrate while requests stream: it runs between two steps and every request finishes.
   std::thread load([&] { RunConcurrent(s->stub.get(), 2, 8, 64); });
   grpc::ClientContext ctx;
@@ -117,7 +123,18 @@ TEST(DiagnosticsCalibrationTest, SuspectCeilingsAreFlaggedAndRecalibrateReplaces
   EXPECT_FALSE(after.suspect());
   EXPECT_EQ(after.gemm_flops_per_s(), resp.calibration().gemm_flops_per_s());
   EXPECT_GT(after.calibration_ms(), 0);
+  const std::optional<StepProbe> probe1 = s->engine()->step_probe();
+  ASSERT_TRUE(probe1.has_value());
+  EXPECT_GT(probe1->unix_s, probe0->unix_s);
   fs::remove(path);
+}
+
+TEST(DiagnosticsCalibrationTest, ProbeStepsCanBeTurnedOff) {
+  ServerConfig config = TinyConfig();
+  config.probe_steps_ms = 0;
+  auto s = StartServer(config);
+  ASSERT_NE(s, nullptr);
+  EXPECT_FALSE(s->engine()->step_probe().has_value());
 }
 
 TEST(DiagnosticsCalibrationTest, BadFileFlagsAreErrorsNamingTheFlag) {

@@ -208,6 +208,10 @@ TEST_F(DiagnosticsServiceTest, AppliedPlanActionIsTracked) {
     if (a.kind() == "raise_max_num_seqs") action = &a;
   }
   ASSERT_NE(action, nullptr) << before.text();
+  // How far the prediction may be off travels with it (at least the curve's 2 %).
+  EXPECT_GE(action->expected_error(), 0.02) << before.text();
+  EXPECT_GE(action->prefill_share(), 0);
+  EXPECT_LT(action->prefill_share(), 1);
   EXPECT_FALSE(before.has_tracked());
   {
     grpc::ClientContext ctx;

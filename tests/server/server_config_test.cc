@@ -30,6 +30,13 @@ TEST(ServerConfigTest, DefaultsAreValid) {
 
 TEST(ServerConfigTest, BadFlagsNameTheFlag) {
   ServerConfig c = Valid();
+  c.probe_steps_ms = -1;
+  ExpectNames(c, "--probe_steps_ms");
+  c.probe_steps_ms = 1e9;
+  ExpectNames(c, "--probe_steps_ms");
+  c.probe_steps_ms = 0;  // off is valid
+  EXPECT_TRUE(c.Validate().ok());
+  c = Valid();
   c.listen = "nohostport";
   ExpectNames(c, "--listen");
   c = Valid();

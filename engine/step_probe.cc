@@ -1,0 +1,193 @@
+// Synthetic probe steps through the model runner (see step_probe.h).
+#include "engine/step_probe.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "engine/engine.h"
+#include "kernels/status_macros.h"
+
+namespace saturn {
+namespace {
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Synthetic sequences holding real KV blocks; returns them on destruction.
+class ProbeSeqs {
+ public:
+  explicit ProbeSeqs(BlockManager* blocks) : blocks_(blocks) {}
+  ~ProbeSeqs() {
+    for (auto& t : tables_) blocks_->Release(&t);
+  }
+  // Adds one sequence covering `tokens` tokens; false (nothing taken) when the blocks are not free.
+  bool Add(int tokens) {
+    std::vector<int> table;
+    if (!blocks_->EnsureCapacity(&table, tokens)) return false;
+    tables_.push_back(std::move(table));
+    return true;
+  }
+  const std::vector<int>& table(size_t i) const { return tables_[i]; }
+  size_t size() const { return tables_.size(); }
+
+ private:
+  BlockManager* blocks_;
+  std::vector<std::vector<int>> tables_;
+};
+
+// One probe shape: its plan (built once, blocks held), and the series it fills.
+struct Shape {
+  StepPlan plan;
+  ProbeSeries series;
+  double last_us = 0;  // the latest step's wall time (0: not run yet)
+};
+
+StepPlan DecodePlan(const ProbeSeqs& seqs, size_t first, int batch, int context, int vocab) {
+  StepPlan p;
+  for (int i = 0; i < batch; ++i) {
+    ScheduledSeq s;
+    s.request_id = -1 - i;  // never a real request id (those start at 1)
+    s.token_ids = {(i * 31 + 7) % vocab};
+    s.start_position = context;
+    s.block_table = seqs.table(first + i);
+    s.sample = true;
+    p.seqs.push_back(std::move(s));
+  }
+  p.num_decode_tokens = batch;
+  return p;
+}
+
+// A prefill chunk of `tokens` rows over the first sequences of `seqs`, at most `per_seq`
+// tokens each (a chunk longer than max_model_len spans several prompts, as a budget does).
+StepPlan PrefillPlan(const ProbeSeqs& seqs, int tokens, int per_seq, int vocab) {
+  StepPlan p;
+  for (int i = 0, left = tokens; left > 0; ++i) {
+    ScheduledSeq s;
+    s.request_id = -1 - i;
+    const int n = std::min(left, per_seq);
+    for (int j = 0; j < n; ++j) s.token_ids.push_back((j * 17 + 3 + i) % vocab);
+    s.block_table = seqs.table(i);
+    s.is_prefill = true;
+    s.sample = true;
+    p.seqs.push_back(std::move(s));
+    left -= n;
+  }
+  p.num_prefill_tokens = tokens;
+  return p;
+}
+
+// Runs the shapes in rounds within `budget_us` (no untimed warm-up: the engine warmed up at
+// start and the buffers exist at their upper bounds; the median over the repeats drops a
+// first step's page faults). A shape not run yet is
+// predicted from the previous shape's time scaled by the size ratio (an upper bound for steps
+// that grow at most linearly); a shape whose next step would pass the budget is dropped.
+absl::Status RunRounds(ModelRunner* runner, std::vector<Shape>* shapes, int repeats,
+                       double budget_us, bool per_op, bool* truncated) {
+  const double t0 = NowUs();
+  for (int round = 0; round < repeats; ++round) {
+    double prev_us = 0, prev_rows = 0;
+    for (Shape& s : *shapes) {
+      const double expect = s.last_us > 0 ? s.last_us
+                            : prev_us > 0 ? prev_us * s.series.rows / std::max(prev_rows, 1.0)
+                                          : 0;
+      if (s.last_us < 0 || NowUs() - t0 + expect > budget_us) {
+        if (round == 0) *truncated = true;  // a size left out (fewer repeats is not)
+        s.last_us = -1;  // dropped: later rounds skip it
+        continue;
+      }
+      const double a = NowUs();
+      ASSIGN_OR_RETURN(RunnerOutput out, runner->Execute(s.plan, per_op));
+      (void)out;
+      s.last_us = NowUs() - a;
+      s.series.wall_us.push_back(s.last_us);
+      prev_us = s.last_us;
+      prev_rows = s.series.rows;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status StepProbeOptions::Validate() const {
+  if (max_batch < 0) return absl::InvalidArgumentError("max_batch: must be >= 0");
+  if (max_prefill_tokens < 0) return absl::InvalidArgumentError("max_prefill_tokens: must be >= 0");
+  if (context < 0) return absl::InvalidArgumentError("context: must be >= 0");
+  if (repeats < 1 || repeats > 50) return absl::InvalidArgumentError("repeats: must be in [1, 50]");
+  if (budget_ms < 0 || budget_ms > 600000) {
+    return absl::InvalidArgumentError("budget_ms: must be in [0, 600000]");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> ProbeSizes(int first, int last) {
+  std::vector<int> out;
+  for (int s = std::max(1, first); s < last; s *= 2) out.push_back(s);
+  if (last >= std::max(1, first)) out.push_back(last);
+  return out;
+}
+
+absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks,
+                                       int max_model_len, const StepProbeOptions& o) {
+  RETURN_IF_ERROR(o.Validate());
+  const double t0 = NowUs();
+  StepProbe probe;
+  probe.unix_s = UnixNow();
+  probe.graphs = runner->use_graphs();
+  const int vocab = std::max(1, runner->model().vocab_size);
+  const int ctx = o.context > 0 ? std::min(o.context, max_model_len - 1)
+                                : std::max(1, std::min(128, max_model_len / 2));
+  probe.decode_context = ctx;
+  ProbeSeqs seqs(blocks);
+  std::vector<Shape> decode, prefill;
+  // Prefill: sequences enough for the longest chunk, max_model_len tokens each (taken first:
+  // they are few, the decode batches many).
+  const int max_chunk = o.max_prefill_tokens;
+  bool have_prefill_seqs = max_chunk >= 1;
+  for (int left = max_chunk; left > 0 && have_prefill_seqs; left -= max_model_len) {
+    have_prefill_seqs = seqs.Add(std::min(left, max_model_len));
+  }
+  if (max_chunk >= 1 && !have_prefill_seqs) probe.truncated = true;
+  for (int c : have_prefill_seqs ? ProbeSizes(std::min(16, max_chunk), max_chunk)
+                                 : std::vector<int>{}) {
+    Shape s;
+    s.plan = PrefillPlan(seqs, c, max_model_len, vocab);
+    s.series = ProbeSeries{true, c, 0, {}};
+    prefill.push_back(std::move(s));
+  }
+  // Decode: the largest batch takes its blocks; smaller batches reuse its sequences.
+  const size_t first = seqs.size();
+  const std::vector<int> batches = ProbeSizes(1, o.max_batch);
+  int held = 0;
+  for (int i = 0; i < (batches.empty() ? 0 : batches.back()); ++i, ++held) {
+    if (!seqs.Add(ctx + 1)) break;
+  }
+  for (int b : batches) {
+    if (b > held) {
+      probe.truncated = true;  // the KV cache's free blocks hold no more
+      break;
+    }
+    Shape s;
+    s.plan = DecodePlan(seqs, first, b, ctx, vocab);
+    s.series = ProbeSeries{false, b, ctx, {}};
+    decode.push_back(std::move(s));
+  }
+  // Half the budget each, so a slow prefill cannot starve the decode sizes (or the reverse).
+  const double half_us = o.budget_ms * 1e3 / (prefill.empty() || decode.empty() ? 1 : 2);
+  RETURN_IF_ERROR(RunRounds(runner, &decode, o.repeats, half_us, o.per_op_timing, &probe.truncated));
+  RETURN_IF_ERROR(
+      RunRounds(runner, &prefill, o.repeats, half_us, o.per_op_timing, &probe.truncated));
+  for (std::vector<Shape>* v : {&decode, &prefill}) {
+    for (Shape& s : *v) {
+      if (s.series.wall_us.empty()) continue;
+      (s.series.prefill ? probe.max_prefill_tokens : probe.max_batch) = s.series.rows;
+      probe.series.push_back(std::move(s.series));
+    }
+  }
+  probe.took_ms = (NowUs() - t0) / 1e3;
+  return probe;
+}
+
+}  // namespace saturn

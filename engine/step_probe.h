@@ -1,0 +1,64 @@
+// Synthetic steps timed through the real model runner: decode steps at a few batch sizes and
+// prefill chunks at a few lengths, so the diagnostics plan has measured step times across the
+// whole range it may predict for (engine/diag/step_curve.h), not only the shapes served so far.
+//
+// Run on the engine thread while no step runs (Engine::ProbeSteps). Each synthetic sequence
+// takes real KV blocks from the scheduler's block manager and returns them before the probe
+// ends; a size whose blocks are not free is skipped (sizes are capped by what the KV cache
+// holds). Sizes are probed in rounds (every size once, then again), so a time budget that
+// runs out leaves the range covered before it adds repeats: a size is skipped when one more
+// step of it would exceed the budget (half for decode, half for prefill).
+// Token ids are arbitrary and the sampled tokens are discarded; nothing a request can see changes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kv_cache.h"
+#include "engine/model_runner.h"
+
+namespace saturn {
+
+// The server's default time budget for a probe (--probe_steps_ms).
+constexpr double kDefaultProbeBudgetMs = 1500;
+
+struct StepProbeOptions {
+  int max_batch = 64;            // decode batch sizes 1, 2, 4, ... up to this one (included)
+  int max_prefill_tokens = 512;  // prefill chunks 16, 32, 64, ... up to this one (included)
+  int context = 0;               // decode context per sequence; 0: min(128, max_model_len / 2)
+  int repeats = 3;               // timed steps per size
+  double budget_ms = kDefaultProbeBudgetMs;  // total wall time; sizes that do not fit are left out
+  bool per_op_timing = true;     // as serving steps record them
+
+  absl::Status Validate() const;
+};
+
+// The timed steps of one shape.
+struct ProbeSeries {
+  bool prefill = false;  // one prefill chunk of `rows` tokens; else `rows` decode rows
+  int rows = 0;
+  int context = 0;              // context per sequence (decode: before the new token)
+  std::vector<double> wall_us;  // one per timed step
+};
+
+struct StepProbe {
+  std::vector<ProbeSeries> series;  // decode sizes ascending, then prefill sizes ascending
+  int decode_context = 0;
+  bool graphs = false;     // decode steps replayed CUDA graphs
+  bool truncated = false;  // the budget or the KV cache left sizes out
+  double took_ms = 0;
+  double unix_s = 0;  // when probed (wall clock)
+  int max_batch = 0;  // the largest decode batch / prefill chunk measured (0: none)
+  int max_prefill_tokens = 0;
+};
+
+// Geometric sizes from `first` up to `last`, doubling, `last` included (empty if last < first).
+std::vector<int> ProbeSizes(int first, int last);
+
+// Times the probe steps on `runner`, taking blocks from `blocks` (returned before it returns).
+// The caller guarantees no other step runs meanwhile.
+absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks,
+                                       int max_model_len, const StepProbeOptions& options);
+
+}  // namespace saturn

@@ -1,0 +1,148 @@
+// Synthetic probe steps (engine/step_probe.h) through a real engine on the CPU backend with the
+// tiny model: which sizes are timed, KV capping, blocks returned, serving unchanged after it,
+// bad options. No assertion on how long a step takes (only that each was timed).
+#include "engine/step_probe.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "engine/engine.h"
+#include "tests/engine/engine_test_util.h"
+
+namespace saturn {
+namespace {
+
+EngineConfig TinyConfig() {
+  EngineConfig c = testing_engine::TinyConfig();
+  c.max_model_len = 128;
+  c.options.max_num_seqs = 8;
+  c.options.max_num_batched_tokens = 256;
+  return c;
+}
+
+std::vector<int> Generate(Engine* e, int prompt, int max_tokens) {
+  GenerateRequest r;
+  for (int i = 0; i < prompt; ++i) r.prompt.push_back(3 + (i * 37) % 250);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  auto s = RequestStream::Open(e, r);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  std::vector<int> tokens;
+  (*s)->Drain(&tokens);
+  return tokens;
+}
+
+// A budget no test machine reaches: every size is timed `repeats` times.
+StepProbeOptions Unbounded(int max_batch, int max_prefill) {
+  StepProbeOptions o;
+  o.max_batch = max_batch;
+  o.max_prefill_tokens = max_prefill;
+  o.repeats = 2;
+  o.budget_ms = 600000;
+  return o;
+}
+
+std::vector<int> Rows(const StepProbe& p, bool prefill) {
+  std::vector<int> out;
+  for (const ProbeSeries& s : p.series) {
+    if (s.prefill == prefill) out.push_back(s.rows);
+  }
+  return out;
+}
+
+TEST(StepProbeTest, SizesDoubleAndIncludeTheLast) {
+  EXPECT_EQ(ProbeSizes(1, 8), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(ProbeSizes(1, 12), (std::vector<int>{1, 2, 4, 8, 12}));
+  EXPECT_EQ(ProbeSizes(16, 16), (std::vector<int>{16}));
+  EXPECT_TRUE(ProbeSizes(16, 8).empty());
+  EXPECT_TRUE(ProbeSizes(1, 0).empty());
+}
+
+TEST(StepProbeTest, TimesEveryDecodeBatchAndPrefillChunk) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::vector<int> before = Generate(e->get(), 10, 8);
+  auto p = (*e)->ProbeSteps(Unbounded(12, 200));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(Rows(*p, false), (std::vector<int>{1, 2, 4, 8, 12}));
+  // Chunks longer than max_model_len (128) span several sequences.
+  EXPECT_EQ(Rows(*p, true), (std::vector<int>{16, 32, 64, 128, 200}));
+  for (const ProbeSeries& s : p->series) {
+    ASSERT_EQ(s.wall_us.size(), 2u) << s.rows;
+    for (double us : s.wall_us) EXPECT_GT(us, 0);
+  }
+  EXPECT_FALSE(p->truncated);
+  EXPECT_EQ(p->max_batch, 12);
+  EXPECT_EQ(p->max_prefill_tokens, 200);
+  EXPECT_EQ(p->decode_context, 64);  // min(128, max_model_len / 2)
+  ASSERT_TRUE((*e)->step_probe().has_value());
+  EXPECT_EQ((*e)->step_probe()->series.size(), p->series.size());
+  // Nothing a request sees changed, and every block came back.
+  EXPECT_EQ(Generate(e->get(), 10, 8), before);
+  testing_engine::WaitAllBlocksFree(e->get());
+}
+
+TEST(StepProbeTest, CapsSizesAtTheEngineLimitsAndTheFreeBlocks) {
+  EngineConfig c = TinyConfig();
+  size_t per_block = 0;
+  {
+    auto probe_size = Engine::Create(c);
+    ASSERT_TRUE(probe_size.ok()) << probe_size.status();
+    per_block = (*probe_size)->kv_stats().bytes_per_block;
+  }
+  // 20 blocks of 16 tokens: the 64-token prefill sequence takes 4, each decode sequence
+  // (context 16 + 1) takes 2: 8 fit.
+  c.kv_cache_bytes = 20 * per_block;
+  auto e = Engine::Create(c);
+  ASSERT_TRUE(e.ok()) << e.status();
+  StepProbeOptions o = Unbounded(64, 64);  // max_batch above max_num_seqs_limit (16)
+  o.context = 16;
+  auto p = (*e)->ProbeSteps(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(Rows(*p, false), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_TRUE(p->truncated);
+  testing_engine::WaitAllBlocksFree(e->get());
+  EXPECT_EQ(Generate(e->get(), 20, 4).size(), 4u);
+}
+
+TEST(StepProbeTest, AZeroBudgetTimesNothing) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok()) << e.status();
+  StepProbeOptions o = Unbounded(8, 64);
+  o.budget_ms = 0;
+  auto p = (*e)->ProbeSteps(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->series.empty());
+  EXPECT_TRUE(p->truncated);
+}
+
+TEST(StepProbeTest, BadOptionsNameTheField) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok()) << e.status();
+  StepProbeOptions o;
+  o.repeats = 0;
+  auto p = (*e)->ProbeSteps(o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("repeats"), std::string::npos);
+  o = StepProbeOptions{};
+  o.budget_ms = -1;
+  p = (*e)->ProbeSteps(o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("budget_ms"), std::string::npos);
+}
+
+TEST(StepProbeTest, AfterShutdownIsUnavailable) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok()) << e.status();
+  (*e)->Shutdown();
+  auto p = (*e)->ProbeSteps(Unbounded(2, 16));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace saturn
