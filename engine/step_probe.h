@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/kv_cache.h"
+#include "engine/block_manager.h"
 #include "engine/model_runner.h"
 
 namespace saturn {
