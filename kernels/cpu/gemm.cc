@@ -45,8 +45,9 @@ SkinnyArgs ArgsOf(const Tensor& x, const Tensor& w, const Tensor& out) {
 
 // x_bf16: x rounded to bf16, for the vdpbf16ps kernel (bf16 weights only).
 void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
-            const Tensor& w, const Tensor& out) {
+            const Tensor& w, const Tensor& out, int prefetch_blocks) {
   SkinnyArgs a = ArgsOf(x, w, out);
+  a.prefetch_blocks = prefetch_blocks;
   auto kernel = w.dtype == DType::kF32 ? kernels.skinny_f32 : kernels.skinny_bf16;
   if (w.dtype == DType::kBF16 && kernels.isa == Isa::kAvx512 && DetectCpuFeatures().avx512_bf16) {
     a.x_bf16 = x_bf16;
@@ -115,7 +116,8 @@ const char* GemmPathName(GemmPath path) {
 }
 
 absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
-                  const Tensor& x, const Tensor& w, const Tensor& out, GemmPath path) {
+                  const Tensor& x, const Tensor& w, const Tensor& out, GemmPath path,
+                  int prefetch_blocks) {
   for (auto [name, t] : {std::pair{"x", &x}, std::pair{"out", &out}}) {
     if (absl::Status s = ExpectF32(name, *t); !s.ok()) return s;
   }
@@ -127,6 +129,9 @@ absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* plan
   if (path == GemmPath::kAuto) {
     if (planner == nullptr) return absl::InternalError("gemm: kAuto needs a GemmPlanner");
     path = planner->Choose(pool, kernels, w, x.rows);
+  }
+  if (prefetch_blocks < 0) {
+    prefetch_blocks = planner != nullptr ? planner->PrefetchBlocks(pool, kernels, w) : 1;
   }
   // bf16 weights: every path multiplies x rounded to bf16 (exact products, f32 sums), so
   // the result does not depend on which path the planner picked for this M.
@@ -153,7 +158,7 @@ absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* plan
   }
   switch (path) {
     case GemmPath::kSkinny:
-      Skinny(pool, kernels, xin, x_bf16, w, out);
+      Skinny(pool, kernels, xin, x_bf16, w, out, prefetch_blocks);
       break;
     case GemmPath::kBlocked:
       Blocked(pool, kernels, xin, w, out);

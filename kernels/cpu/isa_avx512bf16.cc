@@ -49,7 +49,16 @@ inline void Block(const SkinnyArgs& a, int64_t i, int64_t j) {
   for (auto& row : acc) {
     for (__m512& v : row) v = _mm512_setzero_ps();
   }
+  // Prefetch as gemm_skinny.inc does: the rows a.prefetch_blocks blocks ahead, one line per
+  // row per step (32 bf16 = 64 bytes), once per block.
+  const int64_t ahead = int64_t{a.prefetch_blocks} * WR;
+  const uint16_t* next = w + (j + ahead) * k;
+  const bool prefetch = ahead > 0 && i == 0 && j + ahead + WR <= n;
   for (int64_t p = 0; p < k32; p += 32) {
+    if (prefetch) {
+#pragma GCC unroll 16
+      for (int r = 0; r < WR; ++r) __builtin_prefetch(next + r * k + p, 0, 3);
+    }
     __m512bh xv[XR];
 #pragma GCC unroll 16
     for (int c = 0; c < XR; ++c) xv[c] = Load32(xr[c] + p);
