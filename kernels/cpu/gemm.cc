@@ -6,7 +6,8 @@
 //    weights use vdpbf16ps where the CPU has AVX512-BF16, else they are widened to f32 in
 //    registers.
 //  - blocked: a cache-blocked GEMM of our own (gemm_blocked.inc, per instruction-set level)
-//    for many rows; bf16 weights are widened while packing.
+//    for many rows; bf16 weights are widened while packing, or, with AVX512-BF16, packed as
+//    bf16 pairs for vdpbf16ps (isa_avx512bf16.cc).
 //  - blas: OpenBLAS sgemm; bf16 weights are widened to f32 one panel of rows at a time
 //    (N * K conversions against 2 * M * N * K FLOPs, so only for large M).
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
@@ -44,12 +45,17 @@ SkinnyArgs ArgsOf(const Tensor& x, const Tensor& w, const Tensor& out) {
 }
 
 // x_bf16: x rounded to bf16, for the vdpbf16ps kernel (bf16 weights only).
+// bf16 weights at the AVX-512 level on a CPU with AVX512-BF16: the vdpbf16ps kernels.
+bool UseBf16Dot(const IsaKernels& kernels, const Tensor& w) {
+  return w.dtype == DType::kBF16 && kernels.isa == Isa::kAvx512 && DetectCpuFeatures().avx512_bf16;
+}
+
 void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
             const Tensor& w, const Tensor& out, int prefetch_blocks) {
   SkinnyArgs a = ArgsOf(x, w, out);
   a.prefetch_blocks = prefetch_blocks;
   auto kernel = w.dtype == DType::kF32 ? kernels.skinny_f32 : kernels.skinny_bf16;
-  if (w.dtype == DType::kBF16 && kernels.isa == Isa::kAvx512 && DetectCpuFeatures().avx512_bf16) {
+  if (UseBf16Dot(kernels, w)) {
     a.x_bf16 = x_bf16;
     kernel = SkinnyBf16Dot;
   }
@@ -61,10 +67,14 @@ void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const 
                    [&](int64_t b, int64_t e) { kernel(a, b * 16, std::min(n, e * 16)); });
 }
 
-void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
-             const Tensor& out) {
-  const SkinnyArgs a = ArgsOf(x, w, out);
+void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
+             const Tensor& w, const Tensor& out) {
+  SkinnyArgs a = ArgsOf(x, w, out);
   auto kernel = w.dtype == DType::kF32 ? kernels.blocked_f32 : kernels.blocked_bf16;
+  if (UseBf16Dot(kernels, w)) {
+    a.x_bf16 = x_bf16;
+    kernel = BlockedBf16Dot;
+  }
   const int64_t panels = (a.n + kBlockedPanel - 1) / kBlockedPanel;
   pool.ParallelFor(panels, 1, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> pack;  // pool threads persist: allocated once each
@@ -161,7 +171,7 @@ absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* plan
       Skinny(pool, kernels, xin, x_bf16, w, out, prefetch_blocks);
       break;
     case GemmPath::kBlocked:
-      Blocked(pool, kernels, xin, w, out);
+      Blocked(pool, kernels, xin, x_bf16, w, out);
       break;
     default:
       Blas(pool, xin, w, out);

@@ -71,5 +71,8 @@ const IsaKernels& KernelsFor(Isa isa);
 // bf16 weights and bf16-rounded x multiplied with vdpbf16ps (f32 accumulation); only where
 // DetectCpuFeatures().avx512_bf16. Needs a.x_bf16.
 void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+// The blocked GEMM with the same arithmetic (isa_avx512bf16.cc): bf16 panels, needs
+// a.x_bf16; same calling convention as IsaKernels::blocked_bf16.
+void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
 
 }  // namespace saturn::cpu

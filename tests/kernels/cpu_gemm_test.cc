@@ -49,7 +49,10 @@ const Shape kShapes[] = {{1, 7, 5},    {1, 320, 768}, {2, 64, 100},  {3, 17, 33}
                          {8, 131, 77}, {17, 33, 40},  {64, 130, 96}, {130, 40, 64},
                          // many weight-row blocks (the skinny kernel prefetches the next one)
                          // with odd k and a row tail, at one and several input rows
-                         {1, 203, 129}, {5, 203, 129}};
+                         {1, 203, 129}, {5, 203, 129},
+                         // the blocked kernels' edges: k past one k block (256) and odd, rows
+                         // past one micro tile (12) and a partial out-column panel (32)
+                         {13, 70, 517}, {25, 33, 256}};
 
 TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
   std::mt19937 rng(5);
