@@ -100,7 +100,9 @@ TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
 // more, one less) and odd k, for one and several input rows.
 TEST(CpuGemmTest, SkinnyPrefetchDistanceNeverChangesResults) {
   std::mt19937 rng(11);
-  const Shape shapes[] = {{1, 64, 768}, {1, 65, 33}, {2, 63, 129}, {3, 136, 64}, {1, 8, 31}};
+  // ... and with 4 x 4 tiles (AVX-512, from four input rows) beside the 8 x 2 and 8 x 1 ones.
+  const Shape shapes[] = {{1, 64, 768}, {1, 65, 33}, {2, 63, 129}, {3, 136, 64}, {1, 8, 31},
+                          {4, 24, 40},  {7, 65, 129}, {9, 17, 768}};
   for (cpu::Isa isa : SupportedIsas()) {
     for (const char* dtype : {"f32", "bf16"}) {
       SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " " + dtype);
