@@ -1,7 +1,8 @@
 // The bf16 dot-product GEMM kernels (isa_kernels.h: SkinnyBf16Dot, BlockedBf16Dot): bf16
 // weights against bf16-rounded input rows with vdpbf16ps (32 products per instruction, f32
 // accumulation). Only called where DetectCpuFeatures().avx512_bf16.
-//  - skinny: eight weight rows against two input rows per pass, like gemm_skinny.inc.
+//  - skinny: eight weight rows against two input rows per pass (4 x 4 tiles from four input
+//    rows on), like gemm_skinny.inc.
 //  - blocked: gemm_blocked.inc's Goto blocking, but the packed panels stay bf16 (half the
 //    bytes packed, half the multiply instructions of the widening path). Panel layout: for
 //    each pair of k (p2), the 32 weight rows' two values side by side,
@@ -58,7 +59,7 @@ inline void Block(const SkinnyArgs& a, int64_t i, int64_t j) {
   }
   // Prefetch as gemm_skinny.inc does: the rows a.prefetch_blocks blocks ahead, one line per
   // row per step (32 bf16 = 64 bytes), once per block.
-  const int64_t ahead = int64_t{a.prefetch_blocks} * WR;
+  const int64_t ahead = int64_t{a.prefetch_blocks} * 8;  // whole 8-row blocks, any WR
   const uint16_t* next = w + (j + ahead) * k;
   const bool prefetch = ahead > 0 && i == 0 && j + ahead + WR <= n;
   for (int64_t p = 0; p < k32; p += 32) {
@@ -166,6 +167,10 @@ void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   int64_t j = n_begin;
   for (; j + 8 <= n_end; j += 8) {
     int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {  // 4 x 4 tiles from four input rows on, as gemm_skinny.inc
+      Block<4, 4>(a, i, j);
+      Block<4, 4>(a, i, j + 4);
+    }
     for (; i + 2 <= m; i += 2) Block<8, 2>(a, i, j);
     for (; i < m; ++i) Block<8, 1>(a, i, j);
   }
