@@ -7,7 +7,10 @@
 // wake-up off that path: the caller waits only for chunks a worker has actually claimed, not
 // for every worker to check in (a worker the OS has not scheduled yet simply misses the job,
 // and the caller runs its chunks), and a worker that finished a job polls for the next one
-// for spin_us, yielding the core to anything else runnable on each poll, before it sleeps.
+// for spin_us (0 by default), yielding the core on each poll, before it sleeps. Polling is
+// off by default: on a machine whose cores are oversubscribed the polling workers took CPU
+// from the engine thread's host phases (diag's CalibratedUnderLoadKeepsTheClasses then saw
+// batch-1 steps as host-bound), and no gain from it could be shown on the shared machine.
 #pragma once
 
 #include <atomic>
@@ -22,9 +25,8 @@ namespace saturn::cpu {
 
 class ThreadPool {
  public:
-  // Longer than the gaps between the ops of one step (single-threaded ops, the engine's
-  // bookkeeping), short enough that an idle pool soon sleeps.
-  static constexpr int64_t kDefaultSpinUs = 200;
+  // Workers sleep as soon as a job is done (see above); a caller may ask for polling.
+  static constexpr int64_t kDefaultSpinUs = 0;
 
   // num_threads: total threads, caller included; clamped to [1, kMaxThreads]. spin_us: how
   // long an idle worker polls before it sleeps (0: sleeps at once).

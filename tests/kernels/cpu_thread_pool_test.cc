@@ -31,7 +31,7 @@ void ExpectEachOnce(cpu::ThreadPool& pool, int64_t n, int64_t grain, int64_t slo
 
 TEST(ThreadPoolTest, EveryIndexOnceBackToBack) {
   for (int threads : {1, 2, 4}) {
-    for (int64_t spin_us : {int64_t{0}, cpu::ThreadPool::kDefaultSpinUs}) {
+    for (int64_t spin_us : {int64_t{0}, int64_t{200}}) {  // sleeping and polling workers
       SCOPED_TRACE(::testing::Message() << threads << " threads, spin " << spin_us);
       cpu::ThreadPool pool(threads, spin_us);
       EXPECT_EQ(pool.num_threads(), threads);
@@ -41,10 +41,10 @@ TEST(ThreadPoolTest, EveryIndexOnceBackToBack) {
 }
 
 TEST(ThreadPoolTest, AfterIdleGapsAndWithASlowChunk) {
-  cpu::ThreadPool pool(3);
+  cpu::ThreadPool pool(3, /*spin_us=*/200);
   for (int rep = 0; rep < 5; ++rep) {
-    // Longer than the spin: the workers are asleep when the next job comes.
-    std::this_thread::sleep_for(std::chrono::microseconds(3 * cpu::ThreadPool::kDefaultSpinUs));
+    // Longer than the polling: the workers are asleep when the next job comes.
+    std::this_thread::sleep_for(std::chrono::microseconds(600));
     ExpectEachOnce(pool, 1000, 10);
     ExpectEachOnce(pool, 64, 1, /*slow_begin=*/0);  // the caller waits for the slow chunk
   }
