@@ -8,9 +8,11 @@
 //   saturn-bench-engine --model=small --batches=1,8,32,64 --prefill_lens=128,512,1500 \
 //       --dtype=bf16 --json=out.json
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -51,6 +53,11 @@ struct Row {
   int steps = 0;
   double graph_steps = 0;
   int per_op_timed_skipped = 0;  // steps left out because per-op events slowed them
+  // Per op class (OpClass order): its timed device time / step wall, over the timed steps.
+  std::array<double, static_cast<size_t>(OpClass::kCount)> class_share{};
+  // Per GEMM shape (by the bytes it must move): ops per step and their achieved GB/s.
+  std::map<int64_t, std::pair<double, double>> gemm_us_bytes;  // KB -> (us, bytes) summed
+  int timed_steps = 0;
 };
 
 absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, bool graphs) {
@@ -75,7 +82,8 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
   Row row;
   row.batch = batch;
   row.graphs = graphs;
-  double wall = 0, bound = 0, bw = 0, fl = 0, tokens = 0;
+  double wall = 0, bound = 0, bw = 0, fl = 0, tokens = 0, timed_wall = 0;
+  std::array<double, static_cast<size_t>(OpClass::kCount)> class_us{};
   for (const StepRecord& r : engine->steps().Since(t0)) {
     // Full-batch decode steps only: prefill and the ragged tail are not steady state. Steps
     // timed per op (every Nth eager step where that timing perturbs, as on CUDA) pay for
@@ -95,6 +103,17 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
     tokens += r.num_decode_tokens;
     row.graph_steps += r.graph_replayed ? 1 : 0;
     ++row.steps;
+    if (r.per_op_timed) {
+      timed_wall += r.wall_us();
+      for (size_t c = 0; c < class_us.size(); ++c) class_us[c] += r.by_class[c].device_us;
+      ++row.timed_steps;
+      for (const OpRecord& op : r.ops) {
+        if (op.kind != OpKind::kGemm || op.device_begin_us < 0) continue;
+        auto& [us, bytes] = row.gemm_us_bytes[static_cast<int64_t>(op.cost.bytes / 1024)];
+        us += op.device_end_us - op.device_begin_us;
+        bytes += op.cost.bytes;
+      }
+    }
   }
   if (row.steps == 0) return absl::InternalError("no full-batch decode step was recorded");
   row.tokens_per_s = tokens / wall;
@@ -102,6 +121,9 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
   row.bound_share = bound / wall;
   row.bandwidth_share = bw / wall;
   row.compute_share = fl / wall;
+  for (size_t c = 0; c < class_us.size(); ++c) {
+    row.class_share[c] = timed_wall > 0 ? class_us[c] / timed_wall : 0;
+  }
   return row;
 }
 
@@ -222,8 +244,8 @@ int Main() {
   std::printf("weights %s, %.1f MB | batch-1 decode bound %.1f tok/s (weights / bandwidth)\n",
               DTypeName((*engine)->backend().weight_dtype()), weight_bytes / 1e6,
               cal->bandwidth_bytes_per_s / std::max<double>(weight_bytes, 1));
-  std::printf("%-6s %-6s %12s %10s %12s %8s %8s\n", "batch", "graphs", "tokens/s", "step ms",
-              "roofline %", "MBU %", "MFU %");
+  std::printf("%-6s %-6s %12s %10s %12s %8s %8s   %s\n", "batch", "graphs", "tokens/s", "step ms",
+              "roofline %", "MBU %", "MFU %", "% of step wall: gemm attn norm elem sample");
   std::vector<Row> rows;
   for (bool g : graph_modes) {
     for (int b : batches) {
@@ -232,9 +254,18 @@ int Main() {
         std::cerr << "batch " << b << (g ? " graphs on" : "") << ": " << row.status() << "\n";
         return 1;
       }
-      std::printf("%-6d %-6s %12.1f %10.2f %12.1f %8.1f %8.1f\n", b, g ? "on" : "off",
+      std::printf("%-6d %-6s %12.1f %10.2f %12.1f %8.1f %8.1f  ", b, g ? "on" : "off",
                   row->tokens_per_s, row->step_ms, 100 * row->bound_share,
                   100 * row->bandwidth_share, 100 * row->compute_share);
+      for (double c : row->class_share) std::printf(" %5.1f", 100 * c);
+      std::printf("\n");
+      for (const auto& [kb, t] : row->gemm_us_bytes) {  // where the GEMM time goes
+        const double ops = t.second / (std::max<int64_t>(kb, 1) * 1024.0);
+        const double bytes_per_s = t.second / std::max(t.first * 1e-6, 1e-12);
+        std::printf("       gemm %7.2f MiB x %4.1f per step: %7.1f us each, %5.1f GB/s = %5.1f %% of bw\n",
+                    kb / 1024.0, ops / std::max(row->timed_steps, 1), t.first / std::max(ops, 1.0),
+                    bytes_per_s / 1e9, 100 * bytes_per_s / cal->bandwidth_bytes_per_s);
+      }
       std::fflush(stdout);
       rows.push_back(*row);
     }
@@ -292,6 +323,9 @@ int Main() {
                         {"steps", r.steps},
                         {"graph_steps", r.graph_steps},
                         {"per_op_timed_skipped", r.per_op_timed_skipped}};
+    for (size_t c = 0; c < r.class_share.size(); ++c) {
+      j["class_share"][OpClassName(static_cast<OpClass>(c))] = r.class_share[c];
+    }
     if (b1 != nullptr) j["speedup_vs_batch1"] = r.tokens_per_s / b1->tokens_per_s;
     out["rows"].push_back(j);
   }

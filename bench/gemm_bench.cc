@@ -28,9 +28,13 @@ ABSL_FLAG(int, n, 2048, "output features (weight rows)");
 ABSL_FLAG(int, k, 768, "input features");
 ABSL_FLAG(std::string, ms, "1,2,4,8,16,24,32,48,64", "batch rows M to time");
 ABSL_FLAG(int, threads, 0, "threads (0: all cores)");
-ABSL_FLAG(int, repeats, 20, "timed repeats per point (median reported)");
+ABSL_FLAG(int, repeats, 20, "timed repeats per point");
+ABSL_FLAG(std::string, stat, "median",
+          "median | min of the repeats (min: the least-disturbed run on a shared machine)");
 ABSL_FLAG(std::string, dtype, "f32", "weight dtype: f32 | bf16");
 ABSL_FLAG(std::string, json, "", "write results here");
+ABSL_FLAG(int, prefetch_blocks, 1,
+          "skinny kernel's software prefetch distance in weight-row blocks (0: none)");
 
 namespace saturn {
 namespace {
@@ -40,13 +44,14 @@ double TimeMs(cpu::ThreadPool& pool, const Tensor& x, const Tensor& w, const Ten
   std::vector<double> t;
   for (int r = 0; r < repeats + 2; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    (void)cpu::Gemm(pool, cpu::KernelsFor(cpu::BestIsa()), nullptr, x, w, out, path);
+    (void)cpu::Gemm(pool, cpu::KernelsFor(cpu::BestIsa()), nullptr, x, w, out, path,
+                    absl::GetFlag(FLAGS_prefetch_blocks));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (r >= 2) t.push_back(ms);
   }
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return absl::GetFlag(FLAGS_stat) == "min" ? t.front() : t[t.size() / 2];
 }
 
 int Main() {

@@ -6,7 +6,8 @@
 //    weights use vdpbf16ps where the CPU has AVX512-BF16, else they are widened to f32 in
 //    registers.
 //  - blocked: a cache-blocked GEMM of our own (gemm_blocked.inc, per instruction-set level)
-//    for many rows; bf16 weights are widened while packing.
+//    for many rows; bf16 weights are widened while packing, or, with AVX512-BF16, packed as
+//    bf16 pairs for vdpbf16ps (isa_avx512bf16.cc).
 //  - blas: OpenBLAS sgemm; bf16 weights are widened to f32 one panel of rows at a time
 //    (N * K conversions against 2 * M * N * K FLOPs, so only for large M).
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
@@ -37,11 +38,17 @@ SkinnyArgs ArgsOf(const Tensor& x, const Tensor& w, const Tensor& out) {
 }
 
 // x_bf16: x rounded to bf16, for the vdpbf16ps kernel (bf16 weights only).
+// bf16 weights at the AVX-512 level on a CPU with AVX512-BF16: the vdpbf16ps kernels.
+bool UseBf16Dot(const IsaKernels& kernels, const Tensor& w) {
+  return w.dtype == DType::kBF16 && kernels.isa == Isa::kAvx512 && DetectCpuFeatures().avx512_bf16;
+}
+
 void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
-            const Tensor& w, const Tensor& out) {
+            const Tensor& w, const Tensor& out, int prefetch_blocks) {
   SkinnyArgs a = ArgsOf(x, w, out);
+  a.prefetch_blocks = prefetch_blocks;
   auto kernel = w.dtype == DType::kF32 ? kernels.skinny_f32 : kernels.skinny_bf16;
-  if (w.dtype == DType::kBF16 && kernels.isa == Isa::kAvx512 && DetectCpuFeatures().avx512_bf16) {
+  if (UseBf16Dot(kernels, w)) {
     a.x_bf16 = x_bf16;
     kernel = SkinnyBf16Dot;
   }
@@ -53,10 +60,14 @@ void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const 
                    [&](int64_t b, int64_t e) { kernel(a, b * 16, std::min(n, e * 16)); });
 }
 
-void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
-             const Tensor& out) {
-  const SkinnyArgs a = ArgsOf(x, w, out);
+void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
+             const Tensor& w, const Tensor& out) {
+  SkinnyArgs a = ArgsOf(x, w, out);
   auto kernel = w.dtype == DType::kF32 ? kernels.blocked_f32 : kernels.blocked_bf16;
+  if (UseBf16Dot(kernels, w)) {
+    a.x_bf16 = x_bf16;
+    kernel = BlockedBf16Dot;
+  }
   const int64_t panels = (a.n + kBlockedPanel - 1) / kBlockedPanel;
   pool.ParallelFor(panels, 1, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> pack;  // pool threads persist: allocated once each
@@ -105,7 +116,8 @@ const char* GemmPathName(GemmPath path) {
 }
 
 absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
-                  const Tensor& x, const Tensor& w, const Tensor& out, GemmPath path) {
+                  const Tensor& x, const Tensor& w, const Tensor& out, GemmPath path,
+                  int prefetch_blocks) {
   for (auto [name, t] : {std::pair{"x", &x}, std::pair{"out", &out}}) {
     if (absl::Status s = ExpectF32(name, *t); !s.ok()) return s;
   }
@@ -117,6 +129,9 @@ absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* plan
   if (path == GemmPath::kAuto) {
     if (planner == nullptr) return absl::InternalError("gemm: kAuto needs a GemmPlanner");
     path = planner->Choose(pool, kernels, w, x.rows);
+  }
+  if (prefetch_blocks < 0) {
+    prefetch_blocks = planner != nullptr ? planner->PrefetchBlocks(pool, kernels, w) : 1;
   }
   // bf16 weights: every path multiplies x rounded to bf16 (exact products, f32 sums), so
   // the result does not depend on which path the planner picked for this M.
@@ -142,10 +157,10 @@ absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* plan
   }
   switch (path) {
     case GemmPath::kSkinny:
-      Skinny(pool, kernels, xin, x_bf16, w, out);
+      Skinny(pool, kernels, xin, x_bf16, w, out, prefetch_blocks);
       break;
     case GemmPath::kBlocked:
-      Blocked(pool, kernels, xin, w, out);
+      Blocked(pool, kernels, xin, x_bf16, w, out);
       break;
     default:
       Blas(pool, xin, w, out);

@@ -4,8 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
+
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -15,17 +21,80 @@ namespace {
 constexpr int64_t kProbeRows = 512;  // weight rows timed: enough to occupy every thread
 constexpr int kRuns = 3;             // fastest of these (after one warm-up) is kept
 
+double TimeUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
+              const Tensor& out, GemmPath path, int prefetch_blocks) {
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)Gemm(pool, kernels, nullptr, x, w, out, path, prefetch_blocks);
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
 double FastestUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
-                 const Tensor& out, GemmPath path) {
+                 const Tensor& out, GemmPath path, int prefetch_blocks) {
   double best = std::numeric_limits<double>::infinity();
   for (int r = 0; r <= kRuns; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)Gemm(pool, kernels, nullptr, x, w, out, path);
-    const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    const double us = TimeUs(pool, kernels, x, w, out, path, prefetch_blocks);
     if (r > 0) best = std::min(best, us);
   }
   return best;
+}
+
+// Bytes of synthetic weights the prefetch probe streams: 1.5x the last-level cache (so
+// they come from memory), within [8, 48] MiB.
+size_t PrefetchProbeBytes() {
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return std::clamp<size_t>(3 * static_cast<size_t>(std::max(0L, llc)) / 2, size_t{8} << 20,
+                            size_t{48} << 20);
+}
+
+// Rows shorter than this many elements are mostly per-row overhead (reductions, k tails):
+// their prefetch distance is not measured (it stays one block).
+constexpr int64_t kMinPrefetchProbeK = 64;
+
+// The fastest software prefetch distance for the skinny kernel at M = 1 on weights of w's
+// (K, dtype) that do not fit in cache; candidates interleaved round by round so a burst of
+// load elsewhere on the machine hits them alike. Ties within 2 % keep the shorter distance.
+int MeasurePrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w) {
+  const int64_t k = w.cols;
+  const size_t elem = DTypeSize(w.dtype);
+  const int64_t rows = std::max<int64_t>(256, static_cast<int64_t>(PrefetchProbeBytes() / (elem * k)));
+  // Ones (f32 or bf16 bit patterns): the values do not matter, the bytes moved do.
+  std::vector<uint32_t> ws((static_cast<size_t>(rows * k) * elem + 3) / 4,
+                           elem == 4 ? 0x3f800000u : 0x3f803f80u);
+  std::vector<float> xs(static_cast<size_t>(k), 1.0f), os(static_cast<size_t>(rows));
+  const Tensor x{xs.data(), DType::kF32, 1, k}, wt{ws.data(), w.dtype, rows, k},
+      out{os.data(), DType::kF32, 1, rows};
+  constexpr int kRounds = 3;  // the first is a warm-up
+  constexpr int kCount = static_cast<int>(std::size(GemmPlanner::kPrefetchCandidates));
+  double best_us[kCount];
+  std::fill(std::begin(best_us), std::end(best_us), std::numeric_limits<double>::infinity());
+  for (int round = 0; round < kRounds; ++round) {
+    for (int c = 0; c < kCount; ++c) {
+      const double us = TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny,
+                               GemmPlanner::kPrefetchCandidates[c]);
+      if (round > 0) best_us[c] = std::min(best_us[c], us);
+    }
+  }
+  int best = 0;
+  for (int c = 1; c < kCount; ++c) {
+    if (best_us[c] < 0.98 * best_us[best]) best = c;
+  }
+  return GemmPlanner::kPrefetchCandidates[best];
+}
+
+// MeasurePrefetchBlocks once per process for each (kernel level, weight dtype, threads): the
+// distance is a property of the machine's memory system, measured at the K of the first
+// weight that asks (later K reuse its block count).
+int PrefetchBlocksFor(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w) {
+  if (w.cols < kMinPrefetchProbeK) return 1;
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int>, int> measured;
+  const std::tuple<int, int, int> key{static_cast<int>(kernels.isa), static_cast<int>(w.dtype),
+                                      pool.num_threads()};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = measured.find(key);
+  if (it == measured.end()) it = measured.emplace(key, MeasurePrefetchBlocks(pool, kernels, w)).first;
+  return it->second;
 }
 
 }  // namespace
@@ -36,17 +105,19 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   std::vector<float> xs(static_cast<size_t>(kMaxProbeM * k)), os(kMaxProbeM * rows);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f;
   Plan plan;
+  plan.prefetch_blocks = PrefetchBlocksFor(pool, kernels, w);
+  const int pf = plan.prefetch_blocks;
   int skinny_losses = 0;
   for (int i = 0; i < kProbes; ++i) {
     const int64_t m = int64_t{1} << i;
     const Tensor x{xs.data(), DType::kF32, m, k}, out{os.data(), DType::kF32, m, rows};
     GemmPath best = GemmPath::kBlas;
-    double best_us = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlas);
-    const double blocked = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlocked);
+    double best_us = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlas, pf);
+    const double blocked = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlocked, pf);
     if (blocked < best_us) best = GemmPath::kBlocked, best_us = blocked;
     plan.beyond = best;
     if (skinny_losses < 2) {
-      const double skinny = FastestUs(pool, kernels, x, wp, out, GemmPath::kSkinny);
+      const double skinny = FastestUs(pool, kernels, x, wp, out, GemmPath::kSkinny, pf);
       if (skinny < best_us) best = GemmPath::kSkinny;
       skinny_losses = best == GemmPath::kSkinny ? 0 : skinny_losses + 1;
     }
@@ -62,16 +133,27 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   return plan;
 }
 
-GemmPath GemmPlanner::Choose(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w,
-                             int64_t m) {
+const GemmPlanner::Plan& GemmPlanner::PlanFor(ThreadPool& pool, const IsaKernels& kernels,
+                                              const Tensor& w) {
   const std::pair<int64_t, int> key{w.cols, static_cast<int>(w.dtype)};
-  std::lock_guard<std::mutex> lock(mu_);
   auto it = plans_.find(key);
   if (it == plans_.end()) it = plans_.emplace(key, Probe(pool, kernels, w)).first;
-  if (m > kMaxProbeM) return it->second.beyond;
+  return it->second;
+}
+
+GemmPath GemmPlanner::Choose(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w,
+                             int64_t m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Plan& plan = PlanFor(pool, kernels, w);
+  if (m > kMaxProbeM) return plan.beyond;
   const int i =
       static_cast<int>(std::lround(std::log2(static_cast<double>(std::max<int64_t>(m, 1)))));
-  return it->second.at[std::min(i, kProbes - 1)];
+  return plan.at[std::min(i, kProbes - 1)];
+}
+
+int GemmPlanner::PrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PlanFor(pool, kernels, w).prefetch_blocks;
 }
 
 std::string GemmPlanner::Describe() const {
@@ -79,7 +161,7 @@ std::string GemmPlanner::Describe() const {
   std::string s;
   for (const auto& [key, plan] : plans_) {
     absl::StrAppend(&s, s.empty() ? "" : "; ", "k", key.first, "/",
-                    DTypeName(static_cast<DType>(key.second)), ":");
+                    DTypeName(static_cast<DType>(key.second)), ": prefetch=", plan.prefetch_blocks);
     for (int i = 0; i < kProbes; ++i) {
       absl::StrAppend(&s, " ", int64_t{1} << i, "=", GemmPathName(plan.at[i]));
     }

@@ -6,7 +6,12 @@
 // and keeps the fastest per probed M (the skinny kernel for every M below its largest win:
 // its edge only shrinks with M, so a loss below a win is noise). An M between probes takes the
 // choice of the nearest probe in log scale, an M past the last probe the faster of blocked and BLAS
-// there. Later calls are a lookup. Thread-safe.
+// there. Before that it takes the skinny kernel's software prefetch distance (SkinnyArgs::
+// prefetch_blocks), measured once per process for each kernel level, weight dtype and thread
+// count at M = 1 on a synthetic weight matrix 1.5x the last-level cache, so the rows come from
+// memory as a decode step's do: each candidate distance, interleaved over a few rounds,
+// fastest kept; the path probes then run with that distance. Later calls are a lookup.
+// Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -28,18 +33,23 @@ class GemmPlanner {
   // The path for m rows against w (probes on first use of w's (K, dtype); the probe's
   // output never leaves the planner). Never kAuto.
   GemmPath Choose(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w, int64_t m);
-  // The measured choices so far, e.g. "k768/f32: skinny<=32 blocked<=256".
+  // The skinny kernel's prefetch distance for w's (K, dtype), measured with the paths.
+  int PrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
+  // The measured choices so far, e.g. "k768/f32: prefetch=2 1=skinny ... more=blocked".
   std::string Describe() const;
 
   static constexpr int kProbes = 9;  // M = 1, 2, 4, ..., 256
   static constexpr int64_t kMaxProbeM = int64_t{1} << (kProbes - 1);
+  static constexpr int kPrefetchCandidates[] = {0, 1, 2, 4};  // blocks ahead
 
  private:
   struct Plan {
     GemmPath at[kProbes];  // fastest path at M = 2^i
     GemmPath beyond;       // past the last probe
+    int prefetch_blocks = 1;
   };
   Plan Probe(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
+  const Plan& PlanFor(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);  // mu_ held
 
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, int>, Plan> plans_;  // (k, dtype) -> plan

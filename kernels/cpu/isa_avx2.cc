@@ -22,6 +22,8 @@ namespace saturn::cpu::isa_avx2 {
 constexpr int kKeysPerPass[5] = {1, 4, 2, 1, 1};
 constexpr int kPvRows = 1;
 constexpr int kSkinnyWeightRows = 4, kSkinnyInputRows = 1;
+// 4 x 4 skinny tiles (16 accumulators, 4 + 4 live loads): only where 32 registers hold them.
+constexpr bool kSkinnyQuadTiles = false;
 constexpr int kGemmRows = 2;
 #include "kernels/cpu/isa_entry.inc"
 #undef SATURN_SIMD_AVX2

@@ -23,6 +23,8 @@ namespace saturn::cpu::isa_avx512 {
 constexpr int kKeysPerPass[5] = {1, 8, 8, 6, 4};
 constexpr int kPvRows = 2;
 constexpr int kSkinnyWeightRows = 8, kSkinnyInputRows = 2;
+// 4 x 4 skinny tiles (16 accumulators, 4 + 4 live loads): only where 32 registers hold them.
+constexpr bool kSkinnyQuadTiles = true;
 constexpr int kGemmRows = 12;
 #include "kernels/cpu/isa_entry.inc"
 #undef SATURN_SIMD_AVX512

@@ -1,11 +1,19 @@
-// The bf16 dot-product skinny GEMM (isa_kernels.h: SkinnyBf16Dot): bf16 weights against
-// bf16-rounded input rows with vdpbf16ps (32 products per instruction, f32 accumulation).
-// Eight weight rows against two input rows per pass, like gemm_skinny.inc. Only called where
-// DetectCpuFeatures().avx512_bf16.
+// The bf16 dot-product GEMM kernels (isa_kernels.h: SkinnyBf16Dot, BlockedBf16Dot): bf16
+// weights against bf16-rounded input rows with vdpbf16ps (32 products per instruction, f32
+// accumulation). Only called where DetectCpuFeatures().avx512_bf16.
+//  - skinny: eight weight rows against two input rows per pass (4 x 4 tiles from four input
+//    rows on), like gemm_skinny.inc.
+//  - blocked: gemm_blocked.inc's Goto blocking, but the packed panels stay bf16 (half the
+//    bytes packed, half the multiply instructions of the widening path). Panel layout: for
+//    each pair of k (p2), the 32 weight rows' two values side by side,
+//    wp[(p2 * 32 + r) * 2 + {0, 1}] = w[n0 + r][k0 + 2 p2 + {0, 1}], zero past the rows or k;
+//    the matching input pair (x[i][k0 + 2 p2], x[i][k0 + 2 p2 + 1]) is one 32-bit broadcast.
 #include "kernels/cpu/isa_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 11)
 #include <immintrin.h>
+
+#include <cstring>
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))), \
@@ -49,7 +57,16 @@ inline void Block(const SkinnyArgs& a, int64_t i, int64_t j) {
   for (auto& row : acc) {
     for (__m512& v : row) v = _mm512_setzero_ps();
   }
+  // Prefetch as gemm_skinny.inc does: the rows a.prefetch_blocks blocks ahead, one line per
+  // row per step (32 bf16 = 64 bytes), once per block.
+  const int64_t ahead = int64_t{a.prefetch_blocks} * 8;  // whole 8-row blocks, any WR
+  const uint16_t* next = w + (j + ahead) * k;
+  const bool prefetch = ahead > 0 && i == 0 && j + ahead + WR <= n;
   for (int64_t p = 0; p < k32; p += 32) {
+    if (prefetch) {
+#pragma GCC unroll 16
+      for (int r = 0; r < WR; ++r) __builtin_prefetch(next + r * k + p, 0, 3);
+    }
     __m512bh xv[XR];
 #pragma GCC unroll 16
     for (int c = 0; c < XR; ++c) xv[c] = Load32(xr[c] + p);
@@ -68,6 +85,81 @@ inline void Block(const SkinnyArgs& a, int64_t i, int64_t j) {
   }
 }
 
+// ---- blocked ----
+
+constexpr int kNr = kBlockedPanel;  // 32 weight rows (out columns) per panel
+constexpr int kMr = 12;             // input rows per micro tile: 24 accumulators
+static_assert(kNr == 32, "the micro-kernel holds a panel as two 16-lane vectors");
+
+// One panel of `rows` weight rows x kc of k from k0, in the pair layout above.
+void PackPanel(const uint16_t* w, int64_t k, int64_t n0, int64_t rows, int64_t k0, int64_t kc,
+               uint16_t* wp) {
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t r = 0; r < kNr; ++r) {
+    const uint16_t* src = r < rows ? w + (n0 + r) * k + k0 : nullptr;
+    for (int64_t p2 = 0; p2 < pairs; ++p2) {
+      const int64_t p = 2 * p2;
+      wp[(p2 * kNr + r) * 2] = src != nullptr ? src[p] : 0;
+      wp[(p2 * kNr + r) * 2 + 1] = src != nullptr && p + 1 < kc ? src[p + 1] : 0;
+    }
+  }
+}
+
+// The input pair at x + p as one 32-bit lane; `odd` when only x[p] exists (the k tail).
+inline __m512i PairOf(const uint16_t* x, bool odd) {
+  uint32_t v = x[0];
+  if (!odd) std::memcpy(&v, x, 4);
+  return _mm512_set1_epi32(static_cast<int>(v));
+}
+
+// One pair of k (p2): both panel vectors against each row's broadcast input pair; `odd`
+// when only the pair's first k exists (its weight partner is zero-padded).
+template <int MR>
+inline void DotPair(__m512 (&acc)[MR][2], const uint16_t* x, int64_t ldx, const uint16_t* wp,
+                    int64_t p2, bool odd) {
+  const __m512bh w0 = Load32(wp + p2 * 2 * kNr), w1 = Load32(wp + p2 * 2 * kNr + kNr);
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    const __m512bh b = (__m512bh)PairOf(x + r * ldx + 2 * p2, odd);
+    acc[r][0] = _mm512_dpbf16_ps(acc[r][0], b, w0);
+    acc[r][1] = _mm512_dpbf16_ps(acc[r][1], b, w1);
+  }
+}
+
+// out[0..MR) x [0..cols) (+)= x[0..MR) x [0..kc) * panel (pairs = ceil(kc / 2)).
+template <int MR>
+void Micro(const uint16_t* x, int64_t ldx, const uint16_t* wp, int64_t kc, float* out,
+           int64_t ldo, bool accumulate, int cols) {
+  __m512 acc[MR][2];
+#pragma GCC unroll 16
+  for (auto& row : acc) row[0] = row[1] = _mm512_setzero_ps();
+  const int64_t full = kc / 2;  // pairs with both values
+  for (int64_t p2 = 0; p2 < full; ++p2) DotPair<MR>(acc, x, ldx, wp, p2, false);
+  if (kc % 2 != 0) DotPair<MR>(acc, x, ldx, wp, full, true);  // the last k alone
+  const int c0 = cols < 16 ? cols : 16, c1 = cols - c0;
+  const __mmask16 m0 = static_cast<__mmask16>((1u << c0) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>((1u << c1) - 1);
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    float* o = out + r * ldo;
+    if (accumulate) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, o));
+      acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, o + 16));
+    }
+    _mm512_mask_storeu_ps(o, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(o + 16, m1, acc[r][1]);
+  }
+}
+
+template <int MR>
+void MicroUpTo(int mr, const uint16_t* x, int64_t ldx, const uint16_t* wp, int64_t kc, float* out,
+               int64_t ldo, bool accumulate, int cols) {
+  if constexpr (MR > 1) {
+    if (mr < MR) return MicroUpTo<MR - 1>(mr, x, ldx, wp, kc, out, ldo, accumulate, cols);
+  }
+  Micro<MR>(x, ldx, wp, kc, out, ldo, accumulate, cols);
+}
+
 }  // namespace
 
 void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
@@ -75,6 +167,10 @@ void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   int64_t j = n_begin;
   for (; j + 8 <= n_end; j += 8) {
     int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {  // 4 x 4 tiles from four input rows on, as gemm_skinny.inc
+      Block<4, 4>(a, i, j);
+      Block<4, 4>(a, i, j + 4);
+    }
     for (; i + 2 <= m; i += 2) Block<8, 2>(a, i, j);
     for (; i < m; ++i) Block<8, 1>(a, i, j);
   }
@@ -83,6 +179,32 @@ void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   }
   for (; j < n_end; ++j) {
     for (int64_t i = 0; i < m; ++i) Block<1, 1>(a, i, j);
+  }
+}
+
+void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack_space) {
+  const uint16_t* w = static_cast<const uint16_t*>(a.w);
+  uint16_t* pack = reinterpret_cast<uint16_t*>(pack_space);  // needs half the f32 scratch
+  const int64_t m = a.m, n = a.n, k = a.k;
+  for (int64_t nc0 = n_begin; nc0 < n_end; nc0 += kBlockedNc) {
+    const int64_t ncount = n_end - nc0 < kBlockedNc ? n_end - nc0 : kBlockedNc;
+    const int64_t panels = (ncount + kNr - 1) / kNr;
+    for (int64_t k0 = 0; k0 < k; k0 += kBlockedKc) {
+      const int64_t kc = k - k0 < kBlockedKc ? k - k0 : kBlockedKc;
+      const int64_t panel_elems = (kc + 1) / 2 * 2 * kNr;
+      for (int64_t j = 0; j < panels; ++j) {
+        const int64_t rows = ncount - j * kNr < kNr ? ncount - j * kNr : kNr;
+        PackPanel(w, k, nc0 + j * kNr, rows, k0, kc, pack + j * panel_elems);
+      }
+      for (int64_t i0 = 0; i0 < m; i0 += kMr) {
+        const int mr = static_cast<int>(m - i0 < kMr ? m - i0 : kMr);
+        for (int64_t j = 0; j < panels; ++j) {
+          const int cols = static_cast<int>(ncount - j * kNr < kNr ? ncount - j * kNr : kNr);
+          MicroUpTo<kMr>(mr, a.x_bf16 + i0 * k + k0, k, pack + j * panel_elems, kc,
+                         a.out + i0 * n + nc0 + j * kNr, n, k0 > 0, cols);
+        }
+      }
+    }
   }
 }
 
@@ -98,6 +220,9 @@ void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
 namespace saturn::cpu {
 void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   KernelsFor(Isa::kScalar).skinny_bf16(a, n_begin, n_end);
+}
+void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack) {
+  KernelsFor(Isa::kScalar).blocked_bf16(a, n_begin, n_end, pack);
 }
 }  // namespace saturn::cpu
 #endif

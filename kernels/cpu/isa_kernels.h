@@ -42,6 +42,8 @@ struct SkinnyArgs {
   const uint16_t* x_bf16 = nullptr;  // [m, k] x rounded to bf16 (bf16 dot-product kernel only)
   float* out = nullptr;              // [m, n]
   int64_t m = 0, n = 0, k = 0;
+  // Software prefetch distance in weight-row blocks (0: none; 1: the next block).
+  int prefetch_blocks = 1;
 };
 
 // The cache-blocked GEMM (gemm_blocked.inc): weight rows are packed kBlockedNc x kBlockedKc
@@ -69,5 +71,8 @@ const IsaKernels& KernelsFor(Isa isa);
 // bf16 weights and bf16-rounded x multiplied with vdpbf16ps (f32 accumulation); only where
 // DetectCpuFeatures().avx512_bf16. Needs a.x_bf16.
 void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+// The blocked GEMM with the same arithmetic (isa_avx512bf16.cc): bf16 panels, needs
+// a.x_bf16; same calling convention as IsaKernels::blocked_bf16.
+void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
 
 }  // namespace saturn::cpu

@@ -14,6 +14,8 @@ namespace isa_scalar {
 constexpr int kKeysPerPass[5] = {1, 1, 1, 1, 1};
 constexpr int kPvRows = 1;
 constexpr int kSkinnyWeightRows = 4, kSkinnyInputRows = 1;
+// 4 x 4 skinny tiles (16 accumulators, 4 + 4 live loads): only where 32 registers hold them.
+constexpr bool kSkinnyQuadTiles = false;
 constexpr int kGemmRows = 4;
 #include "kernels/cpu/isa_entry.inc"
 #undef SATURN_SIMD_SCALAR

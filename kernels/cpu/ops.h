@@ -20,9 +20,11 @@ absl::Status Embedding(ThreadPool& pool, const Tensor& ids, const Tensor& table,
 enum class GemmPath { kAuto, kSkinny, kBlocked, kBlas };
 const char* GemmPathName(GemmPath path);
 class GemmPlanner;
+// prefetch_blocks: the skinny kernel's software prefetch distance (SkinnyArgs); -1 takes the
+// planner's measured distance (or one block without a planner).
 absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
                   const Tensor& x, const Tensor& w, const Tensor& out,
-                  GemmPath path = GemmPath::kAuto);
+                  GemmPath path = GemmPath::kAuto, int prefetch_blocks = -1);
 absl::Status RmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps,
                      const Tensor& out);
 absl::Status AddRmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& residual,

@@ -1,49 +1,90 @@
-// ThreadPool: workers sleep on a condition variable between jobs; a job is a range split
-// into chunks that the caller and the workers claim with one atomic counter.
+// ThreadPool (thread_pool.h). Sleeping and waking pair up through sequentially consistent
+// atomics: the sleeper announces itself (sleepers_ / caller_sleeping_) before it re-checks
+// its condition under mu_, the waker changes the condition before it reads the announcement,
+// so one of the two always sees the other and no wake-up is lost.
 #include "kernels/cpu/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <chrono>
 
 namespace saturn::cpu {
+namespace {
 
-ThreadPool::ThreadPool(int num_threads) {
-  for (int i = 1; i < std::max(1, num_threads); ++i)
+constexpr uint64_t kChunksShift = 16, kIdShift = 32, kMask16 = 0xffff;
+constexpr int64_t kMaxChunks = kMask16;
+// The caller yields this long for chunks workers are still running before it sleeps.
+constexpr int64_t kCallerSpinUs = 2000;
+
+uint64_t Chunks(uint64_t s) { return (s >> kChunksShift) & kMask16; }
+uint64_t Next(uint64_t s) { return s & kMask16; }
+bool HasWork(uint64_t s) { return Next(s) < Chunks(s); }
+
+// Polls done() for up to spin_us, yielding the core between polls; true once done().
+template <typename Done>
+bool YieldUntil(int64_t spin_us, const Done& done) {
+  if (done()) return true;
+  if (spin_us <= 0) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (;;) {
+    for (int i = 0; i < 16; ++i) {
+      sched_yield();  // returns at once when nothing else wants this core
+      if (done()) return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads, int64_t spin_us)
+    : spin_us_(std::max<int64_t>(0, spin_us)) {
+  for (int i = 1; i < std::clamp(num_threads, 1, kMaxThreads); ++i)
     workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(mu_);  // a worker between its check and its wait
   }
   wake_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::RunChunks() {
-  for (;;) {
-    const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
-    if (c >= num_chunks_) return;
-    const int64_t begin = c * chunk_;
+bool ThreadPool::RunChunks() {
+  bool ran = false;
+  uint64_t s = state_.load(std::memory_order_acquire);
+  while (HasWork(s)) {
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      continue;  // s now holds the current state
+    }
+    const int64_t begin = static_cast<int64_t>(Next(s)) * chunk_;
     (*fn_)(begin, std::min(n_, begin + chunk_));
+    ran = true;
+    const int64_t chunks = static_cast<int64_t>(Chunks(s));
+    if (done_chunks_.fetch_add(1) + 1 == chunks && caller_sleeping_.load()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_cv_.notify_one();
+    }
+    s = state_.load(std::memory_order_acquire);
   }
+  return ran;
 }
 
 void ThreadPool::WorkerLoop() {
-  uint64_t seen = 0;
+  const auto posted = [&] { return stop_.load() || HasWork(state_.load()); };
   for (;;) {
-    {
+    if (!YieldUntil(spin_us_, posted)) {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      sleepers_.fetch_add(1);
+      wake_cv_.wait(lock, posted);
+      sleepers_.fetch_sub(1);
     }
+    if (stop_.load()) return;
     RunChunks();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++checked_in_;
-    }
-    done_cv_.notify_one();
   }
 }
 
@@ -53,27 +94,33 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   grain = std::max<int64_t>(1, grain);
   const int threads = num_threads();
   // A few chunks per thread balance uneven work without much claiming overhead.
-  const int64_t max_chunks = std::min<int64_t>((n + grain - 1) / grain, 4 * threads);
+  const int64_t max_chunks = std::min<int64_t>({n / grain, int64_t{4} * threads, kMaxChunks});
   if (threads == 1 || max_chunks <= 1) {
     fn(0, n);
     return;
   }
   chunk_ = (n + max_chunks - 1) / max_chunks;
-  num_chunks_ = (n + chunk_ - 1) / chunk_;
+  const int64_t chunks = (n + chunk_ - 1) / chunk_;
   n_ = n;
   fn_ = &fn;
-  next_chunk_.store(0, std::memory_order_relaxed);
-  {
+  done_chunks_.store(0, std::memory_order_relaxed);
+  ++job_id_;
+  state_.store((uint64_t{job_id_} << kIdShift) | (static_cast<uint64_t>(chunks) << kChunksShift));
+  if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    checked_in_ = 0;
-    ++generation_;  // the mutex publishes the job fields to the workers
+    wake_cv_.notify_all();
   }
-  wake_cv_.notify_all();
   RunChunks();
-  // Wait for every worker, not just every chunk, so none still reads this job afterwards.
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return checked_in_ == static_cast<int>(workers_.size()); });
-  fn_ = nullptr;
+  // Only chunks a worker claimed can still be running.
+  const auto all_done = [&] { return done_chunks_.load(std::memory_order_acquire) == chunks; };
+  if (!YieldUntil(kCallerSpinUs, all_done)) {
+    caller_sleeping_.store(true);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      done_cv_.wait(lock, [&] { return done_chunks_.load() == chunks; });
+    }
+    caller_sleeping_.store(false);
+  }
 }
 
 }  // namespace saturn::cpu

@@ -2,6 +2,15 @@
 // share of the work, so a pool of N threads starts N-1 workers. It never runs at the same
 // time as OpenBLAS (ops are sequential), so the two together use at most N threads. It owns
 // no work queue and must never be called re-entrantly or from two threads at once.
+//
+// A decode step is a few hundred ops of tens of microseconds each. Two things keep a worker's
+// wake-up off that path: the caller waits only for chunks a worker has actually claimed, not
+// for every worker to check in (a worker the OS has not scheduled yet simply misses the job,
+// and the caller runs its chunks), and a worker that finished a job polls for the next one
+// for spin_us (0 by default), yielding the core on each poll, before it sleeps. Polling is
+// off by default: on a machine whose cores are oversubscribed the polling workers took CPU
+// from the engine thread's host phases (diag's CalibratedUnderLoadKeepsTheClasses then saw
+// batch-1 steps as host-bound), and no gain from it could be shown on the shared machine.
 #pragma once
 
 #include <atomic>
@@ -16,11 +25,17 @@ namespace saturn::cpu {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int num_threads);  // total threads, caller included; clamped to >= 1
+  // Workers sleep as soon as a job is done (see above); a caller may ask for polling.
+  static constexpr int64_t kDefaultSpinUs = 0;
+
+  // num_threads: total threads, caller included; clamped to [1, kMaxThreads]. spin_us: how
+  // long an idle worker polls before it sleeps (0: sleeps at once).
+  explicit ThreadPool(int num_threads, int64_t spin_us = kDefaultSpinUs);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
+  static constexpr int kMaxThreads = 4096;
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls fn(begin, end) on disjoint chunks covering [0, n) and returns when all are done.
@@ -30,22 +45,27 @@ class ThreadPool {
 
  private:
   void WorkerLoop();
-  void RunChunks();  // grabs chunks of the current job until none are left
+  // Claims and runs chunks of the current job while any are left; false if none was.
+  bool RunChunks();
 
+  const int64_t spin_us_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
+  std::mutex mu_;  // only for sleeping and waking
   std::condition_variable wake_cv_;
   std::condition_variable done_cv_;
-  uint64_t generation_ = 0;  // guarded by mu_; bumped once per job
-  int checked_in_ = 0;       // guarded by mu_; workers finished with the current job
-  bool stop_ = false;        // guarded by mu_
-
-  // The current job; written before generation_ is bumped, read by workers after.
+  // The job: [id:32][chunks:16][next chunk:16]. A chunk is claimed by a compare-exchange
+  // that bumps `next`, so a claim can only succeed on the job it read; the job's fields
+  // below are written before its state is published and stay put until all its chunks are
+  // done, which the claimed chunk is not yet.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int64_t> done_chunks_{0};  // of the current job
+  std::atomic<int> sleepers_{0};         // workers asleep (or about to be) on wake_cv_
+  std::atomic<bool> caller_sleeping_{false};
+  std::atomic<bool> stop_{false};
+  uint32_t job_id_ = 0;  // caller only
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 1;
-  int64_t num_chunks_ = 0;
-  std::atomic<int64_t> next_chunk_{0};
 };
 
 }  // namespace saturn::cpu

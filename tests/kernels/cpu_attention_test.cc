@@ -118,6 +118,12 @@ TEST_P(CpuAttentionTest, MatchesReference) {
         // Head dims past one 64-float slice with a partial last vector; > 128.
         {4, 2, 100, 8, {{20, 50}, {1, 7}}},
         {2, 1, 160, 16, {{40, 40}}},
+        // Tiles of a few rows whose rows stop at different positions, some before the last
+        // chunk of keys: short prefill chunks, group 1, head_dim with a partial vector.
+        {2, 2, 40, 4, {{5, 5}, {3, 20}, {6, 33}, {1, 1}}},
+        // Decode with groups of 6 and 7 rows.
+        {6, 1, 32, 16, {{1, 40}, {1, 3}}},
+        {7, 1, 16, 16, {{1, 40}}},
         // Group of 1 with 80 rows: tiles of 64 and 16 rows.
         {2, 2, 80, 16, {{80, 95}}},
     };

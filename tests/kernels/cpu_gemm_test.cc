@@ -5,10 +5,13 @@
 // bf16 values of x and w and every path must match it at f32 tolerance (and so each other:
 // results do not depend on the path the planner picks). Also: --dtype plumbing of
 // CreateCpuBackend and the cost model's byte count for bf16 weights.
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 #include "tests/kernels/cpu_test_util.h"
@@ -46,7 +49,10 @@ const Shape kShapes[] = {{1, 7, 5},    {1, 320, 768}, {2, 64, 100},  {3, 17, 33}
                          {8, 131, 77}, {17, 33, 40},  {64, 130, 96}, {130, 40, 64},
                          // many weight-row blocks (the skinny kernel prefetches the next one)
                          // with odd k and a row tail, at one and several input rows
-                         {1, 203, 129}, {5, 203, 129}};
+                         {1, 203, 129}, {5, 203, 129},
+                         // the blocked kernels' edges: k past one k block (256) and odd, rows
+                         // past one micro tile (12) and a partial out-column panel (32)
+                         {13, 70, 517}, {25, 33, 256}};
 
 TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
   std::mt19937 rng(5);
@@ -89,6 +95,45 @@ TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
   }
 }
 
+// The skinny kernel's software prefetch only moves bytes earlier: every distance the planner
+// may pick gives the same bits, at block edges (rows a multiple of the weight-row block, one
+// more, one less) and odd k, for one and several input rows.
+TEST(CpuGemmTest, SkinnyPrefetchDistanceNeverChangesResults) {
+  std::mt19937 rng(11);
+  // ... and with 4 x 4 tiles (AVX-512, from four input rows) beside the 8 x 2 and 8 x 1 ones.
+  const Shape shapes[] = {{1, 64, 768}, {1, 65, 33}, {2, 63, 129}, {3, 136, 64}, {1, 8, 31},
+                          {4, 24, 40},  {7, 65, 129}, {9, 17, 768}};
+  for (cpu::Isa isa : SupportedIsas()) {
+    for (const char* dtype : {"f32", "bf16"}) {
+      SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " " + dtype);
+      std::unique_ptr<Backend> b = MakeCpuIsa(2, isa, dtype);
+      const bool bf16 = std::string(dtype) == "bf16";
+      cpu::ThreadPool pool(2);
+      for (const Shape& s : shapes) {
+        std::vector<float> x = Random(rng, s.m * s.k), w = Random(rng, s.n * s.k);
+        DevTensor dx = F32(*b, s.m, s.k, x),
+                  dw = Empty(*b, bf16 ? DType::kBF16 : DType::kF32, s.n, s.k);
+        ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
+        for (float& v : w) v = bf16 ? Bf16Value(v) : v;
+        for (float& v : x) v = bf16 ? Bf16Value(v) : v;
+        const std::vector<double> ref = Reference(x, w, s.m, s.n, s.k);
+        std::vector<float> first;
+        for (int pf : cpu::GemmPlanner::kPrefetchCandidates) {
+          DevTensor out = Poisoned(*b, s.m, s.n);
+          ASSERT_TRUE(cpu::Gemm(pool, cpu::KernelsFor(isa), nullptr, dx.t, dw.t, out.t,
+                                cpu::GemmPath::kSkinny, pf)
+                          .ok());
+          const std::vector<float> got = ToHost<float>(*b, out.t);
+          EXPECT_LT(RelErr(got, ref), kTol) << s.m << "x" << s.n << "x" << s.k << " pf " << pf;
+          if (first.empty()) first = got;
+          EXPECT_EQ(got, first) << s.m << "x" << s.n << "x" << s.k << " pf " << pf;
+        }
+      }
+    }
+  }
+}
+
+// Also the skinny kernel's prefetch distance the planner measured.
 TEST(CpuGemmTest, PlannerNeverStreamsPastItsLargestProbe) {
   std::unique_ptr<Backend> b = MakeCpu(2);
   std::mt19937 rng(9);
@@ -103,6 +148,15 @@ TEST(CpuGemmTest, PlannerNeverStreamsPastItsLargestProbe) {
     EXPECT_NE(planner.Choose(pool, k, w.t, m), cpu::GemmPath::kAuto) << m;
   }
   EXPECT_TRUE(absl::StrContains(planner.Describe(), "k8/f32")) << planner.Describe();
+  // The prefetch distance: rows too short to measure keep one block; longer ones get one of
+  // the candidates, as measured.
+  EXPECT_EQ(planner.PrefetchBlocks(pool, k, w.t), 1);
+  DevTensor w64 = F32(*b, 40, 64, Random(rng, 40 * 64));
+  const int pf = planner.PrefetchBlocks(pool, k, w64.t);
+  const auto& c = cpu::GemmPlanner::kPrefetchCandidates;
+  EXPECT_NE(std::find(std::begin(c), std::end(c), pf), std::end(c)) << pf;
+  EXPECT_TRUE(absl::StrContains(planner.Describe(), absl::StrCat("k64/f32: prefetch=", pf)))
+      << planner.Describe();
 }
 
 TEST(CpuGemmTest, DtypeOptionAndCostModelBytes) {
