@@ -22,13 +22,14 @@ std::chrono::system_clock::time_point In(double s) {
          std::chrono::microseconds(static_cast<int64_t>(s * 1e6));
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& uri) {
+std::shared_ptr<grpc::Channel> MakeChannel(const ChannelSecurity& security, const std::string& uri,
+                                           const std::string& tls_name = "") {
   grpc::ChannelArguments args;
   args.SetLoadBalancingPolicyName("round_robin");
   // Large sweeps open hundreds of streams; let messages of long prompts through.
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(uri, grpc::InsecureChannelCredentials(), args);
+  return security.CreateChannel(uri, args, tls_name);
 }
 
 }  // namespace
@@ -82,7 +83,7 @@ absl::StatusOr<v1::ServerInfo> InfoWhenReady(v1::Saturn::Stub* stub, const std::
 
 }  // namespace
 
-absl::StatusOr<std::string> ResolveTarget(const std::string& target) {
+absl::StatusOr<HostPort> SplitHostPort(const std::string& target) {
   std::string host, port;
   if (absl::StartsWith(target, "[")) {
     const size_t close = target.find("]:");
@@ -100,6 +101,14 @@ absl::StatusOr<std::string> ResolveTarget(const std::string& target) {
     host = target.substr(0, colon);
     port = target.substr(colon + 1);
   }
+  return HostPort{host, port};
+}
+
+absl::StatusOr<std::string> ResolveTarget(const std::string& target) {
+  absl::StatusOr<HostPort> split = SplitHostPort(target);
+  if (!split.ok()) return split.status();
+  const std::string& host = split->host;
+  const std::string& port = split->port;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -131,6 +140,22 @@ absl::StatusOr<std::string> ResolveTarget(const std::string& target) {
   return out;
 }
 
+absl::StatusOr<std::string> CommonHost(const std::vector<std::string>& targets) {
+  std::string host;
+  for (const std::string& t : targets) {
+    absl::StatusOr<HostPort> split = SplitHostPort(t);
+    if (!split.ok()) return split.status();
+    if (!host.empty() && split->host != host) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_server_name: the --target hosts differ (", host, ", ", split->host,
+          ") but TLS checks one name on the balanced channel: give the name every replica's "
+          "certificate carries"));
+    }
+    host = split->host;
+  }
+  return host;
+}
+
 absl::StatusOr<std::string> BalancedUri(const std::vector<std::string>& resolved) {
   bool v6 = false, v4 = false;
   for (const std::string& r : resolved) (absl::StartsWith(r, "[") ? v6 : v4) = true;
@@ -143,9 +168,11 @@ absl::StatusOr<std::string> BalancedUri(const std::vector<std::string>& resolved
 }
 
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(
-    const std::vector<std::string>& targets, double timeout_s) {
+    const std::vector<std::string>& targets, double timeout_s,
+    std::shared_ptr<const ChannelSecurity> security) {
   if (targets.empty()) return absl::InvalidArgumentError("--target: at least one is needed");
   std::unique_ptr<Connection> c(new Connection());
+  c->security_ = std::move(security);
   const auto deadline = In(timeout_s);
   std::vector<std::string> resolved;
   for (const std::string& t : targets) {
@@ -159,11 +186,14 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(
     } else {
       ti.resolved = t;
     }
-    std::shared_ptr<grpc::Channel> ch = MakeChannel(ti.resolved);
+    // A resolved address is dialled, but the certificate names the host as given.
+    std::string tls_name;
+    if (targets.size() > 1) tls_name = SplitHostPort(t)->host;  // ResolveTarget checked it
+    std::shared_ptr<grpc::Channel> ch = MakeChannel(*c->security_, ti.resolved, tls_name);
     if (!ch->WaitForConnected(deadline)) {
       return absl::UnavailableError(absl::StrCat("--target ", t, ": cannot connect within ",
-                                                 timeout_s,
-                                                 " s (is saturn-server running there?)"));
+                                                 timeout_s, " s (", c->security_->ConnectHint(),
+                                                 ")"));
     }
     c->target_stubs_.push_back(v1::Saturn::NewStub(ch));
     absl::StatusOr<v1::ServerInfo> info = InfoWhenReady(c->target_stubs_.back().get(), t, deadline);
@@ -176,13 +206,21 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(
     absl::StatusOr<std::string> uri = BalancedUri(resolved);
     if (!uri.ok()) return uri.status();
     c->uri_ = *uri;
+    // TLS checks one name per channel, and the balanced channel's default one is the whole
+    // address list: use the targets' common host, unless --tls_server_name names it.
+    if (c->security_->tls() && !c->security_->has_server_name()) {
+      absl::StatusOr<std::string> name = CommonHost(targets);
+      if (!name.ok()) return name.status();
+      c->balanced_name_ = *name;
+    }
   } else {
     c->uri_ = targets[0];
   }
-  c->channel_ = MakeChannel(c->uri_);
+  c->channel_ = MakeChannel(*c->security_, c->uri_, c->balanced_name_);
   if (!c->channel_->WaitForConnected(deadline)) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect the balanced channel ", c->uri_, " within ", timeout_s, " s"));
+    return absl::UnavailableError(absl::StrCat("cannot connect the balanced channel ", c->uri_,
+                                               " within ", timeout_s, " s (",
+                                               c->security_->ConnectHint(), ")"));
   }
   c->stub_ = v1::Saturn::NewStub(c->channel_);
   return c;

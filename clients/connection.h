@@ -9,6 +9,8 @@
 // so a DNS name with several addresses spreads too).
 // Connect() fails fast: each target must accept a connection and answer GetServerInfo
 // within the connect timeout, else the error names the target.
+// Every channel here is made with the tool's ChannelSecurity (TLS, client certificate,
+// bearer token: clients/channel_security.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "clients/channel_security.h"
 #include "saturn/v1/saturn.grpc.pb.h"
 
 namespace saturn::clients {
@@ -32,7 +35,8 @@ class Connection {
  public:
   // Thread-safety: Connect is a factory; the rest may be called from any thread.
   static absl::StatusOr<std::unique_ptr<Connection>> Connect(
-      const std::vector<std::string>& targets, double timeout_s);
+      const std::vector<std::string>& targets, double timeout_s,
+      std::shared_ptr<const ChannelSecurity> security = ChannelSecurity::Insecure());
 
   // The round-robin stub for Generate.
   v1::Saturn::Stub* stub() const { return stub_.get(); }
@@ -52,7 +56,9 @@ class Connection {
  private:
   Connection() = default;
   std::vector<TargetInfo> targets_;
+  std::shared_ptr<const ChannelSecurity> security_;
   std::string uri_;
+  std::string balanced_name_;  // TLS name checked on the balanced channel ("": the default)
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Saturn::Stub> stub_;
   std::vector<std::shared_ptr<grpc::Channel>> target_channels_;
@@ -61,6 +67,16 @@ class Connection {
 
 // "RESOURCE_EXHAUSTED" etc.
 std::string GrpcCodeName(grpc::StatusCode code);
+
+struct HostPort {
+  std::string host;  // without the brackets of "[ipv6]:port"
+  std::string port;
+};
+// "host:port" or "[ipv6]:port" split; the error names the target.
+absl::StatusOr<HostPort> SplitHostPort(const std::string& target);
+// The one host all `targets` share (the TLS name of the balanced channel); different hosts are
+// an error naming --tls_server_name.
+absl::StatusOr<std::string> CommonHost(const std::vector<std::string>& targets);
 
 // "host:port" -> "ip:port" (IPv6 as "[ip]:port") by getaddrinfo; the error names the target.
 absl::StatusOr<std::string> ResolveTarget(const std::string& target);

@@ -225,6 +225,7 @@ absl::Status DiagOptions::Validate() const {
     return bad(absl::StrCat("--max_step_points: must be >= 0, got ", max_step_points));
   }
   if (!(settle_s >= 0)) return bad(absl::StrCat("--settle: must be >= 0 seconds, got ", settle_s));
+  if (absl::Status s = security.Validate(); !s.ok()) return s;
   if ((command == "trace" || command == "roofline") && output.empty()) {
     return bad(absl::StrCat("-o: ", command, " needs an output file (-o FILE.",
                             command == "trace" ? "json" : "svg", ")"));
@@ -232,8 +233,10 @@ absl::Status DiagOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DiagClient> DiagClient::Connect(const DiagOptions& o) {
-  absl::StatusOr<std::unique_ptr<Connection>> conn = Connection::Connect({o.target}, o.timeout_s);
+absl::StatusOr<DiagClient> DiagClient::Connect(const DiagOptions& o,
+                                               std::shared_ptr<const ChannelSecurity> security) {
+  absl::StatusOr<std::unique_ptr<Connection>> conn =
+      Connection::Connect({o.target}, o.timeout_s, std::move(security));
   if (!conn.ok()) return conn.status();
   DiagClient c;
   c.diag = v1::Diagnostics::NewStub((*conn)->target_channel(0));
@@ -275,8 +278,11 @@ int DiagFail(const DiagOptions& o, const absl::Status& s, std::ostream& err) {
 int RunDiagCommand(const DiagOptions& o, std::ostream& out, std::ostream& err,
                    const std::atomic<bool>* interrupt) {
   if (absl::Status s = o.Validate(); !s.ok()) return DiagFail(o, s, err);
-  if (o.target.find(',') != std::string::npos) return RunFleetGet(o, out, err);
-  absl::StatusOr<DiagClient> c = DiagClient::Connect(o);
+  absl::StatusOr<std::shared_ptr<const ChannelSecurity>> security =
+      ChannelSecurity::Load(o.security);
+  if (!security.ok()) return DiagFail(o, security.status(), err);
+  if (o.target.find(',') != std::string::npos) return RunFleetGet(o, *security, out, err);
+  absl::StatusOr<DiagClient> c = DiagClient::Connect(o, *security);
   if (!c.ok()) return DiagFail(o, c.status(), err);
   if (o.command == "info") return Info(o, *c, out);
   if (o.command == "get") return Get(o, *c, out, err);

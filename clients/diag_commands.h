@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "clients/channel_security.h"
 #include "clients/connection.h"
 #include "saturn/v1/diagnostics.grpc.pb.h"
 
@@ -41,15 +42,16 @@ struct DiagOptions {
   std::string target = "127.0.0.1:50051";
   double timeout_s = 10;  // connecting, and each call
   bool json = false;
-  double window_s = 10;       // get, watch, roofline, apply
-  int interval_ms = 1000;     // watch
-  int64_t count = 0;          // watch: stop after this many reports (0: until interrupted)
-  int steps = 200;            // trace
-  std::string output;         // trace, roofline
-  double settle_s = 10;       // apply
-  int max_step_points = 400;  // roofline
-  bool dry_run = false;       // apply: say what would be sent, send nothing
-  bool tty = false;           // watch: `out` is a terminal (clear and redraw)
+  double window_s = 10;           // get, watch, roofline, apply
+  int interval_ms = 1000;         // watch
+  int64_t count = 0;              // watch: stop after this many reports (0: until interrupted)
+  int steps = 200;                // trace
+  std::string output;             // trace, roofline
+  double settle_s = 10;           // apply
+  int max_step_points = 400;      // roofline
+  bool dry_run = false;           // apply: say what would be sent, send nothing
+  bool tty = false;               // watch: `out` is a terminal (clear and redraw)
+  ChannelSecurityFlags security;  // TLS, client certificate, bearer token (every command)
 
   // Names the flag and the limit it broke.
   absl::Status Validate() const;
@@ -66,7 +68,8 @@ struct DiagClient {
   std::string target;
   double timeout_s = 10;
 
-  static absl::StatusOr<DiagClient> Connect(const DiagOptions& o);
+  static absl::StatusOr<DiagClient> Connect(const DiagOptions& o,
+                                            std::shared_ptr<const ChannelSecurity> security);
   const v1::ServerInfo& info() const { return conn->targets()[0].info; }
   // GetDiagnostics over the last `window_s` seconds.
   absl::StatusOr<v1::DiagnosticsReport> Report(double window_s, int max_step_points = 0) const;

@@ -227,14 +227,15 @@ std::string FleetJson(const std::vector<ReplicaReport>& replicas, const FleetVer
   return j.dump(2) + "\n";
 }
 
-int RunFleetGet(const DiagOptions& o, std::ostream& out, std::ostream& err) {
+int RunFleetGet(const DiagOptions& o, const std::shared_ptr<const ChannelSecurity>& security,
+                std::ostream& out, std::ostream& err) {
   std::vector<ReplicaReport> replicas;
   for (absl::string_view t : absl::StrSplit(o.target, ',', absl::SkipWhitespace())) {
     ReplicaReport x;
     x.target = std::string(absl::StripAsciiWhitespace(t));
     DiagOptions one = o;
     one.target = x.target;
-    absl::StatusOr<DiagClient> c = DiagClient::Connect(one);
+    absl::StatusOr<DiagClient> c = DiagClient::Connect(one, security);
     absl::StatusOr<v1::DiagnosticsReport> r =
         c.ok() ? c->Report(o.window_s) : absl::StatusOr<v1::DiagnosticsReport>(c.status());
     if (r.ok()) {

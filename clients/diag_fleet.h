@@ -52,6 +52,7 @@ std::string FleetJson(const std::vector<ReplicaReport>& replicas, const FleetVer
 
 // `get` for o.target = "a,b,c": exit 0 when every replica answered, 1 otherwise (the others
 // are still reported).
-int RunFleetGet(const DiagOptions& o, std::ostream& out, std::ostream& err);
+int RunFleetGet(const DiagOptions& o, const std::shared_ptr<const ChannelSecurity>& security,
+                std::ostream& out, std::ostream& err);
 
 }  // namespace saturn::clients

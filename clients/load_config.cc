@@ -63,6 +63,7 @@ absl::StatusOr<std::vector<std::string>> ParseTargetList(const std::string& flag
 
 absl::Status LoadConfig::Validate() const {
   if (target.empty()) return Bad("--target", "at least one host:port is needed");
+  if (absl::Status s = security.Validate(); !s.ok()) return s;
   if (!open_loop() && concurrency.empty()) return Bad("--concurrency", "at least one value");
   for (int c : concurrency) {
     if (c < 1 || c > 100000)

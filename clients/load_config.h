@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "clients/channel_security.h"
 #include "clients/workload.h"
 
 namespace saturn::clients {
@@ -42,6 +43,7 @@ struct LoadConfig {
   std::string json;          // output files ("" = none)
   std::string csv;
   bool progress = true;
+  ChannelSecurityFlags security;  // TLS, client certificate, bearer token on every channel
 
   bool open_loop() const { return !request_rate.empty(); }
   absl::Status Validate() const;

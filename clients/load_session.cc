@@ -88,8 +88,11 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
   };
   if (absl::Status s = config.Validate(); !s.ok()) return fail(2, std::string(s.message()));
 
+  absl::StatusOr<std::shared_ptr<const ChannelSecurity>> security =
+      ChannelSecurity::Load(config.security);
+  if (!security.ok()) return fail(2, std::string(security.status().message()));
   absl::StatusOr<std::unique_ptr<Connection>> conn =
-      Connection::Connect(config.target, config.connect_timeout_s);
+      Connection::Connect(config.target, config.connect_timeout_s, *std::move(security));
   if (!conn.ok()) {
     return fail(conn.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1,
                 std::string(conn.status().message()));

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "server/grpc_handoff.h"
 #include "server/proto_convert.h"
 #include "server/raw_message.h"
 #include "server/reject_reactor.h"
@@ -134,6 +135,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateReactor::Reject(const grpc::
 GenerateReactor::GenerateReactor(ServingState* state, Engine* engine, GenerateRequest request,
                                  bool want_text, RequestMetrics* metrics)
     : call_(std::make_shared<Call>()) {
+  HandOffToGrpc publish(this);
   Call& c = *call_;
   c.reactor = this;
   c.state = state;
@@ -173,6 +175,7 @@ GenerateReactor::GenerateReactor(ServingState* state, Engine* engine, GenerateRe
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
+  CalledBackByGrpc(this);
   std::lock_guard<std::mutex> lock(call_->mu);
   call_->write_in_flight = false;
   if (!ok) call_->drop_messages = true;  // the stream is broken; OnCancel follows
@@ -180,6 +183,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
 }
 
 void GenerateReactor::OnCancel() {
+  CalledBackByGrpc(this);
   int64_t id = 0;
   {
     std::lock_guard<std::mutex> lock(call_->mu);
@@ -193,6 +197,7 @@ void GenerateReactor::OnCancel() {
 }
 
 void GenerateReactor::OnDone() {
+  CalledBackByGrpc(this);
   EndReactorCall(*call_);
   delete this;
 }

@@ -5,13 +5,21 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "server/grpc_handoff.h"
+
 namespace saturn {
 
 template <typename Response>
 class RejectReactor final : public grpc::ServerWriteReactor<Response> {
  public:
-  explicit RejectReactor(const grpc::Status& status) { this->Finish(status); }
-  void OnDone() override { delete this; }
+  explicit RejectReactor(const grpc::Status& status) {
+    HandOffToGrpc publish(this);
+    this->Finish(status);
+  }
+  void OnDone() override {
+    CalledBackByGrpc(this);
+    delete this;
+  }
 };
 
 }  // namespace saturn

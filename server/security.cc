@@ -4,10 +4,6 @@
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/security/auth_metadata_processor.h>
 
-#include <fstream>
-#include <sstream>
-
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/listen_address.h"
@@ -56,25 +52,6 @@ const std::vector<std::string>& AdminMethods() {
   return kMethods;
 }
 
-absl::StatusOr<std::string> ReadAuthToken(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: cannot read ", path));
-  std::stringstream s;
-  s << f.rdbuf();
-  const std::string token(absl::StripAsciiWhitespace(s.str()));
-  if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: ", path, " is empty"));
-  }
-  for (char c : token) {
-    if (c <= ' ' || c > '~') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--auth_token_file: the token in ", path,
-                       " must be printable ASCII without spaces (it is sent as a header)"));
-    }
-  }
-  return token;
-}
-
 bool BearerMatches(std::string_view header, std::string_view token) {
   constexpr std::string_view kPrefix = "Bearer ";
   if (header.size() != kPrefix.size() + token.size()) return false;
@@ -93,17 +70,6 @@ bool MethodNeedsToken(std::string_view method, std::string_view scope) {
     if (method == m) return true;
   }
   return false;
-}
-
-absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
-  std::stringstream s;
-  s << f.rdbuf();
-  if (s.str().find("-----BEGIN") == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
-  }
-  return s.str();
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/credential_files.h"  // ReadAuthToken, ReadPemFile
 #include "server/server_config.h"
 
 namespace saturn {
@@ -28,10 +29,6 @@ namespace saturn {
 // The methods that change the server (full gRPC paths): the token is required for these
 // whenever --auth_token_file is set. The single list; add an admin RPC here.
 const std::vector<std::string>& AdminMethods();
-
-// The token in `path`: its content without surrounding whitespace; it must be non-empty
-// printable ASCII without spaces (an HTTP header value). Errors name --auth_token_file.
-absl::StatusOr<std::string> ReadAuthToken(const std::string& path);
 
 // Whether an "authorization" header value carries `token` ("Bearer <token>"), compared in
 // constant time.
@@ -47,8 +44,5 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 // The warnings to log at start: listening beyond loopback without TLS, or without a token.
 std::vector<std::string> SecurityWarnings(const ServerConfig& config);
-
-// A PEM file's content, or an error naming `flag`.
-absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path);
 
 }  // namespace saturn

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "server/diagnostics_request.h"
+#include "server/grpc_handoff.h"
 #include "server/raw_message.h"
 #include "server/reject_reactor.h"
 
@@ -97,6 +98,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* RejectWatch(const grpc::Status& stat
 WatchReactor::WatchReactor(ServingState* state, DiagnosticsState* diag, TimerThread* timer,
                            double window_seconds, int interval_ms, bool include_json)
     : call_(std::make_shared<Call>()) {
+  HandOffToGrpc publish(this);
   Call& c = *call_;
   c.reactor = this;
   c.state = state;
@@ -122,6 +124,7 @@ WatchReactor::WatchReactor(ServingState* state, DiagnosticsState* diag, TimerThr
 }
 
 void WatchReactor::OnWriteDone(bool ok) {
+  CalledBackByGrpc(this);
   std::lock_guard<std::mutex> lock(call_->mu);
   call_->write_in_flight = false;
   if (!ok) {
@@ -132,11 +135,13 @@ void WatchReactor::OnWriteDone(bool ok) {
 }
 
 void WatchReactor::OnCancel() {
+  CalledBackByGrpc(this);
   std::lock_guard<std::mutex> lock(call_->mu);
   call_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
 }
 
 void WatchReactor::OnDone() {
+  CalledBackByGrpc(this);
   EndReactorCall(*call_);
   delete this;
 }

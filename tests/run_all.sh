@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Saturn's whole test suite on a fresh Debian 12 machine: install what is missing, build
 # (the CUDA backend too where nvcc exists; its tests skip without a GPU), run CTest, then the
-# sanitizer and fuzzing job (tests/sanitize.sh).
+# sanitizer and fuzzing job (tests/sanitize.sh), then the ThreadSanitizer job
+# (tests/sanitize_thread.sh).
 #   bash tests/run_all.sh [build-dir]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,3 +22,4 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$jobs"
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 900
 bash "$root/tests/sanitize.sh" "${build}-asan"
+bash "$root/tests/sanitize_thread.sh" "${build}-tsan"

@@ -1,6 +1,6 @@
 // saturn-diag: Saturn's live diagnostics from the command line (flags -> DiagOptions ->
-// RunDiagCommand). The only file that defines saturn-diag's flags. Exit codes: see
-// clients/diag_commands.h.
+// RunDiagCommand). The only file that defines saturn-diag's flags, but for the security flags
+// shared with saturn-load (clients/security_flags.h). Exit codes: see clients/diag_commands.h.
 //
 //   saturn-diag info
 //   saturn-diag get --window 30            saturn-diag get --json
@@ -8,6 +8,7 @@
 //   saturn-diag watch --interval_ms 2000   saturn-diag watch --count 5 > reports.txt
 //   saturn-diag trace -o trace.json        saturn-diag roofline -o roofline.svg
 //   saturn-diag apply --settle 20
+//   saturn-diag get --target host:50051 --tls_ca ca.pem --auth_token_file token
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "clients/diag_commands.h"
+#include "clients/security_flags.h"
 #include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
@@ -45,6 +47,8 @@ void OnSignal(int) { g_interrupted.store(true); }
 constexpr char kUsage[] =
     "Live diagnostics of a Saturn server.\n"
     "usage: saturn-diag <command> [--target host:port] [--json] [flags]\n"
+    "       TLS and tokens: --tls_ca, --tls_cert/--tls_key, --tls_server_name,\n"
+    "       --auth_token_file (docs/SECURITY.md)\n"
     "  info                 model, backend, options and limits, KV cache, calibration, graphs\n"
     "  get                  one report: verdict, signals, profile, op classes, plan, outcome;\n"
     "                       --target a,b,c: a verdict per replica and a fleet verdict\n"
@@ -81,6 +85,7 @@ int main(int argc, char** argv) {
   o.max_step_points = absl::GetFlag(FLAGS_max_step_points);
   o.dry_run = absl::GetFlag(FLAGS_dry_run);
   o.tty = isatty(STDOUT_FILENO) != 0;
+  o.security = saturn::clients::SecurityFlagsFromCommandLine();
 
   if (o.command == "watch" || o.command == "apply") {
     // Stop at the next report (watch) or cut the settle wait short (apply).

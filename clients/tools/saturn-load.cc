@@ -1,9 +1,11 @@
 // saturn-load: load generator for Saturn servers (flags -> LoadConfig -> RunSession ->
-// table, JSON, CSV). The only file that defines flags. Exit codes: see load_session.h.
+// table, JSON, CSV). The only file that defines flags, but for the security flags shared with
+// saturn-diag (clients/security_flags.h). Exit codes: see load_session.h.
 //
 //   saturn-load --target 127.0.0.1:50051 --concurrency 1,4,16 --num_requests 64
 //   saturn-load --request_rate 2 --duration 60 --slo_ttft_ms 200 --json out.json
 //   saturn-load --concurrency 8 --num_requests 200 --compare cuda_graphs
+//   saturn-load --target host:50051 --tls_ca ca.pem --auth_token_file token
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "clients/load_config.h"
 #include "clients/load_session.h"
 #include "clients/report.h"
+#include "clients/security_flags.h"
 #include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
   c.json = absl::GetFlag(FLAGS_json);
   c.csv = absl::GetFlag(FLAGS_csv);
   c.progress = absl::GetFlag(FLAGS_progress);
+  c.security = SecurityFlagsFromCommandLine();
   if (absl::Status s = c.Validate(); !s.ok()) return Usage(std::string(s.message()));
 
   struct sigaction sa = {};

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace saturn::clients::testing {
 
@@ -40,16 +41,22 @@ struct Spawned {
   std::string address;
 };
 
-// Starts saturn-server on 127.0.0.1:0 and waits (up to 120 s) for its "ready" line.
-inline Spawned StartServer(const std::string& log) {
+// Starts saturn-server on 127.0.0.1:0 (with `extra` flags after the usual ones, e.g. the
+// security flags) and waits (up to 120 s) for its "ready" line.
+inline Spawned StartServer(const std::string& log, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {
+      kServerBinary,          "--model=tiny",        "--backend=cpu",    "--threads=1",
+      "--listen=127.0.0.1:0", "--max_model_len=512", "--kv_cache_mb=32", "--shutdown_grace=2s"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   Spawned s;
   s.pid = fork();
   if (s.pid == 0) {
     FILE* f = freopen(log.c_str(), "w", stderr);
     (void)f;
-    execl(kServerBinary.c_str(), kServerBinary.c_str(), "--model=tiny", "--backend=cpu",
-          "--threads=1", "--listen=127.0.0.1:0", "--max_model_len=512", "--kv_cache_mb=32",
-          "--shutdown_grace=2s", static_cast<char*>(nullptr));
+    execv(kServerBinary.c_str(), argv.data());
     _exit(127);
   }
   for (int i = 0; i < 1200; ++i) {

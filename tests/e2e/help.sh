@@ -28,6 +28,8 @@ check() {  # binary, a flag its --help must list
 check server/saturn-server kv_cache_mb
 check clients/saturn-load concurrency
 check clients/saturn-diag target
+check clients/saturn-load tls_ca  # the security flags shared by both tools
+check clients/saturn-diag auth_token_file
 check bench/saturn-bench-engine json
 check bench/saturn-bench-gemm json
 check bench/saturn-bench-instrumentation json
