@@ -35,7 +35,9 @@ struct WindowEdges {
 
 // Keeps the steps wholly inside [*begin_us, end_us]; counts the overlap of a step that
 // straddles either edge (or still runs) as busy; widens the window back to the last
-// kMinSteps complete steps when it holds fewer (a window shorter than a few steps).
+// kMinSteps complete steps when it holds fewer (a window shorter than a few steps). A window
+// in which the engine did nothing at all (no step inside, running or ending in it) is idle,
+// not short: it is never widened back to steps from before it.
 WindowEdges FitWindow(const Engine& engine, std::vector<StepRecord>* steps, double* begin_us,
                       double end_us) {
   constexpr size_t kMinSteps = 3;
@@ -53,7 +55,11 @@ WindowEdges FitWindow(const Engine& engine, std::vector<StepRecord>* steps, doub
     e.busy_us += end_us - std::max(running, *begin_us);
     e.in_flight = true;
   }
-  if (steps->size() < kMinSteps) {
+  bool idle = steps->empty() && !e.in_flight;  // unless a step overlaps the window's start
+  for (const StepRecord& r : engine.steps().Last(kMinSteps + 2)) {
+    if (r.start_us < end_us && r.end_us > *begin_us) idle = false;
+  }
+  if (steps->size() < kMinSteps && !idle) {
     // Widen: the last kMinSteps complete steps ending by end_us (the ring permitting).
     std::vector<StepRecord> recent = engine.steps().Last(steps->size() + kMinSteps + 2);
     std::erase_if(recent, [end_us](const StepRecord& r) { return r.end_us > end_us; });

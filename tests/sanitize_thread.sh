@@ -16,10 +16,6 @@
 # inside them is listed (with the reason) in tests/tsan_suppressions.txt, and the one gRPC
 # guarantee Saturn's reactors rely on is annotated in server/grpc_handoff.h. Saturn's own code
 # has no suppression entry. SATURN_SKIP_SANITIZERS=1 skips the job.
-# DiagnosticsServiceTest.IdleServerIsUnderloaded is left out here: run in one process after
-# the binary's earlier tests (as here, in any build, on main too) its 300 ms idle window is
-# widened back to the last 3 steps of their load, so it reports 3 steps, not 0. CTest runs it
-# alone in a fresh process, where it passes. An ordering issue of that test, not a race.
 #   bash tests/sanitize_thread.sh [build-dir]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,8 +46,7 @@ fi
 failed=()
 for t in "${tests[@]}"; do
   echo "saturn: tsan: $t"
-  if ! "${run[@]}" "$build/tests/$t" --gtest_brief=1 \
-    --gtest_filter=-DiagnosticsServiceTest.IdleServerIsUnderloaded; then
+  if ! "${run[@]}" "$build/tests/$t" --gtest_brief=1; then
     failed+=("$t")
   fi
 done
