@@ -24,7 +24,7 @@ DiagnosticsReport Analyze(const std::vector<StepRecord>& steps, double window_be
   r.verdict = Classify(steps, r.profile, judged, ctx, th);
   r.verdict.calibration_check = check;
   r.model = FitStepModel(steps, judged, ctx.additive_roofline);
-  r.plan = MakePlan(steps, r.profile, r.verdict, r.model, judged, ctx, th);
+  r.plan = MakePlan(steps, r.profile, r.verdict, r.model, ctx, th);
   return r;
 }
 

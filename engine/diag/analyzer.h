@@ -279,7 +279,6 @@ CalibrationCheck CheckCalibration(const std::vector<StepRecord>& steps, const Pr
                                   const Calibration& cal, const AnalyzerContext& ctx,
                                   const AnalyzerThresholds& th);
 Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verdict& v,
-              const StepModel& model, const Calibration& cal, const AnalyzerContext& ctx,
-              const AnalyzerThresholds& th);
+              const StepModel& model, const AnalyzerContext& ctx, const AnalyzerThresholds& th);
 
 }  // namespace saturn

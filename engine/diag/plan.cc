@@ -70,8 +70,9 @@ struct CurveLookupFn {
   CurveLookup operator()(double rows, bool prefill) const {
     // The curve was measured with the graph setting in force; another setting is the model's.
     static const std::vector<CurvePoint> kNone;
-    const std::vector<CurvePoint>& pts =
-        graphs != pred.graphs_now ? kNone : prefill ? curve.prefill : curve.decode;
+    const std::vector<CurvePoint>& pts = graphs != pred.graphs_now ? kNone
+                                         : prefill                 ? curve.prefill
+                                                                   : curve.decode;
     CurveLookup l = Interpolate(pts, rows);
     if (l.in_range) return l;
     const double model = ModelUs(rows, prefill);
@@ -118,6 +119,300 @@ FailureMode Fm(std::string name, double at, std::string detail) {
   return FailureMode{std::move(name), at, std::move(detail)};
 }
 
+// What the action rules share while one plan is built: where the server is now (batch,
+// demand, request mix, the measured curve, the batch worth reaching) and what the actions
+// added so far changed (options, decode batch, graphs). Each Add* rule below reads it, may
+// append one action to the plan, and updates it for the rules after it.
+struct PlanBuild {
+  const Profile& p;
+  const Verdict& v;
+  const StepModel& model;
+  const AnalyzerContext& ctx;
+  const AnalyzerThresholds& th;
+  const Predictor& pred;
+  const StepCurve& curve;
+  // Where the server is now.
+  double demand = 0;  // most requests running + waiting in the window
+  int b_now = 1;      // mean decode batch
+  int prefill_steps = 0, budget_hits = 0;
+  WorkloadMix mix;
+  bool use_mix = false;             // the window saw prefill and the mix is known
+  int budget_now = 1;               // max_num_batched_tokens in force
+  int target = 1;                   // the batch worth reaching (plateau, KV, limit, TPOT objective)
+  std::vector<FailureMode> bounds;  // what bounds the batch, shared by the batching actions
+  // What the actions so far changed.
+  EngineOptions opts;
+  bool demand_bound = false;  // the max_num_seqs action stopped at what the queue supports
+  double cur_batch = 1;
+  bool cur_graphs = false;
+
+  // Decode steps: the measured curve where it reaches, the model (scaled to it) beyond.
+  void FillDecode(Action* a, double batch_after, bool graphs_after) const {
+    const CurveLookup l0 = CurveLookupFn{pred, curve, cur_graphs}(cur_batch, false);
+    const CurveLookup l = CurveLookupFn{pred, curve, graphs_after}(batch_after, false);
+    a->batch_after = batch_after;
+    a->tpot_ms_before = l0.us * 1e-3;
+    a->tokens_per_s_before = cur_batch / l0.us * 1e6;
+    a->tpot_ms_after = l.us * 1e-3;
+    a->tokens_per_s_after = batch_after / l.us * 1e6;
+    a->expected_error = std::max(l.rel_error, model.fit_error);
+    a->outside_measured = !l.in_range;
+    const double dt = a->tpot_ms_after / std::max(a->tpot_ms_before, 1e-9) - 1;
+    a->tradeoffs.push_back(Fm("latency", a->tpot_ms_after,
+                              absl::StrFormat("TPOT/ITL %.2f -> %.2f ms (%+.0f%%)",
+                                              a->tpot_ms_before, a->tpot_ms_after, 100 * dt)));
+  }
+
+  // Workload-aware prediction of an action: closed-loop output tokens/s at `conc_before` ->
+  // `conc_after` in-flight requests, max_num_seqs `seqs_before` -> `seqs_after`.
+  void FillMix(Action* a, double conc_before, int seqs_before, double conc_after, int seqs_after,
+               bool graphs_after) const {
+    if (!use_mix) return;
+    const MixPrediction before = PredictMix(CurveLookupFn{pred, curve, cur_graphs}, mix,
+                                            conc_before, seqs_before, budget_now);
+    const MixPrediction after = PredictMix(CurveLookupFn{pred, curve, graphs_after}, mix,
+                                           conc_after, seqs_after, budget_now);
+    a->tokens_per_s_before = before.output_tokens_per_s;
+    a->tpot_ms_before = before.tpot_ms;
+    a->tokens_per_s_after = after.output_tokens_per_s;
+    a->tpot_ms_after = after.tpot_ms;
+    a->batch_after = after.decode_batch;
+    a->prefill_share = after.prefill_share;
+    a->outside_measured = !after.in_range;
+    a->expected_error = std::max(after.rel_error, model.fit_error);
+    a->tradeoffs.push_back(
+        Fm("workload_mix", after.prefill_share,
+           absl::StrFormat("requests of %.0f prompt + %.0f output tokens: %.0f%% of step time in "
+                           "steps carrying prefill, decode batch %.1f of %.0f in flight; expected "
+                           "error %.0f%%%s",
+                           mix.prompt_tokens, mix.output_tokens, 100 * after.prefill_share,
+                           after.decode_batch, std::min<double>(conc_after, seqs_after),
+                           100 * a->expected_error,
+                           after.in_range ? "" : " (outside the measured step shapes)")));
+  }
+};
+
+// The request mix: the engine's accepted requests, else the window's prefill/decode ratio
+// with the mean request length. Without prefill in the window, decode-only predictions.
+void SetMix(const std::vector<StepRecord>& steps, PlanBuild* b) {
+  const AnalyzerContext& ctx = b->ctx;
+  double win_prefill = 0, win_decode = 0;
+  for (const StepRecord& r : steps)
+    win_prefill += r.num_prefill_tokens, win_decode += r.num_decode_tokens;
+  WorkloadMix mix{ctx.mean_prompt_tokens, ctx.mean_output_tokens};
+  if (mix.prompt_tokens > 0 && win_prefill > 0 && win_decode > 0) {
+    // Output length from the window's own token ratio rho = P / (O - 1): finished requests
+    // favour the short ones that finish first (a window after a start or a change).
+    mix.output_tokens = 1 + mix.prompt_tokens * win_decode / win_prefill;
+  } else if ((mix.prompt_tokens <= 0 || mix.output_tokens <= 0) && win_prefill > 0 &&
+             win_decode > 0 && ctx.mean_request_tokens > 0) {
+    const double rho = win_prefill / win_decode;  // = P / (O - 1)
+    mix.output_tokens = (ctx.mean_request_tokens + rho) / (1 + rho);
+    mix.prompt_tokens = ctx.mean_request_tokens - mix.output_tokens;
+  }
+  b->mix = mix;
+  b->use_mix = win_prefill > 0 && mix.prompt_tokens > 0 && mix.output_tokens > 0;
+  b->budget_now = std::max(1, ctx.options.max_num_batched_tokens);
+}
+
+// The throughput plateau over every batch the server could be configured to, B90, the
+// target batch and the failure modes that bound it.
+void SetTarget(bool graphs, Plan* plan, PlanBuild* b) {
+  const AnalyzerContext& ctx = b->ctx;
+  const Predictor& pred = b->pred;
+  const int limit = std::max({ctx.max_num_seqs_limit, ctx.options.max_num_seqs, b->b_now});
+  // Attention grows with the batch too, so take the best over the range, not its end.
+  for (int n = 1; n <= limit; ++n) {
+    plan->plateau_tokens_per_s = std::max(plan->plateau_tokens_per_s, pred.DecodeTps(n, graphs));
+  }
+  plan->plateau_batch = limit;
+  for (int n = 1; n <= limit; ++n) {
+    if (pred.DecodeTps(n, graphs) >= b->th.plateau_fraction * plan->plateau_tokens_per_s) {
+      plan->plateau_batch = n;
+      break;
+    }
+  }
+  int target = std::min({plan->plateau_batch, plan->kv_capacity_batch, limit});
+  target = std::max(target, 1);
+  int slo_batch = 1 << 20;
+  if (ctx.tpot_slo_ms > 0) {
+    slo_batch = 0;
+    for (int n = 1; n <= limit; ++n) {
+      if (pred.DecodeUs(n, graphs) * 1e-3 <= ctx.tpot_slo_ms) slo_batch = n;
+    }
+    target = std::max(1, std::min(target, slo_batch));
+  }
+  b->target = target;
+  const int block = std::max(1, ctx.kv_block_size);
+  if (plan->kv_capacity_batch < plan->plateau_batch) {
+    b->bounds.push_back(Fm("kv_preemption", plan->kv_capacity_batch,
+                           absl::StrFormat("the KV cache (%d blocks of %d tokens) holds %d "
+                                           "sequences of %.0f tokens; past batch %d requests are "
+                                           "preempted and recomputed",
+                                           ctx.kv_num_blocks, block, plan->kv_capacity_batch,
+                                           plan->expected_seq_len, plan->kv_capacity_batch)));
+  }
+  if (limit < plan->plateau_batch || (limit == plan->plateau_batch && limit > b->b_now)) {
+    b->bounds.push_back(Fm("configured_limit", limit,
+                           absl::StrFormat("max_num_seqs_limit is %d", ctx.max_num_seqs_limit)));
+  }
+  if (slo_batch < std::min(plan->plateau_batch, plan->kv_capacity_batch)) {
+    b->bounds.push_back(Fm("tpot_slo", slo_batch,
+                           absl::StrFormat("TPOT objective %.1f ms holds up to batch %d",
+                                           ctx.tpot_slo_ms, slo_batch)));
+  }
+}
+
+void AddEnableCudaGraphs(PlanBuild& b, Plan* plan) {
+  const AnalyzerContext& ctx = b.ctx;
+  Action a;
+  a.kind = ActionKind::kEnableCudaGraphs;
+  a.what = "enable CUDA graphs (decode steps replay one graph instead of launching each op)";
+  b.FillDecode(&a, b.cur_batch, true);
+  const double mem = ctx.graph_memory_bytes > 0
+                         ? ctx.graph_memory_bytes
+                         : kGraphBytesPerSize * double(ctx.graph_sizes.size());
+  a.tradeoffs.push_back(Fm("graph_memory", mem,
+                           absl::StrFormat("%.0f MiB for %zu captured sizes%s; capture time "
+                                           "grows with the number of sizes",
+                                           mem / (1 << 20), ctx.graph_sizes.size(),
+                                           ctx.graph_memory_bytes > 0 ? "" : " (estimated)")));
+  const int padded = b.pred.Padded(int(b.cur_batch), true);
+  a.tradeoffs.push_back(Fm("padding_waste", padded - b.cur_batch,
+                           absl::StrFormat("batch %.0f pads to %d rows (%.0f%% waste)", b.cur_batch,
+                                           padded, 100.0 * (padded - b.cur_batch) / padded)));
+  b.opts.cuda_graphs = true;
+  a.options_after = b.opts;
+  b.cur_graphs = true;
+  plan->actions.push_back(a);
+}
+
+// When the queue or max_num_seqs binds: raise max_num_seqs to the target (the batch reaches
+// what the demand supports).
+void AddRaiseMaxNumSeqs(PlanBuild& b, Plan* plan) {
+  const AnalyzerContext& ctx = b.ctx;
+  const bool queue_binds = b.p.max_queue_depth > 0 || b.b_now >= 0.95 * ctx.options.max_num_seqs;
+  if (!queue_binds || b.target <= ctx.options.max_num_seqs) return;
+  const double reach = std::min<double>(b.target, std::max<double>(b.demand, b.b_now));
+  if (!(b.pred.DecodeTps(int(reach), b.cur_graphs) >=
+        b.th.min_gain * b.pred.DecodeTps(int(b.cur_batch), b.cur_graphs))) {
+    // The limit binds only because clients send no more: ask them (AddRaiseClientConcurrency).
+    if (reach < b.target) b.demand_bound = true;
+    return;
+  }
+  Action a;
+  a.kind = ActionKind::kRaiseMaxNumSeqs;
+  a.from = ctx.options.max_num_seqs;
+  a.to = b.target;
+  a.what = absl::StrFormat("raise max_num_seqs %d -> %d", ctx.options.max_num_seqs, b.target);
+  b.FillDecode(&a, reach, b.cur_graphs);
+  b.FillMix(&a, b.demand, ctx.options.max_num_seqs, b.demand, b.target, b.cur_graphs);
+  a.tradeoffs.insert(a.tradeoffs.end(), b.bounds.begin(), b.bounds.end());
+  if (reach < b.target) {
+    b.demand_bound = true;
+    a.tradeoffs.push_back(Fm("queue_demand", reach,
+                             absl::StrFormat("only %.0f requests are in flight: the batch "
+                                             "stops at %.0f until clients send more",
+                                             b.demand, reach)));
+  }
+  b.opts.max_num_seqs = b.target;
+  a.options_after = b.opts;
+  b.cur_batch = reach;
+  plan->actions.push_back(a);
+}
+
+// When prefill chunks fill the token budget while requests wait: raise the budget to where
+// mixed steps reach the plateau of prefill tokens/s.
+void AddRaiseMaxNumBatchedTokens(PlanBuild& b, Plan* plan) {
+  if (!(b.prefill_steps > 0 && b.p.max_queue_depth > 0 &&
+        b.budget_hits >= b.th.budget_hit_share * b.prefill_steps)) {
+    return;
+  }
+  const Predictor& pred = b.pred;
+  EngineOptions& opts = b.opts;
+  const int tlimit = std::max(b.ctx.max_num_batched_tokens_limit, opts.max_num_batched_tokens);
+  const int decodes = int(b.cur_batch);
+  auto tps = [&](int t) { return t / pred.MixedUs(t, decodes) * 1e6; };
+  double plateau = 0;  // prefill attention is quadratic in the chunk: best, not the end
+  for (int t = 64; t <= tlimit; t += 64) plateau = std::max(plateau, tps(t));
+  int t_target = tlimit;
+  for (int t = 64; t <= tlimit; t += 64) {
+    if (tps(t) >= b.th.plateau_fraction * plateau) {
+      t_target = t;
+      break;
+    }
+  }
+  if (t_target <= opts.max_num_batched_tokens) return;
+  Action a;
+  a.kind = ActionKind::kRaiseMaxNumBatchedTokens;
+  a.from = opts.max_num_batched_tokens;
+  a.to = t_target;
+  a.what = absl::StrFormat("raise max_num_batched_tokens %d -> %d", opts.max_num_batched_tokens,
+                           t_target);
+  a.batch_after = b.cur_batch;
+  a.tokens_per_s_before = tps(opts.max_num_batched_tokens);
+  a.tokens_per_s_after = tps(t_target);
+  a.tpot_ms_before = pred.MixedUs(opts.max_num_batched_tokens, decodes) * 1e-3;
+  a.tpot_ms_after = pred.MixedUs(t_target, decodes) * 1e-3;
+  a.tradeoffs.push_back(Fm("latency", a.tpot_ms_after,
+                           absl::StrFormat("decodes sharing a prefill step see ITL %.1f -> "
+                                           "%.1f ms",
+                                           a.tpot_ms_before, a.tpot_ms_after)));
+  opts.max_num_batched_tokens = t_target;
+  a.options_after = opts;
+  plan->actions.push_back(a);
+}
+
+// When demand sets the batch (underloaded, or max_num_seqs raised as far as the queue goes)
+// and the steps are not compute-bound: more in-flight requests from the clients.
+void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
+  if (!((b.v.bottleneck == Bottleneck::kUnderloaded || b.demand_bound) && b.target > b.cur_batch &&
+        b.v.step_bound != Bottleneck::kComputeBound)) {
+    return;
+  }
+  EngineOptions& opts = b.opts;
+  const int target = b.target;
+  Action a;
+  a.kind = ActionKind::kRaiseClientConcurrency;
+  a.from = b.demand;
+  a.to = target;
+  a.what = absl::StrFormat(
+      "raise client concurrency %.0f -> %d in-flight requests%s", b.demand, target,
+      opts.max_num_seqs < target
+          ? absl::StrFormat(" (and max_num_seqs %d -> %d)", opts.max_num_seqs, target)
+          : "");
+  b.FillDecode(&a, target, b.cur_graphs);
+  b.FillMix(&a, b.demand, opts.max_num_seqs, target, std::max(opts.max_num_seqs, target),
+            b.cur_graphs);
+  if (b.p.output_tokens_per_s > 0) {  // what the window delivered, idle included
+    a.tokens_per_s_before = std::min(a.tokens_per_s_before, b.p.output_tokens_per_s);
+  }
+  a.tradeoffs.insert(a.tradeoffs.end(), b.bounds.begin(), b.bounds.end());
+  if (opts.max_num_seqs < target) opts.max_num_seqs = target;
+  a.options_after = opts;
+  plan->actions.push_back(a);
+}
+
+// Why a plan has no action: headroom in a kernel, the compute ceiling, or nothing to gain.
+std::string NoActionNote(const Verdict& v, const Plan& plan, const AnalyzerThresholds& th) {
+  if (v.far_below_roofs && !v.headroom.empty()) {
+    const Headroom& h = v.headroom.front();
+    return absl::StrFormat(
+        "no batching change predicted to gain throughput, but the steps run far below both "
+        "roofs (%.0f%% of peak FLOP/s, %.0f%% of bandwidth): %s takes %.0f%% of the step at "
+        "%.0f%% of its roof; a faster %s kernel would give up to %.2fx tokens/s",
+        100 * v.step_mfu, 100 * v.step_mbu, OpClassName(h.op_class), 100 * h.step_share,
+        100 * h.roofline_efficiency, OpClassName(h.op_class), h.speedup);
+  }
+  if (v.step_bound == Bottleneck::kComputeBound && !v.far_below_roofs) {
+    return absl::StrFormat(
+        "at the compute ceiling (steps at %.0f%% of peak FLOP/s): more batching adds "
+        "latency, not throughput; batch %d already gives %.0f%% of the plateau",
+        100 * v.step_mfu, plan.plateau_batch, 100 * th.plateau_fraction);
+  }
+  return "no change predicted to gain throughput";
+}
+
 }  // namespace
 
 const char* ActionKindName(ActionKind k) {
@@ -135,9 +430,7 @@ const char* ActionKindName(ActionKind k) {
 }
 
 Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verdict& v,
-              const StepModel& model, const Calibration& cal, const AnalyzerContext& ctx,
-              const AnalyzerThresholds& th) {
-  (void)cal;
+              const StepModel& model, const AnalyzerContext& ctx, const AnalyzerThresholds& th) {
   Plan plan;
   if (steps.empty() || ctx.model.num_layers == 0) {
     plan.note = "no steps in the window: send requests to get a plan";
@@ -172,250 +465,29 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   plan.kv_capacity_batch = ctx.kv_num_blocks > 0 ? ctx.kv_num_blocks / blocks_per_seq : 1 << 20;
   const Predictor pred{model, ctx, plan.context, host / steps.size(), ctx.options.cuda_graphs};
   const StepCurve curve = MeasuredCurve(steps, pred, ctx, &plan);
-  // The request mix: the engine's finished requests, else the window's prefill/decode ratio
-  // with the mean request length. Without prefill in the window, decode-only predictions.
-  double win_prefill = 0, win_decode = 0;
-  for (const StepRecord& r : steps) win_prefill += r.num_prefill_tokens, win_decode += r.num_decode_tokens;
-  WorkloadMix mix{ctx.mean_prompt_tokens, ctx.mean_output_tokens};
-  if (mix.prompt_tokens > 0 && win_prefill > 0 && win_decode > 0) {
-    // Output length from the window's own token ratio rho = P / (O - 1): finished requests
-    // favour the short ones that finish first (a window after a start or a change).
-    mix.output_tokens = 1 + mix.prompt_tokens * win_decode / win_prefill;
-  } else if ((mix.prompt_tokens <= 0 || mix.output_tokens <= 0) && win_prefill > 0 && win_decode > 0 &&
-      ctx.mean_request_tokens > 0) {
-    const double rho = win_prefill / win_decode;  // = P / (O - 1)
-    mix.output_tokens = (ctx.mean_request_tokens + rho) / (1 + rho);
-    mix.prompt_tokens = ctx.mean_request_tokens - mix.output_tokens;
-  }
-  const bool use_mix = win_prefill > 0 && mix.prompt_tokens > 0 && mix.output_tokens > 0;
-  const int budget_now = std::max(1, ctx.options.max_num_batched_tokens);
 
-  // Throughput plateau over every batch the server could be configured to, and B90.
-  const int limit = std::max({ctx.max_num_seqs_limit, ctx.options.max_num_seqs, b_now});
-  bool graphs = ctx.options.cuda_graphs;
-  const bool add_graphs = ctx.supports_graphs && !graphs &&
+  PlanBuild b{p, v, model, ctx, th, pred, curve};
+  b.demand = demand;
+  b.b_now = b_now;
+  b.prefill_steps = prefill_steps;
+  b.budget_hits = budget_hits;
+  SetMix(steps, &b);
+  const bool add_graphs = ctx.supports_graphs && !ctx.options.cuda_graphs &&
                           (v.step_bound == Bottleneck::kLaunchBound ||
                            std::any_of(v.signals.begin(), v.signals.end(), [](const Signal& s) {
                              return s.name == "launch_share" && s.crossed;
                            }));
-  if (add_graphs) graphs = true;
-  // Attention grows with the batch too, so take the best over the range, not its end.
-  for (int b = 1; b <= limit; ++b) {
-    plan.plateau_tokens_per_s = std::max(plan.plateau_tokens_per_s, pred.DecodeTps(b, graphs));
-  }
-  plan.plateau_batch = limit;
-  for (int b = 1; b <= limit; ++b) {
-    if (pred.DecodeTps(b, graphs) >= th.plateau_fraction * plan.plateau_tokens_per_s) {
-      plan.plateau_batch = b;
-      break;
-    }
-  }
-  int target = std::min({plan.plateau_batch, plan.kv_capacity_batch, limit});
-  target = std::max(target, 1);
-  int slo_batch = 1 << 20;
-  if (ctx.tpot_slo_ms > 0) {
-    slo_batch = 0;
-    for (int b = 1; b <= limit; ++b) {
-      if (pred.DecodeUs(b, graphs) * 1e-3 <= ctx.tpot_slo_ms) slo_batch = b;
-    }
-    target = std::max(1, std::min(target, slo_batch));
-  }
-  // Failure modes that bound the batch, shared by the batching actions.
-  std::vector<FailureMode> bounds;
-  if (plan.kv_capacity_batch < plan.plateau_batch) {
-    bounds.push_back(Fm("kv_preemption", plan.kv_capacity_batch,
-                        absl::StrFormat("the KV cache (%d blocks of %d tokens) holds %d sequences "
-                                        "of %.0f tokens; past batch %d requests are preempted and "
-                                        "recomputed",
-                                        ctx.kv_num_blocks, block, plan.kv_capacity_batch,
-                                        plan.expected_seq_len, plan.kv_capacity_batch)));
-  }
-  if (limit < plan.plateau_batch || (limit == plan.plateau_batch && limit > b_now)) {
-    bounds.push_back(Fm("configured_limit", limit,
-                        absl::StrFormat("max_num_seqs_limit is %d", ctx.max_num_seqs_limit)));
-  }
-  if (slo_batch < std::min(plan.plateau_batch, plan.kv_capacity_batch)) {
-    bounds.push_back(Fm("tpot_slo", slo_batch,
-                        absl::StrFormat("TPOT objective %.1f ms holds up to batch %d",
-                                        ctx.tpot_slo_ms, slo_batch)));
-  }
+  SetTarget(ctx.options.cuda_graphs || add_graphs, &plan, &b);
+  b.opts = ctx.options;
+  b.cur_batch = b_now;
+  b.cur_graphs = ctx.options.cuda_graphs;
 
-  EngineOptions opts = ctx.options;
-  bool demand_bound = false;  // the max_num_seqs action stopped at what the queue supports
-  double cur_batch = b_now;
-  bool cur_graphs = ctx.options.cuda_graphs;
-  // Workload-aware prediction of an action: closed-loop output tokens/s at `conc_before` ->
-  // `conc_after` in-flight requests, max_num_seqs `seqs_before` -> `seqs_after`.
-  auto fill_mix = [&](Action* a, double conc_before, int seqs_before, double conc_after,
-                      int seqs_after, bool graphs_after) {
-    if (!use_mix) return;
-    const MixPrediction before = PredictMix(CurveLookupFn{pred, curve, cur_graphs}, mix,
-                                            conc_before, seqs_before, budget_now);
-    const MixPrediction after = PredictMix(CurveLookupFn{pred, curve, graphs_after}, mix,
-                                           conc_after, seqs_after, budget_now);
-    a->tokens_per_s_before = before.output_tokens_per_s;
-    a->tpot_ms_before = before.tpot_ms;
-    a->tokens_per_s_after = after.output_tokens_per_s;
-    a->tpot_ms_after = after.tpot_ms;
-    a->batch_after = after.decode_batch;
-    a->prefill_share = after.prefill_share;
-    a->outside_measured = !after.in_range;
-    a->expected_error = std::max(after.rel_error, model.fit_error);
-    a->tradeoffs.push_back(Fm(
-        "workload_mix", after.prefill_share,
-        absl::StrFormat("requests of %.0f prompt + %.0f output tokens: %.0f%% of step time in "
-                        "steps carrying prefill, decode batch %.1f of %.0f in flight; expected "
-                        "error %.0f%%%s",
-                        mix.prompt_tokens, mix.output_tokens, 100 * after.prefill_share,
-                        after.decode_batch, std::min<double>(conc_after, seqs_after),
-                        100 * a->expected_error,
-                        after.in_range ? "" : " (outside the measured step shapes)")));
-  };
-  auto fill = [&](Action* a, double batch_after, bool graphs_after) {
-    // Decode steps: the measured curve where it reaches, the model (scaled to it) beyond.
-    const CurveLookup l0 = CurveLookupFn{pred, curve, cur_graphs}(cur_batch, false);
-    const CurveLookup l = CurveLookupFn{pred, curve, graphs_after}(batch_after, false);
-    a->batch_after = batch_after;
-    a->tpot_ms_before = l0.us * 1e-3;
-    a->tokens_per_s_before = cur_batch / l0.us * 1e6;
-    a->tpot_ms_after = l.us * 1e-3;
-    a->tokens_per_s_after = batch_after / l.us * 1e6;
-    a->expected_error = std::max(l.rel_error, model.fit_error);
-    a->outside_measured = !l.in_range;
-    const double dt = a->tpot_ms_after / std::max(a->tpot_ms_before, 1e-9) - 1;
-    a->tradeoffs.push_back(Fm("latency", a->tpot_ms_after,
-                              absl::StrFormat("TPOT/ITL %.2f -> %.2f ms (%+.0f%%)",
-                                              a->tpot_ms_before, a->tpot_ms_after, 100 * dt)));
-  };
-
-  if (add_graphs) {
-    Action a;
-    a.kind = ActionKind::kEnableCudaGraphs;
-    a.what = "enable CUDA graphs (decode steps replay one graph instead of launching each op)";
-    fill(&a, cur_batch, true);
-    const double mem = ctx.graph_memory_bytes > 0
-                           ? ctx.graph_memory_bytes
-                           : kGraphBytesPerSize * double(ctx.graph_sizes.size());
-    a.tradeoffs.push_back(Fm("graph_memory", mem,
-                             absl::StrFormat("%.0f MiB for %zu captured sizes%s; capture time "
-                                             "grows with the number of sizes",
-                                             mem / (1 << 20), ctx.graph_sizes.size(),
-                                             ctx.graph_memory_bytes > 0 ? "" : " (estimated)")));
-    const int padded = pred.Padded(int(cur_batch), true);
-    a.tradeoffs.push_back(Fm("padding_waste", padded - cur_batch,
-                             absl::StrFormat("batch %.0f pads to %d rows (%.0f%% waste)", cur_batch,
-                                             padded, 100.0 * (padded - cur_batch) / padded)));
-    opts.cuda_graphs = true;
-    a.options_after = opts;
-    cur_graphs = true;
-    plan.actions.push_back(a);
-  }
-
-  const bool queue_binds = p.max_queue_depth > 0 || b_now >= 0.95 * ctx.options.max_num_seqs;
-  if (queue_binds && target > ctx.options.max_num_seqs) {
-    const double reach = std::min<double>(target, std::max<double>(demand, b_now));
-    if (pred.DecodeTps(int(reach), cur_graphs) >=
-        th.min_gain * pred.DecodeTps(int(cur_batch), cur_graphs)) {
-      Action a;
-      a.kind = ActionKind::kRaiseMaxNumSeqs;
-      a.from = ctx.options.max_num_seqs;
-      a.to = target;
-      a.what = absl::StrFormat("raise max_num_seqs %d -> %d", ctx.options.max_num_seqs, target);
-      fill(&a, reach, cur_graphs);
-      fill_mix(&a, demand, ctx.options.max_num_seqs, demand, target, cur_graphs);
-      a.tradeoffs.insert(a.tradeoffs.end(), bounds.begin(), bounds.end());
-      if (reach < target) {
-        demand_bound = true;
-        a.tradeoffs.push_back(Fm("queue_demand", reach,
-                                 absl::StrFormat("only %.0f requests are in flight: the batch "
-                                                 "stops at %.0f until clients send more",
-                                                 demand, reach)));
-      }
-      opts.max_num_seqs = target;
-      a.options_after = opts;
-      cur_batch = reach;
-      plan.actions.push_back(a);
-    } else if (reach < target) {
-      demand_bound = true;  // the limit binds only because clients send no more: ask them
-    }
-  }
-
-  if (prefill_steps > 0 && p.max_queue_depth > 0 &&
-      budget_hits >= th.budget_hit_share * prefill_steps) {
-    const int tlimit = std::max(ctx.max_num_batched_tokens_limit, opts.max_num_batched_tokens);
-    const int decodes = int(cur_batch);
-    auto tps = [&](int t) { return t / pred.MixedUs(t, decodes) * 1e6; };
-    double plateau = 0;  // prefill attention is quadratic in the chunk: best, not the end
-    for (int t = 64; t <= tlimit; t += 64) plateau = std::max(plateau, tps(t));
-    int t_target = tlimit;
-    for (int t = 64; t <= tlimit; t += 64) {
-      if (tps(t) >= th.plateau_fraction * plateau) {
-        t_target = t;
-        break;
-      }
-    }
-    if (t_target > opts.max_num_batched_tokens) {
-      Action a;
-      a.kind = ActionKind::kRaiseMaxNumBatchedTokens;
-      a.from = opts.max_num_batched_tokens;
-      a.to = t_target;
-      a.what = absl::StrFormat("raise max_num_batched_tokens %d -> %d", opts.max_num_batched_tokens,
-                               t_target);
-      a.batch_after = cur_batch;
-      a.tokens_per_s_before = tps(opts.max_num_batched_tokens);
-      a.tokens_per_s_after = tps(t_target);
-      a.tpot_ms_before = pred.MixedUs(opts.max_num_batched_tokens, decodes) * 1e-3;
-      a.tpot_ms_after = pred.MixedUs(t_target, decodes) * 1e-3;
-      a.tradeoffs.push_back(Fm("latency", a.tpot_ms_after,
-                               absl::StrFormat("decodes sharing a prefill step see ITL %.1f -> "
-                                               "%.1f ms",
-                                               a.tpot_ms_before, a.tpot_ms_after)));
-      opts.max_num_batched_tokens = t_target;
-      a.options_after = opts;
-      plan.actions.push_back(a);
-    }
-  }
-
-  if ((v.bottleneck == Bottleneck::kUnderloaded || demand_bound) && target > cur_batch &&
-      v.step_bound != Bottleneck::kComputeBound) {
-    Action a;
-    a.kind = ActionKind::kRaiseClientConcurrency;
-    a.from = demand;
-    a.to = target;
-    a.what = absl::StrFormat(
-        "raise client concurrency %.0f -> %d in-flight requests%s", demand, target,
-        opts.max_num_seqs < target
-            ? absl::StrFormat(" (and max_num_seqs %d -> %d)", opts.max_num_seqs, target)
-            : "");
-    fill(&a, target, cur_graphs);
-    fill_mix(&a, demand, opts.max_num_seqs, target, std::max(opts.max_num_seqs, target),
-             cur_graphs);
-    if (p.output_tokens_per_s > 0) {  // what the window delivered, idle included
-      a.tokens_per_s_before = std::min(a.tokens_per_s_before, p.output_tokens_per_s);
-    }
-    a.tradeoffs.insert(a.tradeoffs.end(), bounds.begin(), bounds.end());
-    if (opts.max_num_seqs < target) opts.max_num_seqs = target;
-    a.options_after = opts;
-    plan.actions.push_back(a);
-  }
-  if (plan.actions.empty()) {
-    if (v.far_below_roofs && !v.headroom.empty()) {
-      const Headroom& h = v.headroom.front();
-      plan.note = absl::StrFormat(
-          "no batching change predicted to gain throughput, but the steps run far below both "
-          "roofs (%.0f%% of peak FLOP/s, %.0f%% of bandwidth): %s takes %.0f%% of the step at "
-          "%.0f%% of its roof; a faster %s kernel would give up to %.2fx tokens/s",
-          100 * v.step_mfu, 100 * v.step_mbu, OpClassName(h.op_class), 100 * h.step_share,
-          100 * h.roofline_efficiency, OpClassName(h.op_class), h.speedup);
-    } else if (v.step_bound == Bottleneck::kComputeBound && !v.far_below_roofs) {
-      plan.note = absl::StrFormat(
-          "at the compute ceiling (steps at %.0f%% of peak FLOP/s): more batching adds "
-          "latency, not throughput; batch %d already gives %.0f%% of the plateau",
-          100 * v.step_mfu, plan.plateau_batch, 100 * th.plateau_fraction);
-    } else {
-      plan.note = "no change predicted to gain throughput";
-    }
-  }
+  // The rules, in the order their actions apply; each sees what the earlier ones changed.
+  if (add_graphs) AddEnableCudaGraphs(b, &plan);
+  AddRaiseMaxNumSeqs(b, &plan);
+  AddRaiseMaxNumBatchedTokens(b, &plan);
+  AddRaiseClientConcurrency(b, &plan);
+  if (plan.actions.empty()) plan.note = NoActionNote(v, plan, th);
   return plan;
 }
 
