@@ -262,9 +262,10 @@ int Main() {
       for (const auto& [kb, t] : row->gemm_us_bytes) {  // where the GEMM time goes
         const double ops = t.second / (std::max<int64_t>(kb, 1) * 1024.0);
         const double bytes_per_s = t.second / std::max(t.first * 1e-6, 1e-12);
-        std::printf("       gemm %7.2f MiB x %4.1f per step: %7.1f us each, %5.1f GB/s = %5.1f %% of bw\n",
-                    kb / 1024.0, ops / std::max(row->timed_steps, 1), t.first / std::max(ops, 1.0),
-                    bytes_per_s / 1e9, 100 * bytes_per_s / cal->bandwidth_bytes_per_s);
+        std::printf(
+            "       gemm %7.2f MiB x %4.1f per step: %7.1f us each, %5.1f GB/s = %5.1f %% of bw\n",
+            kb / 1024.0, ops / std::max(row->timed_steps, 1), t.first / std::max(ops, 1.0),
+            bytes_per_s / 1e9, 100 * bytes_per_s / cal->bandwidth_bytes_per_s);
       }
       std::fflush(stdout);
       rows.push_back(*row);

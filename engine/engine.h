@@ -187,7 +187,7 @@ class Engine {
   EngineCounters counters_;             // guarded by mu_
   GraphInfo graph_info_;  // guarded by mu_ (copy of the runner's, refreshed after captures)
   int kv_free_ = 0;       // guarded by mu_ (mirror of the scheduler's)
-  std::optional<StepProbe> step_probe_;  // guarded by mu_
+  std::optional<StepProbe> step_probe_;     // guarded by mu_
   std::unordered_map<int64_t, Live> live_;  // engine thread only
   int64_t step_id_ = 0;                     // engine thread only
 

@@ -94,7 +94,7 @@ absl::Status RunRounds(ModelRunner* runner, std::vector<Shape>* shapes, int repe
                                           : 0;
       if (s.last_us < 0 || NowUs() - t0 + expect > budget_us) {
         if (round == 0) *truncated = true;  // a size left out (fewer repeats is not)
-        s.last_us = -1;  // dropped: later rounds skip it
+        s.last_us = -1;                     // dropped: later rounds skip it
         continue;
       }
       const double a = NowUs();
@@ -129,8 +129,8 @@ std::vector<int> ProbeSizes(int first, int last) {
   return out;
 }
 
-absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks,
-                                       int max_model_len, const StepProbeOptions& o) {
+absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks, int max_model_len,
+                                       const StepProbeOptions& o) {
   RETURN_IF_ERROR(o.Validate());
   const double t0 = NowUs();
   StepProbe probe;
@@ -150,8 +150,8 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
     have_prefill_seqs = seqs.Add(std::min(left, max_model_len));
   }
   if (max_chunk >= 1 && !have_prefill_seqs) probe.truncated = true;
-  for (int c : have_prefill_seqs ? ProbeSizes(std::min(16, max_chunk), max_chunk)
-                                 : std::vector<int>{}) {
+  for (int c :
+       have_prefill_seqs ? ProbeSizes(std::min(16, max_chunk), max_chunk) : std::vector<int>{}) {
     Shape s;
     s.plan = PrefillPlan(seqs, c, max_model_len, vocab);
     s.series = ProbeSeries{true, c, 0, {}};
@@ -176,7 +176,8 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
   }
   // Half the budget each, so a slow prefill cannot starve the decode sizes (or the reverse).
   const double half_us = o.budget_ms * 1e3 / (prefill.empty() || decode.empty() ? 1 : 2);
-  RETURN_IF_ERROR(RunRounds(runner, &decode, o.repeats, half_us, o.per_op_timing, &probe.truncated));
+  RETURN_IF_ERROR(
+      RunRounds(runner, &decode, o.repeats, half_us, o.per_op_timing, &probe.truncated));
   RETURN_IF_ERROR(
       RunRounds(runner, &prefill, o.repeats, half_us, o.per_op_timing, &probe.truncated));
   for (std::vector<Shape>* v : {&decode, &prefill}) {

@@ -29,7 +29,7 @@ struct StepProbeOptions {
   int context = 0;               // decode context per sequence; 0: min(128, max_model_len / 2)
   int repeats = 3;               // timed steps per size
   double budget_ms = kDefaultProbeBudgetMs;  // total wall time; sizes that do not fit are left out
-  bool per_op_timing = true;     // as serving steps record them
+  bool per_op_timing = true;                 // as serving steps record them
 
   absl::Status Validate() const;
 };
@@ -58,7 +58,7 @@ std::vector<int> ProbeSizes(int first, int last);
 
 // Times the probe steps on `runner`, taking blocks from `blocks` (returned before it returns).
 // The caller guarantees no other step runs meanwhile.
-absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks,
-                                       int max_model_len, const StepProbeOptions& options);
+absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks, int max_model_len,
+                                       const StepProbeOptions& options);
 
 }  // namespace saturn

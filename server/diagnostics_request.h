@@ -39,7 +39,6 @@ absl::StatusOr<int> ResolveIntervalMs(int interval_ms);
 absl::StatusOr<size_t> ResolveTraceSteps(int max_steps, size_t ring_capacity);
 absl::Status ValidateStepPoints(int max_step_points);
 
-
 // The calibration in force as GetServerInfo and Recalibrate return it: the figures, how
 // long measuring took, its age and the self-check's suspect flag. False when none yet.
 bool FillCalibration(const DiagnosticsState& diag, v1::Calibration* out);

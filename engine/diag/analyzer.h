@@ -234,7 +234,7 @@ struct Plan {
   double measured_max_batch = 0;
   double measured_max_prefill_rows = 0;
   bool used_probe = false;
-  StepCurve curve;  // the merged curve the predictions looked up (step_curve.h)
+  StepCurve curve;   // the merged curve the predictions looked up (step_curve.h)
   std::string note;  // why there is no action, when there is none
 };
 

@@ -179,8 +179,9 @@ std::string ReportToJson(const DiagnosticsReport& r, int indent) {
         {"measured_max_batch", r.plan.measured_max_batch},
         {"measured_max_prefill_rows", r.plan.measured_max_prefill_rows},
         {"used_probe", r.plan.used_probe},
-        {"curve", {{"decode", CurveJson(r.plan.curve.decode)},
-                   {"prefill", CurveJson(r.plan.curve.prefill)}}},
+        {"curve",
+         {{"decode", CurveJson(r.plan.curve.decode)},
+          {"prefill", CurveJson(r.plan.curve.prefill)}}},
         {"note", r.plan.note},
         {"actions", actions}}},
   };

@@ -1,6 +1,8 @@
 // GemmPlanner (gemm_planner.h): the start-up measurement of the GEMM paths.
 #include "kernels/cpu/gemm_planner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,8 +12,6 @@
 #include <mutex>
 #include <tuple>
 #include <vector>
-
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -57,7 +57,8 @@ constexpr int64_t kMinPrefetchProbeK = 64;
 int MeasurePrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w) {
   const int64_t k = w.cols;
   const size_t elem = DTypeSize(w.dtype);
-  const int64_t rows = std::max<int64_t>(256, static_cast<int64_t>(PrefetchProbeBytes() / (elem * k)));
+  const int64_t rows =
+      std::max<int64_t>(256, static_cast<int64_t>(PrefetchProbeBytes() / (elem * k)));
   // Ones (f32 or bf16 bit patterns): the values do not matter, the bytes moved do.
   std::vector<uint32_t> ws((static_cast<size_t>(rows * k) * elem + 3) / 4,
                            elem == 4 ? 0x3f800000u : 0x3f803f80u);
@@ -70,8 +71,8 @@ int MeasurePrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Ten
   std::fill(std::begin(best_us), std::end(best_us), std::numeric_limits<double>::infinity());
   for (int round = 0; round < kRounds; ++round) {
     for (int c = 0; c < kCount; ++c) {
-      const double us = TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny,
-                               GemmPlanner::kPrefetchCandidates[c]);
+      const double us =
+          TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny, GemmPlanner::kPrefetchCandidates[c]);
       if (round > 0) best_us[c] = std::min(best_us[c], us);
     }
   }
@@ -93,7 +94,8 @@ int PrefetchBlocksFor(ThreadPool& pool, const IsaKernels& kernels, const Tensor&
                                       pool.num_threads()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = measured.find(key);
-  if (it == measured.end()) it = measured.emplace(key, MeasurePrefetchBlocks(pool, kernels, w)).first;
+  if (it == measured.end())
+    it = measured.emplace(key, MeasurePrefetchBlocks(pool, kernels, w)).first;
   return it->second;
 }
 

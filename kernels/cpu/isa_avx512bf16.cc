@@ -128,8 +128,8 @@ inline void DotPair(__m512 (&acc)[MR][2], const uint16_t* x, int64_t ldx, const 
 
 // out[0..MR) x [0..cols) (+)= x[0..MR) x [0..kc) * panel (pairs = ceil(kc / 2)).
 template <int MR>
-void Micro(const uint16_t* x, int64_t ldx, const uint16_t* wp, int64_t kc, float* out,
-           int64_t ldo, bool accumulate, int cols) {
+void Micro(const uint16_t* x, int64_t ldx, const uint16_t* wp, int64_t kc, float* out, int64_t ldo,
+           bool accumulate, int cols) {
   __m512 acc[MR][2];
 #pragma GCC unroll 16
   for (auto& row : acc) row[0] = row[1] = _mm512_setzero_ps();

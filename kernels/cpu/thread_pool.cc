@@ -38,8 +38,7 @@ bool YieldUntil(int64_t spin_us, const Done& done) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads, int64_t spin_us)
-    : spin_us_(std::max<int64_t>(0, spin_us)) {
+ThreadPool::ThreadPool(int num_threads, int64_t spin_us) : spin_us_(std::max<int64_t>(0, spin_us)) {
   for (int i = 1; i < std::clamp(num_threads, 1, kMaxThreads); ++i)
     workers_.emplace_back([this] { WorkerLoop(); });
 }

@@ -33,8 +33,9 @@ TEST(DiagRenderTest, FullReportShowsVerdictSignalsClassesEveryActionAndOutcome) 
   for (const v1::PlanAction& a : r.plan()) EXPECT_TRUE(Has(text, a.what())) << a.what();
   EXPECT_TRUE(Has(text, "120.0 -> 300.0")) << text;
   EXPECT_TRUE(Has(text, "- kv_preemption at 64: past 64 sequences")) << text;
-  EXPECT_TRUE(Has(text, "expected error +-12%, prefill 30% of step time, outside the measured "
-                        "step shapes"))
+  EXPECT_TRUE(Has(text,
+                  "expected error +-12%, prefill 30% of step time, outside the measured "
+                  "step shapes"))
       << text;
   // An action without an expected error (the prefill-budget one) gets no such line.
   EXPECT_EQ(text.find("expected error"), text.rfind("expected error")) << text;

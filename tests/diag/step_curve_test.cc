@@ -167,10 +167,11 @@ TEST(StepCurveTest, MergeKeepsTheWindowAndScalesTheProbeBeyondIt) {
   StepCurve window, probe;
   window.decode = {{2, 2200, 0.01, 10}, {4, 2600, 0.01, 10}};
   // The probe ran on a quieter machine: every step half as long as the window's.
-  for (double x : {1, 2, 4, 8, 16, 32}) probe.decode.push_back({x, 0.5 * (1800 + 200 * x), 0.05, 3});
+  for (double x : {1, 2, 4, 8, 16, 32})
+    probe.decode.push_back({x, 0.5 * (1800 + 200 * x), 0.05, 3});
   probe.prefill = {{64, 5000, 0.02, 3}, {256, 15000, 0.02, 3}};
   const StepCurve m = MergeCurves(window, probe);
-  ASSERT_EQ(m.decode.size(), 6u);  // 1, 2 (window), 4 (window), 8, 16, 32
+  ASSERT_EQ(m.decode.size(), 6u);          // 1, 2 (window), 4 (window), 8, 16, 32
   EXPECT_DOUBLE_EQ(m.decode[1].us, 2200);  // the window's own point, unscaled
   EXPECT_EQ(m.decode[1].samples, 10);
   EXPECT_NEAR(m.decode[0].us, 2000, 1e-9);  // probe x 2 (the window / probe ratio)

@@ -2,8 +2,6 @@
 // ParallelFor returns only after all of them, whether the workers are polling (back-to-back
 // jobs), asleep (spin 0, or jobs after an idle gap) or slow (a chunk that blocks), for pool
 // sizes of 1 to 4 threads; chunks respect the grain.
-#include "kernels/cpu/thread_pool.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +9,8 @@
 #include <chrono>
 #include <thread>
 #include <vector>
+
+#include "kernels/cpu/thread_pool.h"
 
 namespace saturn::testing {
 namespace {
