@@ -26,13 +26,6 @@
 namespace saturn::cpu {
 namespace {
 
-inline float Bf16ToF32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  __builtin_memcpy(&f, &bits, 4);
-  return f;
-}
-
 inline __m512bh Load32(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
 inline float Finish(__m512 acc, const uint16_t* xr, const uint16_t* wr, int64_t k32, int64_t k) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/half_float.h"  // before any target pragma: plain inline helpers
 
 namespace saturn::cpu {
 
