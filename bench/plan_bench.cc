@@ -15,13 +15,13 @@
 //   saturn-bench-plan --model=small --start_seqs=1 --concurrency=8 --json=plan.json
 #include <algorithm>
 #include <atomic>
-#include <cmath>
-#include <memory>
-#include <optional>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -159,7 +159,8 @@ int Main() {
   }
   cfg.max_model_len =
       int(std::ceil((absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_max_tokens)) *
-                    (1 + jitter))) + 16;
+                    (1 + jitter))) +
+      16;
   cfg.max_num_seqs_limit = 64;
   cfg.options.max_num_seqs = start;
   cfg.step_ring_capacity = 1 << 15;
@@ -190,8 +191,8 @@ int Main() {
       return 1;
     }
     std::printf("probe: decode batch <= %d, prefill <= %d tokens, context %d, in %.0f ms%s\n",
-                probe->max_batch, probe->max_prefill_tokens, probe->decode_context,
-                probe->took_ms, probe->truncated ? " (sizes left out: budget or KV)" : "");
+                probe->max_batch, probe->max_prefill_tokens, probe->decode_context, probe->took_ms,
+                probe->truncated ? " (sizes left out: budget or KV)" : "");
   }
 
   const int prompt_len = absl::GetFlag(FLAGS_prompt_len), max_tokens = absl::GetFlag(FLAGS_max_tokens);
@@ -270,11 +271,12 @@ int Main() {
               t->model_tokens_per_s_at_measured_batch, t->measured_tokens_per_s,
               100 * t->model_error);
   std::printf(
-      "ramp %.1f s; batch planned %.1f, measured %.1f over %d steady steps; before: %.1f decode tok/s "
+      "ramp %.1f s; batch planned %.1f, measured %.1f over %d steady steps; before: %.1f decode "
+      "tok/s "
       "(predicted %.1f); output tok/s before %.1f, after %.1f (%.2fx)\n",
       ramp_took_s, a.batch_after, t->measured_batch, t->steady_steps,
-      before.profile.decode_tokens_per_s,
-      a.tokens_per_s_before, before.profile.output_tokens_per_s, after.profile.output_tokens_per_s,
+      before.profile.decode_tokens_per_s, a.tokens_per_s_before, before.profile.output_tokens_per_s,
+      after.profile.output_tokens_per_s,
       after.profile.output_tokens_per_s / std::max(1e-9, before.profile.output_tokens_per_s));
 
   nlohmann::json out = {{"model", cfg.model},

@@ -96,10 +96,12 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) 
   };
   StepCurve c;
   for (const auto& [key, g] : dec) {
-    if (static_cast<int>(g.second.size()) >= min_samples) c.decode.push_back(point(g.first, g.second));
+    if (static_cast<int>(g.second.size()) >= min_samples)
+      c.decode.push_back(point(g.first, g.second));
   }
   for (const auto& [key, g] : pre) {
-    if (static_cast<int>(g.second.size()) >= min_samples) c.prefill.push_back(point(g.first, g.second));
+    if (static_cast<int>(g.second.size()) >= min_samples)
+      c.prefill.push_back(point(g.first, g.second));
   }
   return c;
 }

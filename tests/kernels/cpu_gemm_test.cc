@@ -45,14 +45,22 @@ std::vector<double> Reference(const std::vector<float>& x, const std::vector<flo
 struct Shape {
   int m, n, k;
 };
-const Shape kShapes[] = {{1, 7, 5},    {1, 320, 768}, {2, 64, 100},  {3, 17, 33},
-                         {8, 131, 77}, {17, 33, 40},  {64, 130, 96}, {130, 40, 64},
+const Shape kShapes[] = {{1, 7, 5},
+                         {1, 320, 768},
+                         {2, 64, 100},
+                         {3, 17, 33},
+                         {8, 131, 77},
+                         {17, 33, 40},
+                         {64, 130, 96},
+                         {130, 40, 64},
                          // many weight-row blocks (the skinny kernel prefetches the next one)
                          // with odd k and a row tail, at one and several input rows
-                         {1, 203, 129}, {5, 203, 129},
+                         {1, 203, 129},
+                         {5, 203, 129},
                          // the blocked kernels' edges: k past one k block (256) and odd, rows
                          // past one micro tile (12) and a partial out-column panel (32)
-                         {13, 70, 517}, {25, 33, 256}};
+                         {13, 70, 517},
+                         {25, 33, 256}};
 
 TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
   std::mt19937 rng(5);
@@ -101,8 +109,8 @@ TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
 TEST(CpuGemmTest, SkinnyPrefetchDistanceNeverChangesResults) {
   std::mt19937 rng(11);
   // ... and with 4 x 4 tiles (AVX-512, from four input rows) beside the 8 x 2 and 8 x 1 ones.
-  const Shape shapes[] = {{1, 64, 768}, {1, 65, 33}, {2, 63, 129}, {3, 136, 64}, {1, 8, 31},
-                          {4, 24, 40},  {7, 65, 129}, {9, 17, 768}};
+  const Shape shapes[] = {{1, 64, 768}, {1, 65, 33}, {2, 63, 129}, {3, 136, 64},
+                          {1, 8, 31},   {4, 24, 40}, {7, 65, 129}, {9, 17, 768}};
   for (cpu::Isa isa : SupportedIsas()) {
     for (const char* dtype : {"f32", "bf16"}) {
       SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " " + dtype);
