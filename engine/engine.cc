@@ -450,13 +450,12 @@ bool Engine::Step() {
       ev.usage = u.usage;
       ++finished;
     }
-    Emit(u.request_id, std::move(ev));
   }
-  rec.end_us = NowUs();
-  rec.postprocess_us = rec.end_us - post0;
   rec.step_id = id;
   RecordStepWork(plan, &*out, &rec);
   RecordServingState(*scheduler_, &rec);
+  // The counters first, the events after: a client that has seen its final event reads
+  // counters (GetServerInfo, /metrics) that already include its request.
   {
     std::lock_guard<std::mutex> lock(mu_);
     rec.options = EngineOptions{options_.max_num_seqs, options_.max_num_batched_tokens,
@@ -472,6 +471,9 @@ bool Engine::Step() {
     counters_.steps = id + 1;
     kv_free_ = rec.kv_blocks_free;
   }
+  for (size_t k = 0; k < updates.size(); ++k) Emit(updates[k].request_id, std::move(events[k]));
+  rec.end_us = NowUs();
+  rec.postprocess_us = rec.end_us - post0;
   if (config_.instrument) steps_.Push(std::move(rec));
   return true;
 }
