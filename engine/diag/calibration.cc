@@ -1,7 +1,5 @@
 #include "engine/diag/calibration.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -16,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/diag/calibration_trials.h"
 #include "kernels/clock.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
@@ -42,14 +41,17 @@ absl::Status FillRandom(Backend* b, const Tensor& t, uint32_t seed) {
   return b->Synchronize();
 }
 
-// One GEMM [m, k] x [n, k]^T in the compute dtype, timed in trials.
+// One GEMM [m, k] x [n, k]^T as serving runs it: activations and output in the compute
+// dtype, weights in the weight dtype (bf16 weights on a CPU with native bf16 dot products take
+// another kernel than f32 ones, with another peak), timed in trials.
 absl::StatusOr<TrialSeries> TimeGemm(Backend* b, int64_t m, int64_t k, int64_t n,
                                      const TrialOptions& topt) {
   const DType dt = b->compute_dtype();
+  const DType wdt = b->weight_dtype();
   ASSIGN_OR_RETURN(DeviceBuffer a, b->Allocate(size_t(m) * k * DTypeSize(dt)));
-  ASSIGN_OR_RETURN(DeviceBuffer w, b->Allocate(size_t(n) * k * DTypeSize(dt)));
+  ASSIGN_OR_RETURN(DeviceBuffer w, b->Allocate(size_t(n) * k * DTypeSize(wdt)));
   ASSIGN_OR_RETURN(DeviceBuffer o, b->Allocate(size_t(m) * n * DTypeSize(dt)));
-  const Tensor ta = a.View(dt, m, k), tw = w.View(dt, n, k), to = o.View(dt, m, n);
+  const Tensor ta = a.View(dt, m, k), tw = w.View(wdt, n, k), to = o.View(dt, m, n);
   RETURN_IF_ERROR(FillRandom(b, ta, 1));
   RETURN_IF_ERROR(FillRandom(b, tw, 2));
   return RunTrials(
@@ -72,11 +74,6 @@ int BackendThreads(const Backend& b) {
   return std::max(1, int(std::thread::hardware_concurrency()));
 }
 
-double LastLevelCacheBytes() {
-  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (l3 <= 0) l3 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return l3 > 0 ? double(l3) : 0;
-}
 
 }  // namespace
 
@@ -107,7 +104,9 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
   c.gemm_spread = sq.spread;
   c.stable = sq.stable;
   run_share_min = std::min(run_share_min, sq.run_share);
+  const DType wdt = backend->weight_dtype();
   c.gemm_method = absl::StrCat(n, "x", n, "x", n, " ", DTypeName(dt),
+                               wdt == dt ? "" : absl::StrCat(" x ", DTypeName(wdt), " weights"),
                                " GEMM through the backend, random data, ", sq.Describe());
   if (opt.model_m > 0 && opt.model_k > 0 && opt.model_n > 0) {
     ASSIGN_OR_RETURN(TrialSeries ms,
@@ -183,7 +182,7 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
     }
   }
   c.run_share = run_share_min;
-  c.cache_bytes = cpu ? LastLevelCacheBytes() : 0;
+  c.cache_bytes = cpu ? double(cpu::LastLevelCacheBytes()) : 0;
   const SpecCeilings spec = backend->spec_ceilings();
   c.spec_flops_per_s = spec.flops_per_s;
   c.spec_bandwidth_bytes_per_s = spec.bytes_per_s;

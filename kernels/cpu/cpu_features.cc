@@ -2,6 +2,12 @@
 // the OS saves the vector state) and the kernel-level helpers of cpu_features.h.
 #include "kernels/cpu/cpu_features.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 namespace saturn::cpu {
 
 const CpuFeatures& DetectCpuFeatures() {
@@ -55,6 +61,38 @@ std::string CpuFeatureSummary() {
   if (f.avx512_bf16) s += " +avx512_bf16";
   if (f.amx_bf16) s += " +amx_bf16";
   return s;
+}
+
+// The largest cache level cpu0 sees, from sysfs (what the kernel was told by the CPU's cache
+// topology leaves); sysconf only where sysfs has none. glibc's sysconf can report the whole
+// package's L3 (here 384 MiB on a VM whose one L3 holds 32 MiB), which would call a 300 MB
+// model cache-resident.
+size_t LastLevelCacheBytes() {
+  double best = 0;
+  int best_level = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level_file(dir + "level");
+    if (!level_file) break;
+    std::ifstream type_file(dir + "type"), size_file(dir + "size");
+    int level = 0;
+    std::string type, size;
+    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
+    if (type == "Instruction") continue;
+    double bytes = std::atof(size.c_str());
+    const char unit = size.back();
+    if (unit == 'K') bytes *= 1024;
+    if (unit == 'M') bytes *= 1024 * 1024;
+    if (unit == 'G') bytes *= 1024.0 * 1024 * 1024;
+    if (level > best_level || (level == best_level && bytes > best)) {
+      best_level = level;
+      best = bytes;
+    }
+  }
+  if (best > 0) return static_cast<size_t>(best);
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 <= 0) l3 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l3 > 0 ? static_cast<size_t>(l3) : 0;
 }
 
 }  // namespace saturn::cpu

@@ -4,6 +4,7 @@
 // may force a lower one to check every path on one machine.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace saturn::cpu {
@@ -31,5 +32,8 @@ bool IsaSupported(Isa isa);
 bool HasNativeBf16();
 // e.g. "avx512 (avx512_bf16)" for logs and device names.
 std::string CpuFeatureSummary();
+// Bytes of the largest data cache cpu0 sees (sysfs cache topology; sysconf only where sysfs
+// has none; 0 when neither knows).
+size_t LastLevelCacheBytes();
 
 }  // namespace saturn::cpu

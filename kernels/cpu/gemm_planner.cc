@@ -1,8 +1,6 @@
 // GemmPlanner (gemm_planner.h): the start-up measurement of the GEMM paths.
 #include "kernels/cpu/gemm_planner.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace saturn::cpu {
 namespace {
@@ -41,9 +40,7 @@ double FastestUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, c
 // Bytes of synthetic weights the prefetch probe streams: 1.5x the last-level cache (so
 // they come from memory), within [8, 48] MiB.
 size_t PrefetchProbeBytes() {
-  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return std::clamp<size_t>(3 * static_cast<size_t>(std::max(0L, llc)) / 2, size_t{8} << 20,
+  return std::clamp<size_t>(3 * LastLevelCacheBytes() / 2, size_t{8} << 20,
                             size_t{48} << 20);
 }
 
