@@ -14,9 +14,11 @@ DiagnosticsReport Analyze(const std::vector<StepRecord>& steps, double window_be
   r.profile = ComputeProfile(steps, window_begin_us, window_end_us, cal, ctx, th);
   const CalibrationCheck check = CheckCalibration(steps, r.profile, cal, ctx, th);
   // Judge with ceilings the window has not disproved: a ceiling known to be low is raised
-  // to the observed maximum (the report keeps the calibrated figures and says why).
+  // to the observed maximum (the report keeps the calibrated figures and says why); one
+  // exceeded by less than its noise too, so that no figure reads over 100 %.
   Calibration judged = cal;
-  if (check.suspect) {
+  if (check.judged_flops_per_s != cal.gemm_flops_per_s ||
+      check.judged_bytes_per_s != cal.bandwidth_bytes_per_s) {
     judged.gemm_flops_per_s = check.judged_flops_per_s;
     judged.bandwidth_bytes_per_s = check.judged_bytes_per_s;
     r.profile = ComputeProfile(steps, window_begin_us, window_end_us, judged, ctx, th);

@@ -52,6 +52,31 @@ TEST(SelfCheckTest, HonestCeilingsAreNotSuspect) {
   EXPECT_EQ(ReportToText(r).find("SUSPECT"), std::string::npos);
 }
 
+TEST(SelfCheckTest, CeilingExceededWithinItsNoiseIsJudgedByTheObservedRate) {
+  StepSpec s;
+  s.queue_depth = 3;
+  s.max_num_seqs = 1;
+  const auto m = testing_diag::Small();
+  const auto steps = testing_diag::Steps(m, TrueModel{}, s, 10);
+  const auto ctx = testing_diag::TestContext(m, 1);
+  Calibration cal = testing_diag::TestCalibration();
+  const double observed =
+      Analyze(steps, 0, steps.back().end_us, cal, ctx).verdict.calibration_check
+          .observed_max_bytes_per_s;
+  ASSERT_GT(observed, 0);
+  cal.bandwidth_bytes_per_s = observed / 1.02;  // 2 % under what ran: inside the 5 % noise
+  const auto r = Analyze(steps, 0, steps.back().end_us, cal, ctx);
+  const CalibrationCheck& c = r.verdict.calibration_check;
+  EXPECT_FALSE(c.suspect);
+  ASSERT_FALSE(c.notes.empty());
+  EXPECT_NE(c.notes.front().find("inside the calibration's noise"), std::string::npos)
+      << c.notes.front();
+  EXPECT_NEAR(c.judged_bytes_per_s, observed, 1);
+  EXPECT_GT(c.raw_mbu, r.profile.mbu);
+  EXPECT_LE(r.profile.mbu, 1.0 + 1e-9);  // no figure over 100 %
+  for (const ClassProfile& k : r.profile.classes) EXPECT_LE(k.mbu, 1.0 + 1e-9);
+}
+
 TEST(SelfCheckTest, CacheResidentModelIsExplained) {
   TrueModel t;
   t.bytes_per_us = 8e4;  // 80 GB/s: from cache
