@@ -363,13 +363,27 @@ void AddRaiseMaxNumBatchedTokens(PlanBuild& b, Plan* plan) {
   plan->actions.push_back(a);
 }
 
-// When demand sets the batch (underloaded, or max_num_seqs raised as far as the queue goes)
-// and the steps are not compute-bound: more in-flight requests from the clients.
+// When demand sets the batch (underloaded, or max_num_seqs raised as far as the queue goes):
+// more in-flight requests from the clients.
+//
+// A window whose steps read compute-bound gets this action only when prefill steps make it so
+// and the request mix predicts a gain: long prompts from few clients load the steps that carry
+// them to the compute roof while the decode steps between them, at a small batch, stay
+// memory-bound and would take more sequences almost for free.
 void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
-  if (!((b.v.bottleneck == Bottleneck::kUnderloaded || b.demand_bound) && b.target > b.cur_batch &&
-        b.v.step_bound != Bottleneck::kComputeBound)) {
+  auto crossed = [&](const char* name) {
+    return std::any_of(b.v.signals.begin(), b.v.signals.end(),
+                       [&](const Signal& s) { return s.name == name && s.crossed; });
+  };
+  // Compute-bound steps, no request waiting, the batch far under max_num_seqs, prefill seen.
+  const bool compute_bound = b.v.step_bound == Bottleneck::kComputeBound;
+  const bool prefill_demand = compute_bound && b.use_mix && crossed("max_waiting_requests") &&
+                              crossed("batch_fill");
+  if (!((b.v.bottleneck == Bottleneck::kUnderloaded || b.demand_bound || prefill_demand) &&
+        b.target > b.cur_batch)) {
     return;
   }
+  if (compute_bound && !b.use_mix) return;
   EngineOptions& opts = b.opts;
   const int target = b.target;
   Action a;
@@ -386,6 +400,15 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
             b.cur_graphs);
   if (b.p.output_tokens_per_s > 0) {  // what the window delivered, idle included
     a.tokens_per_s_before = std::min(a.tokens_per_s_before, b.p.output_tokens_per_s);
+  }
+  if (compute_bound) {
+    if (!(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) return;
+    a.tradeoffs.push_back(Fm(
+        "prefill_compute", a.prefill_share,
+        absl::StrFormat("the steps read compute-bound from the prefill they carry; the decode "
+                        "steps between them run %.1f sequences and take more for little time "
+                        "(request mix: %.2fx tokens/s)",
+                        b.cur_batch, a.tokens_per_s_after / a.tokens_per_s_before)));
   }
   a.tradeoffs.insert(a.tradeoffs.end(), b.bounds.begin(), b.bounds.end());
   if (opts.max_num_seqs < target) opts.max_num_seqs = target;

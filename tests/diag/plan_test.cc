@@ -155,6 +155,38 @@ TEST(PlanTest, UnderloadedServerAsksForClientConcurrency) {
   EXPECT_GT(a.tokens_per_s_after, 10 * a.tokens_per_s_before);
 }
 
+// Two clients with long prompts and short outputs: the steps carrying the prompts hold the
+// window at the compute roof, the decode steps between them run 2 sequences far under the
+// ridge. More clients share those decode steps, so the plan asks for them.
+TEST(PlanTest, PrefillHeavyComputeBoundWindowStillAsksForClientConcurrency) {
+  const auto m = testing_diag::Small();
+  std::vector<StepRecord> steps;
+  double at = 0;
+  for (int cycle = 0; cycle < 4; ++cycle) {
+    for (int i = 0; i < 8; ++i) {
+      StepSpec s;
+      s.seqs = 2;
+      s.max_num_seqs = 64;
+      s.prefill_tokens = i == 0 ? 256 : 0;  // one request's prompt, then its outputs
+      steps.push_back(testing_diag::MakeStep(m, TrueModel{}, s, at, int64_t(steps.size())));
+      at = steps.back().end_us;
+    }
+  }
+  AnalyzerContext ctx = testing_diag::TestContext(m, 64);
+  ctx.mean_prompt_tokens = 256;
+  ctx.mean_output_tokens = 8;
+  ctx.num_running = 2;
+  const auto r = Plan(steps, ctx);
+  ASSERT_EQ(r.verdict.step_bound, Bottleneck::kComputeBound) << r.verdict.summary;
+  ASSERT_FALSE(r.plan.actions.empty()) << r.plan.note << " / " << r.verdict.summary;
+  const Action& a = r.plan.actions.back();
+  EXPECT_EQ(a.kind, ActionKind::kRaiseClientConcurrency);
+  EXPECT_GT(a.to, 2);
+  EXPECT_GE(a.tokens_per_s_after, 1.05 * a.tokens_per_s_before);
+  EXPECT_NE(FindMode(a, "prefill_compute"), nullptr);
+  EXPECT_NE(FindMode(a, "workload_mix"), nullptr);
+}
+
 TEST(PlanTest, PrefillBudgetLimitedRaisesMaxNumBatchedTokens) {
   StepSpec s;
   s.prefill_tokens = 16;
