@@ -34,6 +34,10 @@ fi
 # Keep the files the build compiles (their absolute paths appear in the database).
 todo=()
 for f in "${files[@]}"; do
+  if [[ "$f" != *.cc ]]; then
+    echo "tidy: skipped $f (only .cc files are checked)"
+    continue
+  fi
   abs="$(realpath "$f")"
   if grep -qF "\"file\": \"$abs\"" "$db"; then
     todo+=("$abs")

@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
-
 #include "tests/cuda/cuda_test_util.h"
 
 namespace saturn::testing {

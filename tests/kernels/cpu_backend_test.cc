@@ -2,7 +2,6 @@
 // 64-byte aligned allocations, UploadF32's bf16/f16 rounding, and the per-op records a step
 // returns. Each op's arithmetic has its own test file (cpu_<op>_test.cc).
 #include <cmath>
-#include <string>
 #include <tuple>
 
 #include "absl/strings/match.h"

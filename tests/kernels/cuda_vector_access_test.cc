@@ -3,8 +3,6 @@
 // Host-only: the rule is plain arithmetic, checked before every launch.
 #include <gtest/gtest.h>
 
-#include <cstdint>
-
 #include "kernels/cuda/vector_access.h"
 
 namespace saturn::gpu {
