@@ -97,6 +97,7 @@ TEST(CudaRunnerTest, GraphReplayEqualsEagerAtEveryCapturedSize) {
   ASSERT_TRUE(runner.ok()) << runner.status();
   ModelRunner& r = **runner;
   std::vector<ScheduledSeq> prefill;
+  prefill.reserve(8);
   for (int i = 0; i < 8; ++i) prefill.push_back(Seq(i, Tokens(3 + i, i), 0, {i}, true, true));
   ASSERT_TRUE(r.Execute(Plan(prefill), false).ok());
   ASSERT_TRUE(r.SetUseGraphs(true).ok());

@@ -25,9 +25,10 @@ std::vector<float> SpreadLogits(int rows, int vocab, uint32_t seed) {
   std::vector<float> out;
   for (int r = 0; r < rows; ++r) {
     std::vector<float> row(vocab);
-    for (int i = 0; i < vocab; ++i)
-      row[i] =
-          -5.0f + 0.01f * static_cast<float>(i % 1000) + 0.0001f * static_cast<float>(i / 1000);
+    for (int i = 0; i < vocab; ++i) {
+      const int step = i % 1000, thousand = i / 1000;  // integer buckets of the grid
+      row[i] = -5.0f + 0.01f * static_cast<float>(step) + 0.0001f * static_cast<float>(thousand);
+    }
     std::shuffle(row.begin(), row.end(), rng);
     out.insert(out.end(), row.begin(), row.end());
   }
@@ -86,6 +87,7 @@ TEST(CudaSamplingTest, SeedsChangeTheDrawAndStayInRange) {
   SATURN_REQUIRE_CUDA(gpu);
   const int vocab = 1000;
   std::vector<Row> rows;
+  rows.reserve(64);
   for (int i = 0; i < 64; ++i) rows.push_back(Row{1.0f, 0, 1.0f, i, 0});
   const auto logits = std::vector<float>(rows.size() * vocab, 0.0f);  // uniform distribution
   const auto got = SampleOn(*gpu, logits, vocab, rows);

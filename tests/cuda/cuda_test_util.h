@@ -26,9 +26,12 @@ inline std::unique_ptr<Backend> CudaOrNull() {
   return std::move(*b);
 }
 
+// `var` is the name the macro declares, so it cannot be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define SATURN_REQUIRE_CUDA(var)                                            \
   std::unique_ptr<::saturn::Backend> var = ::saturn::testing::CudaOrNull(); \
   if (var == nullptr) GTEST_SKIP() << "no CUDA device: skipping"
+// NOLINTEND(bugprone-macro-parentheses)
 
 // Uniform in [-scale, scale], rounded to bf16 so both backends see identical inputs.
 inline std::vector<float> RandomValues(size_t n, uint32_t seed, float scale = 1.0f) {
