@@ -9,6 +9,8 @@
 // count for bf16 weights, and the errors that name the op.
 #include <algorithm>
 #include <iterator>
+#include <map>
+#include <memory>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -67,7 +69,18 @@ struct PathCase {
 // Readable CTest names: "Paths/CpuGemmPathTest.EveryIsaF32AndBf16/Skinny".
 void PrintTo(const PathCase& c, std::ostream* os) { *os << c.name; }
 
-class CpuGemmPathTest : public ::testing::TestWithParam<PathCase> {};
+class CpuGemmPathTest : public ::testing::TestWithParam<PathCase> {
+ protected:
+  // One planner per (kernel level, weight dtype) for the whole suite, as one backend keeps
+  // one: what it measures (paths per M, prefetch distances) is measured once, whichever
+  // path's case asks first, and every path then runs with the same measurements.
+  static cpu::GemmPlanner& PlannerFor(cpu::Isa isa, bool bf16) {
+    static std::map<std::pair<cpu::Isa, bool>, std::unique_ptr<cpu::GemmPlanner>> planners;
+    std::unique_ptr<cpu::GemmPlanner>& p = planners[{isa, bf16}];
+    if (p == nullptr) p = std::make_unique<cpu::GemmPlanner>();
+    return *p;
+  }
+};
 
 TEST_P(CpuGemmPathTest, EveryIsaF32AndBf16) {
   const PathCase& pc = GetParam();
@@ -79,7 +92,7 @@ TEST_P(CpuGemmPathTest, EveryIsaF32AndBf16) {
       const bool bf16 = std::string(dtype) == "bf16";
       const DType wdt = bf16 ? DType::kBF16 : DType::kF32;
       cpu::ThreadPool pool(2);
-      cpu::GemmPlanner planner;
+      cpu::GemmPlanner& planner = PlannerFor(isa, bf16);
       for (const Shape& s : kShapes) {
         std::vector<float> x = Random(rng, s.m * s.k), w = Random(rng, s.n * s.k);
         DevTensor dx = F32(*b, s.m, s.k, x), dw = Empty(*b, wdt, s.n, s.k);
