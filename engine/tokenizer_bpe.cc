@@ -162,7 +162,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(const std::str
     }
     // GPT-2's own tokenizer.json writes "" for the prefix and suffix: the same as none.
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix", "dropout"}) {
-      if (model.contains(key) && !model[key].is_null() && model[key] != "") {
+      if (!model.contains(key) || model[key].is_null()) continue;
+      if (!model[key].is_string() || !model[key].get<std::string>().empty()) {
         return Unsupported(name, absl::StrCat("model.", key, " ", model[key].dump()));
       }
     }

@@ -3,7 +3,6 @@
 #include "kernels/backend.h"
 
 #include <algorithm>
-#include <chrono>
 #include <new>
 
 #include "absl/strings/str_cat.h"

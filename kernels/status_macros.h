@@ -14,10 +14,14 @@
     if (!saturn_status_.ok()) return saturn_status_; \
   } while (0)
 
+// `tmp` names the temporary and `lhs` may be a declaration ("auto x"): neither can be
+// parenthesised, so bugprone-macro-parentheses is off for these lines.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                          \
   if (!tmp.ok()) return tmp.status();         \
   lhs = std::move(*tmp)
+// NOLINTEND(bugprone-macro-parentheses)
 
 #define ASSIGN_OR_RETURN(lhs, expr) \
   ASSIGN_OR_RETURN_IMPL(SATURN_CONCAT(saturn_statusor_, __LINE__), lhs, expr)

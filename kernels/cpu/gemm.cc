@@ -16,7 +16,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/gemm_planner.h"

@@ -19,7 +19,6 @@
 #include <mutex>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"

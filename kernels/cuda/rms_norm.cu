@@ -12,6 +12,15 @@
 namespace saturn::gpu {
 namespace {
 
+// Both kernels' second pass: dst = row * inv * w, the block's threads striding the row.
+template <typename T, typename W>
+__device__ __forceinline__ void ScaleRow(const T* row, const W* __restrict__ w, float inv, T* dst,
+                                         int64_t cols) {
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    Store(dst, c, Load(row, c) * inv * Load(w, c));
+  }
+}
+
 template <typename T, typename W>
 __global__ void RmsNormKernel(const T* __restrict__ x, const W* __restrict__ w, float eps, T* out,
                               int64_t cols) {
@@ -23,10 +32,7 @@ __global__ void RmsNormKernel(const T* __restrict__ x, const W* __restrict__ w, 
     ss += v * v;
   }
   const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(cols) + eps);
-  T* dst = out + blockIdx.x * cols;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    Store(dst, c, Load(row, c) * inv * Load(w, c));
-  }
+  ScaleRow(row, w, inv, out + blockIdx.x * cols, cols);
 }
 
 // residual += x; out = rmsnorm(residual) * w. The norm uses the stored (rounded) residual
@@ -44,13 +50,25 @@ __global__ void AddRmsNormKernel(const T* x, T* residual, const W* __restrict__ 
     ss += v * v;
   }
   const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(cols) + eps);
-  T* dst = out + blockIdx.x * cols;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    Store(dst, c, Load(rr, c) * inv * Load(w, c));
+  ScaleRow(rr, w, inv, out + blockIdx.x * cols, cols);
+}
+
+// The same two kernels over 16-byte vectors (cols % kVec<T> == 0, aligned rows); their second
+// pass: dst = row * inv * w over the row's `packs` vectors.
+template <typename T>
+__device__ __forceinline__ void ScaleRowVec(const T* row, const T* __restrict__ w, float inv,
+                                            T* dst, int64_t packs) {
+  constexpr int N = kVec<T>;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    float v[N], g[N];
+    LoadVec(row, p * N, v);
+    LoadVec(w, p * N, g);
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] = v[k] * inv * g[k];
+    StoreVec(dst, p * N, v);
   }
 }
 
-// The same two kernels over 16-byte vectors (cols % kVec<T> == 0, aligned rows).
 template <typename T>
 __global__ void RmsNormVecKernel(const T* x, const T* __restrict__ w, float eps, T* out,
                                  int64_t cols) {
@@ -66,15 +84,7 @@ __global__ void RmsNormVecKernel(const T* x, const T* __restrict__ w, float eps,
     for (int k = 0; k < N; ++k) ss += v[k] * v[k];
   }
   const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(cols) + eps);
-  T* dst = out + blockIdx.x * cols;
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    float v[N], g[N];
-    LoadVec(row, p * N, v);
-    LoadVec(w, p * N, g);
-#pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = v[k] * inv * g[k];
-    StoreVec(dst, p * N, v);
-  }
+  ScaleRowVec(row, w, inv, out + blockIdx.x * cols, packs);
 }
 
 template <typename T>
@@ -98,15 +108,7 @@ __global__ void AddRmsNormVecKernel(const T* x, T* residual, const T* __restrict
     for (int k = 0; k < N; ++k) ss += r[k] * r[k];
   }
   const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(cols) + eps);
-  T* dst = out + blockIdx.x * cols;
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    float r[N], g[N];
-    LoadVec(rr, p * N, r);
-    LoadVec(w, p * N, g);
-#pragma unroll
-    for (int k = 0; k < N; ++k) r[k] = r[k] * inv * g[k];
-    StoreVec(dst, p * N, r);
-  }
+  ScaleRowVec(rr, w, inv, out + blockIdx.x * cols, packs);
 }
 
 int ThreadsFor(int64_t cols) { return cols >= 1024 ? 512 : (cols >= 256 ? 256 : 128); }

@@ -1,5 +1,6 @@
-// Paged attention on CUDA against the CPU twin: decode (one query per sequence, GQA, shuffled
-// block tables) and ragged causal prefill chunks over the paged cache, several head shapes.
+// Paged attention on CUDA (kernels/cuda/attention_decode.cu, attention_prefill.cu) against the
+// CPU twin, one test suite per kernel: decode (one query per sequence, GQA, shuffled block
+// tables) and ragged causal prefill chunks over the paged cache, several head shapes.
 // Skips without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -7,20 +8,12 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "tests/cuda/cuda_test_util.h"
 
-namespace saturn {
+namespace saturn::testing {
 namespace {
-
-using testing::ComputeTensor;
-using testing::DevTensor;
-using testing::kBf16Tolerance;
-using testing::Poison;
-using testing::RandomValues;
-using testing::RawTensor;
-using testing::ReadFloats;
-using testing::RelError;
 
 struct AttnCase {
   const char* name;
@@ -32,14 +25,12 @@ struct AttnCase {
 // Keeps CTest's test names readable (gtest would otherwise print the struct's bytes).
 void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.name; }
 
-class CudaAttentionTest : public ::testing::TestWithParam<AttnCase> {};
-
-TEST_P(CudaAttentionTest, MatchesCpu) {
+// One case on the CPU twin and on the device over the same cache, block tables and queries.
+void ExpectMatchesCpu(const AttnCase& c) {
   SATURN_REQUIRE_CUDA(gpu);
   auto cpu_or = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(cpu_or.ok()) << cpu_or.status();
   std::unique_ptr<Backend> cpu = std::move(*cpu_or);
-  const AttnCase& c = GetParam();
   const int block_size = 16, seqs = static_cast<int>(c.query_lens.size());
   const int max_ctx = *std::max_element(c.context_lens.begin(), c.context_lens.end());
   const int max_q = *std::max_element(c.query_lens.begin(), c.query_lens.end());
@@ -81,16 +72,32 @@ TEST_P(CudaAttentionTest, MatchesCpu) {
   EXPECT_LT(RelError(got, ref), kBf16Tolerance);
 }
 
+std::string CaseName(const ::testing::TestParamInfo<AttnCase>& info) { return info.param.name; }
+
+// One query row per sequence: attention_decode.cu.
+class CudaAttentionDecodeTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(CudaAttentionDecodeTest, MatchesCpu) { ExpectMatchesCpu(GetParam()); }
+
 INSTANTIATE_TEST_SUITE_P(
-    Cases, CudaAttentionTest,
+    Cases, CudaAttentionDecodeTest,
     ::testing::Values(AttnCase{"decode_mha_hd64", 4, 4, 64, {1, 1, 1}, {1, 17, 200}},
                       AttnCase{"decode_gqa_hd32", 8, 2, 32, {1, 1, 1, 1, 1}, {5, 16, 33, 64, 300}},
-                      AttnCase{"decode_gqa_hd128", 8, 1, 128, {1, 1}, {1000, 3}},
-                      AttnCase{"prefill_single", 4, 2, 64, {37}, {37}},
+                      AttnCase{"decode_gqa_hd128", 8, 1, 128, {1, 1}, {1000, 3}}),
+    CaseName);
+
+// Causal query chunks over the paged context: attention_prefill.cu.
+class CudaAttentionPrefillTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(CudaAttentionPrefillTest, MatchesCpu) { ExpectMatchesCpu(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CudaAttentionPrefillTest,
+    ::testing::Values(AttnCase{"prefill_single", 4, 2, 64, {37}, {37}},
                       AttnCase{"prefill_ragged_chunks", 8, 2, 32, {5, 17, 1, 33}, {5, 40, 9, 100}},
                       AttnCase{"prefill_hd128_long", 4, 4, 128, {70, 2}, {150, 2}},
                       AttnCase{"prefill_hd256", 2, 1, 256, {20}, {50}}),
-    [](const ::testing::TestParamInfo<AttnCase>& info) { return std::string(info.param.name); });
+    CaseName);
 
 }  // namespace
-}  // namespace saturn
+}  // namespace saturn::testing

@@ -5,18 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
-
 #include "tests/cuda/cuda_test_util.h"
 
-namespace saturn {
+namespace saturn::testing {
 namespace {
-
-using testing::ComputeTensor;
-using testing::DevTensor;
-using testing::RandomValues;
-using testing::RawTensor;
-using testing::ReadFloats;
 
 TEST(CudaBackendTest, CreateFailsCleanlyOrDescribesTheDevice) {
   // Runs everywhere: without a device this is the path under test.
@@ -128,7 +120,7 @@ TEST(CudaBackendTest, GraphReplayEqualsEagerWithNewContextLengths) {
     EXPECT_GT(t->ops[0].cost.flops, 0.0);
     EXPECT_GT(t->device_span_us, 0.0);
     const auto replayed = ReadFloats(gpu.get(), sum.t);
-    testing::Poison(gpu.get(), sum.t);
+    Poison(gpu.get(), sum.t);
     gpu->BeginStep(false);
     issue();
     ASSERT_TRUE(gpu->EndStep().ok());
@@ -183,4 +175,4 @@ TEST(CudaBackendTest, ShapeErrorsAreStatusesNotCrashes) {
 }
 
 }  // namespace
-}  // namespace saturn
+}  // namespace saturn::testing

@@ -2,7 +2,7 @@
 // host round trips refused during a capture and a Free deferred to its end, an aborted
 // capture that leaves no graph, a replay's issue time given to its first op only, the step
 // end marked before the copy back, and every entry point usable from another thread. Skips
-// without a device; tests/engine/graph_capture_test.cc checks the runner's side on the host.
+// without a device; tests/engine/model_runner_graph_test.cc checks the runner's side on the host.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -10,13 +10,8 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/cuda/cuda_test_util.h"
 
-namespace saturn {
+namespace saturn::testing {
 namespace {
-
-using testing::ComputeTensor;
-using testing::DevTensor;
-using testing::RandomValues;
-using testing::ReadFloats;
 
 TEST(CudaCaptureTest, HostRoundTripsAreRefusedDuringCaptureAndFreeIsDeferred) {
   SATURN_REQUIRE_CUDA(gpu);
@@ -150,4 +145,4 @@ TEST(CudaCaptureTest, EntryPointsWorkFromAThreadThatNeverTouchedCuda) {
 }
 
 }  // namespace
-}  // namespace saturn
+}  // namespace saturn::testing

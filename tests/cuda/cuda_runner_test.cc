@@ -10,6 +10,7 @@
 #include "engine/scheduler.h"
 #include "engine/weights.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/engine/runner_test_util.h"
 
 namespace saturn {
 namespace {
@@ -18,23 +19,15 @@ using testing::RelError;
 
 constexpr double kForwardTolerance = 3e-2;  // bf16 activations through every layer
 
-ModelWeights TinyWeights() {
-  auto config = PresetConfig("tiny");
-  EXPECT_TRUE(config.ok()) << config.status();
-  auto w = RandomWeights(*config, 1234);
-  EXPECT_TRUE(w.ok()) << w.status();
-  return std::move(*w);
-}
+ModelWeights TinyWeights() { return testing_runner::TinyWeights(1234); }
 
 RunnerConfig TinyRunnerConfig(int num_kv_blocks = 64) {
-  RunnerConfig c;
-  c.max_num_seqs_limit = 16;
-  c.max_num_batched_tokens_limit = 512;
-  c.max_model_len = 256;
-  c.block_size = 16;
-  c.num_kv_blocks = num_kv_blocks;
-  c.graph_sizes = {1, 2, 4, 8};
-  return c;
+  return RunnerConfig{.max_num_seqs_limit = 16,
+                      .max_num_batched_tokens_limit = 512,
+                      .max_model_len = 256,
+                      .block_size = 16,
+                      .num_kv_blocks = num_kv_blocks,
+                      .graph_sizes = {1, 2, 4, 8}};
 }
 
 std::vector<int> Tokens(int n, int salt) {
@@ -104,6 +97,7 @@ TEST(CudaRunnerTest, GraphReplayEqualsEagerAtEveryCapturedSize) {
   ASSERT_TRUE(runner.ok()) << runner.status();
   ModelRunner& r = **runner;
   std::vector<ScheduledSeq> prefill;
+  prefill.reserve(8);
   for (int i = 0; i < 8; ++i) prefill.push_back(Seq(i, Tokens(3 + i, i), 0, {i}, true, true));
   ASSERT_TRUE(r.Execute(Plan(prefill), false).ok());
   ASSERT_TRUE(r.SetUseGraphs(true).ok());

@@ -1,7 +1,7 @@
 // Sampling on CUDA against the CPU twin on identical f32 logits: greedy equality (ties go to
 // the lower index), and the same token for the same seed and step under temperature, top-k
 // and top-p: on spread logits, on LM-like random rows, on exact ties at top-p boundaries and
-// on rows holding -0.0 and +0.0 (the host emulation, tests/kernels/sample_search_test.cc,
+// on rows holding -0.0 and +0.0 (the host emulation, tests/kernels/cuda_sample_search_test.cc,
 // checks the same arithmetic without a device).
 #include <gtest/gtest.h>
 
@@ -9,44 +9,15 @@
 #include <set>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/kernels/sampling_test_util.h"
 
-namespace saturn {
+namespace saturn::testing {
 namespace {
 
-using testing::DevTensor;
-using testing::RawTensor;
-using testing::ReadRaw;
-
-struct Row {
-  float temperature;
-  int top_k;
-  float top_p;
-  int64_t seed;
-  int step;
-};
-
-std::vector<int32_t> SampleOn(Backend* b, const std::vector<float>& logits, int vocab,
-                              const std::vector<Row>& rows) {
-  const int n = static_cast<int>(rows.size());
-  std::vector<float> temp, top_p;
-  std::vector<int32_t> top_k, step;
-  std::vector<int64_t> seed;
-  for (const Row& r : rows) {
-    temp.push_back(r.temperature);
-    top_k.push_back(r.top_k);
-    top_p.push_back(r.top_p);
-    seed.push_back(r.seed);
-    step.push_back(r.step);
-  }
-  DevTensor dl = RawTensor(b, DType::kF32, n, vocab, logits);
-  DevTensor dt = RawTensor(b, DType::kF32, 1, n, temp), dk = RawTensor(b, DType::kI32, 1, n, top_k),
-            dp = RawTensor(b, DType::kF32, 1, n, top_p), ds = RawTensor(b, DType::kI64, 1, n, seed),
-            dst = RawTensor(b, DType::kI32, 1, n, step),
-            tokens = RawTensor(b, DType::kI32, 1, n, std::vector<int32_t>(n, -7));
-  absl::Status s = b->Sample(dl.t, SamplingBatch{dt.t, dk.t, dp.t, ds.t, dst.t}, tokens.t);
-  EXPECT_TRUE(s.ok()) << b->name() << ": " << s;
-  return ReadRaw<int32_t>(b, tokens.t);
-}
+using testing::LmLikeLogits;
+using testing::MixedRows;
+using testing::SampleOn;
+using Row = SamplingRow;
 
 // Distinct logits on a grid of spacing 0.01 (shuffled), so p differs by >= 1% between tokens.
 std::vector<float> SpreadLogits(int rows, int vocab, uint32_t seed) {
@@ -54,9 +25,10 @@ std::vector<float> SpreadLogits(int rows, int vocab, uint32_t seed) {
   std::vector<float> out;
   for (int r = 0; r < rows; ++r) {
     std::vector<float> row(vocab);
-    for (int i = 0; i < vocab; ++i)
-      row[i] =
-          -5.0f + 0.01f * static_cast<float>(i % 1000) + 0.0001f * static_cast<float>(i / 1000);
+    for (int i = 0; i < vocab; ++i) {
+      const int step = i % 1000, thousand = i / 1000;  // integer buckets of the grid
+      row[i] = -5.0f + 0.01f * static_cast<float>(step) + 0.0001f * static_cast<float>(thousand);
+    }
     std::shuffle(row.begin(), row.end(), rng);
     out.insert(out.end(), row.begin(), row.end());
   }
@@ -76,8 +48,8 @@ TEST(CudaSamplingTest, GreedyMatchesCpuIncludingTies) {
     logits[3 * vocab + vocab - 1] = big;
     std::vector<Row> rows(4, Row{0.0f, 0, 1.0f, 1, 0});
     rows[1].temperature = -1.0f;  // <= 0 is greedy too
-    const auto want = SampleOn(cpu->get(), logits, vocab, rows);
-    const auto got = SampleOn(gpu.get(), logits, vocab, rows);
+    const auto want = SampleOn(**cpu, logits, vocab, rows);
+    const auto got = SampleOn(*gpu, logits, vocab, rows);
     EXPECT_EQ(got, want);
     EXPECT_EQ(got[3], vocab / 2);
   }
@@ -97,12 +69,12 @@ TEST(CudaSamplingTest, SameSeedSameTokenAsCpu) {
       rows.push_back(Row{temps[i % 3], ks[(i / 3) % 4], ps[(i / 12) % 4], 1000 + i, i % 7});
     }
     const auto logits = SpreadLogits(static_cast<int>(rows.size()), vocab, 9);
-    const auto want = SampleOn(cpu->get(), logits, vocab, rows);
-    const auto got = SampleOn(gpu.get(), logits, vocab, rows);
+    const auto want = SampleOn(**cpu, logits, vocab, rows);
+    const auto got = SampleOn(*gpu, logits, vocab, rows);
     EXPECT_EQ(got, want);
     for (size_t i = 0; i < rows.size(); ++i) {
       if (rows[i].top_k == 1) {
-        EXPECT_EQ(got[i], SampleOn(gpu.get(),
+        EXPECT_EQ(got[i], SampleOn(*gpu,
                                    std::vector<float>(logits.begin() + i * vocab,
                                                       logits.begin() + (i + 1) * vocab),
                                    vocab, {Row{0.0f, 0, 1.0f, 0, 0}})[0]);
@@ -115,9 +87,10 @@ TEST(CudaSamplingTest, SeedsChangeTheDrawAndStayInRange) {
   SATURN_REQUIRE_CUDA(gpu);
   const int vocab = 1000;
   std::vector<Row> rows;
+  rows.reserve(64);
   for (int i = 0; i < 64; ++i) rows.push_back(Row{1.0f, 0, 1.0f, i, 0});
   const auto logits = std::vector<float>(rows.size() * vocab, 0.0f);  // uniform distribution
-  const auto got = SampleOn(gpu.get(), logits, vocab, rows);
+  const auto got = SampleOn(*gpu, logits, vocab, rows);
   std::set<int> distinct(got.begin(), got.end());
   EXPECT_GT(distinct.size(), 40u);
   for (int t : got) {
@@ -134,20 +107,9 @@ TEST(CudaSamplingTest, LmLikeRowsSameTokenAsCpu) {
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   const int vocab = 32000, n = 256;
   std::mt19937 rng(7);
-  std::normal_distribution<float> floor(0.0f, 2.0f);
-  std::vector<float> logits(static_cast<size_t>(n) * vocab);
-  for (float& x : logits) x = floor(rng);
-  for (int r = 0; r < n; ++r) {
-    for (int j = 0; j < 8; ++j) logits[static_cast<size_t>(r) * vocab + rng() % vocab] += 6.0f + j;
-  }
-  std::vector<Row> rows;
-  const float temps[] = {0.7f, 1.0f, 1.5f};
-  const int ks[] = {0, 0, 50, 1000};
-  const float ps[] = {1.0f, 0.95f, 0.9f, 0.5f, 0.99f};
-  for (int i = 0; i < n; ++i) {
-    rows.push_back(Row{temps[i % 3], ks[(i / 3) % 4], ps[(i / 12) % 5], 5000 + i, i % 11});
-  }
-  EXPECT_EQ(SampleOn(gpu.get(), logits, vocab, rows), SampleOn(cpu->get(), logits, vocab, rows));
+  const std::vector<float> logits = LmLikeLogits(rng, n, vocab);
+  const std::vector<Row> rows = MixedRows(n, 5000);
+  EXPECT_EQ(SampleOn(*gpu, logits, vocab, rows), SampleOn(**cpu, logits, vocab, rows));
 }
 
 // Five equal maxima under top_k = 5: the prefix mass meets 0.2, 0.4, ... exactly at top_p;
@@ -176,10 +138,10 @@ TEST(CudaSamplingTest, ExactTiesAndSignedZerosSameTokenAsCpu) {
     const auto& src = i < 200 ? row : zeros;
     logits.insert(logits.end(), src.begin(), src.end());
   }
-  const auto got = SampleOn(gpu.get(), logits, vocab, rows);
-  EXPECT_EQ(got, SampleOn(cpu->get(), logits, vocab, rows));
+  const auto got = SampleOn(*gpu, logits, vocab, rows);
+  EXPECT_EQ(got, SampleOn(**cpu, logits, vocab, rows));
   EXPECT_EQ(got[200], 1);  // top_k = 1 keeps -0.0 at index 1, not +0.0 at index 2
 }
 
 }  // namespace
-}  // namespace saturn
+}  // namespace saturn::testing

@@ -1,19 +1,21 @@
 // Shared helpers for the CUDA tests: the skip when no device is present, bf16-exact random
-// data, device tensors on either backend, read-back as f32 and the normalised error used to
-// compare a CUDA op with its CPU twin. Test-only; header-only.
+// data, device tensors on either backend (on top of the CPU tests' DevTensor helpers,
+// tests/kernels/cpu_test_util.h), read-back as f32 and the normalised error used to compare
+// a CUDA op with its CPU twin. Test-only; header-only.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/half_float.h"
+#include "tests/kernels/cpu_test_util.h"
 
 namespace saturn::testing {
 
@@ -24,47 +26,26 @@ inline std::unique_ptr<Backend> CudaOrNull() {
   return std::move(*b);
 }
 
+// `var` is the name the macro declares, so it cannot be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define SATURN_REQUIRE_CUDA(var)                                            \
   std::unique_ptr<::saturn::Backend> var = ::saturn::testing::CudaOrNull(); \
   if (var == nullptr) GTEST_SKIP() << "no CUDA device: skipping"
-
-inline float RoundToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;  // round to nearest even
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline float Bf16BitsToFloat(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// NOLINTEND(bugprone-macro-parentheses)
 
 // Uniform in [-scale, scale], rounded to bf16 so both backends see identical inputs.
 inline std::vector<float> RandomValues(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-scale, scale);
   std::vector<float> v(n);
-  for (float& x : v) x = RoundToBf16(dist(rng));
+  for (float& x : v) x = Bf16ToF32(F32ToBf16(dist(rng)));
   return v;
 }
-
-struct DevTensor {
-  DeviceBuffer buf;
-  Tensor t;
-};
 
 // A [rows, cols] tensor of dtype `dt` filled from f32 host values (converted on upload).
 inline DevTensor FloatTensor(Backend* b, DType dt, int64_t rows, int64_t cols,
                              const std::vector<float>& host) {
-  DevTensor d;
-  auto buf = b->Allocate(static_cast<size_t>(rows * cols) * DTypeSize(dt));
-  EXPECT_TRUE(buf.ok()) << buf.status();
-  d.buf = std::move(*buf);
-  d.t = d.buf.View(dt, rows, cols);
+  DevTensor d = Empty(*b, dt, rows, cols);
   if (!host.empty()) {
     absl::Status s = b->UploadF32(host.data(), d.t);
     EXPECT_TRUE(s.ok()) << s;
@@ -78,17 +59,10 @@ inline DevTensor ComputeTensor(Backend* b, int64_t rows, int64_t cols,
   return FloatTensor(b, b->compute_dtype(), rows, cols, host);
 }
 
+// A tensor holding `host`'s bytes as they are (T matches the dtype's size).
 template <typename T>
 DevTensor RawTensor(Backend* b, DType dt, int64_t rows, int64_t cols, const std::vector<T>& host) {
-  DevTensor d;
-  auto buf = b->Allocate(static_cast<size_t>(rows * cols) * DTypeSize(dt));
-  EXPECT_TRUE(buf.ok()) << buf.status();
-  d.buf = std::move(*buf);
-  d.t = d.buf.View(dt, rows, cols);
-  EXPECT_EQ(host.size() * sizeof(T), d.t.bytes());
-  absl::Status s = b->Upload(host.data(), d.t);
-  EXPECT_TRUE(s.ok()) << s;
-  return d;
+  return FromHost(*b, dt, rows, cols, host);
 }
 
 // Fills a float tensor with NaN so that elements an op fails to write show up.
@@ -99,26 +73,14 @@ inline void Poison(Backend* b, const Tensor& t) {
 }
 
 inline std::vector<float> ReadFloats(Backend* b, const Tensor& t) {
+  if (t.dtype == DType::kF32) return ToHost<float>(*b, t);
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  if (t.dtype == DType::kF32) {
-    absl::Status s = b->Download(t, out.data());
-    EXPECT_TRUE(s.ok()) << s;
-  } else if (t.dtype == DType::kBF16) {
-    std::vector<uint16_t> raw(out.size());
-    absl::Status s = b->Download(t, raw.data());
-    EXPECT_TRUE(s.ok()) << s;
-    for (size_t i = 0; i < raw.size(); ++i) out[i] = Bf16BitsToFloat(raw[i]);
+  if (t.dtype == DType::kBF16) {
+    const std::vector<uint16_t> raw = ToHost<uint16_t>(*b, t);
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = Bf16ToF32(raw[i]);
   } else {
     ADD_FAILURE() << "ReadFloats: unsupported dtype " << DTypeName(t.dtype);
   }
-  return out;
-}
-
-template <typename T>
-std::vector<T> ReadRaw(Backend* b, const Tensor& t) {
-  std::vector<T> out(static_cast<size_t>(t.bytes() / sizeof(T)));
-  absl::Status s = b->Download(t, out.data());
-  EXPECT_TRUE(s.ok()) << s;
   return out;
 }
 

@@ -44,18 +44,28 @@ constexpr char kLlama32Config[] = R"({
   "vocab_size": 128256
 })";
 
+// The fields that fix a model's tensor shapes, in ModelConfig's order.
+struct Shape {
+  int vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
+      max_position_embeddings;
+};
+
+void ExpectShape(const ModelConfig& c, const Shape& want) {
+  EXPECT_EQ(c.vocab_size, want.vocab_size);
+  EXPECT_EQ(c.hidden_size, want.hidden_size);
+  EXPECT_EQ(c.intermediate_size, want.intermediate_size);
+  EXPECT_EQ(c.num_layers, want.num_layers);
+  EXPECT_EQ(c.num_heads, want.num_heads);
+  EXPECT_EQ(c.num_kv_heads, want.num_kv_heads);
+  EXPECT_EQ(c.head_dim, want.head_dim);
+  EXPECT_EQ(c.max_position_embeddings, want.max_position_embeddings);
+}
+
 TEST(PresetConfigTest, TinyShape) {
   auto c = PresetConfig("tiny");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->name, "tiny");
-  EXPECT_EQ(c->vocab_size, 4096);
-  EXPECT_EQ(c->hidden_size, 256);
-  EXPECT_EQ(c->intermediate_size, 688);
-  EXPECT_EQ(c->num_layers, 4);
-  EXPECT_EQ(c->num_heads, 8);
-  EXPECT_EQ(c->num_kv_heads, 2);
-  EXPECT_EQ(c->head_dim, 32);
-  EXPECT_EQ(c->max_position_embeddings, 1024);
+  ExpectShape(*c, {4096, 256, 688, 4, 8, 2, 32, 1024});
   EXPECT_TRUE(c->tie_word_embeddings);
   EXPECT_EQ(c->bos_token_id, 1);
   EXPECT_EQ(c->eos_token_id, 2);
@@ -133,14 +143,7 @@ TEST(ParseHfConfigTest, Llama32OneB) {
   auto c = ParseHfConfig(kLlama32Config, "/models/llama-3.2-1b");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->name, "/models/llama-3.2-1b");
-  EXPECT_EQ(c->vocab_size, 128256);
-  EXPECT_EQ(c->hidden_size, 2048);
-  EXPECT_EQ(c->intermediate_size, 8192);
-  EXPECT_EQ(c->num_layers, 16);
-  EXPECT_EQ(c->num_heads, 32);
-  EXPECT_EQ(c->num_kv_heads, 8);
-  EXPECT_EQ(c->head_dim, 64);
-  EXPECT_EQ(c->max_position_embeddings, 131072);
+  ExpectShape(*c, {128256, 2048, 8192, 16, 32, 8, 64, 131072});
   EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-5f);
   EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
   EXPECT_TRUE(c->tie_word_embeddings);

@@ -5,14 +5,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 
 #include "engine/block_manager.h"
-#include "reference_model.h"
+#include "kernels/half_float.h"
+#include "tests/engine/reference_model.h"
+#include "tests/engine/runner_test_util.h"
 
 namespace saturn {
 namespace {
+
+using testing_runner::TinyWeights;
+using testing_runner::WholePromptPlan;
 
 constexpr double kTol = 2e-4;  // f32 CPU path vs float64 reference, normalised L2
 
@@ -28,21 +32,17 @@ double RelErr(const float* got, const std::vector<double>& ref) {
 class RunnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cfg = PresetConfig("tiny");
-    ASSERT_TRUE(cfg.ok());
-    cfg->max_position_embeddings = 256;
-    auto w = RandomWeights(*cfg, 7);
-    ASSERT_TRUE(w.ok()) << w.status();
-    weights_ = std::move(*w);
+    weights_ = TinyWeights(7, 256);
+    ASSERT_FALSE(HasFailure());
     auto be = CreateBackend("cpu", 2, "f32");  // f32: logits compared at f32 tolerance
     ASSERT_TRUE(be.ok());
     backend_ = std::move(*be);
-    RunnerConfig rc;
-    rc.max_num_seqs_limit = 8;
-    rc.max_num_batched_tokens_limit = 256;
-    rc.max_model_len = 256;
-    rc.block_size = 4;  // small blocks: many block boundaries inside short prompts
-    rc.num_kv_blocks = 200;
+    // Small blocks: many block boundaries inside short prompts.
+    const RunnerConfig rc{.max_num_seqs_limit = 8,
+                          .max_num_batched_tokens_limit = 256,
+                          .max_model_len = 256,
+                          .block_size = 4,
+                          .num_kv_blocks = 200};
     auto r = ModelRunner::Create(backend_.get(), weights_, rc);
     ASSERT_TRUE(r.ok()) << r.status();
     runner_ = std::move(*r);
@@ -60,13 +60,7 @@ TEST_F(RunnerTest, WholePromptMatchesDenseReference) {
     for (int& t : tokens) t = rng() % weights_.config.vocab_size;
     const auto ref = testing_ref::ReferenceLogits(weights_, tokens);
     BlockManager blocks(200, 4);
-    ScheduledSeq s;
-    s.request_id = 1;
-    s.token_ids = tokens;
-    ASSERT_TRUE(blocks.EnsureCapacity(&s.block_table, len));
-    s.sample = true;
-    StepPlan plan;
-    plan.seqs.push_back(s);
+    const StepPlan plan = WholePromptPlan(blocks, tokens);
     std::vector<float> logits;
     ASSERT_TRUE(runner_->ExecuteWithLogits(plan, &logits).ok());
     EXPECT_LT(RelErr(logits.data(), ref.back()), kTol) << "prompt length " << len;
@@ -90,12 +84,11 @@ TEST(RunnerLlama3Test, ScaledRopeExplicitHeadDimAndUntiedHeadMatchDenseReference
   ASSERT_TRUE(w.ok()) << w.status();
   auto be = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(be.ok());
-  RunnerConfig rc;
-  rc.max_num_seqs_limit = 2;
-  rc.max_num_batched_tokens_limit = 256;
-  rc.max_model_len = 256;
-  rc.block_size = 16;
-  rc.num_kv_blocks = 16;
+  const RunnerConfig rc{.max_num_seqs_limit = 2,
+                        .max_num_batched_tokens_limit = 256,
+                        .max_model_len = 256,
+                        .block_size = 16,
+                        .num_kv_blocks = 16};
   auto runner = ModelRunner::Create(be->get(), *w, rc);
   ASSERT_TRUE(runner.ok()) << runner.status();
 
@@ -103,13 +96,7 @@ TEST(RunnerLlama3Test, ScaledRopeExplicitHeadDimAndUntiedHeadMatchDenseReference
   std::vector<int> tokens(60);
   for (int& t : tokens) t = rng() % cfg.vocab_size;
   BlockManager blocks(16, 16);
-  ScheduledSeq s;
-  s.request_id = 1;
-  s.token_ids = tokens;
-  ASSERT_TRUE(blocks.EnsureCapacity(&s.block_table, 60));
-  s.sample = true;
-  StepPlan plan;
-  plan.seqs.push_back(s);
+  const StepPlan plan = WholePromptPlan(blocks, tokens);
   std::vector<float> logits;
   ASSERT_TRUE((*runner)->ExecuteWithLogits(plan, &logits).ok());
   EXPECT_LT(RelErr(logits.data(), testing_ref::ReferenceLogits(*w, tokens).back()), kTol);
@@ -133,22 +120,16 @@ TEST(RunnerBf16Test, WholePromptMatchesReferenceAtBf16Tolerance) {
   auto be = CreateBackend("cpu", 2, "bf16");
   ASSERT_TRUE(be.ok()) << be.status();
   ASSERT_EQ((*be)->weight_dtype(), DType::kBF16);
-  RunnerConfig rc;
-  rc.max_num_seqs_limit = 2;
-  rc.max_num_batched_tokens_limit = 64;
-  rc.max_model_len = 64;
-  rc.block_size = 4;
-  rc.num_kv_blocks = 40;
+  const RunnerConfig rc{.max_num_seqs_limit = 2,
+                        .max_num_batched_tokens_limit = 64,
+                        .max_model_len = 64,
+                        .block_size = 4,
+                        .num_kv_blocks = 40};
   auto runner = ModelRunner::Create(be->get(), *w, rc);
   ASSERT_TRUE(runner.ok()) << runner.status();
   ModelWeights rounded = *w;  // what the device holds
   auto round = [](std::vector<float>& v) {
-    for (float& x : v) {
-      uint32_t b;
-      std::memcpy(&b, &x, 4);
-      b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-      std::memcpy(&x, &b, 4);
-    }
+    for (float& x : v) x = Bf16ToF32(F32ToBf16(x));
   };
   size_t matrix_params = rounded.lm_head.size(),
          other_params = rounded.embedding.size() + rounded.final_norm.size();
@@ -167,13 +148,7 @@ TEST(RunnerBf16Test, WholePromptMatchesReferenceAtBf16Tolerance) {
     for (int& t : tokens) t = rng() % cfg->vocab_size;
     const auto ref = testing_ref::ReferenceLogits(rounded, tokens);
     BlockManager blocks(40, 4);
-    ScheduledSeq s;
-    s.request_id = 1;
-    s.token_ids = tokens;
-    ASSERT_TRUE(blocks.EnsureCapacity(&s.block_table, len));
-    s.sample = true;
-    StepPlan plan;
-    plan.seqs.push_back(s);
+    const StepPlan plan = WholePromptPlan(blocks, tokens);
     std::vector<float> logits;
     ASSERT_TRUE((*runner)->ExecuteWithLogits(plan, &logits).ok());
     EXPECT_LT(RelErr(logits.data(), ref.back()), 3e-2) << "prompt length " << len;
@@ -244,13 +219,7 @@ TEST_F(RunnerTest, ChunkedBatchedPagedMatchesReferenceWhateverTheComposition) {
 
 TEST_F(RunnerTest, OpRecordsCarryCostsAndTimes) {
   BlockManager blocks(200, 4);
-  ScheduledSeq s;
-  s.request_id = 1;
-  s.token_ids = {3, 4, 5, 6, 7};
-  ASSERT_TRUE(blocks.EnsureCapacity(&s.block_table, 5));
-  s.sample = true;
-  StepPlan plan;
-  plan.seqs.push_back(s);
+  const StepPlan plan = WholePromptPlan(blocks, {3, 4, 5, 6, 7});
   auto out = runner_->Execute(plan, true);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->sampled.size(), 1u);

@@ -36,7 +36,7 @@ class SafetensorsTest : public ::testing::Test {
   }
   std::string WriteRawWithLength(const std::string& name, const std::string& header,
                                  uint64_t length, size_t data_bytes) {
-    const std::string path = Path(name);
+    std::string path = Path(name);
     std::ofstream out(path, std::ios::binary);
     for (int i = 0; i < 8; ++i) out.put(static_cast<char>(length >> (8 * i)));
     out << header << std::string(data_bytes, '\0');

@@ -236,6 +236,7 @@ TEST(SchedulerTest, NewestRunningRequestCanPreemptItself) {
 // greedy outputs must match each other and the unbatched reference.
 TEST(SchedulerTest, GreedyOutputsSurvivePreemption) {
   std::vector<GenerateRequest> reqs;
+  reqs.reserve(8);
   for (int i = 0; i < 8; ++i) reqs.push_back(Req(5 + 4 * i, 12 + i, 100 * i));
   auto run = [&](int blocks, int budget) {
     Sim sim(Config(6, budget), blocks, 4);

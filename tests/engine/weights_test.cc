@@ -49,8 +49,8 @@ std::vector<TensorToWrite> HfTensors(const ModelWeights& w) {
   const int64_t D = c.hidden_size, F = c.intermediate_size;
   const int64_t Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim;
   std::vector<TensorToWrite> t;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, const std::vector<float>& src,
-                 int64_t offset) {
+  auto add = [&](const std::string& name, const std::vector<int64_t>& shape,
+                 const std::vector<float>& src, int64_t offset) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     t.push_back({name, "F32", shape, {src.begin() + offset, src.begin() + offset + n}});

@@ -131,7 +131,7 @@ TEST_P(CpuAttentionTest, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, CpuAttentionTest, ::testing::Values(1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Threads, CpuAttentionTest, ::testing::Values(1, 2, 3), ThreadsName);
 
 TEST(CpuAttentionErrors, BadBlockIdAndLengths) {
   std::unique_ptr<Backend> b = MakeCpu(2);

@@ -1,33 +1,29 @@
-// CPU GEMM paths against float64 references: the skinny kernel and the BLAS path forced, and
-// the planner's automatic choice, with f32 and bf16 weights, at every kernel level the CPU
-// runs (scalar, AVX2, AVX-512, and AVX512-BF16 dot products where present). With bf16
-// weights every path multiplies bf16-rounded x, so the reference is float64 over the same
-// bf16 values of x and w and every path must match it at f32 tolerance (and so each other:
-// results do not depend on the path the planner picks). Also: --dtype plumbing of
-// CreateCpuBackend and the cost model's byte count for bf16 weights.
+// CPU GEMM (kernels/cpu/gemm.cc, gemm_planner.cc) against float64 references: each path
+// (skinny, blocked, BLAS, the planner's automatic choice, and the backend's own op) in its
+// own test, with f32 and bf16 weights, at every kernel level the CPU runs (scalar, AVX2,
+// AVX-512, and AVX512-BF16 dot products where present). With bf16 weights every path
+// multiplies bf16-rounded x, so the reference is float64 over the same bf16 values of x and
+// w and every path must match it at f32 tolerance (and so each other: results do not depend
+// on the path the planner picks). Also: the backend's Gemm over pool sizes, the skinny
+// kernel's prefetch distances, --dtype plumbing of CreateCpuBackend, the cost model's byte
+// count for bf16 weights, and the errors that name the op.
 #include <algorithm>
-#include <cstring>
 #include <iterator>
+#include <map>
+#include <memory>
 #include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/gemm_planner.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/half_float.h"
 #include "tests/kernels/cpu_test_util.h"
 
 namespace saturn::testing {
 namespace {
 
-float Bf16Value(float f) {  // what UploadF32 stores for a bf16 tensor, widened back
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  x &= 0xffff0000u;
-  float r;
-  std::memcpy(&r, &x, 4);
-  return r;
-}
+float Bf16Value(float f) { return Bf16ToF32(F32ToBf16(f)); }  // what a bf16 tensor holds
 
 std::vector<double> Reference(const std::vector<float>& x, const std::vector<float>& w, int m,
                               int n, int k) {
@@ -62,7 +58,32 @@ const Shape kShapes[] = {{1, 7, 5},
                          {13, 70, 517},
                          {25, 33, 256}};
 
-TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
+// One GEMM path; `through_backend` runs Backend::Gemm (its own planner) instead of
+// cpu::Gemm with `path` forced.
+struct PathCase {
+  const char* name;
+  cpu::GemmPath path;
+  bool through_backend;
+};
+
+// Readable CTest names: "Paths/CpuGemmPathTest.EveryIsaF32AndBf16/Skinny".
+void PrintTo(const PathCase& c, std::ostream* os) { *os << c.name; }
+
+class CpuGemmPathTest : public ::testing::TestWithParam<PathCase> {
+ protected:
+  // One planner per (kernel level, weight dtype) for the whole suite, as one backend keeps
+  // one: what it measures (paths per M, prefetch distances) is measured once, whichever
+  // path's case asks first, and every path then runs with the same measurements.
+  static cpu::GemmPlanner& PlannerFor(cpu::Isa isa, bool bf16) {
+    static std::map<std::pair<cpu::Isa, bool>, std::unique_ptr<cpu::GemmPlanner>> planners;
+    std::unique_ptr<cpu::GemmPlanner>& p = planners[{isa, bf16}];
+    if (p == nullptr) p = std::make_unique<cpu::GemmPlanner>();
+    return *p;
+  }
+};
+
+TEST_P(CpuGemmPathTest, EveryIsaF32AndBf16) {
+  const PathCase& pc = GetParam();
   std::mt19937 rng(5);
   for (cpu::Isa isa : SupportedIsas()) {
     for (const char* dtype : {"f32", "bf16"}) {
@@ -71,44 +92,67 @@ TEST(CpuGemmTest, EveryPathEveryIsaF32AndBf16) {
       const bool bf16 = std::string(dtype) == "bf16";
       const DType wdt = bf16 ? DType::kBF16 : DType::kF32;
       cpu::ThreadPool pool(2);
-      cpu::GemmPlanner planner;
+      cpu::GemmPlanner& planner = PlannerFor(isa, bf16);
       for (const Shape& s : kShapes) {
         std::vector<float> x = Random(rng, s.m * s.k), w = Random(rng, s.n * s.k);
         DevTensor dx = F32(*b, s.m, s.k, x), dw = Empty(*b, wdt, s.n, s.k);
         ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
         if (bf16) {  // what the device holds, and what every path multiplies x as
           for (float& v : w) v = Bf16Value(v);
+          for (float& v : x) v = Bf16Value(v);
         }
-        std::vector<float> xq = x;
-        if (bf16) {
-          for (float& v : xq) v = Bf16Value(v);
-        }
-        const std::vector<double> ref = Reference(xq, w, s.m, s.n, s.k);
-        for (cpu::GemmPath path :
-             {cpu::GemmPath::kSkinny, cpu::GemmPath::kBlocked, cpu::GemmPath::kBlas,
-              cpu::GemmPath::kAuto}) {
-          DevTensor out = Poisoned(*b, s.m, s.n);
+        const std::vector<double> ref = Reference(x, w, s.m, s.n, s.k);
+        DevTensor out = Poisoned(*b, s.m, s.n);
+        if (pc.through_backend) {
+          ASSERT_TRUE(b->Gemm(dx.t, dw.t, out.t).ok());
+        } else {
           ASSERT_TRUE(
-              cpu::Gemm(pool, cpu::KernelsFor(isa), &planner, dx.t, dw.t, out.t, path).ok());
-          EXPECT_LT(RelErr(ToHost<float>(*b, out.t), ref), kTol)
-              << s.m << "x" << s.n << "x" << s.k << " path " << cpu::GemmPathName(path);
+              cpu::Gemm(pool, cpu::KernelsFor(isa), &planner, dx.t, dw.t, out.t, pc.path).ok());
         }
-        DevTensor out = Poisoned(*b, s.m, s.n);  // the backend's own op, planner inside
-        ASSERT_TRUE(b->Gemm(dx.t, dw.t, out.t).ok());
-        EXPECT_LT(RelErr(ToHost<float>(*b, out.t), ref), kTol);
+        EXPECT_LT(RelErr(ToHost<float>(*b, out.t), ref), kTol)
+            << s.m << "x" << s.n << "x" << s.k << " path " << pc.name;
       }
-      EXPECT_TRUE(absl::StrContains(planner.Describe(), std::string("/") + dtype))
-          << planner.Describe();
+      if (!pc.through_backend) {  // every path asks the planner for the prefetch distance
+        EXPECT_TRUE(absl::StrContains(planner.Describe(), std::string("/") + dtype))
+            << planner.Describe();
+      }
     }
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Paths, CpuGemmPathTest,
+                         ::testing::Values(PathCase{"Skinny", cpu::GemmPath::kSkinny, false},
+                                           PathCase{"Blocked", cpu::GemmPath::kBlocked, false},
+                                           PathCase{"Blas", cpu::GemmPath::kBlas, false},
+                                           PathCase{"Auto", cpu::GemmPath::kAuto, false},
+                                           PathCase{"BackendOp", cpu::GemmPath::kAuto, true}),
+                         [](const ::testing::TestParamInfo<PathCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// Backend::Gemm over pool sizes of 1 and 3 threads: one row and many, odd shapes, n = 1.
+class CpuGemmOpTest : public CpuOpTest {};
+
+TEST_P(CpuGemmOpTest, Gemm) {
+  for (auto [m, n, k] : {std::tuple{1, 7, 5}, std::tuple{1, 320, 768}, std::tuple{3, 17, 33},
+                         std::tuple{64, 130, 96}, std::tuple{5, 1, 9}, std::tuple{8, 131, 77},
+                         std::tuple{16, 64, 768}, std::tuple{17, 33, 40}, std::tuple{80, 20, 24}}) {
+    std::vector<float> x = Random(rng_, m * k), w = Random(rng_, n * k);
+    DevTensor dx = F32(*b_, m, k, x), dw = F32(*b_, n, k, w), out = Poisoned(*b_, m, n);
+    ASSERT_TRUE(b_->Gemm(dx.t, dw.t, out.t).ok());
+    EXPECT_LT(RelErr(ToHost<float>(*b_, out.t), Reference(x, w, m, n, k)), kTol)
+        << m << "x" << n << "x" << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CpuGemmOpTest, ::testing::Values(1, 3), ThreadsName);
+
 // The skinny kernel's software prefetch only moves bytes earlier: every distance the planner
 // may pick gives the same bits, at block edges (rows a multiple of the weight-row block, one
-// more, one less) and odd k, for one and several input rows.
+// more, one less) and odd k, for one and several input rows, and with 4 x 4 tiles (AVX-512,
+// from four input rows) beside the 8 x 2 and 8 x 1 ones.
 TEST(CpuGemmTest, SkinnyPrefetchDistanceNeverChangesResults) {
   std::mt19937 rng(11);
-  // ... and with 4 x 4 tiles (AVX-512, from four input rows) beside the 8 x 2 and 8 x 1 ones.
   const Shape shapes[] = {{1, 64, 768}, {1, 65, 33}, {2, 63, 129}, {3, 136, 64},
                           {1, 8, 31},   {4, 24, 40}, {7, 65, 129}, {9, 17, 768}};
   for (cpu::Isa isa : SupportedIsas()) {
@@ -141,7 +185,8 @@ TEST(CpuGemmTest, SkinnyPrefetchDistanceNeverChangesResults) {
   }
 }
 
-// Also the skinny kernel's prefetch distance the planner measured.
+// Past its largest probe M the planner picks a many-row path (blocked or BLAS), below it it
+// always decides; and it measures the skinny kernel's prefetch distance per weight shape.
 TEST(CpuGemmTest, PlannerNeverStreamsPastItsLargestProbe) {
   std::unique_ptr<Backend> b = MakeCpu(2);
   std::mt19937 rng(9);
@@ -206,6 +251,27 @@ TEST(CpuGemmTest, UnsupportedIsaIsRejected) {
   o.isa = cpu::Isa::kAvx512;
   absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(o);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Backend::Gemm's status for x [2, k_x] and w [3, k_w], both of `dtype`, into f32 [2, 3].
+absl::Status GemmStatus(DType dtype, int64_t k_x, int64_t k_w) {
+  std::unique_ptr<Backend> b = MakeCpu(1);
+  DevTensor x = Empty(*b, dtype, 2, k_x), w = Empty(*b, dtype, 3, k_w);
+  DevTensor out = Empty(*b, DType::kF32, 2, 3);
+  return b->Gemm(x.t, w.t, out.t);
+}
+
+TEST(CpuGemmErrors, NonF32GemmIsUnimplemented) {
+  const absl::Status s = GemmStatus(DType::kBF16, 4, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(s.message(), "bf16")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "gemm")) << s;
+}
+
+TEST(CpuGemmErrors, ShapeErrorNamesTheOp) {
+  const absl::Status s = GemmStatus(DType::kF32, 4, 5);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "gemm")) << s;
 }
 
 }  // namespace

@@ -7,40 +7,19 @@
 #include <set>
 
 #include "kernels/sampling_rng.h"
-#include "tests/kernels/cpu_test_util.h"
+#include "tests/kernels/sampling_test_util.h"
 
 namespace saturn::testing {
 namespace {
 
-struct Row {
-  float temperature = 1.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  int64_t seed = 0;
-  int32_t step = 0;
-};
+using Row = SamplingRow;
 
 // Samples one token per row; every row uses the same logits.
 std::vector<int32_t> SampleRows(Backend& b, const std::vector<float>& logits,
                                 const std::vector<Row>& rows) {
-  const int64_t n = rows.size(), vocab = logits.size();
-  std::vector<float> all, temp, top_p;
-  std::vector<int32_t> top_k, step;
-  std::vector<int64_t> seed;
-  for (const Row& r : rows) {
-    all.insert(all.end(), logits.begin(), logits.end());
-    temp.push_back(r.temperature);
-    top_k.push_back(r.top_k);
-    top_p.push_back(r.top_p);
-    seed.push_back(r.seed);
-    step.push_back(r.step);
-  }
-  DevTensor dl = F32(b, n, vocab, all), dt = F32(b, 1, n, temp), dk = I32(b, 1, n, top_k);
-  DevTensor dp = F32(b, 1, n, top_p), ds = FromHost(b, DType::kI64, 1, n, seed);
-  DevTensor dst = I32(b, 1, n, step), out = I32(b, 1, n, std::vector<int32_t>(n, -7));
-  absl::Status s = b.Sample(dl.t, SamplingBatch{dt.t, dk.t, dp.t, ds.t, dst.t}, out.t);
-  EXPECT_TRUE(s.ok()) << s;
-  return ToHost<int32_t>(b, out.t);
+  std::vector<float> all;
+  for (size_t i = 0; i < rows.size(); ++i) all.insert(all.end(), logits.begin(), logits.end());
+  return SampleOn(b, all, static_cast<int64_t>(logits.size()), rows);
 }
 
 // Kept tokens in final order with their probabilities (the row semantics, full sort).
@@ -179,6 +158,7 @@ TEST_P(CpuSamplingTest, MatchesFullSortReference) {
 TEST_P(CpuSamplingTest, DeterministicPerSeedAndStep) {
   std::vector<float> flat(1000, 0.0f);
   std::vector<Row> rows;
+  rows.reserve(200);
   for (int i = 0; i < 200; ++i) rows.push_back({1.0f, 0, 1.0f, 500 + i, 3});
   std::vector<int32_t> a = SampleRows(*b_, flat, rows), again = SampleRows(*b_, flat, rows);
   EXPECT_EQ(a, again);
@@ -188,7 +168,7 @@ TEST_P(CpuSamplingTest, DeterministicPerSeedAndStep) {
   EXPECT_GT(std::set<int32_t>(by_step.begin(), by_step.end()).size(), 150u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, CpuSamplingTest, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(Threads, CpuSamplingTest, ::testing::Values(1, 2), ThreadsName);
 
 TEST(CpuSamplingErrors, WrongParamDType) {
   std::unique_ptr<Backend> b = MakeCpu(1);

@@ -1,6 +1,7 @@
 // Helpers shared by the CPU backend tests: device tensors filled from host vectors,
-// NaN-poisoned outputs, seeded random data and the normalised error against a float64
-// reference. Test-only; owns no test cases.
+// NaN-poisoned outputs, seeded random data, the normalised error against a float64
+// reference, and the fixture of the op tests swept over pool sizes. Test-only; owns no test
+// cases.
 #pragma once
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -105,5 +107,19 @@ inline double RelErr(const std::vector<float>& out, const std::vector<double>& r
 }
 
 constexpr double kTol = 1e-5;
+
+// One op's tests on a CPU backend of GetParam() threads, each test from the same seed:
+//   class CpuRopeTest : public CpuOpTest {};
+//   INSTANTIATE_TEST_SUITE_P(Threads, CpuRopeTest, ::testing::Values(1, 3), ThreadsName);
+class CpuOpTest : public ::testing::TestWithParam<int> {
+ protected:
+  std::unique_ptr<Backend> b_ = MakeCpu(GetParam());
+  std::mt19937 rng_{1234};
+};
+
+// Readable names for a pool-size sweep: "Threads/CpuRopeTest.Rope/3_threads".
+inline std::string ThreadsName(const ::testing::TestParamInfo<int>& info) {
+  return absl::StrCat(info.param, info.param == 1 ? "_thread" : "_threads");
+}
 
 }  // namespace saturn::testing

@@ -3,49 +3,19 @@
 // the CPU sampler on every row: random rows at vocabulary 4096 and 32000 with temperature,
 // top-k and top-p, rows of exact ties at top-p boundaries, tie-heavy random rows, greedy rows
 // and rows holding both -0.0 and +0.0. Needs no GPU: it is the same code the kernel runs.
-#include "kernels/cuda/sample_search.h"
-
 #include <memory>
 #include <random>
 #include <vector>
 
-#include "tests/kernels/cpu_test_util.h"
+#include "kernels/cuda/sample_search.h"
+#include "tests/kernels/sampling_test_util.h"
 
 namespace saturn::testing {
 namespace {
 
 namespace ss = saturn::sample_search;
 
-struct Row {
-  float temperature = 1.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  int64_t seed = 0;
-  int32_t step = 0;
-};
-
-// One token per row from the CPU backend; logits are [rows, vocab].
-std::vector<int32_t> CpuTokens(const std::vector<float>& logits, int vocab,
-                               const std::vector<Row>& rows) {
-  auto b = MakeCpu(1);
-  const int64_t n = rows.size();
-  std::vector<float> temp, top_p;
-  std::vector<int32_t> top_k, step;
-  std::vector<int64_t> seed;
-  for (const Row& r : rows) {
-    temp.push_back(r.temperature);
-    top_k.push_back(r.top_k);
-    top_p.push_back(r.top_p);
-    seed.push_back(r.seed);
-    step.push_back(r.step);
-  }
-  DevTensor dl = F32(*b, n, vocab, logits), dt = F32(*b, 1, n, temp), dk = I32(*b, 1, n, top_k);
-  DevTensor dp = F32(*b, 1, n, top_p), ds = FromHost(*b, DType::kI64, 1, n, seed);
-  DevTensor dst = I32(*b, 1, n, step), out = I32(*b, 1, n, std::vector<int32_t>(n, -7));
-  absl::Status s = b->Sample(dl.t, SamplingBatch{dt.t, dk.t, dp.t, ds.t, dst.t}, out.t);
-  EXPECT_TRUE(s.ok()) << s;
-  return ToHost<int32_t>(*b, out.t);
-}
+using Row = SamplingRow;
 
 // One token per row from the device sampler's code, emulated on the host.
 std::vector<int32_t> EmulatedTokens(const std::vector<float>& logits, int vocab,
@@ -62,7 +32,7 @@ std::vector<int32_t> EmulatedTokens(const std::vector<float>& logits, int vocab,
 }
 
 void ExpectSameTokens(const std::vector<float>& logits, int vocab, const std::vector<Row>& rows) {
-  const std::vector<int32_t> cpu = CpuTokens(logits, vocab, rows);
+  const std::vector<int32_t> cpu = SampleOn(*MakeCpu(1), logits, vocab, rows);
   const std::vector<int32_t> gpu = EmulatedTokens(logits, vocab, rows);
   ASSERT_EQ(cpu.size(), gpu.size());
   int mismatches = 0;
@@ -75,29 +45,6 @@ void ExpectSameTokens(const std::vector<float>& logits, int vocab, const std::ve
     }
   }
   EXPECT_EQ(mismatches, 0) << "of " << rows.size() << " rows";
-}
-
-// Peaked random rows: a few large logits over a Gaussian floor, as an LM head gives.
-std::vector<float> LmLikeLogits(std::mt19937& rng, int rows, int vocab) {
-  std::normal_distribution<float> floor(0.0f, 2.0f);
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<float> v(static_cast<size_t>(rows) * vocab);
-  for (float& x : v) x = floor(rng);
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < 8; ++j) v[static_cast<size_t>(r) * vocab + pick(rng)] += 6.0f + j;
-  }
-  return v;
-}
-
-std::vector<Row> MixedRows(int n, int64_t seed0) {
-  const float temps[] = {0.7f, 1.0f, 1.5f};
-  const int ks[] = {0, 0, 50, 1000};
-  const float ps[] = {1.0f, 0.95f, 0.9f, 0.5f, 0.99f};
-  std::vector<Row> rows;
-  for (int i = 0; i < n; ++i) {
-    rows.push_back(Row{temps[i % 3], ks[(i / 3) % 4], ps[(i / 12) % 5], seed0 + i, i % 11});
-  }
-  return rows;
 }
 
 TEST(SampleSearchTest, RandomRowsMatchCpuAtVocab4096) {
@@ -140,6 +87,7 @@ TEST(SampleSearchTest, TieHeavyRowsMatchCpu) {
     std::vector<float> logits(static_cast<size_t>(n) * vocab);
     for (float& x : logits) x = 0.5f * static_cast<float>(level(rng));
     std::vector<Row> rows;
+    rows.reserve(n);
     const int ks[] = {0, 3, 5, 10};
     const float ps[] = {1.0f, 0.1f, 0.2f, 0.4f, 0.5f, 0.75f};
     for (int i = 0; i < n; ++i) {

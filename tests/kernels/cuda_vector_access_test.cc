@@ -1,11 +1,9 @@
 // The rule that picks a memory-bound CUDA kernel's 16-byte vector path (kernels/cuda/
 // vector_access.h): whole vectors per row and 16-byte aligned pointers, else the scalar path.
 // Host-only: the rule is plain arithmetic, checked before every launch.
-#include "kernels/cuda/vector_access.h"
-
 #include <gtest/gtest.h>
 
-#include <cstdint>
+#include "kernels/cuda/vector_access.h"
 
 namespace saturn::gpu {
 namespace {

@@ -19,6 +19,7 @@
 #include "engine/model_config.h"
 #include "engine/model_runner.h"
 #include "engine/weights.h"
+#include "tests/engine/runner_test_util.h"
 
 namespace saturn {
 namespace {
@@ -192,24 +193,19 @@ class CapturingBackend final : public Backend {
 class GraphCaptureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cfg = PresetConfig("tiny");
-    ASSERT_TRUE(cfg.ok());
-    cfg->max_position_embeddings = 128;
-    auto w = RandomWeights(*cfg, 3);
-    ASSERT_TRUE(w.ok()) << w.status();
-    weights_ = std::move(*w);
+    weights_ = testing_runner::TinyWeights(3, 128);
+    ASSERT_FALSE(HasFailure());
     auto cpu = CreateBackend("cpu", 1, "f32");
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     backend_ = std::make_unique<CapturingBackend>(std::move(*cpu));
   }
   std::unique_ptr<ModelRunner> MakeRunner(std::vector<int> graph_sizes) {
-    RunnerConfig rc;
-    rc.max_num_seqs_limit = 4;
-    rc.max_num_batched_tokens_limit = 64;
-    rc.max_model_len = 64;
-    rc.block_size = 4;
-    rc.num_kv_blocks = 64;
-    rc.graph_sizes = std::move(graph_sizes);
+    const RunnerConfig rc{.max_num_seqs_limit = 4,
+                          .max_num_batched_tokens_limit = 64,
+                          .max_model_len = 64,
+                          .block_size = 4,
+                          .num_kv_blocks = 64,
+                          .graph_sizes = std::move(graph_sizes)};
     auto r = ModelRunner::Create(backend_.get(), weights_, rc);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(*r) : nullptr;

@@ -1,0 +1,43 @@
+// Shared by the model runner tests (model_runner_test, model_runner_graph_test and
+// tests/cuda/cuda_runner_test): the tiny model's seeded random weights and a step plan of one
+// whole prompt. Test-only; owns no test cases.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/model_config.h"
+#include "engine/model_runner.h"
+#include "engine/weights.h"
+
+namespace saturn::testing_runner {
+
+// The tiny preset's random weights from `seed`; max_position > 0 replaces the preset's
+// max_position_embeddings.
+inline ModelWeights TinyWeights(uint64_t seed, int max_position = 0) {
+  absl::StatusOr<ModelConfig> cfg = PresetConfig("tiny");
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  if (!cfg.ok()) return {};
+  if (max_position > 0) cfg->max_position_embeddings = max_position;
+  absl::StatusOr<ModelWeights> w = RandomWeights(*cfg, seed);
+  EXPECT_TRUE(w.ok()) << w.status();
+  return w.ok() ? std::move(*w) : ModelWeights{};
+}
+
+// One sampling sequence (request 1) holding the whole prompt, its blocks taken from `blocks`.
+inline StepPlan WholePromptPlan(BlockManager& blocks, std::vector<int> tokens) {
+  ScheduledSeq s;
+  s.request_id = 1;
+  s.token_ids = std::move(tokens);
+  EXPECT_TRUE(blocks.EnsureCapacity(&s.block_table, static_cast<int>(s.token_ids.size())));
+  s.sample = true;
+  StepPlan plan;
+  plan.seqs.push_back(std::move(s));
+  return plan;
+}
+
+}  // namespace saturn::testing_runner

@@ -1,0 +1,120 @@
+// The CPU backend itself (kernels/cpu/cpu_backend.cc): its identity and properties,
+// 64-byte aligned allocations, UploadF32's bf16/f16 rounding, and the per-op records a step
+// returns. Each op's arithmetic has its own test file (cpu_<op>_test.cc).
+#include <cmath>
+#include <tuple>
+
+#include "absl/strings/match.h"
+#include "tests/kernels/cpu_test_util.h"
+
+namespace saturn::testing {
+namespace {
+
+TEST(CpuBackendTest, Properties) {
+  std::unique_ptr<Backend> b = MakeCpu(2);
+  EXPECT_EQ(b->name(), "cpu");
+  EXPECT_TRUE(absl::StrContains(b->device_name(), "(2 threads)")) << b->device_name();
+  EXPECT_EQ(b->compute_dtype(), DType::kF32);
+  EXPECT_GT(b->device_memory_bytes(), size_t{1} << 28);
+  EXPECT_TRUE(b->per_op_timing_is_cheap());
+  EXPECT_FALSE(b->SupportsGraphs());
+  EXPECT_EQ(b->BeginGraphCapture().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(b->Synchronize().ok());
+  EXPECT_FALSE(CreateCpuBackend(-1).ok());
+  EXPECT_TRUE(absl::StrContains(MakeCpu(0)->device_name(), "threads"));
+}
+
+TEST(CpuBackendTest, AllocationIsAligned) {
+  std::unique_ptr<Backend> b = MakeCpu(1);
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{100}, size_t{4096}, size_t{1000003}}) {
+    absl::StatusOr<DeviceBuffer> buf = b->Allocate(bytes);
+    ASSERT_TRUE(buf.ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 64, 0u);
+    EXPECT_EQ(buf->bytes(), bytes);
+  }
+}
+
+TEST(CpuBackendTest, UploadF32ConvertsWithRoundToNearestEven) {
+  std::unique_ptr<Backend> b = MakeCpu(1);
+  const float inf = std::numeric_limits<float>::infinity();
+  // value, expected bf16 bits, expected f16 bits
+  const std::vector<std::tuple<float, uint16_t, uint16_t>> cases = {
+      {1.0f, 0x3f80, 0x3c00},
+      {-2.0f, 0xc000, 0xc000},
+      {0.0f, 0x0000, 0x0000},
+      {1.0f + 1.0f / 256, 0x3f80, 0x3c04},      // bf16 tie -> even (down)
+      {1.0f + 3.0f / 256, 0x3f82, 0x3c0c},      // bf16 tie -> even (up)
+      {1.0f + 1.0f / 2048, 0x3f80, 0x3c00},     // f16 tie -> even (down)
+      {1.0f + 3.0f / 2048, 0x3f80, 0x3c02},     // f16 tie -> even (up)
+      {65504.0f, 0x4780, 0x7bff},               // f16 max
+      {65520.0f, 0x4780, 0x7c00},               // rounds to f16 inf
+      {std::ldexp(1.0f, -24), 0x3380, 0x0001},  // smallest f16 subnormal
+      {std::ldexp(1.0f, -25), 0x3300, 0x0000},  // tie -> even zero
+      {std::ldexp(3.0f, -25), 0x33c0, 0x0002},  // 1.5 ulp -> 2 (even)
+      {std::ldexp(1.0f, -14), 0x3880, 0x0400},  // smallest f16 normal
+      {std::ldexp(1023.0f, -24) + std::ldexp(1.0f, -25), 0x3880, 0x0400},  // carries to normal
+      {inf, 0x7f80, 0x7c00},
+      {-inf, 0xff80, 0xfc00},
+  };
+  std::vector<float> host;
+  host.reserve(cases.size());
+  for (auto [v, bf, h] : cases) host.push_back(v);
+  const int64_t n = host.size();
+  DevTensor dbf = Empty(*b, DType::kBF16, 1, n), dh = Empty(*b, DType::kF16, 1, n);
+  ASSERT_TRUE(b->UploadF32(host.data(), dbf.t).ok());
+  ASSERT_TRUE(b->UploadF32(host.data(), dh.t).ok());
+  std::vector<uint16_t> got_bf = ToHost<uint16_t>(*b, dbf.t), got_h = ToHost<uint16_t>(*b, dh.t);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(got_bf[i], std::get<1>(cases[i])) << "bf16 of " << host[i];
+    EXPECT_EQ(got_h[i], std::get<2>(cases[i])) << "f16 of " << host[i];
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(b->UploadF32(&nan, dbf.t.RowSlice(0, 1).Reshaped(1, 1)).ok());
+  ASSERT_TRUE(b->UploadF32(&nan, dh.t.RowSlice(0, 1).Reshaped(1, 1)).ok());
+  EXPECT_EQ(ToHost<uint16_t>(*b, dbf.t)[0] & 0x7fc0, 0x7fc0);
+  EXPECT_EQ(ToHost<uint16_t>(*b, dh.t)[0] & 0x7e00, 0x7e00);
+  DevTensor di = Empty(*b, DType::kI32, 1, 1);
+  EXPECT_EQ(b->UploadF32(host.data(), di.t).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuBackendTest, OpRecordsHaveKindsAndDeviceIntervals) {
+  std::unique_ptr<Backend> b = MakeCpu(2);
+  std::mt19937 rng(7);
+  const int m = 32, k = 256, n = 256;
+  DevTensor x = F32(*b, m, k, Random(rng, m * k)), w = F32(*b, n, k, Random(rng, n * k));
+  DevTensor y = Poisoned(*b, m, n), nw = F32(*b, 1, n, Random(rng, n)), z = Poisoned(*b, m, n);
+  b->BeginStep(/*per_op_device_times=*/true);
+  ASSERT_TRUE(b->Gemm(x.t, w.t, y.t).ok());
+  ASSERT_TRUE(b->RmsNorm(y.t, nw.t, 1e-5f, z.t).ok());
+  ASSERT_TRUE(b->Add(y.t, z.t, y.t).ok());
+  absl::StatusOr<StepTiming> timing = b->EndStep();
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  ASSERT_EQ(timing->ops.size(), 3u);
+  EXPECT_EQ(timing->ops[0].kind, OpKind::kGemm);
+  EXPECT_EQ(timing->ops[1].kind, OpKind::kRmsNorm);
+  EXPECT_EQ(timing->ops[2].kind, OpKind::kAdd);
+  EXPECT_TRUE(timing->per_op_device_times);
+  EXPECT_FALSE(timing->graph_replayed);
+  double prev_end = 0;
+  for (const OpRecord& op : timing->ops) {
+    EXPECT_GE(op.device_begin_us, prev_end);
+    EXPECT_GT(op.device_end_us, op.device_begin_us);
+    EXPECT_GE(op.device_begin_us, op.issue_begin_us);
+    EXPECT_LE(op.device_end_us, op.issue_end_us);
+    EXPECT_GT(op.cost.bytes, 0);
+    prev_end = op.device_end_us;
+  }
+  EXPECT_GT(timing->ops[0].cost.flops, 0);
+  EXPECT_GT(timing->device_busy_us, 0);
+  EXPECT_GE(timing->device_span_us, timing->device_busy_us);
+
+  b->BeginStep(/*per_op_device_times=*/false);
+  ASSERT_TRUE(b->Gemm(x.t, w.t, y.t).ok());
+  timing = b->EndStep();
+  ASSERT_TRUE(timing.ok());
+  ASSERT_EQ(timing->ops.size(), 1u);
+  EXPECT_LT(timing->ops[0].device_begin_us, 0);
+}
+
+}  // namespace
+}  // namespace saturn::testing
