@@ -33,9 +33,11 @@
 #include "engine/diag/calibration.h"
 #include "engine/diag/engine_context.h"
 #include "engine/diag/plan_tracker.h"
-#include "engine/diag/report_format.h"
 #include "engine/engine.h"
 #include "engine/flags_help.h"
+#include "proto/render/report_json.h"
+#include "proto/render/report_text.h"
+#include "server/report_proto.h"
 
 ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
 ABSL_FLAG(std::string, backend, "cpu", "auto|cpu|cuda");
@@ -203,7 +205,7 @@ int Main() {
   const double b1 = NowUs();
   const DiagnosticsReport before = Window(*engine, *cal, b0, b1);
   std::printf("--- before (max_num_seqs %d, %d clients) ---\n%s", start, n,
-              ReportToText(before).c_str());
+              RenderReport(ToProto(before)).c_str());
   if (before.plan.actions.empty()) {
     std::printf("no plan action: %s\n", before.plan.note.c_str());
     return 1;
@@ -257,7 +259,7 @@ int Main() {
   const bool mix = a.prefill_share > 0;
   const double measured_plan = mix ? after.profile.output_tokens_per_s : t->measured_tokens_per_s;
   const double plan_error = a.tokens_per_s_after / std::max(1e-9, measured_plan) - 1;
-  std::printf("--- after \"%s\" ---\n%s", a.what.c_str(), ReportToText(after).c_str());
+  std::printf("--- after \"%s\" ---\n%s", a.what.c_str(), RenderReport(ToProto(after)).c_str());
   std::printf("\n%-28s %12s %12s %9s\n", "", "predicted", "measured", "error");
   std::printf("%-28s %12.1f %12.1f %+8.1f%%\n", "decode tokens/s", t->predicted_tokens_per_s,
               t->measured_tokens_per_s, 100 * t->tokens_per_s_error);
@@ -303,8 +305,8 @@ int Main() {
                         {"expected_error", a.expected_error},
                         {"outside_measured", a.outside_measured},
                         {"predicted_prefill_share", a.prefill_share},
-                        {"before", nlohmann::json::parse(ReportToJson(before))},
-                        {"after", nlohmann::json::parse(ReportToJson(after))},
+                        {"before", nlohmann::json::parse(ReportJson(ToProto(before), false))},
+                        {"after", nlohmann::json::parse(ReportJson(ToProto(after), false))},
                         {"predicted_tokens_per_s", t->predicted_tokens_per_s},
                         {"measured_tokens_per_s", t->measured_tokens_per_s},
                         {"tokens_per_s_error", t->tokens_per_s_error},

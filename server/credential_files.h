@@ -1,5 +1,5 @@
 // Reading the PEM and bearer-token files named by the security flags, shared by saturn-server
-// (server/security.h) and the client tools (clients/channel_security.h) so that both sides
+// (server/security.h) and the client tools (clients/common/channel_security.h) so that both sides
 // accept and refuse the same files with the same messages. Its own small library
 // (saturn_credential_files): the clients link it without the server.
 #pragma once

@@ -3,7 +3,8 @@
 
 #include <algorithm>
 
-#include "engine/diag/report_format.h"
+#include "proto/render/report_json.h"
+#include "proto/render/report_text.h"
 
 namespace saturn {
 namespace {
@@ -99,6 +100,38 @@ void ToProto(const TrackedOutcome& t, v1::TrackedOutcome* out) {
   out->set_model_error(t.model_error);
 }
 
+void ToProto(const StepModel& m, v1::StepModel* out) {
+  out->set_host_us(m.host_us);
+  out->set_host_us_per_seq(m.host_us_per_seq);
+  out->set_dispatch_us(m.dispatch_us);
+  out->set_op_overhead_us(m.op_overhead_us);
+  out->set_fitted_steps(m.fitted_steps);
+  out->set_fit_error(m.fit_error);
+  for (size_t c = 0; c < kNumOpClasses; ++c) {
+    const ClassRates& r = m.rates[c];
+    v1::ClassRates* o = out->add_classes();
+    o->set_op_class(OpClassName(static_cast<OpClass>(c)));
+    o->set_bytes_per_s(r.bytes_per_us * 1e6);
+    o->set_flops_per_s(r.flops_per_us * 1e6);
+    o->set_bandwidth_fitted(r.bandwidth_fitted);
+    o->set_compute_fitted(r.compute_fitted);
+    o->set_form(r.additive ? "sum" : "max");
+    o->set_samples(r.samples);
+    o->set_rms_error_us(r.rms_error_us);
+  }
+}
+
+void ToProto(const std::vector<CurvePoint>& pts,
+             google::protobuf::RepeatedPtrField<v1::CurvePoint>* out) {
+  for (const CurvePoint& p : pts) {
+    v1::CurvePoint* o = out->Add();
+    o->set_x(p.x);
+    o->set_us(p.us);
+    o->set_spread(p.spread);
+    o->set_samples(p.samples);
+  }
+}
+
 void ToProto(const StepRecord& r, v1::StepPoint* out) {
   const double flops = r.total_flops(), bytes = r.total_bytes();
   out->set_step_id(r.step_id);
@@ -187,6 +220,11 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
   for (const std::string& n : cc.notes) out->add_calibration_notes(n);
   out->set_judged_flops_per_s(cc.judged_flops_per_s);
   out->set_judged_bytes_per_s(cc.judged_bytes_per_s);
+  out->set_cache_resident(cc.cache_resident);
+  out->set_observed_max_flops_per_s(cc.observed_max_flops_per_s);
+  out->set_observed_max_bytes_per_s(cc.observed_max_bytes_per_s);
+  out->set_raw_mfu(cc.raw_mfu);
+  out->set_raw_mbu(cc.raw_mbu);
   out->set_step_mfu(r.verdict.step_mfu);
   out->set_step_mbu(r.verdict.step_mbu);
   out->set_far_below_roofs(r.verdict.far_below_roofs);
@@ -205,9 +243,16 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
   out->set_kv_capacity_batch(r.plan.kv_capacity_batch);
   out->set_plateau_batch(r.plan.plateau_batch);
   out->set_plateau_tokens_per_s(r.plan.plateau_tokens_per_s);
+  out->set_plan_batch_now(r.plan.batch_now);
+  out->set_plan_context(r.plan.context);
+  out->set_plan_expected_seq_len(r.plan.expected_seq_len);
+  out->set_measured_max_batch(r.plan.measured_max_batch);
+  out->set_measured_max_prefill_rows(r.plan.measured_max_prefill_rows);
+  out->set_used_probe(r.plan.used_probe);
+  ToProto(r.plan.curve.decode, out->mutable_plan_curve()->mutable_decode());
+  ToProto(r.plan.curve.prefill, out->mutable_plan_curve()->mutable_prefill());
   if (r.tracked.has_value()) ToProto(*r.tracked, out->mutable_tracked());
-  out->set_text(ReportToText(r));
-  if (options.include_json) out->set_json(ReportToJson(r));
+  ToProto(r.model, out->mutable_model());
   if (options.max_step_points > 0 && !steps.empty()) {
     // Evenly spaced over the window, newest included.
     const size_t n = std::min(steps.size(), static_cast<size_t>(options.max_step_points));
@@ -219,6 +264,15 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
   out->set_model_fit_error(r.model.fit_error);
   out->set_model_form(r.model.rates[static_cast<size_t>(OpClass::kGemm)].additive ? "sum" : "max");
   out->set_nvml_utilization(options.nvml_utilization);
+  // The renderings last: they read the fields above.
+  out->set_text(RenderReport(*out));
+  if (options.include_json) out->set_json(ReportJson(*out, false));
+}
+
+v1::DiagnosticsReport ToProto(const DiagnosticsReport& r) {
+  v1::DiagnosticsReport out;
+  ToProto(r, {}, ReportProtoOptions{}, &out);
+  return out;
 }
 
 }  // namespace saturn

@@ -1,6 +1,7 @@
 // saturn-diag: Saturn's live diagnostics from the command line (flags -> DiagOptions ->
 // RunDiagCommand). The only file that defines saturn-diag's flags, but for the security flags
-// shared with saturn-load (clients/security_flags.h). Exit codes: see clients/diag_commands.h.
+// shared with saturn-load (clients/common/security_flags.h). Exit codes: see
+// clients/diag/commands.h.
 //
 //   saturn-diag info
 //   saturn-diag get --window 30            saturn-diag get --json
@@ -21,8 +22,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "clients/diag_commands.h"
-#include "clients/security_flags.h"
+#include "clients/common/security_flags.h"
+#include "clients/diag/commands.h"
 #include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",

@@ -1,6 +1,6 @@
 // saturn-load: load generator for Saturn servers (flags -> LoadConfig -> RunSession ->
 // table, JSON, CSV). The only file that defines flags, but for the security flags shared with
-// saturn-diag (clients/security_flags.h). Exit codes: see load_session.h.
+// saturn-diag (clients/common/security_flags.h). Exit codes: see clients/load/session.h.
 //
 //   saturn-load --target 127.0.0.1:50051 --concurrency 1,4,16 --num_requests 64
 //   saturn-load --request_rate 2 --duration 60 --slo_ttft_ms 200 --json out.json
@@ -18,10 +18,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "clients/load_config.h"
-#include "clients/load_session.h"
-#include "clients/report.h"
-#include "clients/security_flags.h"
+#include "clients/common/security_flags.h"
+#include "clients/load/config.h"
+#include "clients/load/run_table.h"
+#include "clients/load/session.h"
 #include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",

@@ -3,7 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/diag/analyzer.h"
-#include "engine/diag/report_format.h"
+#include "proto/render/report_text.h"
+#include "server/report_proto.h"
 #include "tests/diag/synthetic.h"
 
 namespace saturn {
@@ -88,12 +89,14 @@ TEST(PlanTest, ProbedStepsPutPredictionsInsideTheMeasuredRange) {
   EXPECT_NEAR(a.tokens_per_s_after, a.batch_after / truth(a.batch_after) * 1e6,
               1e-6 * a.tokens_per_s_after);
   EXPECT_LT(a.expected_error, without.plan.actions[0].expected_error);
-  EXPECT_NE(ReportToText(with).find("decode batch <= 64, prefill rows <= 0 (window + probe steps)"),
+  const std::string with_text = RenderReport(ToProto(with));
+  const std::string without_text = RenderReport(ToProto(without));
+  EXPECT_NE(with_text.find("decode batch <= 64, prefill rows <= 0 (window + probe steps)"),
             std::string::npos)
-      << ReportToText(with);
-  EXPECT_NE(ReportToText(without).find("decode batch <= 4, prefill rows <= 0 (window only)"),
+      << with_text;
+  EXPECT_NE(without_text.find("decode batch <= 4, prefill rows <= 0 (window only)"),
             std::string::npos)
-      << ReportToText(without);
+      << without_text;
   // Probed with the other CUDA-graph setting: not used.
   ctx.probe_graphs = true;
   const auto other = Plan(steps, ctx);

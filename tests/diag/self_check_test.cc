@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "engine/diag/analyzer.h"
-#include "engine/diag/report_format.h"
+#include "proto/render/report_json.h"
+#include "proto/render/report_text.h"
+#include "server/report_proto.h"
 #include "tests/diag/synthetic.h"
 
 namespace saturn {
@@ -36,8 +38,8 @@ TEST(SelfCheckTest, CeilingBelowWhatTheWindowAchievedIsSuspect) {
   EXPECT_LE(r.profile.mbu, 1.0 + 1e-9);  // the figures shown use the judged ceilings
   for (const ClassProfile& k : r.profile.classes) EXPECT_LE(k.mbu, 1.0 + 1e-9);
   EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kMemoryBound) << r.verdict.summary;
-  EXPECT_NE(ReportToText(r).find("SUSPECT"), std::string::npos);
-  EXPECT_NE(ReportToJson(r).find("\"suspect\": true"), std::string::npos);
+  EXPECT_NE(RenderReport(ToProto(r)).find("SUSPECT"), std::string::npos);
+  EXPECT_NE(ReportJson(ToProto(r), true).find("\"suspect\": true"), std::string::npos);
 }
 
 TEST(SelfCheckTest, HonestCeilingsAreNotSuspect) {
@@ -49,7 +51,7 @@ TEST(SelfCheckTest, HonestCeilingsAreNotSuspect) {
                          testing_diag::TestContext(m, 64));
   EXPECT_FALSE(r.verdict.calibration_check.suspect);
   EXPECT_TRUE(r.verdict.calibration_check.notes.empty());
-  EXPECT_EQ(ReportToText(r).find("SUSPECT"), std::string::npos);
+  EXPECT_EQ(RenderReport(ToProto(r)).find("SUSPECT"), std::string::npos);
 }
 
 TEST(SelfCheckTest, CeilingExceededWithinItsNoiseIsJudgedByTheObservedRate) {

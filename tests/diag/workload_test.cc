@@ -17,9 +17,11 @@
 #include "engine/diag/analyzer.h"
 #include "engine/diag/engine_context.h"
 #include "engine/diag/plan_tracker.h"
-#include "engine/diag/report_format.h"
 #include "engine/engine.h"
 #include "engine/weights.h"
+#include "proto/render/report_json.h"
+#include "proto/render/report_text.h"
+#include "server/report_proto.h"
 #include "tests/diag/busy.h"
 #include "tests/diag/synthetic.h"
 
@@ -55,8 +57,8 @@ DiagnosticsReport Diagnose(const Engine& e, const Calibration& cal,
   if (begin < 0) begin = steps.front().start_us;
   if (end < 0) end = steps.back().end_us;
   DiagnosticsReport r = Analyze(steps, begin, end, cal, ContextFromEngine(e));
-  std::printf("%s\n", ReportToText(r).c_str());
-  if (getenv("SATURN_DIAG_JSON")) std::printf("%s\n", ReportToJson(r).c_str());
+  std::printf("%s\n", RenderReport(ToProto(r)).c_str());
+  if (getenv("SATURN_DIAG_JSON")) std::printf("%s\n", ReportJson(ToProto(r), true).c_str());
   return r;
 }
 
@@ -128,7 +130,7 @@ TEST_F(MicroWorkload, BatchOneIsLaunchBound) {
 // must not collapse (contention-corrected trials), and no figure may pass 100 % unflagged.
 void ExpectHonest(const DiagnosticsReport& r) {
   const bool over = r.profile.mfu > 1.0 || r.profile.mbu > 1.0;
-  EXPECT_TRUE(!over || r.verdict.calibration_check.suspect) << ReportToText(r);
+  EXPECT_TRUE(!over || r.verdict.calibration_check.suspect) << RenderReport(ToProto(r));
 }
 
 TEST_F(MicroWorkload, BatchOneIsLaunchBoundUnderLoad) {

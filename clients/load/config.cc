@@ -1,0 +1,122 @@
+// LoadConfig checks and list parsing (see config.h).
+#include "clients/load/config.h"
+
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "clients/load/arrivals.h"
+
+namespace saturn::clients {
+namespace {
+
+absl::Status Bad(const std::string& flag, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, ": ", what));
+}
+
+std::vector<std::string> Items(const std::string& text) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    out.emplace_back(absl::StripAsciiWhitespace(part));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> ParseConcurrencyList(const std::string& flag,
+                                                      const std::string& text) {
+  std::vector<int> out;
+  for (const std::string& item : Items(text)) {
+    int n = 0;
+    if (!absl::SimpleAtoi(item, &n) || n < 1 || n > 100000) {
+      return Bad(flag, absl::StrCat("expected a comma-separated list of integers in [1, 100000], "
+                                    "got \"",
+                                    item, "\" in \"", text, "\""));
+    }
+    out.push_back(n);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> ParseRateList(const std::string& flag,
+                                                  const std::string& text) {
+  std::vector<double> out;
+  for (const std::string& item : Items(text)) {
+    absl::StatusOr<double> r = ParseRate(flag, item);
+    if (!r.ok()) return r.status();
+    out.push_back(*r);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseTargetList(const std::string& flag,
+                                                         const std::string& text) {
+  std::vector<std::string> out = Items(text);
+  for (const std::string& t : out) {
+    if (t.empty()) return Bad(flag, absl::StrCat("empty entry in \"", text, "\""));
+  }
+  return out;
+}
+
+absl::Status LoadConfig::Validate() const {
+  if (target.empty()) return Bad("--target", "at least one host:port is needed");
+  if (absl::Status s = security.Validate(); !s.ok()) return s;
+  if (!open_loop() && concurrency.empty()) return Bad("--concurrency", "at least one value");
+  for (int c : concurrency) {
+    if (c < 1 || c > 100000)
+      return Bad("--concurrency", absl::StrCat("must be in [1, 100000], got ", c));
+  }
+  for (double r : request_rate) {
+    if (!(r > 0)) return Bad("--request_rate", absl::StrCat("must be > 0 or inf, got ", r));
+  }
+  if (num_requests < 0)
+    return Bad("--num_requests", absl::StrCat("must be >= 0, got ", num_requests));
+  if (!(duration_s >= 0) || !std::isfinite(duration_s)) {
+    return Bad("--duration", absl::StrCat("must be >= 0, got ", duration_s, " s"));
+  }
+  if (num_requests == 0 && duration_s == 0) {
+    return Bad("--num_requests", "set --num_requests and/or --duration (a run needs a bound)");
+  }
+  for (double r : request_rate) {
+    if (std::isinf(r) && num_requests == 0) {
+      return Bad("--request_rate", "inf sends everything at once, so it needs --num_requests");
+    }
+  }
+  if (!(temperature >= 0) || !std::isfinite(temperature)) {
+    return Bad("--temperature", absl::StrCat("must be finite and >= 0, got ", temperature));
+  }
+  if (warmup_requests < -1) {
+    return Bad("--warmup_requests",
+               absl::StrCat("must be >= 0 or -1 (auto), got ", warmup_requests));
+  }
+  if (!(slo_ttft_ms >= 0))
+    return Bad("--slo_ttft_ms", absl::StrCat("must be >= 0, got ", slo_ttft_ms));
+  if (!(slo_tpot_ms >= 0))
+    return Bad("--slo_tpot_ms", absl::StrCat("must be >= 0, got ", slo_tpot_ms));
+  if (!compare.empty() && compare != "cuda_graphs") {
+    return Bad("--compare",
+               absl::StrCat("the only comparison is cuda_graphs, got \"", compare, "\""));
+  }
+  if (!(connect_timeout_s > 0)) {
+    return Bad("--connect_timeout", absl::StrCat("must be > 0, got ", connect_timeout_s, " s"));
+  }
+  if (!(request_timeout_s > 0)) {
+    return Bad("--request_timeout", absl::StrCat("must be > 0, got ", request_timeout_s, " s"));
+  }
+  if (!(min_measure_s >= 0) || min_measure_s > 86400) {
+    return Bad("--min_measure_s", absl::StrCat("must be in [0, 86400] s, got ", min_measure_s));
+  }
+  if (max_errors < 0) return Bad("--max_errors", absl::StrCat("must be >= 0, got ", max_errors));
+  return absl::OkStatus();
+}
+
+int EffectiveWarmup(const LoadConfig& config, int concurrency, int64_t sent) {
+  if (config.warmup_requests >= 0) return config.warmup_requests;
+  if (!config.open_loop()) return concurrency;
+  return static_cast<int>((sent + 9) / 10);
+}
+
+}  // namespace saturn::clients

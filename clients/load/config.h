@@ -1,0 +1,64 @@
+// What saturn-load's flags become, and its checks. Field names follow the flag names so that
+// every error names the flag to fix and the limit it broke. Flags themselves live only in
+// clients/tools/saturn-load.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "clients/common/channel_security.h"
+#include "clients/load/workload.h"
+
+namespace saturn::clients {
+
+struct LoadConfig {
+  std::vector<std::string> target = {"127.0.0.1:50051"};
+  // Closed loop: one phase per value (a sweep). Ignored in the open loop.
+  std::vector<int> concurrency = {1};
+  // Open loop when non-empty: one phase per rate (req/s; inf = all at once).
+  std::vector<double> request_rate;
+  int64_t num_requests = 0;  // per phase; 0: bounded by duration only
+  double duration_s = 0;     // per phase; 0: bounded by num_requests only
+  // Per phase: keep sending past the bounds until the load has run this long after the
+  // warm-up (runner.h PhaseSettings::min_measure_s); 0: stop at the bounds.
+  double min_measure_s = 0;
+  LengthSpec input_len{LengthSpec::Kind::kFixed, 32, 0};
+  LengthSpec output_len{LengthSpec::Kind::kFixed, 32, 0};
+  std::string prompts;  // JSONL file; empty: synthetic prompts
+  uint64_t seed = 0;
+  double temperature = 0;
+  bool ignore_eos = true;
+  // Requests excluded as warm-up (stats.h's rule); -1: auto = the closed loop's
+  // concurrency, or 10 % of the requests (rounded up) in the open loop.
+  int warmup_requests = -1;
+  double slo_ttft_ms = 0;  // 0: none
+  double slo_tpot_ms = 0;  // 0: none
+  std::string compare;     // "" or "cuda_graphs"
+  double connect_timeout_s = 10;
+  double request_timeout_s = 600;
+  int64_t max_errors = 100;  // 0: never stop early for errors
+  std::string json;          // output files ("" = none)
+  std::string csv;
+  bool progress = true;
+  ChannelSecurityFlags security;  // TLS, client certificate, bearer token on every channel
+
+  bool open_loop() const { return !request_rate.empty(); }
+  absl::Status Validate() const;
+};
+
+// "1,2,4,8" -> {1,2,4,8}; each value in [1, 100000].
+absl::StatusOr<std::vector<int>> ParseConcurrencyList(const std::string& flag,
+                                                      const std::string& text);
+// "1.5,4,inf" -> rates; each > 0 or inf.
+absl::StatusOr<std::vector<double>> ParseRateList(const std::string& flag, const std::string& text);
+// "a:1,b:2" -> {"a:1","b:2"}; empty entries are errors.
+absl::StatusOr<std::vector<std::string>> ParseTargetList(const std::string& flag,
+                                                         const std::string& text);
+
+// The warm-up count a phase uses (resolves -1).
+int EffectiveWarmup(const LoadConfig& config, int concurrency, int64_t sent);
+
+}  // namespace saturn::clients

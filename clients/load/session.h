@@ -1,0 +1,65 @@
+// A whole saturn-load run: connect, build the workload, run one phase per sweep point (and,
+// with --compare=cuda_graphs, each point twice: graphs off, then on), compute each phase's
+// figures, ask for the server's diagnosis of each phase's window, and decide the exit code.
+// Printing and files are run_table.h's job; this file never writes to stdout or files.
+//
+// Exit codes: 0 every request completed; 1 the run could not be done as asked or requests
+// failed (unreachable target, rejected requests, a server without CUDA graphs for
+// --compare); 2 bad flags or input files; 130 interrupted. Whatever was measured before a
+// failure is still in the result, so the reports can be written.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "clients/common/stats.h"
+#include "clients/load/config.h"
+#include "clients/load/diagnosis.h"
+#include "clients/load/runner.h"
+
+namespace saturn::clients {
+
+struct PhaseReport {
+  std::string label;  // e.g. "c=4", "rate=2", "c=4 graphs=on"
+  bool open_loop = false;
+  int concurrency = 0;      // closed loop
+  double request_rate = 0;  // open loop
+  int cuda_graphs = -1;     // -1: left as the server had it; 0 off; 1 on
+  int warmup_requests = 0;  // the count the warm-up rule used
+  RunMetrics metrics;
+  PhaseOutcome outcome;
+  std::vector<ServerWindow> windows;   // one per server that served measured requests
+  std::vector<std::string> diagnoses;  // JSON text per window, when available
+  std::string diagnosis_note;          // why there is none
+};
+
+struct SessionResult {
+  LoadConfig config;
+  std::string workload;
+  std::string workload_adjustment;  // Workload::Adjustment(): lengths changed to fit, and why
+  std::string balanced_uri;
+  std::vector<TargetInfo> targets;
+  std::vector<PhaseReport> phases;
+  bool compare = false;
+  std::string error;  // what went wrong, "" when nothing did
+  int exit_code = 0;
+};
+
+// Called at each phase's start (label) and with its progress.
+struct SessionObserver {
+  std::function<void(const PhaseReport&)> phase_started;
+  std::function<void(const PhaseReport&, const Progress&)> progress;
+  std::function<void(const PhaseReport&)> phase_finished;
+};
+
+SessionResult RunSession(const LoadConfig& config, const SessionObserver& observer,
+                         const std::atomic<bool>* interrupt);
+
+// The per-server windows of a phase's measured requests (exposed for tests).
+std::vector<ServerWindow> ServerWindows(const Connection& conn,
+                                        const std::vector<RequestRecord>& records,
+                                        const RunMetrics& metrics);
+
+}  // namespace saturn::clients

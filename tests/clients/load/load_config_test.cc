@@ -1,0 +1,82 @@
+// saturn-load's settings: list parsing and Validate(), whose errors name the flag and limit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "clients/load/config.h"
+
+namespace saturn::clients {
+namespace {
+
+void ExpectBad(const LoadConfig& c, const std::string& flag) {
+  absl::Status s = c.Validate();
+  ASSERT_FALSE(s.ok()) << flag;
+  EXPECT_EQ(std::string(s.message()).rfind(flag, 0), 0u) << s;
+}
+
+LoadConfig Good() {
+  LoadConfig c;
+  c.num_requests = 10;
+  return c;
+}
+
+TEST(LoadConfigTest, DefaultsWithABoundAreValid) { EXPECT_TRUE(Good().Validate().ok()); }
+
+TEST(LoadConfigTest, EachBadValueNamesItsFlag) {
+  LoadConfig c = Good();
+  c.num_requests = 0;
+  ExpectBad(c, "--num_requests");  // no bound at all
+  c = Good();
+  c.target.clear();
+  ExpectBad(c, "--target");
+  c = Good();
+  c.concurrency = {4, 0};
+  ExpectBad(c, "--concurrency");
+  c = Good();
+  c.duration_s = -1;
+  ExpectBad(c, "--duration");
+  c = Good();
+  c.num_requests = 0;
+  c.duration_s = 5;
+  c.request_rate = {INFINITY};
+  ExpectBad(c, "--request_rate");  // inf needs a count
+  c = Good();
+  c.slo_ttft_ms = -1;
+  ExpectBad(c, "--slo_ttft_ms");
+  c = Good();
+  c.compare = "graphs";
+  ExpectBad(c, "--compare");
+  c = Good();
+  c.connect_timeout_s = 0;
+  ExpectBad(c, "--connect_timeout");
+  c = Good();
+  c.warmup_requests = -2;
+  ExpectBad(c, "--warmup_requests");
+  c = Good();
+  c.temperature = -0.5;
+  ExpectBad(c, "--temperature");
+}
+
+TEST(LoadConfigTest, ListsParse) {
+  EXPECT_EQ(*ParseConcurrencyList("--concurrency", "1, 4,16"), (std::vector<int>{1, 4, 16}));
+  EXPECT_FALSE(ParseConcurrencyList("--concurrency", "1,,2").ok());
+  EXPECT_FALSE(ParseConcurrencyList("--concurrency", "2.5").ok());
+  auto rates = ParseRateList("--request_rate", "0.5,inf");
+  ASSERT_TRUE(rates.ok());
+  EXPECT_DOUBLE_EQ((*rates)[0], 0.5);
+  EXPECT_TRUE(std::isinf((*rates)[1]));
+  EXPECT_EQ(ParseTargetList("--target", "a:1,b:2")->size(), 2u);
+  EXPECT_FALSE(ParseTargetList("--target", "a:1,").ok());
+}
+
+TEST(LoadConfigTest, AutoWarmup) {
+  LoadConfig c = Good();
+  EXPECT_EQ(EffectiveWarmup(c, 8, 100), 8);
+  c.request_rate = {2};
+  EXPECT_EQ(EffectiveWarmup(c, 0, 95), 10);
+  c.warmup_requests = 3;
+  EXPECT_EQ(EffectiveWarmup(c, 0, 95), 3);
+}
+
+}  // namespace
+}  // namespace saturn::clients
