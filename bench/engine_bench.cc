@@ -1,6 +1,6 @@
 // saturn-bench-engine: decode and prefill throughput of the engine against this machine's own
 // ceilings. Measures, in the same run, GEMM peak and memory bandwidth
-// (engine/diag/calibration.h), then decode tokens/s at each batch size, each step placed under
+// (engine/calibration.h), then decode tokens/s at each batch size, each step placed under
 // its roofline bound (max(FLOPs / peak, bytes / bandwidth) from the cost model), graphs off
 // and/or on; then prefill tokens/s of one request at each prompt length (the prefill steps'
 // wall time, fastest of --prefill_repeats), with the attention share of that time.
@@ -23,7 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "engine/diag/calibration.h"
+#include "engine/calibration.h"
 #include "engine/engine.h"
 #include "engine/flags_help.h"
 

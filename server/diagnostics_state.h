@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/calibration.h"
+#include "engine/calibration_trials.h"
 #include "engine/diag/analyzer.h"
-#include "engine/diag/calibration.h"
-#include "engine/diag/calibration_trials.h"
 #include "engine/diag/plan_tracker.h"
 #include "engine/engine.h"
 #include "server/request_metrics.h"

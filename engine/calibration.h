@@ -16,9 +16,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/backend.h"
 
 namespace saturn {
+
+class Backend;
 
 struct Calibration {
   std::string backend;
