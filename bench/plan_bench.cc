@@ -171,7 +171,7 @@ int Main() {
     return 1;
   }
   Engine* engine = engine_or->get();
-  auto cal = Calibrate(engine->mutable_backend());
+  auto cal = engine->Calibrate();
   if (!cal.ok()) {
     std::cerr << "calibration: " << cal.status() << "\n";
     return 1;
@@ -280,7 +280,7 @@ int Main() {
       after.profile.output_tokens_per_s / std::max(1e-9, before.profile.output_tokens_per_s));
 
   nlohmann::json out = {{"model", cfg.model},
-                        {"backend", engine->backend().name()},
+                        {"backend", engine->info().backend},
                         {"start_max_num_seqs", start},
                         {"concurrency", n},
                         {"calibration", nlohmann::json::parse(CalibrationToJson(*cal))},

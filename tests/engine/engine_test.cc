@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/model_runner.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace saturn {

@@ -27,10 +27,10 @@ inline EngineConfig TinyConfig() {
 }
 
 inline void WaitAllBlocksFree(Engine* e) {
-  for (int i = 0; i < 500 && e->kv_stats().blocks_free != e->kv_stats().num_blocks; ++i) {
+  for (int i = 0; i < 500 && e->info().kv.blocks_free != e->info().kv.num_blocks; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(e->kv_stats().blocks_free, e->kv_stats().num_blocks);
+  EXPECT_EQ(e->info().kv.blocks_free, e->info().kv.num_blocks);
 }
 
 }  // namespace saturn::testing_engine
