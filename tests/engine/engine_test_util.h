@@ -1,5 +1,5 @@
-// Shared by the engine tests: a tiny-model CPU engine config and a wait for the free-block
-// mirror (updated after a step's events went out).
+// Shared by the engine tests: a tiny-model CPU engine config, a synthetic request and a wait
+// for the free-block mirror (updated after a step's events went out).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -24,6 +24,19 @@ inline EngineConfig TinyConfig() {
   c.options.max_num_batched_tokens = 64;
   c.kv_cache_bytes = 0;
   return c;
+}
+
+// A request of `n_prompt` synthetic prompt tokens that generates exactly `max_tokens` (EOS
+// ignored).
+inline GenerateRequest Req(int n_prompt, int max_tokens, float temperature = 0.f,
+                           int64_t seed = 0) {
+  GenerateRequest r;
+  for (int i = 0; i < n_prompt; ++i) r.prompt.push_back(3 + (i * 37 + n_prompt) % 250);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.sampling.ignore_eos = true;
+  return r;
 }
 
 inline void WaitAllBlocksFree(Engine* e) {
