@@ -1,6 +1,6 @@
 // saturn-bench-engine: decode and prefill throughput of the engine against this machine's own
 // ceilings. Measures, in the same run, GEMM peak and memory bandwidth
-// (engine/diag/calibration.h), then decode tokens/s at each batch size, each step placed under
+// (engine/calibration.h), then decode tokens/s at each batch size, each step placed under
 // its roofline bound (max(FLOPs / peak, bytes / bandwidth) from the cost model), graphs off
 // and/or on; then prefill tokens/s of one request at each prompt length (the prefill steps'
 // wall time, fastest of --prefill_repeats), with the attention share of that time.
@@ -23,7 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "engine/diag/calibration.h"
+#include "engine/calibration.h"
 #include "engine/engine.h"
 #include "engine/flags_help.h"
 
@@ -84,12 +84,13 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
   row.graphs = graphs;
   double wall = 0, bound = 0, bw = 0, fl = 0, tokens = 0, timed_wall = 0;
   std::array<double, static_cast<size_t>(OpClass::kCount)> class_us{};
+  const bool per_op_cheap = engine->info().per_op_timing_is_cheap;
   for (const StepRecord& r : engine->steps().Since(t0)) {
     // Full-batch decode steps only: prefill and the ragged tail are not steady state. Steps
     // timed per op (every Nth eager step where that timing perturbs, as on CUDA) pay for
     // their events and are left out, so graphs-off rows are not slowed by instrumentation.
     if (r.num_prefill_tokens > 0 || r.num_decode_tokens != batch) continue;
-    if (r.per_op_timed && !engine->backend().per_op_timing_is_cheap()) {
+    if (r.per_op_timed && !per_op_cheap) {
       ++row.per_op_timed_skipped;
       continue;
     }
@@ -231,8 +232,9 @@ int Main() {
     std::cerr << "engine: " << engine.status() << "\n";
     return 1;
   }
-  std::cerr << "calibrating " << (*engine)->backend().device_name() << " ...\n";
-  auto cal = Calibrate((*engine)->mutable_backend());
+  const EngineInfo info = (*engine)->info();
+  std::cerr << "calibrating " << info.device_name << " ...\n";
+  auto cal = (*engine)->Calibrate();
   if (!cal.ok()) {
     std::cerr << "calibration: " << cal.status() << "\n";
     return 1;
@@ -240,9 +242,9 @@ int Main() {
   std::printf("device %s | GEMM peak %.1f GFLOP/s | bandwidth %.1f GB/s | dispatch %.2f us/op\n",
               cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
               cal->op_dispatch_us);
-  const size_t weight_bytes = (*engine)->runner().weight_bytes();
+  const size_t weight_bytes = info.weight_bytes;
   std::printf("weights %s, %.1f MB | batch-1 decode bound %.1f tok/s (weights / bandwidth)\n",
-              DTypeName((*engine)->backend().weight_dtype()), weight_bytes / 1e6,
+              DTypeName(info.weight_dtype), weight_bytes / 1e6,
               cal->bandwidth_bytes_per_s / std::max<double>(weight_bytes, 1));
   std::printf("%-6s %-6s %12s %10s %12s %8s %8s   %s\n", "batch", "graphs", "tokens/s", "step ms",
               "roofline %", "MBU %", "MFU %", "% of step wall: gemm attn norm elem sample");
@@ -297,9 +299,9 @@ int Main() {
   }
   nlohmann::json out;
   out["model"] = cfg.model;
-  out["backend"] = (*engine)->backend().name();
-  out["device"] = (*engine)->backend().device_name();
-  out["weight_dtype"] = DTypeName((*engine)->backend().weight_dtype());
+  out["backend"] = info.backend;
+  out["device"] = info.device_name;
+  out["weight_dtype"] = DTypeName(info.weight_dtype);
   out["weight_bytes"] = weight_bytes;
   out["decode_bound_tokens_per_s_batch1"] =
       cal->bandwidth_bytes_per_s / std::max<double>(weight_bytes, 1);

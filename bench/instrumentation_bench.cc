@@ -78,10 +78,9 @@ int Main() {
   const double cost = 1.0 - m_on / m_off;
   std::printf(
       "%s batch %d on %s: instrumented %.2f tok/s, uninstrumented %.2f tok/s, cost %.2f %%\n",
-      cfg.model.c_str(), batch, (*on_engine)->backend().device_name().c_str(), m_on, m_off,
-      100 * cost);
+      cfg.model.c_str(), batch, (*on_engine)->info().device_name.c_str(), m_on, m_off, 100 * cost);
   nlohmann::json out = {{"model", cfg.model},
-                        {"backend", (*on_engine)->backend().name()},
+                        {"backend", (*on_engine)->info().backend},
                         {"batch", batch},
                         {"instrumented_tokens_per_s", on},
                         {"uninstrumented_tokens_per_s", offv},

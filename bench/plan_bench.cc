@@ -29,8 +29,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/bench_util.h"
+#include "engine/calibration.h"
 #include "engine/diag/analyzer.h"
-#include "engine/diag/calibration.h"
 #include "engine/diag/engine_context.h"
 #include "engine/diag/plan_tracker.h"
 #include "engine/engine.h"
@@ -173,7 +173,7 @@ int Main() {
     return 1;
   }
   Engine* engine = engine_or->get();
-  auto cal = Calibrate(engine->mutable_backend());
+  auto cal = engine->Calibrate();
   if (!cal.ok()) {
     std::cerr << "calibration: " << cal.status() << "\n";
     return 1;
@@ -282,7 +282,7 @@ int Main() {
       after.profile.output_tokens_per_s / std::max(1e-9, before.profile.output_tokens_per_s));
 
   nlohmann::json out = {{"model", cfg.model},
-                        {"backend", engine->backend().name()},
+                        {"backend", engine->info().backend},
                         {"start_max_num_seqs", start},
                         {"concurrency", n},
                         {"calibration", nlohmann::json::parse(CalibrationToJson(*cal))},

@@ -1,14 +1,13 @@
-// The engine loop: incoming queue -> scheduler -> runner -> scheduler update -> events, and one
-// StepRecord per step. See engine.h for the data path.
+// Creating the engine and its public methods: the facade (engine.h) forwards to the Impl
+// (engine_impl.h), whose methods here check and queue work for the loop (engine_loop.cc) or run
+// it there between two steps. See engine.h for the data path.
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <future>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "engine/step_record_build.h"
+#include "engine/engine_impl.h"
 #include "engine/weights.h"
 #include "kernels/clock.h"
 #include "kernels/status_macros.h"
@@ -34,19 +33,23 @@ absl::Status EngineConfig::Validate() const {
   return absl::OkStatus();
 }
 
-Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
+Engine::Impl::Impl(const EngineConfig& config, std::unique_ptr<Backend> backend)
     : config_(config), backend_(std::move(backend)), steps_(config.step_ring_capacity) {}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   RETURN_IF_ERROR(config.Validate());
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                    CreateBackend(config.backend, config.num_threads, config.dtype));
-  std::unique_ptr<Engine> engine(new Engine(config, std::move(backend)));
-  RETURN_IF_ERROR(engine->Init());
+  std::unique_ptr<Engine> engine(new Engine(std::make_unique<Impl>(config, std::move(backend))));
+  RETURN_IF_ERROR(engine->impl_->Init());
   return engine;
 }
 
-absl::Status Engine::Init() {
+absl::Status Engine::Impl::Init() {
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(config_.model, config_.weight_seed));
   const ModelConfig& m = weights.config;
   const int max_len =
@@ -91,14 +94,40 @@ absl::Status Engine::Init() {
   if (config_.options.cuda_graphs) RETURN_IF_ERROR(runner_->SetUseGraphs(true));
   graph_info_ = runner_->graph_info();
   options_ = config_.options;
+  FillFixedInfo(max_len, per_block, rc.graph_sizes);
   RETURN_IF_ERROR(Warmup());
   loop_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
 
+// What info() reports that never changes after Init.
+void Engine::Impl::FillFixedInfo(int max_model_len, size_t kv_bytes_per_block,
+                                 std::vector<int> graph_sizes) {
+  EngineInfo& f = fixed_;
+  f.model = runner_->model();
+  f.limits = ModelLimits{f.model.vocab_size, max_model_len};
+  f.max_num_seqs_limit = config_.max_num_seqs_limit;
+  f.max_num_batched_tokens_limit = config_.max_num_batched_tokens_limit;
+  f.max_queued_requests = config_.max_queued_requests;
+  f.backend = backend_->name();
+  f.device_name = backend_->device_name();
+  f.compute_dtype = backend_->compute_dtype();
+  f.weight_dtype = backend_->weight_dtype();
+  f.device_memory_bytes = backend_->device_memory_bytes();
+  f.supports_graphs = backend_->SupportsGraphs();
+  f.per_op_timing_is_cheap = backend_->per_op_timing_is_cheap();
+  f.weight_bytes = runner_->weight_bytes();
+  std::sort(graph_sizes.begin(), graph_sizes.end());
+  f.graph_sizes = std::move(graph_sizes);
+  f.kv.block_size = config_.block_size;
+  f.kv.num_blocks = num_kv_blocks_;
+  f.kv.bytes_per_block = kv_bytes_per_block;
+  f.kv.capacity_bytes = kv_bytes_per_block * static_cast<size_t>(num_kv_blocks_);
+}
+
 // One short generation through the whole path, so first-request costs (page faults, thread
 // start-up, lazy library init) stay out of serving. Its step records are dropped.
-absl::Status Engine::Warmup() {
+absl::Status Engine::Impl::Warmup() {
   GenerateRequest req;
   const int vocab = runner_->model().vocab_size;
   for (int i = 0; i < 8; ++i) req.prompt.push_back((i * 7 + 3) % vocab);
@@ -123,44 +152,28 @@ absl::Status Engine::Warmup() {
   return absl::OkStatus();
 }
 
-Engine::~Engine() { Shutdown(); }
-
-ModelLimits Engine::limits() const {
-  return ModelLimits{runner_->model().vocab_size, scheduler_->config().max_model_len};
-}
-
-KvStats Engine::kv_stats() const {
-  KvStats s;
-  s.block_size = config_.block_size;
-  s.num_blocks = num_kv_blocks_;
+EngineInfo Engine::Impl::info() const {
+  EngineInfo info = fixed_;
   std::lock_guard<std::mutex> lock(mu_);
-  s.blocks_free = kv_free_;
-  s.bytes_per_block =
-      ModelRunner::KvBytesPerBlock(runner_->model(), config_.block_size, backend_->compute_dtype());
-  s.capacity_bytes = s.bytes_per_block * static_cast<size_t>(num_kv_blocks_);
-  return s;
+  info.kv.blocks_free = kv_free_;
+  info.graphs = graph_info_;
+  return info;
 }
 
-EngineCounters Engine::counters() const {
+EngineCounters Engine::Impl::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineCounters c = counters_;
   c.num_waiting += static_cast<int>(incoming_.size());
   return c;
 }
 
-GraphInfo Engine::graph_info() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return graph_info_;
-}
-
-EngineOptions Engine::options() const {
+EngineOptions Engine::Impl::options() const {
   std::lock_guard<std::mutex> lock(mu_);
   return options_;
 }
 
-absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on_event) {
-  const ModelLimits lim = limits();
-  RETURN_IF_ERROR(ValidateRequest(request, lim));
+absl::StatusOr<int64_t> Engine::Impl::Submit(GenerateRequest request, EventCallback on_event) {
+  RETURN_IF_ERROR(ValidateRequest(request, fixed_.limits));
   const int need = (static_cast<int>(request.prompt.size()) + request.sampling.max_tokens +
                     config_.block_size - 1) /
                    config_.block_size;
@@ -185,18 +198,18 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on
   return id;
 }
 
-void Engine::Cancel(int64_t request_id) {
+void Engine::Impl::Cancel(int64_t request_id) {
   std::lock_guard<std::mutex> lock(mu_);
   cancels_.push_back(request_id);
   cv_.notify_one();
 }
 
-absl::StatusOr<EngineOptions> Engine::UpdateOptions(const EngineOptions& o) {
+absl::StatusOr<EngineOptions> Engine::Impl::UpdateOptions(const EngineOptions& o) {
   RETURN_IF_ERROR(
       CheckEngineOptions(o, config_.max_num_seqs_limit, config_.max_num_batched_tokens_limit));
-  if (o.cuda_graphs && !backend_->SupportsGraphs()) {
+  if (o.cuda_graphs && !fixed_.supports_graphs) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cuda_graphs: the ", backend_->name(),
+        "cuda_graphs: the ", fixed_.backend,
         " backend cannot capture graphs; start the server with --backend=cuda on a GPU"));
   }
   std::unique_lock<std::mutex> lock(mu_);
@@ -211,30 +224,30 @@ absl::StatusOr<EngineOptions> Engine::UpdateOptions(const EngineOptions& o) {
   return options_;
 }
 
-absl::Status Engine::RunBetweenSteps(std::function<absl::Status(Backend*)> fn) {
+absl::Status Engine::Impl::RunBetweenSteps(std::function<absl::Status()> fn) {
   auto done = std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> result = done->get_future();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("engine is shutting down");
-    between_steps_.push_back([this, fn = std::move(fn), done](bool run) {
-      done->set_value(run ? fn(backend_.get()) : absl::UnavailableError("engine is shutting down"));
+    between_steps_.push_back([fn = std::move(fn), done](bool run) {
+      done->set_value(run ? fn() : absl::UnavailableError("engine is shutting down"));
     });
     cv_.notify_one();
   }
   return result.get();
 }
 
-absl::StatusOr<StepProbe> Engine::ProbeSteps(StepProbeOptions options) {
+absl::StatusOr<StepProbe> Engine::Impl::ProbeSteps(StepProbeOptions options) {
   RETURN_IF_ERROR(options.Validate());
   options.max_batch = std::min(options.max_batch, config_.max_num_seqs_limit);
   options.max_prefill_tokens =
       std::min({options.max_prefill_tokens, config_.max_num_batched_tokens_limit,
-                scheduler_->config().max_model_len * config_.max_num_seqs_limit});
+                fixed_.limits.max_model_len * config_.max_num_seqs_limit});
   // As most serving steps run: timed per op where that is cheap (CPU), else not.
-  options.per_op_timing = config_.instrument && backend_->per_op_timing_is_cheap();
+  options.per_op_timing = config_.instrument && fixed_.per_op_timing_is_cheap;
   absl::StatusOr<StepProbe> probe;
-  RETURN_IF_ERROR(RunBetweenSteps([&](Backend*) {
+  RETURN_IF_ERROR(RunBetweenSteps([&] {
     probe = RunStepProbe(runner_.get(), scheduler_->mutable_blocks(),
                          scheduler_->config().max_model_len, options);
     return probe.status();
@@ -244,12 +257,26 @@ absl::StatusOr<StepProbe> Engine::ProbeSteps(StepProbeOptions options) {
   return probe;
 }
 
-std::optional<StepProbe> Engine::step_probe() const {
+absl::StatusOr<Calibration> Engine::Impl::Calibrate(const CalibrationOptions& options,
+                                                    double* took_ms) {
+  absl::StatusOr<Calibration> measured;
+  double ms = 0;
+  RETURN_IF_ERROR(RunBetweenSteps([&] {
+    const double t0 = NowUs();
+    measured = saturn::Calibrate(backend_.get(), options);
+    ms = (NowUs() - t0) / 1000.0;
+    return measured.status();
+  }));
+  if (took_ms != nullptr) *took_ms = ms;
+  return measured;
+}
+
+std::optional<StepProbe> Engine::Impl::step_probe() const {
   std::lock_guard<std::mutex> lock(mu_);
   return step_probe_;
 }
 
-void Engine::Shutdown() {
+void Engine::Impl::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ && !loop_.joinable()) return;
@@ -260,267 +287,28 @@ void Engine::Shutdown() {
   if (loop_.joinable()) loop_.join();
 }
 
-void Engine::Loop() {
-  std::deque<std::function<void(bool)>> tasks;
-  for (;;) {
-    std::deque<Pending> incoming;
-    std::vector<int64_t> cancels;
-    bool apply_options = false;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!scheduler_->HasWork()) {
-        cv_.wait(lock, [&] {
-          return stopping_ || !incoming_.empty() || !cancels_.empty() || has_pending_options_ ||
-                 !between_steps_.empty();
-        });
-      }
-      if (stopping_) break;
-      incoming.swap(incoming_);
-      cancels.swap(cancels_);
-      apply_options = has_pending_options_;
-      tasks.swap(between_steps_);
-    }
-    for (auto& task : tasks) task(true);
-    tasks.clear();
-    DrainIncoming(&incoming, &cancels);
-    if (apply_options) ApplyPendingOptions();
-    Step();
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    tasks.swap(between_steps_);
-  }
-  for (auto& task : tasks) task(false);
-  // Shutdown: everything still known ends as cancelled, blocks returned first.
-  std::deque<Pending> incoming;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    incoming.swap(incoming_);
-  }
-  std::vector<int64_t> cancels;
-  DrainIncoming(&incoming, &cancels);
-  std::vector<int64_t> ids;
-  for (const auto& [id, live] : live_) ids.push_back(id);
-  EndRequests(ids, FinishReason::kCancelled, "");
+// ---- the facade ------------------------------------------------------------------------
+
+absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on_event) {
+  return impl_->Submit(std::move(request), std::move(on_event));
 }
-
-void Engine::DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* cancels) {
-  for (Pending& p : *incoming) {
-    Live& live = live_[p.id];
-    live.on_event = std::move(p.on_event);
-    live.timings.arrival_us = p.arrival_us;
-    live.prompt_tokens = static_cast<int>(p.request.prompt.size());
-    live.wants_prompt_logprobs = p.request.sampling.prompt_logprobs >= 0;
-    scheduler_->Add(p.id, p.request);
-  }
-  std::vector<int64_t> known;
-  for (int64_t id : *cancels) {
-    if (live_.count(id)) known.push_back(id);
-  }
-  EndRequests(known, FinishReason::kCancelled, "");
+void Engine::Cancel(int64_t request_id) { impl_->Cancel(request_id); }
+absl::StatusOr<EngineOptions> Engine::UpdateOptions(const EngineOptions& options) {
+  return impl_->UpdateOptions(options);
 }
-
-void Engine::ApplyPendingOptions() {
-  EngineOptions o;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    o = pending_options_;
-    has_pending_options_ = false;
-  }
-  scheduler_->SetLimits(o.max_num_seqs, o.max_num_batched_tokens);
-  absl::Status s = runner_->SetUseGraphs(o.cuda_graphs);
-  if (!s.ok()) o.cuda_graphs = runner_->use_graphs();
-  std::lock_guard<std::mutex> lock(mu_);
-  graph_info_ = runner_->graph_info();
-  options_ = o;
-  options_error_ = s;
-  ++options_epoch_;
-  options_cv_.notify_all();
+absl::StatusOr<Calibration> Engine::Calibrate(const CalibrationOptions& options, double* took_ms) {
+  return impl_->Calibrate(options, took_ms);
 }
-
-void Engine::Emit(int64_t id, TokenEvent ev) {
-  auto it = live_.find(id);
-  if (it == live_.end()) return;
-  Live& live = it->second;
-  if (!ev.token_ids.empty() && live.timings.first_token_us == 0) {
-    live.timings.first_token_us = ev.time_us;
-    if (live.wants_prompt_logprobs) ev.prompt_logprobs = std::move(live.prompt_logprobs);
-  }
-  if (ev.final) {
-    live.timings.finished_us = ev.time_us;
-    ev.timings = live.timings;
-    ev.usage.prompt_tokens = live.prompt_tokens;
-  }
-  if (live.on_event) live.on_event(ev);
-  if (ev.final) live_.erase(it);
+absl::StatusOr<StepProbe> Engine::ProbeSteps(StepProbeOptions options) {
+  return impl_->ProbeSteps(std::move(options));
 }
-
-void Engine::EndRequests(const std::vector<int64_t>& ids, FinishReason reason,
-                         const std::string& error) {
-  int64_t cancelled = 0, failed = 0;
-  for (int64_t id : ids) {
-    if (!live_.count(id)) continue;
-    scheduler_->Cancel(id);  // returns its KV blocks before the final event goes out
-    TokenEvent ev;
-    ev.final = true;
-    ev.finish_reason = reason;
-    ev.error = error;
-    ev.time_us = NowUs();
-    Emit(id, std::move(ev));
-    (reason == FinishReason::kError ? failed : cancelled)++;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  counters_.requests_cancelled += cancelled;
-  counters_.requests_failed += failed;
-  counters_.requests_finished += cancelled + failed;
-  counters_.num_waiting = scheduler_->num_waiting();
-  counters_.num_running = scheduler_->num_running();
-  kv_free_ = scheduler_->blocks().num_free();
-}
-
-void Engine::AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
-                            const std::vector<RequestUpdate>& updates,
-                            std::vector<TokenEvent>* events) {
-  std::unordered_map<int64_t, SeqLogprobs*> by_id;
-  for (size_t i = 0; i < plan.seqs.size() && i < out->logprobs.size(); ++i) {
-    SeqLogprobs& lp = out->logprobs[i];
-    by_id[plan.seqs[i].request_id] = &lp;
-    auto it = live_.find(plan.seqs[i].request_id);
-    if (it == live_.end() || lp.prompt.empty()) continue;
-    auto& kept = it->second.prompt_logprobs;
-    kept.insert(kept.end(), std::make_move_iterator(lp.prompt.begin()),
-                std::make_move_iterator(lp.prompt.end()));
-  }
-  for (size_t k = 0; k < updates.size(); ++k) {
-    const RequestUpdate& u = updates[k];
-    auto it = by_id.find(u.request_id);
-    if (u.new_tokens.empty() || it == by_id.end() || !it->second->sampled.has_value()) continue;
-    (*events)[k].logprobs.push_back(std::move(*it->second->sampled));
-  }
-}
-
-bool Engine::Step() {
-  StepRecord rec;
-  rec.start_us = NowUs();
-  step_in_flight_since_us_ = rec.start_us;
-  struct InFlight {  // cleared on every return
-    std::atomic<double>* since;
-    ~InFlight() { *since = 0; }
-  } in_flight{&step_in_flight_since_us_};
-  StepPlan plan = scheduler_->Schedule();
-  rec.schedule_us = NowUs() - rec.start_us;
-  if (plan.empty()) {
-    // Work exists but nothing fits this step (cannot happen with validated requests, but
-    // never spin): yield briefly.
-    if (scheduler_->HasWork()) std::this_thread::sleep_for(std::chrono::microseconds(200));
-    return false;
-  }
-  for (const ScheduledSeq& s : plan.seqs) {
-    auto it = live_.find(s.request_id);
-    if (it != live_.end() && it->second.timings.first_scheduled_us == 0) {
-      it->second.timings.first_scheduled_us = rec.start_us;
-    }
-  }
-  const int64_t id = step_id_++;
-  const bool per_op = config_.instrument &&
-                      (backend_->per_op_timing_is_cheap() || id % config_.per_op_timing_every == 0);
-  absl::StatusOr<RunnerOutput> out = runner_->Execute(plan, per_op);
-  if (!out.ok()) {
-    // A failed step fails the requests in it; the engine keeps serving the others.
-    std::cerr << "saturn: step " << id << " failed: " << out.status() << "\n";
-    std::vector<int64_t> ids;
-    for (const ScheduledSeq& s : plan.seqs) ids.push_back(s.request_id);
-    EndRequests(ids, FinishReason::kError, std::string(out.status().message()));
-    return true;
-  }
-  const double post0 = NowUs();
-  std::vector<RequestUpdate> updates = scheduler_->Update(plan, out->sampled);
-  std::vector<TokenEvent> events(updates.size());
-  if (!out->logprobs.empty()) AttachLogprobs(plan, &*out, updates, &events);
-  int64_t generated = 0, finished = 0;
-  for (size_t k = 0; k < updates.size(); ++k) {
-    RequestUpdate& u = updates[k];
-    TokenEvent& ev = events[k];
-    ev.token_ids = std::move(u.new_tokens);
-    ev.time_us = post0;
-    generated += static_cast<int64_t>(ev.token_ids.size());
-    if (u.finish != FinishReason::kNone) {
-      ev.final = true;
-      ev.finish_reason = u.finish;
-      ev.usage = u.usage;
-      ++finished;
-    }
-  }
-  rec.step_id = id;
-  RecordStepWork(plan, &*out, &rec);
-  RecordServingState(*scheduler_, &rec);
-  // The counters first, the events after: a client that has seen its final event reads
-  // counters (GetServerInfo, /metrics) that already include its request.
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    rec.options = EngineOptions{options_.max_num_seqs, options_.max_num_batched_tokens,
-                                runner_->use_graphs()};
-    counters_.generation_tokens += generated;
-    counters_.requests_finished += finished;
-    counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
-    for (const RequestUpdate& u : updates) {
-      if (u.finish != FinishReason::kNone) counters_.prompt_tokens += u.usage.prompt_tokens;
-    }
-    counters_.num_waiting = rec.queue_depth;
-    counters_.num_running = rec.num_running;
-    counters_.steps = id + 1;
-    kv_free_ = rec.kv_blocks_free;
-  }
-  for (size_t k = 0; k < updates.size(); ++k) Emit(updates[k].request_id, std::move(events[k]));
-  rec.end_us = NowUs();
-  rec.postprocess_us = rec.end_us - post0;
-  if (config_.instrument) steps_.Push(std::move(rec));
-  return true;
-}
-
-// ---- RequestStream ----------------------------------------------------------------------
-
-struct RequestStream::Channel {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<TokenEvent> events;
-};
-
-absl::StatusOr<std::unique_ptr<RequestStream>> RequestStream::Open(Engine* engine,
-                                                                   GenerateRequest request) {
-  std::unique_ptr<RequestStream> s(new RequestStream());
-  s->engine_ = engine;
-  s->ch_ = std::make_shared<Channel>();
-  std::shared_ptr<Channel> ch = s->ch_;
-  ASSIGN_OR_RETURN(s->id_, engine->Submit(std::move(request), [ch](const TokenEvent& ev) {
-    std::lock_guard<std::mutex> lock(ch->mu);
-    ch->events.push_back(ev);
-    ch->cv.notify_one();
-  }));
-  return s;
-}
-
-RequestStream::~RequestStream() {
-  if (!done_ && engine_ != nullptr) engine_->Cancel(id_);
-}
-
-bool RequestStream::Next(TokenEvent* event) {
-  if (done_) return false;
-  std::unique_lock<std::mutex> lock(ch_->mu);
-  ch_->cv.wait(lock, [&] { return !ch_->events.empty(); });
-  *event = std::move(ch_->events.front());
-  ch_->events.pop_front();
-  if (event->final) done_ = true;
-  return true;
-}
-
-TokenEvent RequestStream::Drain(std::vector<int>* tokens) {
-  TokenEvent ev;
-  while (Next(&ev)) {
-    if (tokens) tokens->insert(tokens->end(), ev.token_ids.begin(), ev.token_ids.end());
-    if (ev.final) break;
-  }
-  return ev;
-}
+void Engine::Shutdown() { impl_->Shutdown(); }
+EngineInfo Engine::info() const { return impl_->info(); }
+double Engine::device_utilization() const { return impl_->backend_->DeviceUtilization(); }
+EngineCounters Engine::counters() const { return impl_->counters(); }
+EngineOptions Engine::options() const { return impl_->options(); }
+const StepRing& Engine::steps() const { return impl_->steps_; }
+std::optional<StepProbe> Engine::step_probe() const { return impl_->step_probe(); }
+double Engine::step_in_flight_since_us() const { return impl_->step_in_flight_since_us_.load(); }
 
 }  // namespace saturn

@@ -466,17 +466,21 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
   }
   ASSIGN_OR_RETURN(out.timing, backend_->EndStep());
   if (out.graph_replayed) {
-    // Captured attention records carry the capture-time cost; restate this step's.
+    // Captured attention records carry the capture-time cost; restate this step's from its
+    // shapes: its n real rows (padding rows attend nothing) over its own contexts.
+    cost::AttentionCostShape step;
+    step.query_rows = n;
+    step.query_cols = int64_t{model_.num_heads} * model_.head_dim;
+    step.query_dtype = backend_->compute_dtype();
+    step.kv_cols = buf_->k_cache[0].cols;
+    step.kv_dtype = buf_->k_cache[0].dtype;
+    step.attended_pairs = buf_->attended_pairs;
+    step.context_tokens = buf_->context_tokens;
+    step.num_heads = model_.num_heads;
+    step.head_dim = model_.head_dim;
+    const OpCost attention = cost::Attention(step);
     for (OpRecord& op : out.timing.ops) {
-      if (op.kind != OpKind::kAttention) continue;
-      const int64_t hq = int64_t{model_.num_heads} * model_.head_dim;
-      const DType dt = backend_->compute_dtype();
-      AttentionBatch ab;
-      ab.attended_pairs = buf_->attended_pairs;
-      ab.context_tokens = buf_->context_tokens;
-      AttentionShape sh{model_.num_heads, model_.num_kv_heads, model_.head_dim, config_.block_size,
-                        1.f};
-      op.cost = cost::Attention(Tensor{nullptr, dt, n, hq}, buf_->k_cache[0], ab, sh);
+      if (op.kind == OpKind::kAttention) op.cost = attention;
     }
   }
   const int keep = out.graph_replayed ? n : rows;  // padding rows are discarded

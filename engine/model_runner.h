@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/engine_info.h"
 #include "engine/model_config.h"
 #include "engine/scheduler.h"
 #include "engine/weights.h"
@@ -38,12 +39,6 @@ struct RunnerConfig {
   int block_size = 16;
   int num_kv_blocks = 0;         // usable blocks (one more is reserved for padding)
   std::vector<int> graph_sizes;  // decode batch sizes to capture (any order)
-};
-
-struct GraphInfo {
-  std::vector<int> sizes;  // captured batch sizes, ascending
-  double capture_ms = 0;
-  size_t memory_bytes = 0;
 };
 
 // The logprobs one plan seq asked for (see SamplingParams::logprobs / prompt_logprobs).

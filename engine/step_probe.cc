@@ -5,7 +5,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "kernels/clock.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {

@@ -16,9 +16,10 @@
 
 #include "absl/status/statusor.h"
 #include "engine/block_manager.h"
-#include "engine/model_runner.h"
 
 namespace saturn {
+
+class ModelRunner;
 
 // The server's default time budget for a probe (--probe_steps_ms).
 constexpr double kDefaultProbeBudgetMs = 1500;

@@ -35,12 +35,19 @@ OpCost KvWrite(const Tensor& k, const Tensor& v) { return {0.0, 2.0 * (B(k) + B(
 
 OpCost Attention(const Tensor& q, const Tensor& k_cache, const AttentionBatch& batch,
                  const AttentionShape& shape) {
+  return Attention(AttentionCostShape{q.rows, q.cols, q.dtype, k_cache.cols, k_cache.dtype,
+                                      batch.attended_pairs, batch.context_tokens, shape.num_heads,
+                                      shape.head_dim});
+}
+
+OpCost Attention(const AttentionCostShape& s) {
   // QK^T and PV: 2 FLOPs each per (query row, attended position, head, head_dim element).
-  const double flops =
-      4.0 * static_cast<double>(batch.attended_pairs) * shape.num_heads * shape.head_dim;
+  const double flops = 4.0 * static_cast<double>(s.attended_pairs) * s.num_heads * s.head_dim;
   // Each sequence's K and V are read once (all query heads of a KV group share the read).
-  const double kv_row_bytes = static_cast<double>(k_cache.cols) * DTypeSize(k_cache.dtype);
-  const double bytes = 2.0 * B(q) + 2.0 * kv_row_bytes * static_cast<double>(batch.context_tokens);
+  const double q_bytes = static_cast<double>(static_cast<size_t>(s.query_rows * s.query_cols) *
+                                             DTypeSize(s.query_dtype));  // as Tensor::bytes()
+  const double kv_row_bytes = static_cast<double>(s.kv_cols) * DTypeSize(s.kv_dtype);
+  const double bytes = 2.0 * q_bytes + 2.0 * kv_row_bytes * static_cast<double>(s.context_tokens);
   return {flops, bytes};
 }
 

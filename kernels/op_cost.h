@@ -14,6 +14,21 @@ OpCost Rope(const Tensor& q, const Tensor& k);
 OpCost KvWrite(const Tensor& k, const Tensor& v);
 OpCost Attention(const Tensor& q, const Tensor& k_cache, const AttentionBatch& batch,
                  const AttentionShape& shape);
+// What attention's cost depends on, as plain numbers. The overload above reads them from its
+// operands; a caller that has the step's shapes but no operands states them here (the runner
+// restating a replayed graph's attention records, which carry the capture-time batch).
+struct AttentionCostShape {
+  int64_t query_rows = 0;  // q's rows: the step's tokens
+  int64_t query_cols = 0;  // num_heads * head_dim
+  DType query_dtype = DType::kF32;
+  int64_t kv_cols = 0;  // one K (or V) cache row: num_kv_heads * head_dim
+  DType kv_dtype = DType::kF32;
+  int64_t attended_pairs = 0;  // as AttentionBatch
+  int64_t context_tokens = 0;
+  int num_heads = 0;
+  int head_dim = 0;
+};
+OpCost Attention(const AttentionCostShape& shape);
 OpCost SwiGlu(const Tensor& gate_up, const Tensor& out);
 OpCost Add(const Tensor& a);
 OpCost GatherRows(const Tensor& out);

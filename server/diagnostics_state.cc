@@ -18,8 +18,9 @@ namespace {
 CalibrationOptions CalibrationOptionsFor(const Engine& engine) {
   CalibrationOptions o;
   o.model_m = std::clamp(engine.options().max_num_batched_tokens, 16, 512);
-  o.model_k = engine.model().hidden_size;
-  o.model_n = engine.model().intermediate_size;
+  const EngineInfo info = engine.info();
+  o.model_k = info.model.hidden_size;
+  o.model_n = info.model.intermediate_size;
   return o;
 }
 
@@ -104,21 +105,20 @@ absl::Status DiagnosticsState::InitCalibration(Engine* engine, const ServerConfi
     }
     cal = std::move(*loaded);
     cal.source = config.calibration_file;
-    if (cal.backend != engine->backend().name()) {
+    const std::string backend = engine->info().backend;
+    if (cal.backend != backend) {
       std::cerr << "saturn-server: warning: --calibration_file was measured on backend \""
-                << cal.backend << "\", the server runs \"" << engine->backend().name() << "\"\n";
+                << cal.backend << "\", the server runs \"" << backend << "\"\n";
     }
   } else {
-    const double t0 = NowUs();
     CalibrationOptions options = CalibrationOptionsFor(*engine);
     options.quick = config.calibration == "quick";
-    absl::StatusOr<Calibration> measured = Calibrate(engine->mutable_backend(), options);
+    absl::StatusOr<Calibration> measured = engine->Calibrate(options, &ms);
     if (!measured.ok()) {
       return absl::Status(
           measured.status().code(),
           absl::StrCat("--calibration=", config.calibration, ": ", measured.status().message()));
     }
-    ms = (NowUs() - t0) / 1000.0;
     cal = std::move(*measured);
     cal.source = "measured";
   }
@@ -153,7 +153,7 @@ void DiagnosticsState::ProbeSteps(Engine* engine) {
   if (probe_ms_ <= 0) return;
   StepProbeOptions o;
   o.budget_ms = probe_ms_;
-  o.max_batch = engine->config().max_num_seqs_limit;  // every batch a plan may propose
+  o.max_batch = engine->info().max_num_seqs_limit;  // every batch a plan may propose
   o.max_prefill_tokens = engine->options().max_num_batched_tokens;
   absl::StatusOr<StepProbe> p = engine->ProbeSteps(o);
   if (!p.ok()) {
@@ -170,15 +170,9 @@ void DiagnosticsState::ProbeSteps(Engine* engine) {
 
 absl::StatusOr<Calibration> DiagnosticsState::Recalibrate(Engine* engine) {
   const CalibrationOptions options = CalibrationOptionsFor(*engine);
-  absl::StatusOr<Calibration> measured;
   double ms = 0;
-  absl::Status s = engine->RunBetweenSteps([&](Backend* backend) {
-    const double t0 = NowUs();
-    measured = Calibrate(backend, options);
-    ms = (NowUs() - t0) / 1000.0;
-    return measured.status();
-  });
-  if (!s.ok()) return s;
+  absl::StatusOr<Calibration> measured = engine->Calibrate(options, &ms);
+  if (!measured.ok()) return measured.status();
   measured->source = "measured";
   std::cerr << absl::StrFormat(
       "saturn-server: recalibrated: GEMM %.1f GFLOP/s, bandwidth %.1f GB/s, dispatch %.2f us/op, "

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/calibration.h"
+#include "engine/calibration_trials.h"
 #include "engine/diag/analyzer.h"
-#include "engine/diag/calibration.h"
-#include "engine/diag/calibration_trials.h"
 #include "engine/diag/plan_tracker.h"
 #include "engine/engine.h"
 #include "server/request_metrics.h"
@@ -31,11 +31,12 @@ class DiagnosticsState {
 
   // Measures the backend's ceilings (--calibration=measure) or loads them
   // (--calibration=file), then saves them when --save_calibration is set. Call once, after
-  // Engine::Create and before serving: the engine loop must be idle. Errors name the flag.
+  // Engine::Create and before serving (measuring runs on the engine thread: Engine::Calibrate).
+  // Errors name the flag.
   absl::Status InitCalibration(Engine* engine, const ServerConfig& config);
-  // Measures the ceilings again on the engine thread between two steps (the engine pauses
-  // for it, so the device is otherwise idle), replaces the calibration in force and clears
-  // the suspect flag. Errors: UNAVAILABLE while shutting down, the backend's errors.
+  // Measures the ceilings again on the engine thread between two steps (Engine::Calibrate:
+  // the engine pauses for it, so the device is otherwise idle), replaces the calibration in force
+  // and clears the suspect flag. Errors: UNAVAILABLE while shutting down, the backend's errors.
   absl::StatusOr<Calibration> Recalibrate(Engine* engine);
   // Times synthetic probe steps (Engine::ProbeSteps, --probe_steps_ms) so plans have
   // measured step times beyond the served shapes. Run by InitCalibration and Recalibrate; a

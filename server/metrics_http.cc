@@ -23,7 +23,7 @@ void Gauge(const std::string& name, const std::string& help, double v, std::stri
 void EngineMetrics(const Engine& engine, DiagnosticsState* diag, double window_seconds,
                    std::string* out) {
   const EngineCounters n = engine.counters();
-  const KvStats kv = engine.kv_stats();
+  const KvStats kv = engine.info().kv;
   Gauge("saturn:num_requests_running", "Requests in the running batch.", n.num_running, out);
   Gauge("saturn:num_requests_waiting", "Requests waiting to be scheduled.", n.num_waiting, out);
   Gauge("saturn:kv_cache_usage_perc", "KV cache blocks in use (1 = full).",

@@ -159,7 +159,8 @@ EngineOptions MergeOptions(const EngineOptions& current,
 
 void FillServerInfo(const Engine& engine, const PromptLimits& limits,
                     const std::string& listen_address, v1::ServerInfo* out) {
-  const ModelConfig& m = engine.model();
+  const EngineInfo info = engine.info();
+  const ModelConfig& m = info.model;
   v1::ModelInfo* mi = out->mutable_model();
   mi->set_name(m.name);
   mi->set_vocab_size(m.vocab_size);
@@ -176,30 +177,28 @@ void FillServerInfo(const Engine& engine, const PromptLimits& limits,
   mi->set_bos_token_id(m.bos_token_id);
   mi->set_eos_token_id(m.eos_token_id);
   mi->set_num_parameters(m.NumParameters());
-  mi->set_weight_bytes(static_cast<int64_t>(engine.runner().weight_bytes()));
+  mi->set_weight_bytes(static_cast<int64_t>(info.weight_bytes));
   mi->set_has_text_tokenizer(limits.has_text_tokenizer());
   mi->set_tokenizer(limits.has_text_tokenizer() ? limits.tokenizer->kind() : "");
 
-  const Backend& b = engine.backend();
   v1::BackendInfo* bi = out->mutable_backend();
-  bi->set_name(b.name());
-  bi->set_device_name(b.device_name());
-  bi->set_compute_dtype(DTypeName(b.compute_dtype()));
-  bi->set_device_memory_bytes(static_cast<int64_t>(b.device_memory_bytes()));
-  bi->set_supports_cuda_graphs(b.SupportsGraphs());
+  bi->set_name(info.backend);
+  bi->set_device_name(info.device_name);
+  bi->set_compute_dtype(DTypeName(info.compute_dtype));
+  bi->set_device_memory_bytes(static_cast<int64_t>(info.device_memory_bytes));
+  bi->set_supports_cuda_graphs(info.supports_graphs);
 
   ToProto(engine.options(), out->mutable_options());
 
-  const EngineConfig& c = engine.config();
-  const ModelLimits ml = engine.limits();
+  const ModelLimits& ml = info.limits;
   v1::EngineLimits* li = out->mutable_limits();
-  li->set_max_num_seqs_limit(c.max_num_seqs_limit);
-  li->set_max_num_batched_tokens_limit(c.max_num_batched_tokens_limit);
+  li->set_max_num_seqs_limit(info.max_num_seqs_limit);
+  li->set_max_num_batched_tokens_limit(info.max_num_batched_tokens_limit);
   li->set_max_model_len(ml.max_model_len);
-  li->set_max_queued_requests(c.max_queued_requests);
+  li->set_max_queued_requests(info.max_queued_requests);
   li->set_max_prompt_text_bytes(limits.max_prompt_text_bytes());
 
-  const KvStats kv = engine.kv_stats();
+  const KvStats& kv = info.kv;
   v1::KvCacheInfo* ki = out->mutable_kv_cache();
   ki->set_block_size(kv.block_size);
   ki->set_num_blocks(kv.num_blocks);

@@ -36,7 +36,7 @@ SaturnService::SaturnService(ServingState* state, DiagnosticsState* diag)
 
 PromptLimits SaturnService::Limits(const Engine& engine) const {
   PromptLimits l;
-  const ModelLimits model = engine.limits();
+  const ModelLimits model = engine.info().limits;
   l.max_model_len = model.max_model_len;
   l.vocab_size = model.vocab_size;
   l.tokenizer = state_->text_tokenizer();
@@ -78,7 +78,7 @@ grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerConte
   v1::ServerInfo info;
   FillServerInfo(*engine, Limits(*engine), state_->listen_address(), &info);
   if (diag_ != nullptr) FillCalibration(*diag_, info.mutable_calibration());
-  ToProto(engine->graph_info(), info.mutable_cuda_graphs());
+  ToProto(engine->info().graphs, info.mutable_cuda_graphs());
   SerializeResponse(info, response);
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -128,17 +128,17 @@ absl::Status ServerApp::LoadEngine() {
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config_.engine);
   if (!engine.ok()) return engine.status();
   engine_ = std::move(*engine);
-  // Before the engine is published: nothing else runs on the backend yet.
   if (absl::Status s = diag_->InitCalibration(engine_.get(), config_); !s.ok()) return s;
   state_.set_text_tokenizer(tokenizer_.get());
   state_.set_engine(engine_.get());
-  const ModelConfig& m = engine_->model();
-  const KvStats kv = engine_->kv_stats();
+  const EngineInfo info = engine_->info();
+  const ModelConfig& m = info.model;
+  const KvStats& kv = info.kv;
   SetServing(true);
   Log(absl::StrCat("ready: model ", m.name, " (", m.NumParameters(), " parameters), backend ",
-                   engine_->backend().name(), ", device ", engine_->backend().device_name(),
-                   ", max_model_len ", engine_->limits().max_model_len, ", KV ", kv.num_blocks,
-                   " blocks x ", kv.block_size, " tokens, on ", address(), " (SERVING)"));
+                   info.backend, ", device ", info.device_name, ", max_model_len ",
+                   info.limits.max_model_len, ", KV ", kv.num_blocks, " blocks x ", kv.block_size,
+                   " tokens, on ", address(), " (SERVING)"));
   if (config_.metrics_port != 0) {
     metrics_ =
         std::make_unique<MetricsHttpServer>(&state_, diag_.get(), config_.metrics_window_seconds);

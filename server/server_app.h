@@ -2,8 +2,9 @@
 //
 //   StartListening(): gRPC up (Saturn, health NOT_SERVING, reflection, extra services);
 //                     Saturn calls answer UNAVAILABLE "model is loading"
-//   LoadEngine():     Engine::Create (load, warm up) -> calibration (measure or load; the
-//                     loop is idle) -> health SERVING -> metrics endpoint (--metrics_port)
+//   LoadEngine():     Engine::Create (load, warm up) -> calibration (measured on the engine
+//                     thread by Engine::Calibrate, or loaded) -> health SERVING -> metrics
+//                     endpoint (--metrics_port)
 //   Shutdown():       metrics endpoint stopped, health NOT_SERVING, refuse new calls,
 //                     in-flight streams get shutdown_grace, then the rest are cancelled in the
 //                     engine and end with UNAVAILABLE; Engine::Shutdown; gRPC server shut

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/diag/calibration.h"
+#include "engine/calibration.h"
 #include "engine/diag/step_curve.h"
 #include "engine/diag/step_model.h"
 #include "engine/model_config.h"

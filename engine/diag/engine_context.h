@@ -1,4 +1,4 @@
-// Builds the analyzer's context from a live Engine (config, model, KV, options, counters).
+// Builds the analyzer's context from a live Engine (its info(), options, probe, counters).
 // Thread-safe as the Engine getters it calls.
 #pragma once
 

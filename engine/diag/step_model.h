@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/diag/calibration.h"
+#include "engine/calibration.h"
 #include "engine/diag/step_cost.h"
 #include "engine/step_record.h"
 

@@ -52,8 +52,8 @@ TEST(StepCostTest, MatchesRecordedStepsOfTheTinyModel) {
       continue;
     }
     // The engine's weights are f32 or bf16 (--dtype auto); activations f32.
-    const StepCost c = EstimateStepCost((*engine)->model(), 4, shape,
-                                        DTypeSize((*engine)->backend().weight_dtype()));
+    const EngineInfo info = (*engine)->info();
+    const StepCost c = EstimateStepCost(info.model, 4, shape, DTypeSize(info.weight_dtype));
     for (size_t k = 0; k < kNumOpClasses; ++k) {
       SCOPED_TRACE(OpClassName(static_cast<OpClass>(k)));
       EXPECT_EQ(c[k].ops, r.by_class[k].count);

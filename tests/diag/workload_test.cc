@@ -77,7 +77,7 @@ std::unique_ptr<Engine> MakeEngine(const std::string& model, int limit, int max_
 }
 
 Calibration Calibrated(Engine* e) {
-  auto cal = Calibrate(e->mutable_backend());
+  auto cal = e->Calibrate();
   EXPECT_TRUE(cal.ok()) << cal.status();
   std::printf("calibration: %.1f GFLOP/s, %.1f GB/s, %.2f us/op\n", cal->gemm_flops_per_s / 1e9,
               cal->bandwidth_bytes_per_s / 1e9, cal->op_dispatch_us);

@@ -8,23 +8,15 @@
 #include <random>
 #include <thread>
 
+#include "engine/model_runner.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace saturn {
 namespace {
 
+using testing_engine::Req;
 using testing_engine::TinyConfig;
 using testing_engine::WaitAllBlocksFree;
-
-GenerateRequest Req(int n_prompt, int max_tokens, float temperature = 0.f, int64_t seed = 0) {
-  GenerateRequest r;
-  for (int i = 0; i < n_prompt; ++i) r.prompt.push_back(3 + (i * 37 + n_prompt) % 250);
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.temperature = temperature;
-  r.sampling.seed = seed;
-  r.sampling.ignore_eos = true;
-  return r;
-}
 
 std::vector<int> Generate(Engine* e, const GenerateRequest& r, TokenEvent* final_ev = nullptr) {
   auto s = RequestStream::Open(e, r);

@@ -1,5 +1,5 @@
-// Shared by the engine tests: a tiny-model CPU engine config and a wait for the free-block
-// mirror (updated after a step's events went out).
+// Shared by the engine tests: a tiny-model CPU engine config, a synthetic request and a wait
+// for the free-block mirror (updated after a step's events went out).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -26,11 +26,24 @@ inline EngineConfig TinyConfig() {
   return c;
 }
 
+// A request of `n_prompt` synthetic prompt tokens that generates exactly `max_tokens` (EOS
+// ignored).
+inline GenerateRequest Req(int n_prompt, int max_tokens, float temperature = 0.f,
+                           int64_t seed = 0) {
+  GenerateRequest r;
+  for (int i = 0; i < n_prompt; ++i) r.prompt.push_back(3 + (i * 37 + n_prompt) % 250);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
 inline void WaitAllBlocksFree(Engine* e) {
-  for (int i = 0; i < 500 && e->kv_stats().blocks_free != e->kv_stats().num_blocks; ++i) {
+  for (int i = 0; i < 500 && e->info().kv.blocks_free != e->info().kv.num_blocks; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(e->kv_stats().blocks_free, e->kv_stats().num_blocks);
+  EXPECT_EQ(e->info().kv.blocks_free, e->info().kv.num_blocks);
 }
 
 }  // namespace saturn::testing_engine

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/model_runner.h"
 #include "engine/weights.h"
 #include "reference_model.h"
 

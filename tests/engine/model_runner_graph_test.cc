@@ -4,8 +4,8 @@
 // one eager forward per size before its capture, nothing allocated/uploaded/downloaded/
 // synchronised inside a capture, a failed capture aborted rather than instantiated, the
 // step-end mark after the last op and before the copy back, a replay's issue time counted
-// once, replayed steps (padding rows included) giving the eager tokens, and one packed
-// upload per step.
+// once, replayed steps (padding rows included) giving the eager tokens and the eager step's
+// attention costs, and one packed upload per step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -339,6 +339,33 @@ TEST_F(GraphCaptureTest, ReplayedDecodeGivesTheEagerTokensAndCountsIssueOnce) {
   EXPECT_LT(replay, mark);
   EXPECT_LT(mark, down);
   EXPECT_LT(down, backend_->log.size());
+}
+
+TEST_F(GraphCaptureTest, ReplayedAttentionCostsWhatTheEagerStepDoes) {
+  // The captured records carry the capture-time batch (4 padded rows); the runner restates
+  // attention from the replayed step's own shapes: its 3 real rows over their contexts.
+  auto eager = MakeRunner({});
+  ASSERT_NE(eager, nullptr);
+  const DecodeRun want = Decode(eager.get(), 3, 2, backend_.get());
+  auto graphs = MakeRunner({4});
+  ASSERT_NE(graphs, nullptr);
+  ASSERT_TRUE(graphs->SetUseGraphs(true).ok());
+  const DecodeRun got = Decode(graphs.get(), 3, 2, backend_.get());
+  ASSERT_TRUE(got.last.graph_replayed);
+  ASSERT_FALSE(want.last.graph_replayed);
+  std::vector<OpCost> want_costs, got_costs;
+  for (const OpRecord& op : want.last.timing.ops) {
+    if (op.kind == OpKind::kAttention) want_costs.push_back(op.cost);
+  }
+  for (const OpRecord& op : got.last.timing.ops) {
+    if (op.kind == OpKind::kAttention) got_costs.push_back(op.cost);
+  }
+  ASSERT_FALSE(want_costs.empty());
+  ASSERT_EQ(got_costs.size(), want_costs.size());
+  for (size_t i = 0; i < want_costs.size(); ++i) {
+    EXPECT_DOUBLE_EQ(got_costs[i].flops, want_costs[i].flops) << "layer " << i;
+    EXPECT_DOUBLE_EQ(got_costs[i].bytes, want_costs[i].bytes) << "layer " << i;
+  }
 }
 
 TEST_F(GraphCaptureTest, EagerStepMarksItsEndAfterSampleBeforeTheDownload) {

@@ -91,7 +91,7 @@ TEST(StepProbeTest, CapsSizesAtTheEngineLimitsAndTheFreeBlocks) {
   {
     auto probe_size = Engine::Create(c);
     ASSERT_TRUE(probe_size.ok()) << probe_size.status();
-    per_block = (*probe_size)->kv_stats().bytes_per_block;
+    per_block = (*probe_size)->info().kv.bytes_per_block;
   }
   // 20 blocks of 16 tokens: the 64-token prefill sequence takes 4, each decode sequence
   // (context 16 + 1) takes 2: 8 fit.

@@ -37,7 +37,7 @@ TEST_F(CancelTest, TryCancelMidStreamFreesKvBlocks) {
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_FALSE(r.final_message.has_value());
   EXPECT_GE(deltas_seen, 1);
-  EXPECT_TRUE(testing::WaitForKvFree(engine)) << engine.kv_stats().blocks_free;
+  EXPECT_TRUE(testing::WaitForKvFree(engine)) << engine.info().kv.blocks_free;
   // The engine cancelled it (rather than running it to the end).
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (engine.counters().requests_cancelled == cancelled_before &&
@@ -64,7 +64,7 @@ TEST_F(CancelTest, PassedDeadlineFreesKvBlocks) {
     }
     ASSERT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
         << r.status.error_message();
-    EXPECT_TRUE(testing::WaitForKvFree(engine)) << engine.kv_stats().blocks_free;
+    EXPECT_TRUE(testing::WaitForKvFree(engine)) << engine.info().kv.blocks_free;
     if (r.deltas.empty()) {
       deadline *= 3;
     } else {
@@ -101,7 +101,7 @@ TEST_F(CancelTest, ManyCancelledStreamsLeakNothing) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_TRUE(testing::WaitForKvFree(engine)) << engine.kv_stats().blocks_free;
+  EXPECT_TRUE(testing::WaitForKvFree(engine)) << engine.info().kv.blocks_free;
   ExpectStillServes();
 }
 

@@ -50,10 +50,10 @@ TEST_F(OptionsTest, ServerInfoDescribesTheRunningEngine) {
   EXPECT_FALSE(info.backend().supports_cuda_graphs());
   EXPECT_EQ(info.options().max_num_seqs(), engine.options().max_num_seqs);
   EXPECT_EQ(info.limits().max_model_len(), 512);
-  EXPECT_EQ(info.limits().max_num_seqs_limit(), engine.config().max_num_seqs_limit);
+  EXPECT_EQ(info.limits().max_num_seqs_limit(), engine.info().max_num_seqs_limit);
   EXPECT_EQ(info.limits().max_queued_requests(), 256);
   EXPECT_EQ(info.limits().max_prompt_text_bytes(), 510);
-  EXPECT_EQ(info.kv_cache().num_blocks(), engine.kv_stats().num_blocks);
+  EXPECT_EQ(info.kv_cache().num_blocks(), engine.info().kv.num_blocks);
   EXPECT_EQ(info.kv_cache().block_size(), 16);
   EXPECT_GT(info.kv_cache().capacity_bytes(), 0);
   EXPECT_EQ(info.kv_cache().max_model_len(), 512);

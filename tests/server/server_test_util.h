@@ -126,7 +126,7 @@ inline bool WaitForKvFree(const Engine& engine,
                           std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   const auto until = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < until) {
-    const KvStats kv = engine.kv_stats();
+    const KvStats kv = engine.info().kv;
     if (kv.blocks_free == kv.num_blocks) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -165,8 +165,8 @@ TEST_F(ValidationTest, BadEngineOptionsAreInvalidArgumentNamingTheField) {
     std::function<void(v1::UpdateEngineOptionsRequest*)> mutate;
     std::string field;
   };
-  const int seq_limit = server_->engine()->config().max_num_seqs_limit;
-  const int tok_limit = server_->engine()->config().max_num_batched_tokens_limit;
+  const int seq_limit = server_->engine()->info().max_num_seqs_limit;
+  const int tok_limit = server_->engine()->info().max_num_batched_tokens_limit;
   const std::vector<OptCase> cases = {
       {[](auto* r) { r->set_max_num_seqs(0); }, "max_num_seqs"},
       {[seq_limit](auto* r) { r->set_max_num_seqs(seq_limit + 1); }, "max_num_seqs"},

@@ -1,4 +1,4 @@
-#include "engine/diag/calibration.h"
+#include "engine/calibration.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,7 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/diag/calibration_trials.h"
+#include "engine/calibration_trials.h"
+#include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/status_macros.h"

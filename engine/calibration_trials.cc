@@ -1,5 +1,5 @@
 // Trials for calibration: best-of-N, stability, contention correction (calibration_trials.h).
-#include "engine/diag/calibration_trials.h"
+#include "engine/calibration_trials.h"
 
 #include <algorithm>
 #include <chrono>

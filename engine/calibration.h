@@ -1,6 +1,8 @@
 // Calibration: the active backend measures its own ceilings through its own ops, so the
 // diagnostics compare achieved FLOP/s and bytes/s with what this machine really does rather
-// than a datasheet. Measured at start and on Recalibrate (or loaded from a file the user saved).
+// than a datasheet. Measured at start and on Recalibrate (or loaded from a file the user saved),
+// through Engine::Calibrate, which runs it on the engine thread between two steps. Depends on
+// the Backend alone, so the engine library holds it; the diagnostics (engine/diag/) read it.
 // Each ceiling is a series of trials (calibration_trials.h: best-of-N, stability criterion,
 // contention correction on the CPU backend), the spread reported beside it:
 //  - GEMM peak: the best of a large square GEMM and a GEMM at the model's own prefill shape,
@@ -16,9 +18,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/backend.h"
 
 namespace saturn {
+
+class Backend;
 
 struct Calibration {
   std::string backend;
@@ -70,7 +73,8 @@ struct CalibrationOptions {
   int threads = 0;
 };
 
-// Runs the measurements on `backend` (which must be otherwise idle).
+// Runs the measurements on `backend` (which must be otherwise idle: a served engine's backend
+// is reached through Engine::Calibrate only).
 absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions& options = {});
 
 std::string CalibrationToJson(const Calibration& c);

@@ -1,0 +1,112 @@
+// The Engine's private state (the pimpl behind engine/engine.h): the backend, the runner, the
+// scheduler, the queues the public methods fill and the loop that drains them. Included only
+// by the engine's own sources (engine.cc: creation and the public methods; engine_loop.cc:
+// the step loop); nothing outside engine/ sees it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "kernels/backend.h"
+
+namespace saturn {
+
+struct Engine::Impl {
+  struct Pending {
+    int64_t id;
+    GenerateRequest request;
+    EventCallback on_event;
+    double arrival_us;
+  };
+  // A request the loop knows about (engine thread only).
+  struct Live {
+    EventCallback on_event;
+    RequestTimings timings;
+    int prompt_tokens = 0;
+    bool wants_prompt_logprobs = false;
+    std::vector<PositionLogprobs> prompt_logprobs;  // gathered until the first token event
+  };
+
+  Impl(const EngineConfig& config, std::unique_ptr<Backend> backend);
+  // Loads the model, builds the runner and the scheduler, warms up, starts the loop.
+  absl::Status Init();
+  void FillFixedInfo(int max_model_len, size_t kv_bytes_per_block, std::vector<int> graph_sizes);
+  absl::Status Warmup();
+  // Runs `fn` on the engine thread between two steps (no step starts until it returns) and
+  // returns its status. UNAVAILABLE after Shutdown.
+  absl::Status RunBetweenSteps(std::function<absl::Status()> fn);
+
+  // The public methods (engine.h says what each does).
+  absl::StatusOr<int64_t> Submit(GenerateRequest request, EventCallback on_event);
+  void Cancel(int64_t request_id);
+  absl::StatusOr<EngineOptions> UpdateOptions(const EngineOptions& options);
+  absl::StatusOr<Calibration> Calibrate(const CalibrationOptions& options, double* took_ms);
+  absl::StatusOr<StepProbe> ProbeSteps(StepProbeOptions options);
+  void Shutdown();
+  EngineInfo info() const;
+  EngineCounters counters() const;
+  EngineOptions options() const;
+  std::optional<StepProbe> step_probe() const;
+
+  // engine_loop.cc (engine thread).
+  void Loop();
+  // One step: returns false when there was nothing to do.
+  bool Step();
+  // Moves submitted requests into the scheduler and applies cancels.
+  void DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* cancels);
+  void ApplyPendingOptions();
+  // Delivers an event; a final event also forgets the request.
+  void Emit(int64_t id, TokenEvent ev);
+  // Keeps the step's prompt logprobs and attaches the logprobs to the step's events.
+  void AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
+                      const std::vector<RequestUpdate>& updates, std::vector<TokenEvent>* events);
+  // Ends every request in `ids` with `reason` (error text when kError).
+  void EndRequests(const std::vector<int64_t>& ids, FinishReason reason, const std::string& error);
+
+  const EngineConfig config_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Scheduler> scheduler_;  // engine thread only
+  StepRing steps_;
+  int num_kv_blocks_ = 0;
+  EngineInfo fixed_;  // the parts of info() fixed by Init
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;          // wakes the loop
+  std::condition_variable options_cv_;  // wakes UpdateOptions callers
+  std::deque<Pending> incoming_;        // guarded by mu_
+  std::vector<int64_t> cancels_;        // guarded by mu_
+  bool stopping_ = false;               // guarded by mu_
+  EngineOptions options_;               // in force; guarded by mu_
+  bool has_pending_options_ = false;    // guarded by mu_
+  EngineOptions pending_options_;       // guarded by mu_
+  int64_t options_epoch_ = 0;           // bumped when pending options are applied
+  absl::Status options_error_;          // outcome of the last application
+  int64_t next_id_ = 1;                 // guarded by mu_
+  EngineCounters counters_;             // guarded by mu_
+  GraphInfo graph_info_;  // guarded by mu_ (copy of the runner's, refreshed after captures)
+  int kv_free_ = 0;       // guarded by mu_ (mirror of the scheduler's)
+  std::optional<StepProbe> step_probe_;     // guarded by mu_
+  std::unordered_map<int64_t, Live> live_;  // engine thread only
+  int64_t step_id_ = 0;                     // engine thread only
+
+  std::deque<std::function<void(bool run)>>
+      between_steps_;  // guarded by mu_; run=false: shutting down
+  std::atomic<double> step_in_flight_since_us_{0};
+
+  std::thread loop_;
+};
+
+}  // namespace saturn

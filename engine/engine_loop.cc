@@ -1,0 +1,231 @@
+// The engine loop (engine thread): incoming queue -> scheduler -> runner -> scheduler update
+// -> events, and one StepRecord per step. See engine.h for the data path; the state it works
+// on is Engine::Impl (engine_impl.h).
+#include <chrono>
+#include <iostream>
+
+#include "engine/engine_impl.h"
+#include "engine/step_record_build.h"
+#include "kernels/clock.h"
+
+namespace saturn {
+
+void Engine::Impl::Loop() {
+  std::deque<std::function<void(bool)>> tasks;
+  for (;;) {
+    std::deque<Pending> incoming;
+    std::vector<int64_t> cancels;
+    bool apply_options = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!scheduler_->HasWork()) {
+        cv_.wait(lock, [&] {
+          return stopping_ || !incoming_.empty() || !cancels_.empty() || has_pending_options_ ||
+                 !between_steps_.empty();
+        });
+      }
+      if (stopping_) break;
+      incoming.swap(incoming_);
+      cancels.swap(cancels_);
+      apply_options = has_pending_options_;
+      tasks.swap(between_steps_);
+    }
+    for (auto& task : tasks) task(true);
+    tasks.clear();
+    DrainIncoming(&incoming, &cancels);
+    if (apply_options) ApplyPendingOptions();
+    Step();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks.swap(between_steps_);
+  }
+  for (auto& task : tasks) task(false);
+  // Shutdown: everything still known ends as cancelled, blocks returned first.
+  std::deque<Pending> incoming;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming.swap(incoming_);
+  }
+  std::vector<int64_t> cancels;
+  DrainIncoming(&incoming, &cancels);
+  std::vector<int64_t> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  EndRequests(ids, FinishReason::kCancelled, "");
+}
+
+void Engine::Impl::DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* cancels) {
+  for (Pending& p : *incoming) {
+    Live& live = live_[p.id];
+    live.on_event = std::move(p.on_event);
+    live.timings.arrival_us = p.arrival_us;
+    live.prompt_tokens = static_cast<int>(p.request.prompt.size());
+    live.wants_prompt_logprobs = p.request.sampling.prompt_logprobs >= 0;
+    scheduler_->Add(p.id, p.request);
+  }
+  std::vector<int64_t> known;
+  for (int64_t id : *cancels) {
+    if (live_.count(id)) known.push_back(id);
+  }
+  EndRequests(known, FinishReason::kCancelled, "");
+}
+
+void Engine::Impl::ApplyPendingOptions() {
+  EngineOptions o;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    o = pending_options_;
+    has_pending_options_ = false;
+  }
+  scheduler_->SetLimits(o.max_num_seqs, o.max_num_batched_tokens);
+  absl::Status s = runner_->SetUseGraphs(o.cuda_graphs);
+  if (!s.ok()) o.cuda_graphs = runner_->use_graphs();
+  std::lock_guard<std::mutex> lock(mu_);
+  graph_info_ = runner_->graph_info();
+  options_ = o;
+  options_error_ = s;
+  ++options_epoch_;
+  options_cv_.notify_all();
+}
+
+void Engine::Impl::Emit(int64_t id, TokenEvent ev) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& live = it->second;
+  if (!ev.token_ids.empty() && live.timings.first_token_us == 0) {
+    live.timings.first_token_us = ev.time_us;
+    if (live.wants_prompt_logprobs) ev.prompt_logprobs = std::move(live.prompt_logprobs);
+  }
+  if (ev.final) {
+    live.timings.finished_us = ev.time_us;
+    ev.timings = live.timings;
+    ev.usage.prompt_tokens = live.prompt_tokens;
+  }
+  if (live.on_event) live.on_event(ev);
+  if (ev.final) live_.erase(it);
+}
+
+void Engine::Impl::EndRequests(const std::vector<int64_t>& ids, FinishReason reason,
+                               const std::string& error) {
+  int64_t cancelled = 0, failed = 0;
+  for (int64_t id : ids) {
+    if (!live_.count(id)) continue;
+    scheduler_->Cancel(id);  // returns its KV blocks before the final event goes out
+    TokenEvent ev;
+    ev.final = true;
+    ev.finish_reason = reason;
+    ev.error = error;
+    ev.time_us = NowUs();
+    Emit(id, std::move(ev));
+    (reason == FinishReason::kError ? failed : cancelled)++;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.requests_cancelled += cancelled;
+  counters_.requests_failed += failed;
+  counters_.requests_finished += cancelled + failed;
+  counters_.num_waiting = scheduler_->num_waiting();
+  counters_.num_running = scheduler_->num_running();
+  kv_free_ = scheduler_->blocks().num_free();
+}
+
+void Engine::Impl::AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
+                                  const std::vector<RequestUpdate>& updates,
+                                  std::vector<TokenEvent>* events) {
+  std::unordered_map<int64_t, SeqLogprobs*> by_id;
+  for (size_t i = 0; i < plan.seqs.size() && i < out->logprobs.size(); ++i) {
+    SeqLogprobs& lp = out->logprobs[i];
+    by_id[plan.seqs[i].request_id] = &lp;
+    auto it = live_.find(plan.seqs[i].request_id);
+    if (it == live_.end() || lp.prompt.empty()) continue;
+    auto& kept = it->second.prompt_logprobs;
+    kept.insert(kept.end(), std::make_move_iterator(lp.prompt.begin()),
+                std::make_move_iterator(lp.prompt.end()));
+  }
+  for (size_t k = 0; k < updates.size(); ++k) {
+    const RequestUpdate& u = updates[k];
+    auto it = by_id.find(u.request_id);
+    if (u.new_tokens.empty() || it == by_id.end() || !it->second->sampled.has_value()) continue;
+    (*events)[k].logprobs.push_back(std::move(*it->second->sampled));
+  }
+}
+
+bool Engine::Impl::Step() {
+  StepRecord rec;
+  rec.start_us = NowUs();
+  step_in_flight_since_us_ = rec.start_us;
+  struct InFlight {  // cleared on every return
+    std::atomic<double>* since;
+    ~InFlight() { *since = 0; }
+  } in_flight{&step_in_flight_since_us_};
+  StepPlan plan = scheduler_->Schedule();
+  rec.schedule_us = NowUs() - rec.start_us;
+  if (plan.empty()) {
+    // Work exists but nothing fits this step (cannot happen with validated requests, but
+    // never spin): yield briefly.
+    if (scheduler_->HasWork()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    return false;
+  }
+  for (const ScheduledSeq& s : plan.seqs) {
+    auto it = live_.find(s.request_id);
+    if (it != live_.end() && it->second.timings.first_scheduled_us == 0) {
+      it->second.timings.first_scheduled_us = rec.start_us;
+    }
+  }
+  const int64_t id = step_id_++;
+  const bool per_op = config_.instrument &&
+                      (backend_->per_op_timing_is_cheap() || id % config_.per_op_timing_every == 0);
+  absl::StatusOr<RunnerOutput> out = runner_->Execute(plan, per_op);
+  if (!out.ok()) {
+    // A failed step fails the requests in it; the engine keeps serving the others.
+    std::cerr << "saturn: step " << id << " failed: " << out.status() << "\n";
+    std::vector<int64_t> ids;
+    for (const ScheduledSeq& s : plan.seqs) ids.push_back(s.request_id);
+    EndRequests(ids, FinishReason::kError, std::string(out.status().message()));
+    return true;
+  }
+  const double post0 = NowUs();
+  std::vector<RequestUpdate> updates = scheduler_->Update(plan, out->sampled);
+  std::vector<TokenEvent> events(updates.size());
+  if (!out->logprobs.empty()) AttachLogprobs(plan, &*out, updates, &events);
+  int64_t generated = 0, finished = 0;
+  for (size_t k = 0; k < updates.size(); ++k) {
+    RequestUpdate& u = updates[k];
+    TokenEvent& ev = events[k];
+    ev.token_ids = std::move(u.new_tokens);
+    ev.time_us = post0;
+    generated += static_cast<int64_t>(ev.token_ids.size());
+    if (u.finish != FinishReason::kNone) {
+      ev.final = true;
+      ev.finish_reason = u.finish;
+      ev.usage = u.usage;
+      ++finished;
+    }
+  }
+  rec.step_id = id;
+  RecordStepWork(plan, &*out, &rec);
+  RecordServingState(*scheduler_, &rec);
+  // The counters first, the events after: a client that has seen its final event reads
+  // counters (GetServerInfo, /metrics) that already include its request.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rec.options = EngineOptions{options_.max_num_seqs, options_.max_num_batched_tokens,
+                                runner_->use_graphs()};
+    counters_.generation_tokens += generated;
+    counters_.requests_finished += finished;
+    counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
+    for (const RequestUpdate& u : updates) {
+      if (u.finish != FinishReason::kNone) counters_.prompt_tokens += u.usage.prompt_tokens;
+    }
+    counters_.num_waiting = rec.queue_depth;
+    counters_.num_running = rec.num_running;
+    counters_.steps = id + 1;
+    kv_free_ = rec.kv_blocks_free;
+  }
+  for (size_t k = 0; k < updates.size(); ++k) Emit(updates[k].request_id, std::move(events[k]));
+  rec.end_us = NowUs();
+  rec.postprocess_us = rec.end_us - post0;
+  if (config_.instrument) steps_.Push(std::move(rec));
+  return true;
+}
+
+}  // namespace saturn
