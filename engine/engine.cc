@@ -1,6 +1,7 @@
-// Creating the engine and its public methods: the facade (engine.h) forwards to the Impl
-// (engine_impl.h), whose methods here check and queue work for the loop (engine_loop.cc) or run
-// it there between two steps. See engine.h for the data path.
+// Creating the engine and its public methods but the request path: the facade (engine.h)
+// forwards to the Impl (engine_impl.h), whose methods here check and queue work for the loop or
+// run it there between two steps. Submit and Cancel live with the loop (engine_loop.cc), so a
+// request's way through the engine is one file. See engine.h for the data path.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -172,38 +173,6 @@ EngineOptions Engine::Impl::options() const {
   return options_;
 }
 
-absl::StatusOr<int64_t> Engine::Impl::Submit(GenerateRequest request, EventCallback on_event) {
-  RETURN_IF_ERROR(ValidateRequest(request, fixed_.limits));
-  const int need = (static_cast<int>(request.prompt.size()) + request.sampling.max_tokens +
-                    config_.block_size - 1) /
-                   config_.block_size;
-  if (need > num_kv_blocks_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_tokens: prompt + max_tokens needs ", need, " KV blocks but the cache holds ",
-        num_kv_blocks_, " (", num_kv_blocks_ * config_.block_size, " tokens)"));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return absl::UnavailableError("engine is shutting down");
-  if (config_.max_queued_requests > 0 &&
-      static_cast<int>(incoming_.size()) + counters_.num_waiting >= config_.max_queued_requests) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("queue: ", config_.max_queued_requests,
-                     " requests are already waiting (max_queued_requests); retry later"));
-  }
-  const int64_t id = next_id_++;
-  incoming_.push_back(Pending{id, std::move(request), std::move(on_event), NowUs()});
-  ++counters_.requests_submitted;
-  counters_.submitted_prompt_tokens += static_cast<int64_t>(incoming_.back().request.prompt.size());
-  cv_.notify_one();
-  return id;
-}
-
-void Engine::Impl::Cancel(int64_t request_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  cancels_.push_back(request_id);
-  cv_.notify_one();
-}
-
 absl::StatusOr<EngineOptions> Engine::Impl::UpdateOptions(const EngineOptions& o) {
   RETURN_IF_ERROR(
       CheckEngineOptions(o, config_.max_num_seqs_limit, config_.max_num_batched_tokens_limit));
@@ -289,10 +258,6 @@ void Engine::Impl::Shutdown() {
 
 // ---- the facade ------------------------------------------------------------------------
 
-absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on_event) {
-  return impl_->Submit(std::move(request), std::move(on_event));
-}
-void Engine::Cancel(int64_t request_id) { impl_->Cancel(request_id); }
 absl::StatusOr<EngineOptions> Engine::UpdateOptions(const EngineOptions& options) {
   return impl_->UpdateOptions(options);
 }

@@ -1,14 +1,56 @@
-// The engine loop (engine thread): incoming queue -> scheduler -> runner -> scheduler update
-// -> events, and one StepRecord per step. See engine.h for the data path; the state it works
-// on is Engine::Impl (engine_impl.h).
+// A request's way through the engine: Submit (any thread) checks it and queues it; the engine
+// loop (engine thread) drains the queue -> scheduler -> runner -> scheduler update -> events,
+// and writes one StepRecord per step. See engine.h for the data path; the state it works on is
+// Engine::Impl (engine_impl.h).
 #include <chrono>
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "engine/engine_impl.h"
 #include "engine/step_record_build.h"
 #include "kernels/clock.h"
+#include "kernels/status_macros.h"
 
 namespace saturn {
+
+// ---- the facade's request calls ----------------------------------------------------------
+
+absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on_event) {
+  return impl_->Submit(std::move(request), std::move(on_event));
+}
+void Engine::Cancel(int64_t request_id) { impl_->Cancel(request_id); }
+
+absl::StatusOr<int64_t> Engine::Impl::Submit(GenerateRequest request, EventCallback on_event) {
+  RETURN_IF_ERROR(ValidateRequest(request, fixed_.limits));
+  const int need = (static_cast<int>(request.prompt.size()) + request.sampling.max_tokens +
+                    config_.block_size - 1) /
+                   config_.block_size;
+  if (need > num_kv_blocks_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_tokens: prompt + max_tokens needs ", need, " KV blocks but the cache holds ",
+        num_kv_blocks_, " (", num_kv_blocks_ * config_.block_size, " tokens)"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("engine is shutting down");
+  if (config_.max_queued_requests > 0 &&
+      static_cast<int>(incoming_.size()) + counters_.num_waiting >= config_.max_queued_requests) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue: ", config_.max_queued_requests,
+                     " requests are already waiting (max_queued_requests); retry later"));
+  }
+  const int64_t id = next_id_++;
+  incoming_.push_back(Pending{id, std::move(request), std::move(on_event), NowUs()});
+  ++counters_.requests_submitted;
+  counters_.submitted_prompt_tokens += static_cast<int64_t>(incoming_.back().request.prompt.size());
+  cv_.notify_one();
+  return id;
+}
+
+void Engine::Impl::Cancel(int64_t request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(request_id);
+  cv_.notify_one();
+}
 
 void Engine::Impl::Loop() {
   std::deque<std::function<void(bool)>> tasks;
