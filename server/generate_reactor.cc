@@ -1,6 +1,8 @@
-// GenerateReactor: the engine-event -> gRPC-write pump. All shared state sits in Call behind
-// one mutex; StartWrite and Finish are issued under it (gRPC never runs a reaction inline
-// from them, so OnWriteDone cannot re-enter while it is held).
+// The Generate RPC, whole: SaturnService::Generate (parse, convert, submit; declared in
+// saturn_service.h) and GenerateReactor, the engine-event -> gRPC-write pump. All of a
+// stream's shared state sits in Call behind one mutex; StartWrite and Finish are issued under
+// it (gRPC never runs a reaction inline from them, so OnWriteDone cannot re-enter while it is
+// held).
 #include "server/generate_reactor.h"
 
 #include <deque>
@@ -14,8 +16,10 @@
 #include "server/proto_convert.h"
 #include "server/raw_message.h"
 #include "server/reject_reactor.h"
+#include "server/saturn_service.h"
 #include "server/status_util.h"
 #include "server/text_stream.h"
+#include "server/unary_call.h"
 
 namespace saturn {
 
@@ -200,6 +204,25 @@ void GenerateReactor::OnDone() {
   CalledBackByGrpc(this);
   EndReactorCall(*call_);
   delete this;
+}
+
+// ---- the handler -----------------------------------------------------------------------
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* SaturnService::Generate(
+    grpc::CallbackServerContext* /*context*/, const grpc::ByteBuffer* raw) {
+  v1::GenerateRequest request;
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) {
+    return GenerateReactor::Reject(ToGrpcStatus(s));
+  }
+  Engine* engine = state_->engine();
+  if (engine == nullptr) return GenerateReactor::Reject(LoadingStatus());
+  absl::StatusOr<ConvertedRequest> converted =
+      ToEngineRequest(request, Limits(*engine), NextSeed());
+  if (!converted.ok()) return GenerateReactor::Reject(ToGrpcStatus(converted.status()));
+  // The engine checks the rest of the request in Submit (before any queue limit), and the
+  // reactor finishes the stream with its error.
+  return new GenerateReactor(state_, engine, std::move(converted->request), converted->want_text,
+                             diag_ != nullptr ? diag_->request_metrics() : nullptr);
 }
 
 }  // namespace saturn

@@ -1,5 +1,6 @@
-// SaturnService. Handlers never block a gRPC thread on the engine: Generate hands off to the
-// engine loop through Submit, and UpdateEngineOptions (which waits for a step boundary) runs
+// SaturnService's unary handlers (Generate, the streaming one, lives with its reactor in
+// generate_reactor.cc). Handlers never block a gRPC thread on the engine: Generate hands off to
+// the engine loop through Submit, and UpdateEngineOptions (which waits for a step boundary) runs
 // on the service's one BoundedWorker, registered with ServingState so shutdown waits for it
 // (or, still queued, ends it with UNAVAILABLE).
 #include "server/saturn_service.h"
@@ -10,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/diagnostics_request.h"
-#include "server/generate_reactor.h"
 #include "server/raw_message.h"
 #include "server/report_proto.h"
 #include "server/status_util.h"
@@ -48,23 +48,6 @@ PromptLimits SaturnService::Limits(const Engine& engine) const {
 int64_t SaturnService::NextSeed() {
   // Non-negative so a client can pass the reported seed back unchanged.
   return static_cast<int64_t>(SplitMix64(seed_counter_.fetch_add(1)) >> 1);
-}
-
-grpc::ServerWriteReactor<grpc::ByteBuffer>* SaturnService::Generate(
-    grpc::CallbackServerContext* /*context*/, const grpc::ByteBuffer* raw) {
-  v1::GenerateRequest request;
-  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) {
-    return GenerateReactor::Reject(ToGrpcStatus(s));
-  }
-  Engine* engine = state_->engine();
-  if (engine == nullptr) return GenerateReactor::Reject(LoadingStatus());
-  absl::StatusOr<ConvertedRequest> converted =
-      ToEngineRequest(request, Limits(*engine), NextSeed());
-  if (!converted.ok()) return GenerateReactor::Reject(ToGrpcStatus(converted.status()));
-  // The engine checks the rest of the request in Submit (before any queue limit), and the
-  // reactor finishes the stream with its error.
-  return new GenerateReactor(state_, engine, std::move(converted->request), converted->want_text,
-                             diag_ != nullptr ? diag_->request_metrics() : nullptr);
 }
 
 grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerContext* context,

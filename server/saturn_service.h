@@ -1,5 +1,6 @@
-// saturn.v1.Saturn on the gRPC callback API: Generate (a GenerateReactor per stream),
-// GetServerInfo, UpdateEngineOptions. Holds no engine state of its own: everything comes
+// saturn.v1.Saturn on the gRPC callback API: Generate (a GenerateReactor per stream; the
+// handler is defined with its reactor in generate_reactor.cc), GetServerInfo,
+// UpdateEngineOptions. Holds no engine state of its own: everything comes
 // from ServingState, so the service exists (answering UNAVAILABLE) before the model loads.
 //
 // The three methods are registered raw (grpc::ByteBuffer in and out; the same bytes on the
