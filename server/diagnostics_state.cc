@@ -36,7 +36,8 @@ struct WindowEdges {
 
 // Keeps the steps wholly inside [*begin_us, end_us]; counts the overlap of a step that
 // straddles either edge (or still runs) as busy; widens the window back to the last
-// kMinSteps complete steps when it holds fewer (a window shorter than a few steps). A window
+// kMinSteps complete steps when it holds fewer and lasts less than kMinSteps recent steps (a
+// window shorter than a few steps). A window
 // in which the engine did nothing at all (no step inside, running or ending in it) is idle,
 // not short: it is never widened back to steps from before it.
 WindowEdges FitWindow(const Engine& engine, std::vector<StepRecord>* steps, double* begin_us,
@@ -57,10 +58,17 @@ WindowEdges FitWindow(const Engine& engine, std::vector<StepRecord>* steps, doub
     e.in_flight = true;
   }
   bool idle = steps->empty() && !e.in_flight;  // unless a step overlaps the window's start
-  for (const StepRecord& r : engine.steps().Last(kMinSteps + 2)) {
+  double recent_wall = 0;
+  const std::vector<StepRecord> last = engine.steps().Last(kMinSteps + 2);
+  for (const StepRecord& r : last) {
     if (r.start_us < end_us && r.end_us > *begin_us) idle = false;
+    recent_wall += r.wall_us();
   }
-  if (steps->size() < kMinSteps && !idle) {
+  // Short means shorter than a few of the engine's recent steps: a long window in which only
+  // the tail of a step falls (the engine idle after a load) is idle time, not a short window.
+  const bool short_window =
+      !last.empty() && end_us - *begin_us < kMinSteps * recent_wall / double(last.size());
+  if (steps->size() < kMinSteps && !idle && short_window) {
     // Widen: the last kMinSteps complete steps ending by end_us (the ring permitting).
     std::vector<StepRecord> recent = engine.steps().Last(steps->size() + kMinSteps + 2);
     std::erase_if(recent, [end_us](const StepRecord& r) { return r.end_us > end_us; });

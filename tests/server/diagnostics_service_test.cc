@@ -78,6 +78,21 @@ TEST_F(DiagnosticsServiceTest, IdleServerIsUnderloaded) {
   EXPECT_EQ(rep.profile().steps(), 0);
 }
 
+TEST_F(DiagnosticsServiceTest, WindowShorterThanAFewStepsIsWidenedToThem) {
+  RunConcurrent(server_->stub.get(), 2, 8, 16);
+  ASSERT_TRUE(WaitForKvFree(*server_->engine()));
+  const std::vector<StepRecord> last = server_->engine()->steps().Last(1);
+  ASSERT_FALSE(last.empty());
+  // A window inside the last step: no complete step in it, and far shorter than three steps.
+  v1::GetDiagnosticsRequest req;
+  req.set_window_begin_us(last.back().start_us + 1);
+  req.set_window_end_us(last.back().end_us);
+  v1::DiagnosticsReport rep;
+  ASSERT_TRUE(GetDiagnostics(stub_.get(), req, &rep).ok());
+  EXPECT_EQ(rep.profile().steps(), 3) << rep.text();
+  EXPECT_LE(rep.window_begin_us(), last.back().start_us);
+}
+
 TEST_F(DiagnosticsServiceTest, ExportTraceIsOrderedAndNested) {
   RunConcurrent(server_->stub.get(), 2, 8, 32);  // more than 10 steps on a fresh server
   grpc::ClientContext ctx;
