@@ -12,7 +12,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/impl/codegen/sync_stream.h>
-#include <signal.h>
+#include <csignal>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,7 +103,7 @@ grpc::ByteBuffer Bytes(const std::string& s) {
 
 class Client {
  public:
-  Client(std::shared_ptr<grpc::Channel> channel, uint64_t seed, Outcomes* out)
+  Client(const std::shared_ptr<grpc::Channel>& channel, uint64_t seed, Outcomes* out)
       : channel_(channel), stub_(v1::Saturn::NewStub(channel)), rng_(seed), out_(out) {}
 
   void RunUntil(Clock::time_point end) {
@@ -327,6 +327,7 @@ int main(int argc, char** argv) {
   const auto warm_end = start + std::chrono::seconds(absl::GetFlag(FLAGS_warmup_s));
   const auto end = warm_end + std::chrono::seconds(absl::GetFlag(FLAGS_duration_s));
   std::vector<std::thread> clients;
+  clients.reserve(absl::GetFlag(FLAGS_clients));
   for (int i = 0; i < absl::GetFlag(FLAGS_clients); ++i) {
     clients.emplace_back([&, i] {
       // One channel per client, like independent users.

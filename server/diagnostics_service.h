@@ -28,17 +28,17 @@ class DiagnosticsService final : public DiagnosticsRawService {
   ~DiagnosticsService() override;  // stops the timer thread (after the gRPC server is gone)
 
   grpc::ServerUnaryReactor* GetDiagnostics(grpc::CallbackServerContext* context,
-                                           const grpc::ByteBuffer* request,
+                                           const grpc::ByteBuffer* raw,
                                            grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchDiagnostics(
-      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) override;
   grpc::ServerUnaryReactor* ExportTrace(grpc::CallbackServerContext* context,
-                                        const grpc::ByteBuffer* request,
+                                        const grpc::ByteBuffer* raw,
                                         grpc::ByteBuffer* response) override;
   // Runs on the timer thread (other diagnostics wait the few seconds it takes); the engine
   // pauses between two steps while the ceilings are measured.
   grpc::ServerUnaryReactor* Recalibrate(grpc::CallbackServerContext* context,
-                                        const grpc::ByteBuffer* request,
+                                        const grpc::ByteBuffer* raw,
                                         grpc::ByteBuffer* response) override;
 
  private:

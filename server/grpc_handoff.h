@@ -35,7 +35,7 @@ inline void CalledBackByGrpc(const void* reactor) {
 class HandOffToGrpc {
  public:
   explicit HandOffToGrpc(const void* reactor) : reactor_(reactor) {}
-  ~HandOffToGrpc() {
+  ~HandOffToGrpc() {  // NOLINT(modernize-use-equals-default): not empty in TSan builds
 #ifdef SATURN_TSAN_ANNOTATIONS
     __tsan_release(const_cast<void*>(reactor_));
 #endif

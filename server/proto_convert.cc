@@ -123,14 +123,14 @@ void ToProto(const Usage& usage, v1::Usage* out) {
   out->set_num_preemptions(usage.num_preemptions);
 }
 
-void ToProto(const PositionLogprobs& lp, v1::PositionLogprobs* out) {
+void ToProto(const PositionLogprobs& logprobs, v1::PositionLogprobs* out) {
   auto fill = [](const TokenLogprob& t, v1::TokenLogprob* o) {
     o->set_token_id(t.token_id);
     o->set_logprob(t.logprob);
     o->set_rank(t.rank);
   };
-  fill(lp.token, out->mutable_token());
-  for (const TokenLogprob& t : lp.top) fill(t, out->add_top());
+  fill(logprobs.token, out->mutable_token());
+  for (const TokenLogprob& t : logprobs.top) fill(t, out->add_top());
 }
 
 void ToProto(const RequestTimings& t, v1::RequestTimings* out) {

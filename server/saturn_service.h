@@ -36,16 +36,16 @@ class SaturnService final : public SaturnRawService {
   explicit SaturnService(ServingState* state, DiagnosticsState* diag = nullptr);
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
-                                                       const grpc::ByteBuffer* request) override;
+                                                       const grpc::ByteBuffer* raw) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
-                                          const grpc::ByteBuffer* request,
+                                          const grpc::ByteBuffer* raw,
                                           grpc::ByteBuffer* response) override;
   // Engine::UpdateOptions waits for the next step boundary, so the call runs on one
   // BoundedWorker (never a thread per call, never a gRPC thread); kMaxQueuedOptionUpdates
   // waiting calls beyond the running one are RESOURCE_EXHAUSTED. A waiting call is ended
   // with UNAVAILABLE by shutdown.
   grpc::ServerUnaryReactor* UpdateEngineOptions(grpc::CallbackServerContext* context,
-                                                const grpc::ByteBuffer* request,
+                                                const grpc::ByteBuffer* raw,
                                                 grpc::ByteBuffer* response) override;
 
  private:

@@ -3,7 +3,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <cerrno>

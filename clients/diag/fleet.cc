@@ -93,6 +93,7 @@ FleetVerdict AnalyzeFleet(const std::vector<ReplicaReport>& replicas) {
   const double even = total / ok.size();
   v.load_ratio = load(lo) > 0 ? load(hi) / load(lo) : (load(hi) > 0 ? INFINITY : 1);
   std::vector<std::string> loads;
+  loads.reserve(ok.size());
   for (const ReplicaReport* x : ok) loads.push_back(absl::StrFormat("%s %.1f", x->target, load(x)));
   const std::string now = absl::StrCat("in-flight requests now: ", absl::StrJoin(loads, ", "));
 

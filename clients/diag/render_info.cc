@@ -20,8 +20,8 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // Fields of ServerInfo this page does not name (numbers 11 and up are left for later issues),
 // each printed as the JSON of a copy that holds only it.
 void ExtraFields(const v1::ServerInfo& info, std::string* out) {
-  const google::protobuf::Reflection* refl = info.GetReflection();
-  const google::protobuf::Descriptor* d = info.GetDescriptor();
+  const google::protobuf::Reflection* refl = v1::ServerInfo::GetReflection();
+  const google::protobuf::Descriptor* d = v1::ServerInfo::GetDescriptor();
   for (int i = 0; i < d->field_count(); ++i) {
     const google::protobuf::FieldDescriptor* f = d->field(i);
     if (f->number() < 11) continue;

@@ -42,6 +42,7 @@ std::string ErrorSummary(const std::vector<PhaseReport>& phases) {
   }
   if (errors == 0) return "";
   std::vector<std::string> parts;
+  parts.reserve(by_code.size());
   for (const auto& [code, n] : by_code) parts.push_back(absl::StrCat(code, " x", n));
   return absl::StrCat(errors, " of ", sent, " requests failed (", absl::StrJoin(parts, ", "),
                       "); first: ", first);
@@ -72,6 +73,7 @@ std::vector<ServerWindow> ServerWindows(const Connection& conn,
     w.end_us = std::max(w.end_us, r.server_finished_us);
   }
   std::vector<ServerWindow> out;
+  out.reserve(by_peer.size());
   for (auto& [peer, w] : by_peer) out.push_back(w);
   return out;
 }

@@ -10,7 +10,7 @@
 //   saturn-diag trace -o trace.json        saturn-diag roofline -o roofline.svg
 //   saturn-diag apply --settle 20
 //   saturn-diag get --target host:50051 --tls_ca ca.pem --auth_token_file token
-#include <signal.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <atomic>

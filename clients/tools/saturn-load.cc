@@ -6,7 +6,7 @@
 //   saturn-load --request_rate 2 --duration 60 --slo_ttft_ms 200 --json out.json
 //   saturn-load --concurrency 8 --num_requests 200 --compare cuda_graphs
 //   saturn-load --target host:50051 --tls_ca ca.pem --auth_token_file token
-#include <signal.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <atomic>
@@ -59,6 +59,7 @@ ABSL_FLAG(std::string, json, "", "Write every figure, the settings and each requ
 ABSL_FLAG(std::string, csv, "", "Write one row per phase here");
 ABSL_FLAG(bool, progress, true, "Show progress on stderr (a bar on a terminal)");
 
+namespace saturn::clients {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
@@ -70,15 +71,8 @@ int Usage(const std::string& what) {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<char*> positional = saturn::ParseCommandLineWithHelp(
-      argc, argv, "Load generator for Saturn (saturn.v1.Saturn/Generate)");
-  if (positional.size() > 1)
-    return Usage(absl::StrCat("unexpected argument \"", positional[1], "\""));
-
-  using namespace saturn::clients;
+// The run, once the flags are parsed.
+int Run() {
   LoadConfig c;
   auto targets = ParseTargetList("--target", absl::GetFlag(FLAGS_target));
   if (!targets.ok()) return Usage(std::string(targets.status().message()));
@@ -153,4 +147,16 @@ int main(int argc, char** argv) {
   }
   if (!res.error.empty()) std::cerr << "saturn-load: " << res.error << std::endl;
   return code;
+}
+
+}  // namespace
+}  // namespace saturn::clients
+
+int main(int argc, char** argv) {
+  std::vector<char*> positional = saturn::ParseCommandLineWithHelp(
+      argc, argv, "Load generator for Saturn (saturn.v1.Saturn/Generate)");
+  if (positional.size() > 1)
+    return saturn::clients::Usage(absl::StrCat("unexpected argument \"", positional[1], "\""));
+
+  return saturn::clients::Run();
 }

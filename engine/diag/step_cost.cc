@@ -1,6 +1,8 @@
 // Mirrors ModelRunner::Forward op by op with the formulas of kernels/op_cost.cc.
 #include "engine/diag/step_cost.h"
 
+#include <cmath>
+
 namespace saturn {
 namespace {
 
@@ -22,7 +24,7 @@ StepShape DecodeShape(int64_t batch, double context) {
   StepShape s;
   s.num_tokens = batch;
   s.num_sampled = batch;
-  s.context_tokens = static_cast<int64_t>(batch * context + 0.5);
+  s.context_tokens = std::llround(batch * context);
   s.attended_pairs = s.context_tokens;
   return s;
 }
@@ -38,15 +40,18 @@ StepShape MixedShape(int64_t seqs, int64_t chunk, int64_t prior, int64_t decodes
   return s;
 }
 
-double WeightBytesPerStep(const ModelConfig& m, double e) {
+double WeightBytesPerStep(const ModelConfig& m, double dtype_bytes) {
+  const double e = dtype_bytes;
   const double d = m.hidden_size, hq = double(m.num_heads) * m.head_dim,
                hkv = double(m.num_kv_heads) * m.head_dim, f = m.intermediate_size;
   const double per_layer = (hq * d + 2 * hkv * d + d * hq + 2 * f * d + d * f) * e;
   return m.num_layers * per_layer + double(m.vocab_size) * d * e;
 }
 
-StepCost EstimateStepCost(const ModelConfig& m, double e, const StepShape& s, double we) {
-  if (we <= 0) we = e;
+StepCost EstimateStepCost(const ModelConfig& m, double dtype_bytes, const StepShape& s,
+                          double weight_dtype_bytes) {
+  const double e = dtype_bytes;
+  const double we = weight_dtype_bytes > 0 ? weight_dtype_bytes : e;
   StepCost c{};
   const double T = s.num_tokens, R = s.num_sampled, d = m.hidden_size,
                hq = double(m.num_heads) * m.head_dim, hkv = double(m.num_kv_heads) * m.head_dim,

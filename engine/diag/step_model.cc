@@ -31,6 +31,7 @@ ClassRates FitMax(std::vector<Sample> s, double u0, double v0) {
   if (s.empty()) return r;
   if (s.size() > 1024) {  // keep the search O(1024^2)
     std::vector<Sample> sub;
+    sub.reserve(1024);
     const double stride = double(s.size()) / 1024.0;
     for (int i = 0; i < 1024; ++i) sub.push_back(s[static_cast<size_t>(i * stride)]);
     s.swap(sub);
@@ -117,6 +118,7 @@ ClassRates FitClass(const std::vector<Sample>& s, double u0, double v0, bool add
   // Two intensity clusters fit either form exactly; only three or more, with both rates
   // identified, can tell them apart, and the other form must then fit clearly better.
   std::vector<double> in;
+  in.reserve(s.size());
   for (const Sample& x : s) in.push_back(x.intensity);
   std::sort(in.begin(), in.end());
   int clusters = in.empty() ? 0 : 1;

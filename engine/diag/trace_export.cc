@@ -46,17 +46,17 @@ nlohmann::json Meta(const char* what, int tid, const std::string& name) {
 
 }  // namespace
 
-std::string ExportChromeTrace(const std::vector<StepRecord>& all, size_t max_steps) {
-  const size_t first = max_steps > 0 && all.size() > max_steps ? all.size() - max_steps : 0;
+std::string ExportChromeTrace(const std::vector<StepRecord>& steps, size_t max_steps) {
+  const size_t first = max_steps > 0 && steps.size() > max_steps ? steps.size() - max_steps : 0;
   nlohmann::json events = nlohmann::json::array();
   events.push_back(Meta("process_name", 0, "saturn"));
   events.push_back(Meta("thread_name", kHostTid, "host"));
   events.push_back(Meta("thread_name", kDeviceTid, "device"));
-  const double t0 = first < all.size() ? all[first].start_us : 0;
+  const double t0 = first < steps.size() ? steps[first].start_us : 0;
   Track host(&events, kHostTid), dev(&events, kDeviceTid);
   double host_cursor = 0, dev_cursor = 0;
-  for (size_t i = first; i < all.size(); ++i) {
-    const StepRecord& r = all[i];
+  for (size_t i = first; i < steps.size(); ++i) {
+    const StepRecord& r = steps[i];
     const double s = R(std::max(r.start_us - t0, host_cursor));
     const double e = R(std::max(r.end_us - t0, s));
     // Host track: the step, then its phases in the order they run.
