@@ -211,6 +211,13 @@ TEST_F(DiagnosticsServiceTest, AppliedPlanActionIsTracked) {
   ASSERT_TRUE(SetMaxNumSeqs(server_->stub.get(), 1).ok());
   const double t0 = NowUs();
   std::thread load([&] { RunConcurrent(server_->stub.get(), 6, 8, 160); });
+  // A failed ASSERT returns early: the load still ends and is joined (not std::terminate).
+  struct JoinOnExit {
+    std::thread& t;
+    ~JoinOnExit() {
+      if (t.joinable()) t.join();
+    }
+  } join_load{load};
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (server_->engine()->steps().Since(t0).size() < 40 &&
          std::chrono::steady_clock::now() < until) {
@@ -241,7 +248,7 @@ TEST_F(DiagnosticsServiceTest, AppliedPlanActionIsTracked) {
     ASSERT_TRUE(server_->stub->UpdateEngineOptions(&ctx, u, &resp).ok());
   }
   EXPECT_TRUE(server_->app->diagnostics()->tracking());
-  load.join();
+  if (load.joinable()) load.join();
   req.set_window_end_us(NowUs());
   v1::DiagnosticsReport after;
   ASSERT_TRUE(GetDiagnostics(stub_.get(), req, &after).ok());
