@@ -197,7 +197,8 @@ int Main() {
                 probe->truncated ? " (sizes left out: budget or KV)" : "");
   }
 
-  const int prompt_len = absl::GetFlag(FLAGS_prompt_len), max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  const int prompt_len = absl::GetFlag(FLAGS_prompt_len),
+            max_tokens = absl::GetFlag(FLAGS_max_tokens);
   auto load = std::make_unique<ClosedLoop>(engine, n, prompt_len, max_tokens, jitter);
   Sleep(0.5);  // past the first admissions
   const double b0 = NowUs();

@@ -75,7 +75,6 @@ int BackendThreads(const Backend& b) {
   return std::max(1, int(std::thread::hardware_concurrency()));
 }
 
-
 }  // namespace
 
 absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions& opt) {

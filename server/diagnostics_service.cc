@@ -22,8 +22,8 @@ const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "server shutting
 // into `response` and finishes `reactor` with its status. Finishes at once with UNAVAILABLE
 // when the server is loading or draining.
 void RunUnary(ServingState* state, TimerThread* timer, grpc::ServerUnaryReactor* reactor,
-              const std::shared_ptr<google::protobuf::Message>& reply,
-              grpc::ByteBuffer* response, const std::function<grpc::Status(Engine*)>& work) {
+              const std::shared_ptr<google::protobuf::Message>& reply, grpc::ByteBuffer* response,
+              const std::function<grpc::Status(Engine*)>& work) {
   if (EngineOrFinish(*state, reactor) == nullptr) return;
   std::optional<int64_t> token = state->BeginCall(nullptr);
   if (!token.has_value()) {
@@ -52,8 +52,8 @@ DiagnosticsService::DiagnosticsService(ServingState* state, DiagnosticsState* di
 DiagnosticsService::~DiagnosticsService() { timer_.Stop(); }
 
 grpc::ServerUnaryReactor* DiagnosticsService::GetDiagnostics(grpc::CallbackServerContext* context,
-                                                           const grpc::ByteBuffer* raw,
-                                                           grpc::ByteBuffer* response) {
+                                                             const grpc::ByteBuffer* raw,
+                                                             grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   v1::GetDiagnosticsRequest request;
   if (!ParseOrFinish(*raw, &request, reactor)) return reactor;

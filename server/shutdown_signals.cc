@@ -3,10 +3,10 @@
 
 #include <fcntl.h>
 #include <pthread.h>
-#include <csignal>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <utility>
 
 namespace saturn {

@@ -10,10 +10,10 @@
 //   saturn-diag trace -o trace.json        saturn-diag roofline -o roofline.svg
 //   saturn-diag apply --settle 20
 //   saturn-diag get --target host:50051 --tls_ca ca.pem --auth_token_file token
-#include <csignal>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>

@@ -6,10 +6,10 @@
 //   saturn-load --request_rate 2 --duration 60 --slo_ttft_ms 200 --json out.json
 //   saturn-load --concurrency 8 --num_requests 200 --compare cuda_graphs
 //   saturn-load --target host:50051 --tls_ca ca.pem --auth_token_file token
-#include <csignal>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <string>

@@ -377,8 +377,8 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
   };
   // Compute-bound steps, no request waiting, the batch far under max_num_seqs, prefill seen.
   const bool compute_bound = b.v.step_bound == Bottleneck::kComputeBound;
-  const bool prefill_demand = compute_bound && b.use_mix && crossed("max_waiting_requests") &&
-                              crossed("batch_fill");
+  const bool prefill_demand =
+      compute_bound && b.use_mix && crossed("max_waiting_requests") && crossed("batch_fill");
   if (!((b.v.bottleneck == Bottleneck::kUnderloaded || b.demand_bound || prefill_demand) &&
         b.target > b.cur_batch)) {
     return;
@@ -403,12 +403,12 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
   }
   if (compute_bound) {
     if (!(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) return;
-    a.tradeoffs.push_back(Fm(
-        "prefill_compute", a.prefill_share,
-        absl::StrFormat("the steps read compute-bound from the prefill they carry; the decode "
-                        "steps between them run %.1f sequences and take more for little time "
-                        "(request mix: %.2fx tokens/s)",
-                        b.cur_batch, a.tokens_per_s_after / a.tokens_per_s_before)));
+    a.tradeoffs.push_back(
+        Fm("prefill_compute", a.prefill_share,
+           absl::StrFormat("the steps read compute-bound from the prefill they carry; the decode "
+                           "steps between them run %.1f sequences and take more for little time "
+                           "(request mix: %.2fx tokens/s)",
+                           b.cur_batch, a.tokens_per_s_after / a.tokens_per_s_before)));
   }
   a.tradeoffs.insert(a.tradeoffs.end(), b.bounds.begin(), b.bounds.end());
   if (opts.max_num_seqs < target) opts.max_num_seqs = target;

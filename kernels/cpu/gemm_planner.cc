@@ -40,8 +40,7 @@ double FastestUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, c
 // Bytes of synthetic weights the prefetch probe streams: 1.5x the last-level cache (so
 // they come from memory), within [8, 48] MiB.
 size_t PrefetchProbeBytes() {
-  return std::clamp<size_t>(3 * LastLevelCacheBytes() / 2, size_t{8} << 20,
-                            size_t{48} << 20);
+  return std::clamp<size_t>(3 * LastLevelCacheBytes() / 2, size_t{8} << 20, size_t{48} << 20);
 }
 
 // Rows shorter than this many elements are mostly per-row overhead (reductions, k tails):

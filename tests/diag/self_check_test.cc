@@ -62,9 +62,8 @@ TEST(SelfCheckTest, CeilingExceededWithinItsNoiseIsJudgedByTheObservedRate) {
   const auto steps = testing_diag::Steps(m, TrueModel{}, s, 10);
   const auto ctx = testing_diag::TestContext(m, 1);
   Calibration cal = testing_diag::TestCalibration();
-  const double observed =
-      Analyze(steps, 0, steps.back().end_us, cal, ctx).verdict.calibration_check
-          .observed_max_bytes_per_s;
+  const double observed = Analyze(steps, 0, steps.back().end_us, cal, ctx)
+                              .verdict.calibration_check.observed_max_bytes_per_s;
   ASSERT_GT(observed, 0);
   cal.bandwidth_bytes_per_s = observed / 1.02;  // 2 % under what ran: inside the 5 % noise
   const auto r = Analyze(steps, 0, steps.back().end_us, cal, ctx);
