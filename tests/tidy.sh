@@ -32,7 +32,7 @@ else
   done
 fi
 # Keep the files the build compiles (their absolute paths appear in the database).
-todo=()
+queue=()
 for f in "${files[@]}"; do
   if [[ "$f" != *.cc ]]; then
     echo "tidy: skipped $f (only .cc files are checked)"
@@ -40,12 +40,12 @@ for f in "${files[@]}"; do
   fi
   abs="$(realpath "$f")"
   if grep -qF "\"file\": \"$abs\"" "$db"; then
-    todo+=("$abs")
+    queue+=("$abs")
   else
     echo "tidy: skipped $f (not compiled in $build)"
   fi
 done
-n=${#todo[@]}
+n=${#queue[@]}
 if [ "$n" -eq 0 ]; then
   echo "tidy: no files to check"
   exit 0
@@ -69,7 +69,7 @@ check_one() {
   fi
 }
 export -f check_one
-for i in "${!todo[@]}"; do printf '%s\0%s\0' "$((i + 1))" "${todo[$i]}"; done |
+for i in "${!queue[@]}"; do printf '%s\0%s\0' "$((i + 1))" "${queue[$i]}"; done |
   xargs -0 -n 2 -P "$jobs" bash -c 'check_one "$1" "$2"' _
 failed=$(find "$logs" -name '*.failed' | wc -l)
 echo "tidy: $n files in $(($(date +%s) - start)) s, $failed with findings"
