@@ -245,8 +245,7 @@ TEST_F(DiagnosticsServiceTest, AppliedPlanActionIsTracked) {
       if (pt.x() == 1 && pt.us() > 0) batch1_tps = 1e6 / pt.us();
     }
     EXPECT_FALSE(before.plan_note().empty()) << before.text();
-    EXPECT_TRUE(before.plateau_batch() <= 1 ||
-                before.plateau_tokens_per_s() < 1.25 * batch1_tps)
+    EXPECT_TRUE(before.plateau_batch() <= 1 || before.plateau_tokens_per_s() < 1.25 * batch1_tps)
         << before.text();
     GTEST_SKIP() << "the measured steps predict no gain from a larger batch on this build and "
                     "load (plateau at batch "
