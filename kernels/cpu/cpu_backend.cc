@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/clock.h"
 #include "kernels/cpu/gemm_planner.h"
@@ -22,6 +23,8 @@
 
 namespace saturn {
 namespace {
+
+constexpr int64_t kMaxPollUs = 100000;  // 0.1 s: past any gap between ops
 
 std::string CpuModelName() {
   std::ifstream in("/proc/cpuinfo");
@@ -38,8 +41,8 @@ std::string CpuModelName() {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int num_threads, DType weight_dtype, cpu::Isa isa)
-      : pool_(num_threads),
+  CpuBackend(int num_threads, DType weight_dtype, cpu::Isa isa, int64_t poll_us)
+      : pool_(num_threads, poll_us),
         kernels_(cpu::KernelsFor(isa)),
         weight_dtype_(weight_dtype),
         device_name_(absl::StrCat(CpuModelName(), " (", num_threads, " threads) ",
@@ -198,8 +201,24 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
                                                    " kernels (best: ", cpu::IsaName(cpu::BestIsa()),
                                                    ")"));
   }
+  int64_t poll_us = cpu::ThreadPool::kDefaultSpinUs;
+  std::string poll_source = "poll_us";
+  if (options.poll_us.has_value()) {
+    poll_us = *options.poll_us;
+  } else if (const char* env = std::getenv("SATURN_CPU_POLL_US"); env != nullptr) {
+    poll_source = "SATURN_CPU_POLL_US";
+    if (!absl::SimpleAtoi(env, &poll_us)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SATURN_CPU_POLL_US: \"", env, "\" is not an integer (microseconds, 0 to 100000)"));
+    }
+  }
+  if (poll_us < 0 || poll_us > kMaxPollUs) {
+    return absl::InvalidArgumentError(absl::StrCat(poll_source, ": must be in [0, ", kMaxPollUs,
+                                                   "] microseconds, got ", poll_us));
+  }
   openblas_set_num_threads(num_threads);
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads, weight_dtype, isa));
+  return std::unique_ptr<Backend>(
+      std::make_unique<CpuBackend>(num_threads, weight_dtype, isa, poll_us));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads) {

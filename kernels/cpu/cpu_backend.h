@@ -21,10 +21,14 @@ struct CpuBackendOptions {
   std::string weight_dtype = "auto";
   // Kernel level; unset: the best this CPU runs. Tests force lower levels to check each path.
   std::optional<cpu::Isa> isa;
+  // How long an idle pool worker polls for the next op while its core is its own
+  // (kernels/cpu/poll_governor.h); 0 turns polling off. Unset: the environment variable
+  // SATURN_CPU_POLL_US where set (as OpenMP runtimes read GOMP_SPINCOUNT), else 200 us.
+  std::optional<int64_t> poll_us;
 };
 
-// Fails with INVALID_ARGUMENT on a negative thread count, an unknown dtype or an ISA the
-// CPU lacks.
+// Fails with INVALID_ARGUMENT on a negative thread count, an unknown dtype, an ISA the CPU
+// lacks, or a poll time (option or SATURN_CPU_POLL_US) that is not an integer in [0, 100000].
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);
 
 // f32 weights, best ISA. num_threads: total threads for ops and OpenBLAS (0:

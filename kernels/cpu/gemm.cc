@@ -76,6 +76,7 @@ void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const
 }
 
 void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out) {
+  pool.Park();  // OpenBLAS runs its own threads on these cores
   const blasint m = static_cast<blasint>(x.rows), n = static_cast<blasint>(w.rows),
                 k = static_cast<blasint>(x.cols);
   if (w.dtype == DType::kF32) {
@@ -93,6 +94,7 @@ void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out)
       const uint16_t* src = wb + n0 * k;
       for (int64_t i = b; i < e; ++i) wf[i] = Bf16ToF32(src[i]);
     });
+    pool.Park();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<blasint>(rows), k, 1.0f,
                 x.as<float>(), k, wf.data(), k, 0.0f, out.as<float>() + n0, n);
   }

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kernels/cpu/poll_governor.h"
+
 namespace saturn::cpu {
 namespace {
 
@@ -75,8 +77,19 @@ bool ThreadPool::RunChunks() {
 
 void ThreadPool::WorkerLoop() {
   const auto posted = [&] { return stop_.load() || HasWork(state_.load()); };
+  PollGovernor governor(spin_us_);
+  int64_t backoffs = 0;
   for (;;) {
-    if (!YieldUntil(spin_us_, posted)) {
+    const int64_t spin_us = governor.SpinUs(
+        static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count()));
+    if (governor.backoffs() != backoffs) {
+      poll_backoffs_.fetch_add(governor.backoffs() - backoffs, std::memory_order_relaxed);
+      backoffs = governor.backoffs();
+    }
+    YieldUntil(spin_us, [&] { return posted() || parked_.load(std::memory_order_relaxed); });
+    if (!posted()) {  // polled out, parked, or not polling at all
       std::unique_lock<std::mutex> lock(mu_);
       sleepers_.fetch_add(1);
       wake_cv_.wait(lock, posted);
@@ -103,6 +116,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   n_ = n;
   fn_ = &fn;
   done_chunks_.store(0, std::memory_order_relaxed);
+  parked_.store(false, std::memory_order_relaxed);
   ++job_id_;
   state_.store((uint64_t{job_id_} << kIdShift) | (static_cast<uint64_t>(chunks) << kChunksShift));
   if (sleepers_.load() > 0) {

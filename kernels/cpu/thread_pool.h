@@ -7,10 +7,10 @@
 // wake-up off that path: the caller waits only for chunks a worker has actually claimed, not
 // for every worker to check in (a worker the OS has not scheduled yet simply misses the job,
 // and the caller runs its chunks), and a worker that finished a job polls for the next one
-// for spin_us (0 by default), yielding the core on each poll, before it sleeps. Polling is
-// off by default: on a machine whose cores are oversubscribed the polling workers took CPU
-// from the engine thread's host phases (diag's CalibratedUnderLoadKeepsTheClasses then saw
-// batch-1 steps as host-bound), and no gain from it could be shown on the shared machine.
+// for spin_us, yielding the core on each poll, before it sleeps. Each worker polls only while
+// its PollGovernor (poll_governor.h) measures its core as its own: on a machine whose cores
+// other processes want, polling workers take CPU from them and from the engine thread's host
+// phases, and there the workers sleep as soon as a job is done.
 #pragma once
 
 #include <atomic>
@@ -25,11 +25,12 @@ namespace saturn::cpu {
 
 class ThreadPool {
  public:
-  // Workers sleep as soon as a job is done (see above); a caller may ask for polling.
-  static constexpr int64_t kDefaultSpinUs = 0;
+  // How long an idle worker polls while its governor allows it: longer than the gaps between
+  // a step's ops, shorter than the engine's host phases between steps.
+  static constexpr int64_t kDefaultSpinUs = 200;
 
   // num_threads: total threads, caller included; clamped to [1, kMaxThreads]. spin_us: how
-  // long an idle worker polls before it sleeps (0: sleeps at once).
+  // long an idle worker polls before it sleeps (0: sleeps at once), when its governor allows.
   explicit ThreadPool(int num_threads, int64_t spin_us = kDefaultSpinUs);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -37,11 +38,16 @@ class ThreadPool {
 
   static constexpr int kMaxThreads = 4096;
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // How often a worker stopped polling because its core was contended (PollGovernor).
+  int64_t poll_backoffs() const { return poll_backoffs_.load(std::memory_order_relaxed); }
 
   // Calls fn(begin, end) on disjoint chunks covering [0, n) and returns when all are done.
   // Chunks hold at least `grain` items (so small ops stay on the calling thread) and are
   // handed out dynamically, a few per thread, so uneven rows (causal attention) balance.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // Sends polling workers to sleep until the next ParallelFor: call before work that runs on
+  // other threads (an OpenBLAS call), so they do not poll on the cores it needs.
+  void Park() { parked_.store(true, std::memory_order_relaxed); }
 
  private:
   void WorkerLoop();
@@ -62,6 +68,8 @@ class ThreadPool {
   std::atomic<int> sleepers_{0};         // workers asleep (or about to be) on wake_cv_
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> parked_{false};
+  std::atomic<int64_t> poll_backoffs_{0};
   uint32_t job_id_ = 0;  // caller only
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;

@@ -1,6 +1,6 @@
 // The CPU backend itself (kernels/cpu/cpu_backend.cc): its identity and properties,
-// 64-byte aligned allocations, UploadF32's bf16/f16 rounding, and the per-op records a step
-// returns. Each op's arithmetic has its own test file (cpu_<op>_test.cc).
+// its poll-time setting's checks, 64-byte aligned allocations, UploadF32's bf16/f16 rounding, and
+// the per-op records a step returns. Each op's arithmetic has its own test file (cpu_<op>_test.cc).
 #include <cmath>
 #include <tuple>
 
@@ -22,6 +22,30 @@ TEST(CpuBackendTest, Properties) {
   EXPECT_TRUE(b->Synchronize().ok());
   EXPECT_FALSE(CreateCpuBackend(-1).ok());
   EXPECT_TRUE(absl::StrContains(MakeCpu(0)->device_name(), "threads"));
+}
+
+TEST(CpuBackendTest, PollTimeOutOfRangeOrMalformedNamesItsSource) {
+  CpuBackendOptions o;
+  o.num_threads = 2;
+  for (int64_t us : {int64_t{0}, int64_t{200}, int64_t{100000}}) {
+    o.poll_us = us;
+    EXPECT_TRUE(CreateCpuBackend(o).ok()) << us;
+  }
+  o.poll_us = -1;
+  absl::StatusOr<std::unique_ptr<Backend>> bad = CreateCpuBackend(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "poll_us")) << bad.status();
+  o.poll_us.reset();
+  for (const char* env : {"12x", "-5", "100001"}) {
+    setenv("SATURN_CPU_POLL_US", env, 1);
+    bad = CreateCpuBackend(o);
+    ASSERT_FALSE(bad.ok()) << env;
+    EXPECT_TRUE(absl::StrContains(bad.status().message(), "SATURN_CPU_POLL_US")) << bad.status();
+  }
+  setenv("SATURN_CPU_POLL_US", "0", 1);
+  EXPECT_TRUE(CreateCpuBackend(o).ok());
+  unsetenv("SATURN_CPU_POLL_US");
 }
 
 TEST(CpuBackendTest, AllocationIsAligned) {

@@ -1,8 +1,10 @@
 // ThreadPool (kernels/cpu/thread_pool.h): every index of every job is run exactly once and
 // ParallelFor returns only after all of them, whether the workers are polling (back-to-back
 // jobs), asleep (spin 0, or jobs after an idle gap) or slow (a chunk that blocks), for pool
-// sizes of 1 to 4 threads; chunks respect the grain.
+// sizes of 1 to 4 threads; chunks respect the grain; a polling worker that shares its core
+// with a busy thread stops polling (its PollGovernor sees the run-queue wait).
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/poll_governor.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace saturn::testing {
@@ -65,6 +68,41 @@ TEST(ThreadPoolTest, ClampsThreadsAndRunsSmallJobsInline) {
   int calls = 0;
   two.ParallelFor(0, 1, [&](int64_t, int64_t) { ++calls; });
   EXPECT_EQ(calls, 0);
+}
+
+TEST(ThreadPoolTest, WorkerStopsPollingOnACoreABusyThreadWants) {
+  if (!cpu::ReadThreadSchedWait().available) {
+    GTEST_SKIP() << "/proc/thread-self/schedstat is not readable here: workers never poll";
+  }
+  cpu_set_t old_mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(old_mask), &old_mask), 0);
+  int first = 0;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &old_mask)) ++first;
+  ASSERT_LT(first, CPU_SETSIZE);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  // Threads created from here on inherit the one-CPU mask: the caller, the pool's worker and
+  // the busy thread all share one core.
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  int64_t backoffs = 0;
+  {
+    cpu::ThreadPool pool(2, /*spin_us=*/200);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (pool.poll_backoffs() == 0 && std::chrono::steady_clock::now() < until) {
+      ExpectEachOnce(pool, 64, 1);
+    }
+    backoffs = pool.poll_backoffs();
+  }
+  stop.store(true);
+  busy.join();
+  ASSERT_EQ(sched_setaffinity(0, sizeof(old_mask), &old_mask), 0);
+  EXPECT_GT(backoffs, 0) << "the worker kept polling on a core it shared with a busy thread";
 }
 
 }  // namespace
