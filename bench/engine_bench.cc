@@ -4,6 +4,9 @@
 // its roofline bound (max(FLOPs / peak, bytes / bandwidth) from the cost model), graphs off
 // and/or on; then prefill tokens/s of one request at each prompt length (the prefill steps'
 // wall time, fastest of --prefill_repeats), with the attention share of that time.
+// --rounds=N repeats calibration + decode rows N times: on a shared machine whose bandwidth
+// drifts within minutes, each round's shares are against the ceilings measured just before it,
+// and the summary gives each row's median and range over the rounds.
 //
 //   saturn-bench-engine --model=small --batches=1,8,32,64 --prefill_lens=128,512,1500 \
 //       --dtype=bf16 --json=out.json
@@ -21,6 +24,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "engine/calibration.h"
@@ -38,11 +42,14 @@ ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 ABSL_FLAG(std::string, dtype, "auto", "weights: auto | f32 | bf16 (CPU backend)");
 ABSL_FLAG(std::string, prefill_lens, "", "comma-separated prompt lengths to time prefill at");
 ABSL_FLAG(int, prefill_repeats, 3, "prefills timed per prompt length (fastest kept)");
+ABSL_FLAG(int, rounds, 1,
+          "decode rounds, each against ceilings measured just before it (medians summarised)");
 
 namespace saturn {
 namespace {
 
 struct Row {
+  int round = 0;
   int batch = 0;
   bool graphs = false;
   double tokens_per_s = 0;
@@ -50,6 +57,10 @@ struct Row {
   double bound_share = 0;      // roofline-bound time / measured time
   double bandwidth_share = 0;  // bytes-only bound / measured (MBU)
   double compute_share = 0;    // flops-only bound / measured (MFU)
+  double bytes_per_step = 0;   // what the cost model says a step reads and writes
+  // The row's tokens/s were its steps at the bandwidth ceiling (bytes only): batch 1's is the
+  // decode bound (the weights a step streams, not the embedding table's unread rows).
+  double bandwidth_bound_tokens_per_s = 0;
   int steps = 0;
   double graph_steps = 0;
   int per_op_timed_skipped = 0;  // steps left out because per-op events slowed them
@@ -101,6 +112,7 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
     bound += std::max(tf, tb);
     bw += tb;
     fl += tf;
+    row.bytes_per_step += r.total_bytes();
     tokens += r.num_decode_tokens;
     row.graph_steps += r.graph_replayed ? 1 : 0;
     ++row.steps;
@@ -122,6 +134,8 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
   row.bound_share = bound / wall;
   row.bandwidth_share = bw / wall;
   row.compute_share = fl / wall;
+  row.bytes_per_step /= row.steps;
+  row.bandwidth_bound_tokens_per_s = batch * cal.bandwidth_bytes_per_s / row.bytes_per_step;
   for (size_t c = 0; c < class_us.size(); ++c) {
     row.class_share[c] = timed_wall > 0 ? class_us[c] / timed_wall : 0;
   }
@@ -180,6 +194,59 @@ absl::StatusOr<PrefillRow> RunPrefill(Engine* engine, const Calibration& cal, in
   return row;
 }
 
+void PrintRow(const Row& row, const Calibration& cal) {
+  std::printf("%-6d %-6s %12.1f %10.2f %12.1f %8.1f %8.1f  ", row.batch, row.graphs ? "on" : "off",
+              row.tokens_per_s, row.step_ms, 100 * row.bound_share, 100 * row.bandwidth_share,
+              100 * row.compute_share);
+  for (double c : row.class_share) std::printf(" %5.1f", 100 * c);
+  std::printf("\n       %.1f MB a step: %.1f tok/s at the bandwidth ceiling\n",
+              row.bytes_per_step / 1e6, row.bandwidth_bound_tokens_per_s);
+  for (const auto& [kb, t] : row.gemm_us_bytes) {  // where the GEMM time goes
+    const double ops = t.second / (std::max<int64_t>(kb, 1) * 1024.0);
+    const double bytes_per_s = t.second / std::max(t.first * 1e-6, 1e-12);
+    std::printf(
+        "       gemm %7.2f MiB x %4.1f per step: %7.1f us each, %5.1f GB/s = %5.1f %% of bw\n",
+        kb / 1024.0, ops / std::max(row.timed_steps, 1), t.first / std::max(ops, 1.0),
+        bytes_per_s / 1e9, 100 * bytes_per_s / cal.bandwidth_bytes_per_s);
+  }
+  std::fflush(stdout);
+}
+
+struct RoundStats {
+  double median = 0, min = 0, max = 0;
+};
+RoundStats Stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
+// Each (batch, graphs) row's values over the rounds: tokens/s and its roofline share.
+std::map<std::pair<int, bool>, std::pair<RoundStats, RoundStats>> SummariseRounds(
+    const std::vector<Row>& rows) {
+  std::map<std::pair<int, bool>, std::pair<std::vector<double>, std::vector<double>>> by_row;
+  for (const Row& r : rows) {
+    auto& [tps, share] = by_row[{r.batch, r.graphs}];
+    tps.push_back(r.tokens_per_s);
+    share.push_back(r.bound_share);
+  }
+  std::map<std::pair<int, bool>, std::pair<RoundStats, RoundStats>> out;
+  for (const auto& [key, v] : by_row) out[key] = {Stats(v.first), Stats(v.second)};
+  return out;
+}
+
+void PrintRoundSummary(const std::vector<Row>& rows) {
+  std::printf("over the rounds (median [min, max]); each round against its own ceilings\n");
+  std::printf("%-6s %-6s %28s %28s\n", "batch", "graphs", "tokens/s", "roofline %");
+  for (const auto& [key, st] : SummariseRounds(rows)) {
+    const auto& [tps, share] = st;
+    std::printf("%-6d %-6s %10.1f [%6.1f, %6.1f] %10.1f [%6.1f, %6.1f]\n", key.first,
+                key.second ? "on" : "off", tps.median, tps.min, tps.max, 100 * share.median,
+                100 * share.min, 100 * share.max);
+  }
+  std::fflush(stdout);
+}
+
 int Main() {
   std::vector<int> batches;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
@@ -233,46 +300,45 @@ int Main() {
     return 1;
   }
   const EngineInfo info = (*engine)->info();
-  std::cerr << "calibrating " << info.device_name << " ...\n";
-  auto cal = (*engine)->Calibrate();
-  if (!cal.ok()) {
-    std::cerr << "calibration: " << cal.status() << "\n";
-    return 1;
-  }
-  std::printf("device %s | GEMM peak %.1f GFLOP/s | bandwidth %.1f GB/s | dispatch %.2f us/op\n",
-              cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
-              cal->op_dispatch_us);
   const size_t weight_bytes = info.weight_bytes;
-  std::printf("weights %s, %.1f MB | batch-1 decode bound %.1f tok/s (weights / bandwidth)\n",
-              DTypeName(info.weight_dtype), weight_bytes / 1e6,
-              cal->bandwidth_bytes_per_s / std::max<double>(weight_bytes, 1));
-  std::printf("%-6s %-6s %12s %10s %12s %8s %8s   %s\n", "batch", "graphs", "tokens/s", "step ms",
-              "roofline %", "MBU %", "MFU %", "% of step wall: gemm attn norm elem sample");
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  if (rounds < 1 || rounds > 100) {
+    std::cerr << "--rounds: must be in [1, 100], got " << rounds << "\n";
+    return 2;
+  }
+  absl::StatusOr<Calibration> cal;
   std::vector<Row> rows;
-  for (bool g : graph_modes) {
-    for (int b : batches) {
-      auto row = RunBatch(engine->get(), *cal, b, g);
-      if (!row.ok()) {
-        std::cerr << "batch " << b << (g ? " graphs on" : "") << ": " << row.status() << "\n";
-        return 1;
+  std::vector<double> round_bandwidth;
+  for (int round = 0; round < rounds; ++round) {
+    std::cerr << "calibrating " << info.device_name << " (round " << round + 1 << " of " << rounds
+              << ") ...\n";
+    cal = (*engine)->Calibrate();
+    if (!cal.ok()) {
+      std::cerr << "calibration: " << cal.status() << "\n";
+      return 1;
+    }
+    round_bandwidth.push_back(cal->bandwidth_bytes_per_s);
+    if (rounds > 1) std::printf("round %d of %d\n", round + 1, rounds);
+    std::printf("device %s | GEMM peak %.1f GFLOP/s | bandwidth %.1f GB/s | dispatch %.2f us/op\n",
+                cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
+                cal->op_dispatch_us);
+    std::printf("weights %s, %.1f MB\n", DTypeName(info.weight_dtype), weight_bytes / 1e6);
+    std::printf("%-6s %-6s %12s %10s %12s %8s %8s   %s\n", "batch", "graphs", "tokens/s", "step ms",
+                "roofline %", "MBU %", "MFU %", "% of step wall: gemm attn norm elem sample");
+    for (bool g : graph_modes) {
+      for (int b : batches) {
+        auto row = RunBatch(engine->get(), *cal, b, g);
+        if (!row.ok()) {
+          std::cerr << "batch " << b << (g ? " graphs on" : "") << ": " << row.status() << "\n";
+          return 1;
+        }
+        row->round = round;
+        PrintRow(*row, *cal);
+        rows.push_back(*row);
       }
-      std::printf("%-6d %-6s %12.1f %10.2f %12.1f %8.1f %8.1f  ", b, g ? "on" : "off",
-                  row->tokens_per_s, row->step_ms, 100 * row->bound_share,
-                  100 * row->bandwidth_share, 100 * row->compute_share);
-      for (double c : row->class_share) std::printf(" %5.1f", 100 * c);
-      std::printf("\n");
-      for (const auto& [kb, t] : row->gemm_us_bytes) {  // where the GEMM time goes
-        const double ops = t.second / (std::max<int64_t>(kb, 1) * 1024.0);
-        const double bytes_per_s = t.second / std::max(t.first * 1e-6, 1e-12);
-        std::printf(
-            "       gemm %7.2f MiB x %4.1f per step: %7.1f us each, %5.1f GB/s = %5.1f %% of bw\n",
-            kb / 1024.0, ops / std::max(row->timed_steps, 1), t.first / std::max(ops, 1.0),
-            bytes_per_s / 1e9, 100 * bytes_per_s / cal->bandwidth_bytes_per_s);
-      }
-      std::fflush(stdout);
-      rows.push_back(*row);
     }
   }
+  if (rounds > 1) PrintRoundSummary(rows);
   std::vector<PrefillRow> prefills;
   if (!prefill_lens.empty()) {
     std::printf("%-8s %12s %12s %8s %8s %12s\n", "prompt", "prefill t/s", "prefill ms", "attn %",
@@ -293,18 +359,22 @@ int Main() {
     std::fflush(stdout);
     prefills.push_back(best);
   }
-  const Row* b1 = nullptr;
-  for (const Row& r : rows) {
-    if (r.batch == 1 && !r.graphs) b1 = &r;
-  }
+  // Batch 1 of the same round, graphs off: what each row's speed-up is against.
+  const auto batch1_of = [&](int round) -> const Row* {
+    for (const Row& r : rows) {
+      if (r.round == round && r.batch == 1 && !r.graphs) return &r;
+    }
+    return nullptr;
+  };
   nlohmann::json out;
   out["model"] = cfg.model;
   out["backend"] = info.backend;
   out["device"] = info.device_name;
   out["weight_dtype"] = DTypeName(info.weight_dtype);
   out["weight_bytes"] = weight_bytes;
-  out["decode_bound_tokens_per_s_batch1"] =
-      cal->bandwidth_bytes_per_s / std::max<double>(weight_bytes, 1);
+  if (const Row* b1 = batch1_of(rounds - 1)) {
+    out["decode_bound_tokens_per_s_batch1"] = b1->bandwidth_bound_tokens_per_s;
+  }
   for (const PrefillRow& p : prefills) {
     out["prefill"].push_back({{"prompt_len", p.prompt_len},
                               {"tokens_per_s", p.tokens_per_s},
@@ -314,30 +384,47 @@ int Main() {
                               {"roofline_share", p.roofline_share},
                               {"steps", p.steps}});
   }
-  out["calibration"] = nlohmann::json::parse(CalibrationToJson(*cal));
+  out["calibration"] = nlohmann::json::parse(CalibrationToJson(*cal));  // the last round's
+  out["rounds"] = rounds;
+  out["round_bandwidth_bytes_per_s"] = round_bandwidth;
+  for (const auto& [key, st] : SummariseRounds(rows)) {
+    const auto& [tps, share] = st;
+    const auto stats = [](const RoundStats& v) {
+      return nlohmann::json{{"median", v.median}, {"min", v.min}, {"max", v.max}};
+    };
+    out["summary"].push_back({{"batch", key.first},
+                              {"graphs", key.second},
+                              {"tokens_per_s", stats(tps)},
+                              {"roofline_share", stats(share)}});
+  }
   for (const Row& r : rows) {
-    nlohmann::json j = {{"batch", r.batch},
+    nlohmann::json j = {{"round", r.round},
+                        {"batch", r.batch},
                         {"graphs", r.graphs},
                         {"tokens_per_s", r.tokens_per_s},
                         {"step_ms", r.step_ms},
                         {"roofline_share", r.bound_share},
                         {"mbu", r.bandwidth_share},
                         {"mfu", r.compute_share},
+                        {"bytes_per_step", r.bytes_per_step},
+                        {"bandwidth_bound_tokens_per_s", r.bandwidth_bound_tokens_per_s},
                         {"steps", r.steps},
                         {"graph_steps", r.graph_steps},
                         {"per_op_timed_skipped", r.per_op_timed_skipped}};
     for (size_t c = 0; c < r.class_share.size(); ++c) {
       j["class_share"][OpClassName(static_cast<OpClass>(c))] = r.class_share[c];
     }
-    if (b1 != nullptr) j["speedup_vs_batch1"] = r.tokens_per_s / b1->tokens_per_s;
+    if (const Row* b1 = batch1_of(r.round)) {
+      j["speedup_vs_batch1"] = r.tokens_per_s / b1->tokens_per_s;
+    }
     out["rows"].push_back(j);
   }
-  if (b1 != nullptr) {
-    for (const Row& r : rows) {
-      if (!r.graphs && r.batch != 1) {
-        std::printf("batch %d / batch 1 throughput: %.2fx\n", r.batch,
-                    r.tokens_per_s / b1->tokens_per_s);
-      }
+  for (const Row& r : rows) {
+    const Row* b1 = batch1_of(r.round);
+    if (b1 != nullptr && !r.graphs && r.batch != 1) {
+      std::printf("batch %d / batch 1 throughput: %.2fx%s\n", r.batch,
+                  r.tokens_per_s / b1->tokens_per_s,
+                  rounds > 1 ? absl::StrFormat(" (round %d)", r.round + 1).c_str() : "");
     }
   }
   return bench::WriteJson(out, absl::GetFlag(FLAGS_json));
