@@ -194,19 +194,20 @@ void Engine::Impl::AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
 bool Engine::Impl::Step() {
   StepRecord rec;
   rec.start_us = NowUs();
-  step_in_flight_since_us_ = rec.start_us;
-  struct InFlight {  // cleared on every return
-    std::atomic<double>* since;
-    ~InFlight() { *since = 0; }
-  } in_flight{&step_in_flight_since_us_};
   StepPlan plan = scheduler_->Schedule();
   rec.schedule_us = NowUs() - rec.start_us;
   if (plan.empty()) {
     // Work exists but nothing fits this step (cannot happen with validated requests, but
-    // never spin): yield briefly.
+    // never spin): yield briefly. Not a step: no record, never shown as in flight (a report
+    // built meanwhile must not count an idle engine's wake-up as busy time).
     if (scheduler_->HasWork()) std::this_thread::sleep_for(std::chrono::microseconds(200));
     return false;
   }
+  step_in_flight_since_us_ = rec.start_us;  // from its start: scheduling is part of the step
+  struct InFlight {                         // cleared on every return
+    std::atomic<double>* since;
+    ~InFlight() { *since = 0; }
+  } in_flight{&step_in_flight_since_us_};
   for (const ScheduledSeq& s : plan.seqs) {
     auto it = live_.find(s.request_id);
     if (it != live_.end() && it->second.timings.first_scheduled_us == 0) {
