@@ -239,7 +239,7 @@ int Main() {
   const double ramp_took_s = (NowUs() - r0) * 1e-6;
   const double t_applied = NowUs();
   PlanTracker tracker;
-  tracker.RecordApplied(a, before.model, ctx, before.plan.context, t_applied);
+  tracker.RecordApplied(a, before.model, ctx, before.plan.context, t_applied, before.plan.curve);
   Sleep(absl::GetFlag(FLAGS_after_s));
   const double a1 = NowUs();
   const auto t = tracker.Evaluate(bench::StepsIn(*engine, t_applied, a1));
@@ -273,6 +273,15 @@ int Main() {
   std::printf("%-28s %12.1f %12.1f %+8.1f%%\n", "model at measured batch",
               t->model_tokens_per_s_at_measured_batch, t->measured_tokens_per_s,
               100 * t->model_error);
+  // The machine's part: the steady steps against the plan's curve at their batch.
+  const double drift = t->step_time_drift;
+  const double corrected_error =
+      drift > 0 ? a.tokens_per_s_after / (drift * std::max(1e-9, measured_plan)) - 1 : 0;
+  if (drift > 0) {
+    std::printf("%-28s %12.1f %12.1f %+8.1f%%  (steps ran %.2fx the curve's time, %d steps)\n",
+                "plan, rescaled by drift", a.tokens_per_s_after / drift, measured_plan,
+                100 * corrected_error, drift, t->drift_steps);
+  }
   std::printf(
       "ramp %.1f s; batch planned %.1f, measured %.1f over %d steady steps; before: %.1f decode "
       "tok/s "
@@ -317,6 +326,9 @@ int Main() {
                         {"planned_batch", a.batch_after},
                         {"measured_batch", t->measured_batch},
                         {"model_error", t->model_error},
+                        {"step_time_drift", drift},
+                        {"drift_steps", t->drift_steps},
+                        {"drift_corrected_plan_error", corrected_error},
                         {"steady_steps", t->steady_steps}};
   return bench::WriteJson(out, absl::GetFlag(FLAGS_json));
 }

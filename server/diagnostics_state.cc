@@ -272,7 +272,7 @@ void DiagnosticsState::OnOptionsApplied(const EngineOptions& before, const Engin
   for (const RecentPlan& p : recent_) {
     for (const Action& a : p.plan.actions) {
       if (a.options_after != after) continue;
-      tracker_.RecordApplied(a, p.model, p.ctx, p.plan.context, applied_us);
+      tracker_.RecordApplied(a, p.model, p.ctx, p.plan.context, applied_us, p.plan.curve);
       std::cerr << "saturn-server: tracking plan action \"" << a.what << "\"\n";
       return;
     }

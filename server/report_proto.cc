@@ -98,6 +98,9 @@ void ToProto(const TrackedOutcome& t, v1::TrackedOutcome* out) {
   out->set_tpot_error(t.tpot_error);
   out->set_model_tokens_per_s_at_measured_batch(t.model_tokens_per_s_at_measured_batch);
   out->set_model_error(t.model_error);
+  out->set_step_time_drift(t.step_time_drift);
+  out->set_drift_corrected_error(t.drift_corrected_error);
+  out->set_drift_steps(t.drift_steps);
 }
 
 void ToProto(const StepModel& m, v1::StepModel* out) {

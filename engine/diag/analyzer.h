@@ -251,6 +251,13 @@ struct TrackedOutcome {
   // The stored model re-evaluated at the batch actually reached (separates model error
   // from the load not reaching the planned batch).
   double model_tokens_per_s_at_measured_batch = 0, model_error = 0;
+  // How much slower (above 1) or faster the steady steps ran than the plan's measured curve
+  // said steps of the same batch take: other load on the machine (which no batching model
+  // predicts), or serving costs the probe steps did not see. 0 when no steady step's batch lies
+  // inside the curve. drift_corrected_error is tokens_per_s_error with the prediction rescaled
+  // by it: what is left is the plan's batching model (batch reached, request mix).
+  double step_time_drift = 0, drift_corrected_error = 0;
+  int drift_steps = 0;  // steady steps compared with the curve
 };
 
 struct DiagnosticsReport {

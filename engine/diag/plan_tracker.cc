@@ -7,9 +7,10 @@
 namespace saturn {
 
 void PlanTracker::RecordApplied(const Action& action, const StepModel& model,
-                                const AnalyzerContext& ctx, double context, double applied_us) {
+                                const AnalyzerContext& ctx, double context, double applied_us,
+                                const StepCurve& curve) {
   std::lock_guard<std::mutex> lock(mu_);
-  applied_ = Applied{action, model, ctx, context, applied_us};
+  applied_ = Applied{action, model, ctx, context, applied_us, curve};
 }
 
 void PlanTracker::Clear() {
@@ -36,7 +37,7 @@ std::optional<TrackedOutcome> PlanTracker::Evaluate(const std::vector<StepRecord
   o.predicted_tokens_per_s = a->action.tokens_per_s_after;
   o.predicted_tpot_ms = a->action.tpot_ms_after;
   int after = 0;
-  double tokens = 0, wall = 0, seqs = 0;
+  double tokens = 0, wall = 0, seqs = 0, drift_wall = 0, drift_curve = 0;
   for (const StepRecord& r : steps) {
     if (r.start_us < a->applied_us) continue;
     if (after++ < settle_steps_) continue;
@@ -45,6 +46,12 @@ std::optional<TrackedOutcome> PlanTracker::Evaluate(const std::vector<StepRecord
     wall += r.wall_us();
     seqs += r.num_seqs;
     ++o.steady_steps;
+    const CurveLookup at = Interpolate(a->curve.decode, r.num_seqs);
+    if (at.in_range && at.us > 0) {
+      drift_wall += r.wall_us();
+      drift_curve += at.us;
+      ++o.drift_steps;
+    }
   }
   o.settled = o.steady_steps >= min_steady_steps_;
   if (o.steady_steps == 0 || wall <= 0) return o;
@@ -56,6 +63,11 @@ std::optional<TrackedOutcome> PlanTracker::Evaluate(const std::vector<StepRecord
   };
   o.tokens_per_s_error = rel(o.predicted_tokens_per_s, o.measured_tokens_per_s);
   o.tpot_error = rel(o.predicted_tpot_ms, o.measured_tpot_ms);
+  if (o.drift_steps >= min_steady_steps_ && drift_curve > 0) {
+    o.step_time_drift = drift_wall / drift_curve;
+    o.drift_corrected_error =
+        rel(o.predicted_tokens_per_s / o.step_time_drift, o.measured_tokens_per_s);
+  }
   // The same model at the batch the load actually reached (interpolated between the two
   // integer batches around the mean).
   auto tps_at = [&](int b) {

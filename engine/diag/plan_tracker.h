@@ -18,14 +18,16 @@ class PlanTracker {
       : settle_steps_(settle_steps), min_steady_steps_(min_steady_steps) {}
 
   // Records that `action` (from a plan made with `model` and `ctx`, sequences of mean
-  // context `context`) took effect at `applied_us` (steady clock, as step records).
+  // context `context`, looking up `curve`) took effect at `applied_us` (steady clock, as step
+  // records). Without a curve the outcome has no step-time drift.
   void RecordApplied(const Action& action, const StepModel& model, const AnalyzerContext& ctx,
-                     double context, double applied_us);
+                     double context, double applied_us, const StepCurve& curve = {});
   void Clear();
   bool has_action() const;
 
   // Compares decode-only steps that started after the change (minus the first
-  // settle_steps) with the prediction. Empty when nothing is tracked.
+  // settle_steps) with the prediction, and their times with the curve's at the same batch
+  // (step_time_drift). Empty when nothing is tracked.
   std::optional<TrackedOutcome> Evaluate(const std::vector<StepRecord>& steps) const;
 
  private:
@@ -35,6 +37,7 @@ class PlanTracker {
     AnalyzerContext ctx;
     double context = 0;
     double applied_us = 0;
+    StepCurve curve;
   };
   const int settle_steps_;
   const int min_steady_steps_;

@@ -240,6 +240,15 @@ std::string RenderTracked(const v1::TrackedOutcome& t) {
                         absl::StrFormat("model at batch %.1f", t.measured_batch()),
                         t.model_tokens_per_s_at_measured_batch(), t.measured_tokens_per_s(),
                         Pct(t.model_error()));
+  if (t.step_time_drift() > 0) {
+    absl::StrAppendFormat(
+        &out,
+        "%-10s steps ran %.0f%% %s than the plan's step curve says for their batch (%d steps: "
+        "other load on the machine, or serving costs the probes did not see); with the "
+        "prediction rescaled by that, tokens/s error %.1f%%\n",
+        "", 100 * std::abs(t.step_time_drift() - 1), t.step_time_drift() >= 1 ? "slower" : "faster",
+        t.drift_steps(), Pct(t.drift_corrected_error()));
+  }
   return out;
 }
 

@@ -1,4 +1,6 @@
-// PlanTracker: measured vs predicted after an applied action, steady-state steps only.
+// PlanTracker: measured vs predicted after an applied action, steady-state steps only, and
+// the steps' drift from the plan's step curve (which separates a machine that slowed down from
+// a batching model that was wrong).
 #include "engine/diag/plan_tracker.h"
 
 #include <gtest/gtest.h>
@@ -89,6 +91,48 @@ TEST(PlanTrackerTest, ModelErrorAtTheBatchReached) {
   EXPECT_NEAR(o->model_error, 0.0, 0.01);
   EXPECT_NEAR(o->model_tokens_per_s_at_measured_batch, o->measured_tokens_per_s,
               0.01 * o->measured_tokens_per_s);
+}
+
+TEST(PlanTrackerTest, StepTimeDriftAgainstThePlansCurve) {
+  // The plan's curve: decode batch 4 takes 50 ms, batch 8 80 ms. After the change the steps at
+  // batch 8 take 100 ms: 25 % slower than the curve, so of the prediction's +25 % error (100
+  // tok/s predicted, 80 measured) nothing is left once rescaled by the drift.
+  StepCurve curve;
+  curve.decode = {{.x = 4, .us = 50000, .spread = 0, .samples = 3},
+                  {.x = 8, .us = 80000, .spread = 0, .samples = 3}};
+  PlanTracker t(/*settle_steps=*/0, /*min_steady_steps=*/3);
+  t.RecordApplied(Predicted(100, 80), StepModel{}, AnalyzerContext{}, 100, 0, curve);
+  std::vector<StepRecord> steps;
+  for (int i = 0; i < 4; ++i) steps.push_back(Decode(i * 100000.0, 100000, 8));
+  const auto o = t.Evaluate(steps);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_DOUBLE_EQ(o->tokens_per_s_error, 0.25);
+  EXPECT_EQ(o->drift_steps, 4);
+  EXPECT_DOUBLE_EQ(o->step_time_drift, 1.25);
+  EXPECT_NEAR(o->drift_corrected_error, 0.0, 1e-12);
+  // A step whose batch is outside the curve is measured but not compared with it.
+  steps.push_back(Decode(400000, 100000, 16));
+  EXPECT_EQ(t.Evaluate(steps)->steady_steps, 5);
+  EXPECT_EQ(t.Evaluate(steps)->drift_steps, 4);
+  EXPECT_DOUBLE_EQ(t.Evaluate(steps)->step_time_drift, 1.25);
+  // Faster steps than the curve: a drift under 1, and the rescaled error says the model under-
+  // predicted.
+  PlanTracker fast(0, 3);
+  fast.RecordApplied(Predicted(100, 80), StepModel{}, AnalyzerContext{}, 100, 0, curve);
+  std::vector<StepRecord> quick;
+  for (int i = 0; i < 4; ++i) quick.push_back(Decode(i * 64000.0, 64000, 8));  // 125 tok/s
+  const auto f = fast.Evaluate(quick);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_DOUBLE_EQ(f->step_time_drift, 0.8);
+  EXPECT_NEAR(f->drift_corrected_error, 0.0, 1e-12);  // 100 / 0.8 = 125: exact again
+  // No curve, or too few steps inside it: no drift.
+  PlanTracker blind(0, 3);
+  blind.RecordApplied(Predicted(100, 80), StepModel{}, AnalyzerContext{}, 100, 0);
+  EXPECT_EQ(blind.Evaluate(steps)->step_time_drift, 0);
+  EXPECT_EQ(blind.Evaluate(steps)->drift_steps, 0);
+  PlanTracker few(0, 5);
+  few.RecordApplied(Predicted(100, 80), StepModel{}, AnalyzerContext{}, 100, 0, curve);
+  EXPECT_EQ(few.Evaluate(steps)->step_time_drift, 0);
 }
 
 }  // namespace

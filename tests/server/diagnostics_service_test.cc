@@ -250,7 +250,8 @@ TEST_F(DiagnosticsServiceTest, AppliedPlanActionIsTracked) {
     GTEST_SKIP() << "the measured steps predict no gain from a larger batch on this build and "
                     "load (plateau at batch "
                  << before.plateau_batch() << ", " << before.plateau_tokens_per_s()
-                 << " tok/s): nothing to apply and track";
+                 << " tok/s): nothing to apply and track\n"
+                 << before.text();
   }
   // How far the prediction may be off travels with it (at least the curve's 2 %).
   EXPECT_GE(action->expected_error(), 0.02) << before.text();
