@@ -84,7 +84,9 @@ TEST(ThreadPoolTest, WorkerStopsPollingOnACoreABusyThreadWants) {
   CPU_SET(first, &one);
   // Threads created from here on inherit the one-CPU mask: the caller, the pool's worker and
   // the busy thread all share one core.
-  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) {
+    GTEST_SKIP() << "cannot pin this test to one CPU here (sched_setaffinity failed)";
+  }
   std::atomic<bool> stop{false};
   std::thread busy([&] {
     while (!stop.load(std::memory_order_relaxed)) {
