@@ -59,7 +59,9 @@ struct Row {
   double compute_share = 0;    // flops-only bound / measured (MFU)
   double bytes_per_step = 0;   // what the cost model says a step reads and writes
   // The row's tokens/s were its steps at the bandwidth ceiling (bytes only): batch 1's is the
-  // decode bound (the weights a step streams, not the embedding table's unread rows).
+  // decode bound. It counts what a step moves (weights, KV, activations), so with untied
+  // embeddings the input table, of which a step reads a few rows, is not in it; with tied ones
+  // (the presets) it equals the weight bytes plus a little KV and activation traffic.
   double bandwidth_bound_tokens_per_s = 0;
   int steps = 0;
   double graph_steps = 0;
