@@ -24,7 +24,7 @@ if [ "${SATURN_SKIP_SANITIZERS:-0}" = "1" ]; then
   echo "saturn: thread sanitizer job skipped (SATURN_SKIP_SANITIZERS=1)"
   exit 0
 fi
-default_tests="engine_test bounded_worker_test cpu_gemm_test timer_thread_test cancel_test"
+default_tests="engine_test bounded_worker_test cpu_gemm_test cpu_thread_pool_test timer_thread_test cancel_test"
 default_tests+=" lifecycle_test diagnostics_service_test signal_test"
 read -r -a tests <<<"${SATURN_TSAN_TESTS:-$default_tests}"
 targets=("${tests[@]}")
