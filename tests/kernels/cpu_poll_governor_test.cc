@@ -5,6 +5,9 @@
 // the machine; one case reads the real counters of this thread.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "kernels/cpu/poll_governor.h"
 
 namespace saturn::testing {
@@ -102,12 +105,16 @@ TEST(PollGovernorTest, NeverPollsWithoutSchedstatOrWithZeroSpin) {
 }
 
 TEST(PollGovernorTest, ReadsThisThreadsSchedstatWhereLinuxHasIt) {
+  // The kernel folds a running thread's time into the counter at ticks and when the thread
+  // stops running; sleeping before each read makes sure what ran before it is counted.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const SchedWait a = cpu::ReadThreadSchedWait();
   if (!a.available) GTEST_SKIP() << "/proc/thread-self/schedstat is not readable here";
   EXPECT_GT(a.run_ns, 0);  // this thread has run
   EXPECT_GE(a.wait_ns, 0);
   volatile double x = 0;
   for (int i = 0; i < 1000000; ++i) x = x + 1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const SchedWait b = cpu::ReadThreadSchedWait();
   ASSERT_TRUE(b.available);
   EXPECT_GT(b.run_ns, a.run_ns);  // cumulative
