@@ -16,13 +16,13 @@
 namespace saturn::clients {
 namespace {
 
+using testing::kDiagBinary;
+using testing::kLoadBinary;
 using testing::kServerBinary;
 using testing::Spawned;
 using testing::StartServer;
 using testing::ToolRun;
 
-const std::string kDiag = std::string(SATURN_BINARY_DIR) + "/clients/saturn-diag";
-const std::string kLoad = std::string(SATURN_BINARY_DIR) + "/clients/saturn-load";
 const std::string kData = std::string(SATURN_SOURCE_DIR) + "/tests/server/testdata/";
 
 std::string Dir() {
@@ -36,8 +36,8 @@ std::string TokenFile(const std::string& token) {
   return path;
 }
 
-ToolRun Diag(const std::string& args) { return testing::RunTool(kDiag, args, Dir(), "diag"); }
-ToolRun Load(const std::string& args) { return testing::RunTool(kLoad, args, Dir(), "load"); }
+ToolRun Diag(const std::string& args) { return testing::RunTool(kDiagBinary, args, Dir(), "diag"); }
+ToolRun Load(const std::string& args) { return testing::RunTool(kLoadBinary, args, Dir(), "load"); }
 
 const std::string kCa = " --tls_ca=" + kData + "ca.pem";
 const std::string kClientCert =
@@ -47,8 +47,8 @@ class ClientSecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     ASSERT_EQ(access(kServerBinary.c_str(), X_OK), 0) << "build saturn-server: " << kServerBinary;
-    ASSERT_EQ(access(kDiag.c_str(), X_OK), 0) << "build saturn-diag: " << kDiag;
-    ASSERT_EQ(access(kLoad.c_str(), X_OK), 0) << "build saturn-load: " << kLoad;
+    ASSERT_EQ(access(kDiagBinary.c_str(), X_OK), 0) << "build saturn-diag: " << kDiagBinary;
+    ASSERT_EQ(access(kLoadBinary.c_str(), X_OK), 0) << "build saturn-load: " << kLoadBinary;
     // TLS, and the token on every RPC.
     tls_ = new Spawned(
         StartServer(Dir() + "/tls-server.log",
