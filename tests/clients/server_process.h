@@ -52,6 +52,7 @@ inline Spawned StartServer(const std::string& log, const std::vector<std::string
       "--listen=127.0.0.1:0", "--max_model_len=512", "--kv_cache_mb=32", "--shutdown_grace=2s"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   Spawned s;

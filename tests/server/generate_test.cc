@@ -132,6 +132,7 @@ TEST_F(GenerateTest, SixtyFourConcurrentStreamsCompleteWithExactUsage) {
   constexpr int kStreams = 64;
   std::vector<testing::StreamResult> results(kStreams);
   std::vector<std::thread> threads;
+  threads.reserve(kStreams);
   for (int i = 0; i < kStreams; ++i) {
     threads.emplace_back([&, i] {
       std::vector<int> prompt = {1};

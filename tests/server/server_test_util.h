@@ -118,7 +118,7 @@ inline StreamResult RunStream(
   return r;
 }
 
-inline v1::GenerateRequest IdsRequest(std::vector<int> ids, int max_tokens) {
+inline v1::GenerateRequest IdsRequest(const std::vector<int>& ids, int max_tokens) {
   v1::GenerateRequest req;
   for (int id : ids) req.add_prompt_token_ids(id);
   req.set_max_tokens(max_tokens);

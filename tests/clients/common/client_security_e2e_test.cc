@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "tests/clients/server_process.h"
 
 namespace saturn::clients {
@@ -31,7 +32,7 @@ std::string Dir() {
 }
 
 std::string TokenFile(const std::string& token) {
-  const std::string path = Dir() + "/token-" + token;
+  std::string path = Dir() + "/token-" + token;
   std::ofstream(path) << token << "\n";
   return path;
 }
@@ -131,10 +132,11 @@ TEST_F(ClientSecurityTest, EveryDiagCommandWorksWithTheCaAndToken) {
 
 TEST_F(ClientSecurityTest, AWrongOrMissingTokenIsUnauthenticated) {
   for (const std::string& token : {" --auth_token_file=" + TokenFile("wrong"), std::string()}) {
-    ToolRun r = Diag("info" + Target() + kCa + token);
+    ToolRun r = Diag(absl::StrCat("info", Target(), kCa, token));
     EXPECT_EQ(r.code, 1) << r.out << r.err;
     EXPECT_NE(r.err.find("UNAUTHENTICATED"), std::string::npos) << r.err;
-    r = Load(Target(true) + kCa + token + " --num_requests 1 --min_measure_s 0 --progress=false");
+    r = Load(absl::StrCat(Target(true), kCa, token,
+                          " --num_requests 1 --min_measure_s 0 --progress=false"));
     EXPECT_EQ(r.code, 1) << r.out << r.err;
     EXPECT_NE(r.err.find("UNAUTHENTICATED"), std::string::npos) << r.err;
   }
