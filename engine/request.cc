@@ -2,28 +2,19 @@
 // the limit it broke, so a client can fix its request without reading server logs.
 #include "engine/request.h"
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 
 #include "absl/strings/str_format.h"
+#include "kernels/enum_table.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
 
 const char* FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone:
-      return "none";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kCancelled:
-      return "cancelled";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "unknown";
+  static constexpr std::array kNames{"none", "length", "stop", "cancelled", "error"};
+  return EnumLookup(kNames, r, "unknown");
 }
 
 absl::Status CheckTokenIds(absl::Span<const int> ids, int vocab_size, std::string_view field) {

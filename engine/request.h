@@ -51,7 +51,7 @@ struct GenerateRequest {
   std::string client_request_id;  // optional, echoed in logs and events
 };
 
-enum class FinishReason { kNone, kLength, kStop, kCancelled, kError };
+enum class FinishReason { kNone, kLength, kStop, kCancelled, kError, kCount };
 const char* FinishReasonName(FinishReason r);
 
 struct Usage {

@@ -3,7 +3,10 @@
 // the backend (which fills it) and the diagnostics (which read it from step records).
 #pragma once
 
+#include <array>
 #include <cstdint>
+
+#include "kernels/enum_table.h"
 
 namespace saturn {
 
@@ -42,55 +45,14 @@ inline OpClass ClassOf(OpKind k) {
   }
 }
 
-inline const char* OpKindName(OpKind k) {
-  switch (k) {
-    case OpKind::kEmbedding:
-      return "embedding";
-    case OpKind::kGemm:
-      return "gemm";
-    case OpKind::kRmsNorm:
-      return "rms_norm";
-    case OpKind::kAddRmsNorm:
-      return "add_rms_norm";
-    case OpKind::kRope:
-      return "rope";
-    case OpKind::kKvWrite:
-      return "kv_write";
-    case OpKind::kAttention:
-      return "attention";
-    case OpKind::kSwiGlu:
-      return "swiglu";
-    case OpKind::kAdd:
-      return "add";
-    case OpKind::kGatherRows:
-      return "gather_rows";
-    case OpKind::kSample:
-      return "sample";
-    case OpKind::kCopy:
-      return "copy";
-    case OpKind::kCount:
-      break;
-  }
-  return "?";
-}
+// Each enumerator's name, in enum order (kernels/enum_table.h checks the count).
+inline constexpr std::array kOpKindNames{"embedding", "gemm",        "rms_norm",  "add_rms_norm",
+                                         "rope",      "kv_write",    "attention", "swiglu",
+                                         "add",       "gather_rows", "sample",    "copy"};
+inline constexpr std::array kOpClassNames{"gemm", "attention", "norm", "elementwise", "sampling"};
 
-inline const char* OpClassName(OpClass c) {
-  switch (c) {
-    case OpClass::kGemm:
-      return "gemm";
-    case OpClass::kAttention:
-      return "attention";
-    case OpClass::kNorm:
-      return "norm";
-    case OpClass::kElementwise:
-      return "elementwise";
-    case OpClass::kSampling:
-      return "sampling";
-    case OpClass::kCount:
-      break;
-  }
-  return "?";
-}
+inline const char* OpKindName(OpKind k) { return EnumLookup(kOpKindNames, k, "?"); }
+inline const char* OpClassName(OpClass c) { return EnumLookup(kOpClassNames, c, "?"); }
 
 struct OpCost {
   double flops = 0;

@@ -2,45 +2,23 @@
 // kernels/ takes these. Owns nothing; DeviceBuffer (kernels/backend.h) owns memory.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "kernels/enum_table.h"
+
 namespace saturn {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64 };
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kCount };
 
-inline size_t DTypeSize(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return 4;
-    case DType::kBF16:
-      return 2;
-    case DType::kF16:
-      return 2;
-    case DType::kI32:
-      return 4;
-    case DType::kI64:
-      return 8;
-  }
-  return 0;
-}
+// Bytes per element and name of each dtype, in enum order (kernels/enum_table.h).
+inline constexpr std::array kDTypeSizes{size_t{4}, size_t{2}, size_t{2}, size_t{4}, size_t{8}};
+inline constexpr std::array kDTypeNames{"f32", "bf16", "f16", "i32", "i64"};
 
-inline const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "f32";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kF16:
-      return "f16";
-    case DType::kI32:
-      return "i32";
-    case DType::kI64:
-      return "i64";
-  }
-  return "?";
-}
+inline size_t DTypeSize(DType t) { return EnumLookup(kDTypeSizes, t, size_t{0}); }
+inline const char* DTypeName(DType t) { return EnumLookup(kDTypeNames, t, "?"); }
 
 struct Tensor {
   void* data = nullptr;

@@ -1,12 +1,14 @@
 // saturn.v1 <-> engine conversions and the server-level request checks.
 #include "server/proto_convert.h"
 
+#include <array>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/enum_table.h"
 
 namespace saturn {
 
@@ -96,19 +98,10 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
 }
 
 v1::FinishReason ToProto(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStop:
-      return v1::FINISH_REASON_STOP;
-    case FinishReason::kCancelled:
-      return v1::FINISH_REASON_CANCELLED;
-    case FinishReason::kError:
-      return v1::FINISH_REASON_ERROR;
-    case FinishReason::kNone:
-      break;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
+  static constexpr std::array kProto{v1::FINISH_REASON_UNSPECIFIED, v1::FINISH_REASON_LENGTH,
+                                     v1::FINISH_REASON_STOP, v1::FINISH_REASON_CANCELLED,
+                                     v1::FINISH_REASON_ERROR};  // FinishReason's order
+  return EnumLookup(kProto, reason, v1::FINISH_REASON_UNSPECIFIED);
 }
 
 void ToProto(const EngineOptions& options, v1::EngineOptions* out) {

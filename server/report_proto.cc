@@ -2,7 +2,9 @@
 #include "server/report_proto.h"
 
 #include <algorithm>
+#include <array>
 
+#include "kernels/enum_table.h"
 #include "proto/render/report_json.h"
 #include "proto/render/report_text.h"
 
@@ -148,19 +150,10 @@ void ToProto(const StepRecord& r, v1::StepPoint* out) {
 }  // namespace
 
 v1::Bottleneck ToProto(Bottleneck b) {
-  switch (b) {
-    case Bottleneck::kUnderloaded:
-      return v1::BOTTLENECK_UNDERLOADED;
-    case Bottleneck::kLaunchBound:
-      return v1::BOTTLENECK_LAUNCH_BOUND;
-    case Bottleneck::kMemoryBound:
-      return v1::BOTTLENECK_MEMORY_BOUND;
-    case Bottleneck::kComputeBound:
-      return v1::BOTTLENECK_COMPUTE_BOUND;
-    case Bottleneck::kUnknown:
-      break;
-  }
-  return v1::BOTTLENECK_UNKNOWN;
+  static constexpr std::array kProto{v1::BOTTLENECK_UNKNOWN, v1::BOTTLENECK_UNDERLOADED,
+                                     v1::BOTTLENECK_LAUNCH_BOUND, v1::BOTTLENECK_MEMORY_BOUND,
+                                     v1::BOTTLENECK_COMPUTE_BOUND};  // Bottleneck's order
+  return EnumLookup(kProto, b, v1::BOTTLENECK_UNKNOWN);
 }
 
 void ToProto(const Calibration& c, double calibration_ms, v1::Calibration* out) {

@@ -2,10 +2,12 @@
 #include "server/request_metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/enum_table.h"
 
 namespace saturn {
 namespace {
@@ -18,20 +20,10 @@ std::string Num(double v) {
   return absl::StrFormat("%.9g", v);
 }
 
+// vLLM's finished_reason label values, in FinishReason's order.
 const char* ReasonLabel(FinishReason r) {
-  switch (r) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kCancelled:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-    case FinishReason::kNone:
-      break;
-  }
-  return "unknown";
+  static constexpr std::array kLabels{"unknown", "length", "stop", "abort", "error"};
+  return EnumLookup(kLabels, r, "unknown");
 }
 
 // vLLM's latency buckets (seconds), trimmed.

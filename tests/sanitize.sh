@@ -9,19 +9,12 @@
 # SATURN_SANITIZER_LABELS (a CTest label regex) narrows it when CI time is short.
 #   bash tests/sanitize.sh [build-dir]
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=tests/sanitizer_job.sh
+source "$(dirname "${BASH_SOURCE[0]}")/sanitizer_job.sh"
+sanitizer_job_start "sanitizer job"
 build="${1:-$root/build-asan}"
-if [ "${SATURN_SKIP_SANITIZERS:-0}" = "1" ]; then
-  echo "saturn: sanitizer job skipped (SATURN_SKIP_SANITIZERS=1)"
-  exit 0
-fi
-jobs="$(nproc)"
-start=$(date +%s)
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSATURN_WITH_CUDA=OFF \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DSATURN_SANITIZE=address,undefined -DSATURN_FUZZ=ON
-cmake --build "$build" -j"$jobs" --target saturn_sanitizer_tests saturn_fuzz_targets
-built=$(date +%s)
+sanitizer_build "$build" -DSATURN_SANITIZE=address,undefined -DSATURN_FUZZ=ON -- \
+  saturn_sanitizer_tests saturn_fuzz_targets
 # Leaks are reported (and fail) at exit; third-party ones are listed in the suppressions.
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_init_order=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizer_suppressions.txt:print_suppressions=0"

@@ -18,24 +18,17 @@
 # has no suppression entry. SATURN_SKIP_SANITIZERS=1 skips the job.
 #   bash tests/sanitize_thread.sh [build-dir]
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=tests/sanitizer_job.sh
+source "$(dirname "${BASH_SOURCE[0]}")/sanitizer_job.sh"
+sanitizer_job_start "thread sanitizer job"
 build="${1:-$root/build-tsan}"
-if [ "${SATURN_SKIP_SANITIZERS:-0}" = "1" ]; then
-  echo "saturn: thread sanitizer job skipped (SATURN_SKIP_SANITIZERS=1)"
-  exit 0
-fi
 default_tests="engine_test bounded_worker_test cpu_gemm_test cpu_thread_pool_test timer_thread_test cancel_test"
 default_tests+=" lifecycle_test diagnostics_service_test signal_test"
 read -r -a tests <<<"${SATURN_TSAN_TESTS:-$default_tests}"
 targets=("${tests[@]}")
 # signal_test starts real saturn-server processes.
 for t in "${tests[@]}"; do [ "$t" = signal_test ] && targets+=(saturn-server); done
-jobs="$(nproc)"
-start=$(date +%s)
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSATURN_WITH_CUDA=OFF \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSATURN_SANITIZE=thread
-cmake --build "$build" -j"$jobs" --target "${targets[@]}"
-built=$(date +%s)
+sanitizer_build "$build" -DSATURN_SANITIZE=thread -- "${targets[@]}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$root/tests/tsan_suppressions.txt"
 # TSan's shadow memory needs a fixed layout: on kernels with high mmap randomisation
 # (vm.mmap_rnd_bits > 28) it dies at start with "unexpected memory mapping"; run without ASLR.

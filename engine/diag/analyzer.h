@@ -23,7 +23,7 @@
 
 namespace saturn {
 
-enum class Bottleneck { kUnknown, kUnderloaded, kLaunchBound, kMemoryBound, kComputeBound };
+enum class Bottleneck { kUnknown, kUnderloaded, kLaunchBound, kMemoryBound, kComputeBound, kCount };
 const char* BottleneckName(Bottleneck b);  // "LAUNCH_BOUND", ...
 
 // What the analyzer needs to know about the server besides its step records.
@@ -193,7 +193,8 @@ enum class ActionKind {
   kEnableCudaGraphs,
   kRaiseMaxNumSeqs,
   kRaiseMaxNumBatchedTokens,
-  kRaiseClientConcurrency
+  kRaiseClientConcurrency,
+  kCount
 };
 const char* ActionKindName(ActionKind k);  // "enable_cuda_graphs", ...
 

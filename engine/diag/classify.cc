@@ -6,10 +6,12 @@
 //   queue empty and batch < 0.5 x max_num_seqs, steps not compute-bound -> UNDERLOADED
 //   roofline: FLOPs/peak vs bytes/bandwidth summed per class -> COMPUTE_ or MEMORY_BOUND
 #include <algorithm>
+#include <array>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/diag/analyzer.h"
+#include "kernels/enum_table.h"
 
 namespace saturn {
 namespace {
@@ -63,19 +65,9 @@ void NameHeadroom(const std::vector<StepRecord>& steps, const Profile& p, const 
 }  // namespace
 
 const char* BottleneckName(Bottleneck b) {
-  switch (b) {
-    case Bottleneck::kUnderloaded:
-      return "UNDERLOADED";
-    case Bottleneck::kLaunchBound:
-      return "LAUNCH_BOUND";
-    case Bottleneck::kMemoryBound:
-      return "MEMORY_BOUND";
-    case Bottleneck::kComputeBound:
-      return "COMPUTE_BOUND";
-    case Bottleneck::kUnknown:
-      break;
-  }
-  return "UNKNOWN";
+  static constexpr std::array kNames{"UNKNOWN", "UNDERLOADED", "LAUNCH_BOUND", "MEMORY_BOUND",
+                                     "COMPUTE_BOUND"};
+  return EnumLookup(kNames, b, "UNKNOWN");
 }
 
 Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
@@ -192,6 +184,7 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
           p.intensity, p.ridge, 100 * p.mfu, 100 * p.mbu, 100 * p.busy_fraction);
       break;
     case Bottleneck::kUnknown:
+    case Bottleneck::kCount:
       break;
   }
   if (v.far_below_roofs && !v.headroom.empty() &&

@@ -3,11 +3,13 @@
 // state: KV capacity, configured limits, queue demand, an optional TPOT objective.
 // docs/DIAGNOSTICS.md, "Plan", explains each rule.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/step_curve.h"
+#include "kernels/enum_table.h"
 
 namespace saturn {
 namespace {
@@ -439,17 +441,9 @@ std::string NoActionNote(const Verdict& v, const Plan& plan, const AnalyzerThres
 }  // namespace
 
 const char* ActionKindName(ActionKind k) {
-  switch (k) {
-    case ActionKind::kEnableCudaGraphs:
-      return "enable_cuda_graphs";
-    case ActionKind::kRaiseMaxNumSeqs:
-      return "raise_max_num_seqs";
-    case ActionKind::kRaiseMaxNumBatchedTokens:
-      return "raise_max_num_batched_tokens";
-    case ActionKind::kRaiseClientConcurrency:
-      return "raise_client_concurrency";
-  }
-  return "?";
+  static constexpr std::array kNames{"enable_cuda_graphs", "raise_max_num_seqs",
+                                     "raise_max_num_batched_tokens", "raise_client_concurrency"};
+  return EnumLookup(kNames, k, "?");
 }
 
 Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verdict& v,

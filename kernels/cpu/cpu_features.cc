@@ -4,9 +4,12 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+
+#include "kernels/enum_table.h"
 
 namespace saturn::cpu {
 
@@ -30,15 +33,8 @@ const CpuFeatures& DetectCpuFeatures() {
 }
 
 const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar:
-      return "scalar";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvx512:
-      return "avx512";
-  }
-  return "?";
+  static constexpr std::array kNames{"scalar", "avx2", "avx512"};  // Isa's order
+  return EnumLookup(kNames, isa, "?");
 }
 
 Isa BestIsa() {

@@ -20,7 +20,7 @@ struct CpuFeatures {
 const CpuFeatures& DetectCpuFeatures();
 
 // Kernel levels, each a superset of the one before.
-enum class Isa { kScalar, kAvx2, kAvx512 };
+enum class Isa { kScalar, kAvx2, kAvx512, kCount };
 
 const char* IsaName(Isa isa);
 // The best level this CPU runs.

@@ -16,10 +16,12 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "kernels/cpu/gemm_planner.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/enum_table.h"
 #include "kernels/half_float.h"
 
 namespace saturn::cpu {
@@ -103,17 +105,8 @@ void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out)
 }  // namespace
 
 const char* GemmPathName(GemmPath path) {
-  switch (path) {
-    case GemmPath::kAuto:
-      return "auto";
-    case GemmPath::kSkinny:
-      return "skinny";
-    case GemmPath::kBlocked:
-      return "blocked";
-    case GemmPath::kBlas:
-      return "blas";
-  }
-  return "?";
+  static constexpr std::array kNames{"auto", "skinny", "blocked", "blas"};  // GemmPath's order
+  return EnumLookup(kNames, path, "?");
 }
 
 absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,

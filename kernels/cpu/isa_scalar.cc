@@ -51,6 +51,7 @@ const IsaKernels& KernelsFor(Isa isa) {
     case Isa::kAvx2:
       return kAvx2;
     case Isa::kScalar:
+    case Isa::kCount:
       break;
   }
 #endif

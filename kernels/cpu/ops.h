@@ -17,7 +17,7 @@ namespace saturn::cpu {
 absl::Status Embedding(ThreadPool& pool, const Tensor& ids, const Tensor& table, const Tensor& out);
 // kAuto asks `planner` (the path measured fastest at this M, gemm_planner.h); the others
 // force a path (bench/gemm_bench.cc compares them) and need no planner. w is f32 or bf16.
-enum class GemmPath { kAuto, kSkinny, kBlocked, kBlas };
+enum class GemmPath { kAuto, kSkinny, kBlocked, kBlas, kCount };
 const char* GemmPathName(GemmPath path);
 class GemmPlanner;
 // prefetch_blocks: the skinny kernel's software prefetch distance (SkinnyArgs); -1 takes the

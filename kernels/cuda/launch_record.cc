@@ -6,43 +6,21 @@
 #include <mutex>
 
 #include "kernels/cuda/ops.h"
+#include "kernels/enum_table.h"
 
 namespace saturn::gpu {
 namespace {
 std::mutex g_mu;
-std::array<LaunchRecord, static_cast<size_t>(KernelFamily::kCount)> g_launches;  // by g_mu
+std::array<LaunchRecord, EnumCount<KernelFamily>()> g_launches;  // by g_mu
 }  // namespace
 
 const char* KernelFamilyName(KernelFamily f) {
-  switch (f) {
-    case KernelFamily::kEmbedding:
-      return "embedding";
-    case KernelFamily::kRmsNorm:
-      return "rms_norm";
-    case KernelFamily::kAddRmsNorm:
-      return "add_rms_norm";
-    case KernelFamily::kRope:
-      return "rope";
-    case KernelFamily::kSwiGlu:
-      return "swiglu";
-    case KernelFamily::kElementwise:
-      return "elementwise";
-    case KernelFamily::kGatherRows:
-      return "gather_rows";
-    case KernelFamily::kConvert:
-      return "convert_f32_bf16";
-    case KernelFamily::kKvWrite:
-      return "kv_write";
-    case KernelFamily::kAttentionDecode:
-      return "attention_decode";
-    case KernelFamily::kAttentionPrefill:
-      return "attention_prefill";
-    case KernelFamily::kSample:
-      return "sample";
-    case KernelFamily::kCount:
-      break;
-  }
-  return "?";
+  // In KernelFamily's order (kernels/enum_table.h checks the count).
+  static constexpr std::array kNames{
+      "embedding", "rms_norm",         "add_rms_norm",      "rope",
+      "swiglu",    "elementwise",      "gather_rows",       "convert_f32_bf16",
+      "kv_write",  "attention_decode", "attention_prefill", "sample"};
+  return EnumLookup(kNames, f, "?");
 }
 
 void RecordLaunch(KernelFamily f, const void* kernel, int64_t grid_blocks, int threads,

@@ -1,15 +1,16 @@
 // Test helper for the end-to-end client tests: starts the built saturn-server (tiny model, CPU
-// backend) on a loopback port the kernel picks, stops it, and runs a built client tool with
-// its stdout and stderr captured. Header-only, test code only; POSIX (fork, exec, waitpid).
+// backend) on a loopback port the kernel picks, stops it, runs a built client tool with its
+// stdout and stderr captured, and is the base of the suites that share one server.
+// Header-only, test code only; POSIX (fork, exec, waitpid).
 #pragma once
 
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -20,6 +21,8 @@
 namespace saturn::clients::testing {
 
 inline const std::string kServerBinary = std::string(SATURN_BINARY_DIR) + "/server/saturn-server";
+inline const std::string kLoadBinary = std::string(SATURN_BINARY_DIR) + "/clients/saturn-load";
+inline const std::string kDiagBinary = std::string(SATURN_BINARY_DIR) + "/clients/saturn-diag";
 
 inline std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
@@ -49,6 +52,7 @@ inline Spawned StartServer(const std::string& log, const std::vector<std::string
       "--listen=127.0.0.1:0", "--max_model_len=512", "--kv_cache_mb=32", "--shutdown_grace=2s"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   Spawned s;
@@ -101,5 +105,32 @@ inline ToolRun RunTool(const std::string& binary, const std::string& args, const
   r.err = ReadFile(err);
   return r;
 }
+
+// A suite whose tests share one saturn-server: the suite's SetUpTestSuite calls
+// StartSharedServer, each test starts only once the server is serving, and the server is
+// stopped after the suite.
+class SharedServerSuite : public ::testing::Test {
+ protected:
+  // Checks that saturn-server and the client tool `tool` (`name`: its target) are built,
+  // then starts the server with its log in `dir`. server_ stays null when a check fails.
+  static void StartSharedServer(const std::string& tool, const std::string& name,
+                                const std::string& dir) {
+    ASSERT_EQ(access(kServerBinary.c_str(), X_OK), 0)
+        << "build the saturn-server target: " << kServerBinary;
+    ASSERT_EQ(access(tool.c_str(), X_OK), 0) << "build the " << name << " target: " << tool;
+    server_ = new Spawned(StartServer(dir + "/saturn-server.log"));
+  }
+  static void TearDownTestSuite() {
+    StopServer(server_);
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr) << "the suite's set-up failed (see above)";
+    ASSERT_FALSE(server_->address.empty());
+  }
+
+  static inline Spawned* server_ = nullptr;
+};
 
 }  // namespace saturn::clients::testing

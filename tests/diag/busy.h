@@ -3,11 +3,11 @@
 // child touches no lock and allocates nothing. Test code only.
 #pragma once
 
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <vector>
 
 namespace saturn::testing_diag {

@@ -71,6 +71,7 @@ TEST(EngineInfoTest, CalibrateRunsBetweenStepsWhileServing) {
   ASSERT_TRUE(e.ok()) << e.status();
   constexpr int kRequests = 16, kTokens = 200;
   std::vector<std::unique_ptr<RequestStream>> streams;
+  streams.reserve(kRequests);
   for (int i = 0; i < kRequests; ++i) {
     streams.push_back(*RequestStream::Open(e->get(), Req(8 + i, kTokens)));
   }

@@ -58,8 +58,10 @@ TEST(EngineTest, BatchedGreedyEqualsAlone) {
   auto e = Engine::Create(TinyConfig());
   ASSERT_TRUE(e.ok());
   std::vector<std::vector<int>> alone;
+  alone.reserve(6);
   for (int i = 0; i < 6; ++i) alone.push_back(Generate(e->get(), Req(5 + 9 * i, 10)));
   std::vector<std::unique_ptr<RequestStream>> streams;
+  streams.reserve(6);
   for (int i = 0; i < 6; ++i) streams.push_back(*RequestStream::Open(e->get(), Req(5 + 9 * i, 10)));
   for (int i = 0; i < 6; ++i) {
     std::vector<int> tokens;
@@ -142,6 +144,7 @@ TEST(EngineTest, UpdateOptionsAppliesAtAStepBoundary) {
   ASSERT_TRUE(applied.ok()) << applied.status();
   EXPECT_EQ(applied->max_num_seqs, 3);
   std::vector<std::unique_ptr<RequestStream>> streams;
+  streams.reserve(6);
   for (int i = 0; i < 6; ++i) streams.push_back(*RequestStream::Open(e->get(), Req(8, 6)));
   for (auto& s : streams) s->Drain(nullptr);
   for (const StepRecord& r : (*e)->steps().Last(1000)) {
@@ -160,6 +163,7 @@ TEST(EngineTest, ShutdownEndsEveryRequest) {
   auto e = Engine::Create(TinyConfig());
   ASSERT_TRUE(e.ok());
   std::vector<std::unique_ptr<RequestStream>> streams;
+  streams.reserve(5);
   for (int i = 0; i < 5; ++i) streams.push_back(*RequestStream::Open(e->get(), Req(8, 200)));
   (*e)->Shutdown();
   for (auto& s : streams) {

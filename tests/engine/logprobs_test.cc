@@ -213,6 +213,7 @@ TEST(LogprobsPreemptionTest, PromptLogprobsComeOnceAndMatchAfterRecompute) {
   auto small = Engine::Create(small_cfg);
   ASSERT_TRUE(big.ok() && small.ok());
   std::vector<std::unique_ptr<RequestStream>> streams;
+  streams.reserve(6);
   for (int i = 0; i < 6; ++i)
     streams.push_back(*RequestStream::Open(small->get(), Req(18 + i, 30, 2, 2)));
   for (int i = 0; i < 6; ++i) {

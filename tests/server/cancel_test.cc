@@ -91,6 +91,7 @@ TEST_F(CancelTest, CancelBeforeAnyTokenFreesKvBlocks) {
 TEST_F(CancelTest, ManyCancelledStreamsLeakNothing) {
   Engine& engine = *server_->engine();
   std::vector<std::thread> threads;
+  threads.reserve(16);
   for (int i = 0; i < 16; ++i) {
     threads.emplace_back([&, i] {
       int n = 0;

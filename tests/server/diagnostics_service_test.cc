@@ -14,21 +14,15 @@
 namespace saturn::testing {
 namespace {
 
-class DiagnosticsServiceTest : public ::testing::Test {
+class DiagnosticsServiceTest : public SharedServerTestWith<DiagConfig> {
  protected:
-  static void SetUpTestSuite() { server_ = StartServer(DiagConfig()).release(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
+    SharedServerTestWith::SetUp();
+    if (HasFatalFailure()) return;
     stub_ = v1::Diagnostics::NewStub(server_->channel);
   }
-  static TestServer* server_;
   std::unique_ptr<v1::Diagnostics::Stub> stub_;
 };
-TestServer* DiagnosticsServiceTest::server_ = nullptr;
 
 TEST_F(DiagnosticsServiceTest, ReportAfterLoadHasClassSignalsAndText) {
   const double t0 = NowUs();

@@ -49,9 +49,11 @@ inline std::vector<StreamResult> RunConcurrent(v1::Saturn::Stub* stub, int n, in
                                                int max_tokens) {
   std::vector<StreamResult> results(n);
   std::vector<std::thread> threads;
+  threads.reserve(n);
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       std::vector<int> ids;
+      ids.reserve(prompt_len);
       for (int j = 0; j < prompt_len; ++j) ids.push_back(3 + (i * 31 + j * 7) % 200);
       results[i] = RunStream(stub, IdsRequest(ids, max_tokens), In(std::chrono::seconds(120)));
     });

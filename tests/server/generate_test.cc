@@ -14,6 +14,7 @@
 namespace saturn {
 namespace {
 
+using testing::EngineIdsRequest;
 using testing::IdsRequest;
 using testing::RunStream;
 
@@ -59,10 +60,7 @@ TEST_F(GenerateTest, GreedyStreamEqualsEngineOutput) {
   EXPECT_EQ(r.final_message->client_request_id(), "greedy-1");
   EXPECT_GT(r.final_message->request_id(), 0);
 
-  GenerateRequest engine_req;
-  engine_req.prompt = prompt;
-  engine_req.sampling.max_tokens = 40;
-  engine_req.sampling.ignore_eos = true;
+  GenerateRequest engine_req = EngineIdsRequest(prompt, 40);
   TokenEvent final_event;
   EXPECT_EQ(r.tokens, EngineTokens(engine_req, &final_event));
   EXPECT_EQ(final_event.finish_reason, FinishReason::kLength);
@@ -79,10 +77,7 @@ TEST_F(GenerateTest, SeededSamplingStreamEqualsEngineOutput) {
   ExpectWellFormed(r);
   EXPECT_EQ(r.final_message->seed(), 424242);
 
-  GenerateRequest engine_req;
-  engine_req.prompt = prompt;
-  engine_req.sampling.max_tokens = 48;
-  engine_req.sampling.ignore_eos = true;
+  GenerateRequest engine_req = EngineIdsRequest(prompt, 48);
   engine_req.sampling.temperature = 0.9f;
   engine_req.sampling.top_k = 64;
   engine_req.sampling.top_p = 0.95f;
@@ -114,10 +109,7 @@ TEST_F(GenerateTest, TextPromptIsByteEncodedWithBosAndTextIsDecoded) {
   EXPECT_EQ(encoded.front(), ByteTokenizer::kBos);
   EXPECT_EQ(r.final_message->usage().prompt_tokens(), static_cast<int>(encoded.size()));
 
-  GenerateRequest engine_req;
-  engine_req.prompt = encoded;
-  engine_req.sampling.max_tokens = 32;
-  engine_req.sampling.ignore_eos = true;
+  GenerateRequest engine_req = EngineIdsRequest(encoded, 32);
   TokenEvent final_event;
   EXPECT_EQ(r.tokens, EngineTokens(engine_req, &final_event));
 
@@ -140,6 +132,7 @@ TEST_F(GenerateTest, SixtyFourConcurrentStreamsCompleteWithExactUsage) {
   constexpr int kStreams = 64;
   std::vector<testing::StreamResult> results(kStreams);
   std::vector<std::thread> threads;
+  threads.reserve(kStreams);
   for (int i = 0; i < kStreams; ++i) {
     threads.emplace_back([&, i] {
       std::vector<int> prompt = {1};

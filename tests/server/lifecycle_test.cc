@@ -147,11 +147,8 @@ TEST(LifecycleTest, ReflectionListsSaturn) {
   step(5);
   EXPECT_TRUE(status.ok()) << status.error_message();
 
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(in.Dump(&slices).ok());
   std::string reply;
-  for (const grpc::Slice& s : slices)
-    reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  ASSERT_TRUE(testing::BufferBytes(in, &reply));
   EXPECT_NE(reply.find(kSaturn), std::string::npos);
   EXPECT_NE(reply.find("grpc.health.v1.Health"), std::string::npos);
 }

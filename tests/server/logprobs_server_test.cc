@@ -30,10 +30,7 @@ TEST_F(LogprobsServerTest, DeltasCarryTokenAndPromptLogprobsEqualToTheEngines) {
   ASSERT_EQ(r.tokens.size(), 8u);
 
   // The engine's own events for the same request.
-  GenerateRequest e;
-  e.prompt = kPrompt;
-  e.sampling.max_tokens = 8;
-  e.sampling.ignore_eos = true;
+  GenerateRequest e = testing::EngineIdsRequest(kPrompt, 8);
   e.sampling.temperature = 0.7f;
   e.sampling.seed = 5;
   e.sampling.logprobs = 3;

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,6 +14,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,7 +30,7 @@ namespace {
 
 std::string FindPrometheus() {
   for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin"}) {
-    const std::string p = std::string(dir) + "/prometheus";
+    std::string p = std::string(dir) + "/prometheus";
     if (access(p.c_str(), X_OK) == 0) return p;
   }
   return "";

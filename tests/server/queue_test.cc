@@ -22,6 +22,7 @@ TEST(QueueTest, OverflowIsResourceExhaustedAndAcceptedRequestsComplete) {
   constexpr int kMaxTokens = 300;
   std::vector<testing::StreamResult> results(kBurst);
   std::vector<std::thread> threads;
+  threads.reserve(kBurst);
   for (int i = 0; i < kBurst; ++i) {
     threads.emplace_back([&, i] {
       results[i] =

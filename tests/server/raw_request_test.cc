@@ -1,7 +1,8 @@
 // Requests gRPC cannot parse into the method's message (invalid UTF-8 in a string field,
 // truncated or garbage bytes) are INVALID_ARGUMENT with a message naming the problem, for
-// every saturn.v1.Saturn and saturn.v1.Diagnostics method, never UNIMPLEMENTED; libprotobuf writes nothing to the log
-// for them; well-formed raw bytes still work. Sent through a raw (grpc::ByteBuffer) client.
+// every saturn.v1.Saturn and saturn.v1.Diagnostics method, never UNIMPLEMENTED; libprotobuf writes
+// nothing to the log for them; well-formed raw bytes still work. Sent through a raw
+// (grpc::ByteBuffer) client.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/impl/codegen/sync_stream.h>
@@ -116,11 +117,8 @@ TEST_F(RawRequestTest, GarbageAndTruncatedBytesAreInvalidArgumentForEveryMethod)
   grpc::ByteBuffer resp;
   st = RawUnary(server_->channel.get(), kInfo, "", &resp);
   ASSERT_TRUE(st.ok()) << st.error_message();
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(resp.Dump(&slices).ok());
   std::string bytes;
-  for (const grpc::Slice& s : slices)
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  ASSERT_TRUE(testing::BufferBytes(resp, &bytes));
   v1::ServerInfo info;
   ASSERT_TRUE(info.ParseFromString(bytes));
   EXPECT_EQ(info.model().name(), "tiny");
@@ -128,11 +126,8 @@ TEST_F(RawRequestTest, GarbageAndTruncatedBytesAreInvalidArgumentForEveryMethod)
 
 // The bytes `resp` holds, as one string.
 std::string Flatten(const grpc::ByteBuffer& resp) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(resp.Dump(&slices).ok());
   std::string bytes;
-  for (const grpc::Slice& s : slices)
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_TRUE(testing::BufferBytes(resp, &bytes));
   return bytes;
 }
 

@@ -22,7 +22,7 @@ using HealthStatus = grpc::health::v1::HealthCheckResponse;
 const std::string kData = std::string(SATURN_SOURCE_DIR) + "/tests/server/testdata/";
 
 std::string TokenFile(const std::string& token) {
-  const std::string path =
+  std::string path =
       ::testing::TempDir() + "/saturn-token-" + std::to_string(getpid()) + "-" + token;
   std::ofstream(path) << token << "\n";
   return path;
@@ -102,7 +102,7 @@ TEST(SecurityTest, MutualTlsNeedsAClientCertificate) {
 
 // --auth_scope=admin (plaintext loopback: gRPC's local credentials carry the gate).
 TEST(SecurityTest, TokenGuardsTheAdminMethodsOnly) {
-  for (const std::string listen :
+  for (const std::string& listen :
        {std::string("127.0.0.1:0"),
         "unix:" + ::testing::TempDir() + "/saturn-auth-" + std::to_string(getpid()) + ".sock"}) {
     SCOPED_TRACE(listen);
@@ -144,7 +144,7 @@ TEST(SecurityTest, ScopeAllGuardsEveryRpcAndMetrics) {
 
   // /metrics over HTTPS with the same token.
   httplib::SSLClient http("127.0.0.1", server->metrics_port());
-  http.set_ca_cert_path((kData + "ca.pem").c_str());
+  http.set_ca_cert_path(kData + "ca.pem");
   http.enable_server_certificate_verification(true);
   httplib::Result plain = http.Get("/metrics");
   ASSERT_TRUE(plain) << httplib::to_string(plain.error());

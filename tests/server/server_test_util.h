@@ -1,6 +1,7 @@
 // Shared helpers for the server tests: a real ServerApp on a loopback port picked by the
-// kernel (port 0), the CPU backend and the tiny preset; a blocking stream reader; and a
-// bounded wait for the engine's KV blocks to come back. Header-only, test code only.
+// kernel (port 0), the CPU backend and the tiny preset, and the suite that shares one; a
+// blocking stream reader; the engine's twin of a request; a bounded wait for the engine's KV
+// blocks to come back; a raw buffer's bytes. Header-only, test code only.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -14,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -64,10 +66,11 @@ inline std::unique_ptr<TestServer> StartServer(const ServerConfig& config, bool 
   return s;
 }
 
-// A suite whose tests share one tiny-model server, started once for the suite.
-class SharedServerTest : public ::testing::Test {
+// A suite whose tests share one server, started once for the suite from MakeConfig().
+template <ServerConfig (*MakeConfig)()>
+class SharedServerTestWith : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { server_ = StartServer(TinyConfig()).release(); }
+  static void SetUpTestSuite() { server_ = StartServer(MakeConfig()).release(); }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
@@ -76,6 +79,8 @@ class SharedServerTest : public ::testing::Test {
 
   static inline TestServer* server_ = nullptr;
 };
+// The same with the tiny-model TinyConfig().
+using SharedServerTest = SharedServerTestWith<TinyConfig>;
 
 struct StreamResult {
   grpc::Status status;
@@ -113,11 +118,21 @@ inline StreamResult RunStream(
   return r;
 }
 
-inline v1::GenerateRequest IdsRequest(std::vector<int> ids, int max_tokens) {
+inline v1::GenerateRequest IdsRequest(const std::vector<int>& ids, int max_tokens) {
   v1::GenerateRequest req;
   for (int id : ids) req.add_prompt_token_ids(id);
   req.set_max_tokens(max_tokens);
   req.set_ignore_eos(true);
+  return req;
+}
+
+// The engine's own request for what IdsRequest asks the server (ids, max_tokens, ignore_eos),
+// built without the server's conversion, for tests that compare a stream with the engine.
+inline GenerateRequest EngineIdsRequest(std::vector<int> ids, int max_tokens) {
+  GenerateRequest req;
+  req.prompt = std::move(ids);
+  req.sampling.max_tokens = max_tokens;
+  req.sampling.ignore_eos = true;
   return req;
 }
 
@@ -131,6 +146,17 @@ inline bool WaitForKvFree(const Engine& engine,
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;
+}
+
+// The bytes `buffer` holds, as one string in `bytes`; false when the buffer cannot be read.
+inline bool BufferBytes(const grpc::ByteBuffer& buffer, std::string* bytes) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  bytes->clear();
+  for (const grpc::Slice& s : slices) {
+    bytes->append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return true;
 }
 
 // A whole file's content ("" when it cannot be read).

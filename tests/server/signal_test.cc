@@ -4,11 +4,11 @@
 // process exits 0. Before the fix, both ended the process by the signal (an OpenBLAS thread
 // started before main did not block it), and streams saw "Socket closed".
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -108,6 +108,7 @@ TEST(SignalTest, ASecondSignalEndsTheDrainWithUnavailable) {
   std::vector<testing::StreamResult> results(kStreams);
   std::atomic<int> started{0};
   std::vector<std::thread> clients;
+  clients.reserve(kStreams);
   for (int i = 0; i < kStreams; ++i) {
     clients.emplace_back([&, i] {
       bool counted = false;

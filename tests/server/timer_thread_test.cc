@@ -72,6 +72,7 @@ TEST(TimerThreadTest, ConcurrentPostersEachTaskRunsExactlyOnce) {
   std::vector<std::atomic<int>> runs(kThreads * kPerThread);
   Done done;
   std::vector<std::thread> posters;
+  posters.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     posters.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {

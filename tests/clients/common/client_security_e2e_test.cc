@@ -11,18 +11,19 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "tests/clients/server_process.h"
 
 namespace saturn::clients {
 namespace {
 
+using testing::kDiagBinary;
+using testing::kLoadBinary;
 using testing::kServerBinary;
 using testing::Spawned;
 using testing::StartServer;
 using testing::ToolRun;
 
-const std::string kDiag = std::string(SATURN_BINARY_DIR) + "/clients/saturn-diag";
-const std::string kLoad = std::string(SATURN_BINARY_DIR) + "/clients/saturn-load";
 const std::string kData = std::string(SATURN_SOURCE_DIR) + "/tests/server/testdata/";
 
 std::string Dir() {
@@ -31,13 +32,13 @@ std::string Dir() {
 }
 
 std::string TokenFile(const std::string& token) {
-  const std::string path = Dir() + "/token-" + token;
+  std::string path = Dir() + "/token-" + token;
   std::ofstream(path) << token << "\n";
   return path;
 }
 
-ToolRun Diag(const std::string& args) { return testing::RunTool(kDiag, args, Dir(), "diag"); }
-ToolRun Load(const std::string& args) { return testing::RunTool(kLoad, args, Dir(), "load"); }
+ToolRun Diag(const std::string& args) { return testing::RunTool(kDiagBinary, args, Dir(), "diag"); }
+ToolRun Load(const std::string& args) { return testing::RunTool(kLoadBinary, args, Dir(), "load"); }
 
 const std::string kCa = " --tls_ca=" + kData + "ca.pem";
 const std::string kClientCert =
@@ -47,8 +48,8 @@ class ClientSecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     ASSERT_EQ(access(kServerBinary.c_str(), X_OK), 0) << "build saturn-server: " << kServerBinary;
-    ASSERT_EQ(access(kDiag.c_str(), X_OK), 0) << "build saturn-diag: " << kDiag;
-    ASSERT_EQ(access(kLoad.c_str(), X_OK), 0) << "build saturn-load: " << kLoad;
+    ASSERT_EQ(access(kDiagBinary.c_str(), X_OK), 0) << "build saturn-diag: " << kDiagBinary;
+    ASSERT_EQ(access(kLoadBinary.c_str(), X_OK), 0) << "build saturn-load: " << kLoadBinary;
     // TLS, and the token on every RPC.
     tls_ = new Spawned(
         StartServer(Dir() + "/tls-server.log",
@@ -131,10 +132,11 @@ TEST_F(ClientSecurityTest, EveryDiagCommandWorksWithTheCaAndToken) {
 
 TEST_F(ClientSecurityTest, AWrongOrMissingTokenIsUnauthenticated) {
   for (const std::string& token : {" --auth_token_file=" + TokenFile("wrong"), std::string()}) {
-    ToolRun r = Diag("info" + Target() + kCa + token);
+    ToolRun r = Diag(absl::StrCat("info", Target(), kCa, token));
     EXPECT_EQ(r.code, 1) << r.out << r.err;
     EXPECT_NE(r.err.find("UNAUTHENTICATED"), std::string::npos) << r.err;
-    r = Load(Target(true) + kCa + token + " --num_requests 1 --min_measure_s 0 --progress=false");
+    r = Load(absl::StrCat(Target(true), kCa, token,
+                          " --num_requests 1 --min_measure_s 0 --progress=false"));
     EXPECT_EQ(r.code, 1) << r.out << r.err;
     EXPECT_NE(r.err.find("UNAUTHENTICATED"), std::string::npos) << r.err;
   }

@@ -6,7 +6,6 @@
 // flags or an unreachable target exit non-zero with the flag or target named.
 // Needs the saturn-server and saturn-diag targets built (the default build builds them).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <string>
 
@@ -20,29 +19,24 @@
 namespace saturn::clients {
 namespace {
 
-using testing::kServerBinary;
+using testing::kDiagBinary;
 using testing::ReadFile;
-using testing::Spawned;
-using testing::StartServer;
 using testing::ToolRun;
-
-const std::string kDiag = std::string(SATURN_BINARY_DIR) + "/clients/saturn-diag";
 
 std::string Dir() {
   static const std::string dir = testing::MakeProcessDir("saturn_diag_e2e_");
   return dir;
 }
 
-ToolRun RunDiag(const std::string& args) { return testing::RunTool(kDiag, args, Dir(), "diag"); }
+ToolRun RunDiag(const std::string& args) {
+  return testing::RunTool(kDiagBinary, args, Dir(), "diag");
+}
 
-class DiagE2eTest : public ::testing::Test {
+class DiagE2eTest : public testing::SharedServerSuite {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_EQ(access(kServerBinary.c_str(), X_OK), 0)
-        << "build the saturn-server target: " << kServerBinary;
-    ASSERT_EQ(access(kDiag.c_str(), X_OK), 0) << "build the saturn-diag target: " << kDiag;
-    server_ = new Spawned(StartServer(Dir() + "/saturn-server.log"));
-    if (server_->address.empty()) return;
+    StartSharedServer(kDiagBinary, "saturn-diag", Dir());
+    if (server_ == nullptr || server_->address.empty()) return;
     // A short closed-loop load, so the step ring holds steps; its diagnosis is kept.
     LoadConfig c;
     c.target = {server_->address};
@@ -53,24 +47,20 @@ class DiagE2eTest : public ::testing::Test {
     load_ = new SessionResult(RunSession(c, SessionObserver(), nullptr));
   }
   static void TearDownTestSuite() {
-    testing::StopServer(server_);
-    delete server_;
+    SharedServerSuite::TearDownTestSuite();
     delete load_;
-    server_ = nullptr;
     load_ = nullptr;
   }
   void SetUp() override {
-    ASSERT_NE(server_, nullptr) << "the suite's set-up failed (see above)";
-    ASSERT_FALSE(server_->address.empty());
+    SharedServerSuite::SetUp();
+    if (HasFatalFailure()) return;
     ASSERT_NE(load_, nullptr);
     ASSERT_EQ(load_->exit_code, 0) << load_->error;
   }
   static std::string T() { return " --target=" + server_->address; }
 
-  static Spawned* server_;
   static SessionResult* load_;
 };
-Spawned* DiagE2eTest::server_ = nullptr;
 SessionResult* DiagE2eTest::load_ = nullptr;
 
 TEST_F(DiagE2eTest, LoadRunCarriesTheServersDiagnosisOfItsWindow) {

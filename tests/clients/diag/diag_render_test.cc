@@ -155,7 +155,7 @@ TEST(DiagOptionsTest, ValidateNamesTheFlag) {
   DiagOptions o;
   o.command = "get";
   EXPECT_TRUE(o.Validate().ok());
-  auto msg = [](DiagOptions x) { return std::string(x.Validate().message()); };
+  auto msg = [](const DiagOptions& x) { return std::string(x.Validate().message()); };
   DiagOptions b = o;
   b.command = "nope";
   EXPECT_TRUE(Has(msg(b), "unknown command \"nope\"")) << msg(b);

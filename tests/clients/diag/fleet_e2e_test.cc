@@ -22,9 +22,6 @@ using testing::kServerBinary;
 using testing::Spawned;
 using testing::ToolRun;
 
-const std::string kLoad = std::string(SATURN_BINARY_DIR) + "/clients/saturn-load";
-const std::string kDiag = std::string(SATURN_BINARY_DIR) + "/clients/saturn-diag";
-
 std::string Dir() {
   static const std::string dir = testing::MakeProcessDir("saturn_fleet_e2e_");
   return dir;
@@ -34,7 +31,7 @@ std::string Dir() {
 double Load(const std::string& targets, int concurrency, int requests) {
   const auto t0 = std::chrono::steady_clock::now();
   const ToolRun r =
-      testing::RunTool(kLoad,
+      testing::RunTool(testing::kLoadBinary,
                        "--target=" + targets + " --concurrency=" + std::to_string(concurrency) +
                            " --num_requests=" + std::to_string(requests) +
                            " --input_len=16 --output_len=24 --warmup_requests=0 --progress=false",
@@ -58,19 +55,20 @@ void SetMaxNumSeqs(const std::string& target, int n) {
 
 nlohmann::json Fleet(const std::string& targets, double window_s, std::string* text) {
   const std::string window = " --window=" + std::to_string(window_s);
-  const ToolRun t = testing::RunTool(kDiag, "get --target=" + targets + window, Dir(), "diag");
+  const ToolRun t =
+      testing::RunTool(testing::kDiagBinary, "get --target=" + targets + window, Dir(), "diag");
   EXPECT_EQ(t.code, 0) << t.out << t.err;
   *text = t.out;
-  const ToolRun j =
-      testing::RunTool(kDiag, "get --json --target=" + targets + window, Dir(), "diag_json");
+  const ToolRun j = testing::RunTool(testing::kDiagBinary,
+                                     "get --json --target=" + targets + window, Dir(), "diag_json");
   EXPECT_EQ(j.code, 0) << j.err;
   return nlohmann::json::parse(j.out, nullptr, false);
 }
 
 TEST(FleetE2eTest, OneReplicaAloneIsImbalancedRoundRobinReachesBoth) {
   ASSERT_EQ(access(kServerBinary.c_str(), X_OK), 0) << "build saturn-server";
-  ASSERT_EQ(access(kLoad.c_str(), X_OK), 0) << "build saturn-load";
-  ASSERT_EQ(access(kDiag.c_str(), X_OK), 0) << "build saturn-diag";
+  ASSERT_EQ(access(testing::kLoadBinary.c_str(), X_OK), 0) << "build saturn-load";
+  ASSERT_EQ(access(testing::kDiagBinary.c_str(), X_OK), 0) << "build saturn-diag";
   Spawned a = testing::StartServer(Dir() + "/a.log");
   Spawned b = testing::StartServer(Dir() + "/b.log");
   struct Stop {

@@ -5,7 +5,6 @@
 // gets a plain message and a non-zero exit with the files still written.
 // Needs the saturn-server and saturn-load targets built (the default build builds them).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -20,13 +19,9 @@
 namespace saturn::clients {
 namespace {
 
-using testing::kServerBinary;
+using testing::kLoadBinary;
 using testing::ReadFile;
-using testing::Spawned;
-using testing::StartServer;
 using testing::ToolRun;
-
-const std::string kLoad = std::string(SATURN_BINARY_DIR) + "/clients/saturn-load";
 
 // A folder of this process's own, so that tests run in parallel do not share files.
 std::string Dir() {
@@ -34,25 +29,13 @@ std::string Dir() {
   return dir;
 }
 
-ToolRun RunLoad(const std::string& args) { return testing::RunTool(kLoad, args, Dir(), "load"); }
+ToolRun RunLoad(const std::string& args) {
+  return testing::RunTool(kLoadBinary, args, Dir(), "load");
+}
 
-class LoadE2eTest : public ::testing::Test {
+class LoadE2eTest : public testing::SharedServerSuite {
  protected:
-  static void SetUpTestSuite() {
-    ASSERT_EQ(access(kServerBinary.c_str(), X_OK), 0)
-        << "build the saturn-server target: " << kServerBinary;
-    ASSERT_EQ(access(kLoad.c_str(), X_OK), 0) << "build the saturn-load target: " << kLoad;
-    server_ = new Spawned(StartServer(Dir() + "/saturn-server.log"));
-  }
-  static void TearDownTestSuite() {
-    testing::StopServer(server_);
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr) << "the suite's set-up failed (see above)";
-    ASSERT_FALSE(server_->address.empty());
-  }
+  static void SetUpTestSuite() { StartSharedServer(kLoadBinary, "saturn-load", Dir()); }
 
   static LoadConfig Config() {
     LoadConfig c;
@@ -84,10 +67,7 @@ class LoadE2eTest : public ::testing::Test {
       }
     }
   }
-
-  static Spawned* server_;
 };
-Spawned* LoadE2eTest::server_ = nullptr;
 
 TEST_F(LoadE2eTest, ClosedLoopSweepAccountsForEveryRequest) {
   LoadConfig c = Config();
