@@ -171,10 +171,6 @@ StepPlan Scheduler::Schedule() {
     }
   }
 
-  plan.num_waiting = num_waiting();
-  plan.num_running = num_running();
-  plan.kv_blocks_used = blocks_.num_used();
-  plan.kv_blocks_free = blocks_.num_free();
   return plan;
 }
 

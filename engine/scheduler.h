@@ -58,11 +58,6 @@ struct StepPlan {
   int num_prefill_tokens = 0;
   int num_decode_tokens = 0;
   std::vector<int64_t> preempted;  // preempted during this Schedule() call
-  // State after scheduling, for the step record.
-  int num_waiting = 0;
-  int num_running = 0;
-  int kv_blocks_used = 0;
-  int kv_blocks_free = 0;
 
   bool empty() const { return seqs.empty(); }
   int num_tokens() const { return num_prefill_tokens + num_decode_tokens; }

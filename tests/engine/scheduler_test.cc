@@ -87,13 +87,21 @@ struct Sim {
     return updates;
   }
 
+  // The scheduler's state right after a Schedule() call, before Update.
+  struct AfterSchedule {
+    int num_waiting = 0, num_running = 0, kv_blocks_used = 0, kv_blocks_free = 0;
+  };
+  AfterSchedule after;  // of the last Step()
+
   StepPlan Step() {
     StepPlan plan = sched.Schedule();
+    after = {sched.num_waiting(), sched.num_running(), sched.blocks().num_used(),
+             sched.blocks().num_free()};
     for (int64_t id : plan.preempted) kv[id].clear();
     preemptions += static_cast<int>(plan.preempted.size());
     EXPECT_LE(plan.num_tokens(), sched.config().max_num_batched_tokens);
     EXPECT_LE(static_cast<int>(plan.seqs.size()), sched.config().max_num_seqs);
-    EXPECT_EQ(plan.kv_blocks_used + plan.kv_blocks_free, sched.blocks().num_blocks());
+    EXPECT_EQ(after.kv_blocks_used + after.kv_blocks_free, sched.blocks().num_blocks());
     Feed(plan);
     return plan;
   }
@@ -151,13 +159,13 @@ TEST(SchedulerTest, MaxNumSeqsIsRespected) {
   sim.Add(4, Req(4, 3));
   StepPlan p = sim.Step();
   EXPECT_EQ(p.seqs.size(), 2u);
-  EXPECT_EQ(p.num_running, 2);  // state after Schedule(); request 1 finishes in Update
-  EXPECT_EQ(p.num_waiting, 2);
+  EXPECT_EQ(sim.after.num_running, 2);  // state after Schedule(); request 1 finishes in Update
+  EXPECT_EQ(sim.after.num_waiting, 2);
   p = sim.Step();  // request 1 finished: one slot opens for request 3
   ASSERT_EQ(p.seqs.size(), 2u);
   EXPECT_EQ(p.seqs[0].request_id, 2);
   EXPECT_EQ(p.seqs[1].request_id, 3);
-  EXPECT_EQ(p.num_running, 2);
+  EXPECT_EQ(sim.after.num_running, 2);
   sim.RunAll();
   EXPECT_EQ(sim.finished.size(), 4u);
 }
@@ -170,7 +178,7 @@ TEST(SchedulerTest, AdmitsInArrivalOrderWithoutSkippingAhead) {
   StepPlan p = sim.Step();
   ASSERT_EQ(p.seqs.size(), 1u);
   EXPECT_EQ(p.seqs[0].request_id, 7);
-  EXPECT_EQ(p.num_waiting, 2);
+  EXPECT_EQ(sim.after.num_waiting, 2);
   sim.Step();  // 7 finishes
   p = sim.Step();
   ASSERT_EQ(p.seqs.size(), 2u);
@@ -184,14 +192,14 @@ TEST(SchedulerTest, PreemptsNewestAndRequeuesItAtTheFront) {
   Sim sim(Config(8, 1000), 4, 4);
   for (int id = 1; id <= 4; ++id) sim.Add(id, Req(4, 10, 10 * id));
   StepPlan p = sim.Step();  // each prompt fills one block; 5 known tokens after sampling
-  EXPECT_EQ(p.kv_blocks_free, 0);
+  EXPECT_EQ(sim.after.kv_blocks_free, 0);
   p = sim.Step();  // 1 and 2 each need a second block: 4, then 3 are evicted
   EXPECT_EQ(p.preempted, (std::vector<int64_t>{4, 3}));
   ASSERT_EQ(p.seqs.size(), 2u);
   EXPECT_EQ(p.seqs[0].request_id, 1);
   EXPECT_EQ(p.seqs[1].request_id, 2);
-  EXPECT_EQ(p.num_running, 2);
-  EXPECT_EQ(p.num_waiting, 2);
+  EXPECT_EQ(sim.after.num_running, 2);
+  EXPECT_EQ(sim.after.num_waiting, 2);
 
   // Free the room: 3 (preempted last, so at the very front) recomputes before 4.
   ASSERT_TRUE(sim.sched.Cancel(1));
@@ -225,7 +233,7 @@ TEST(SchedulerTest, NewestRunningRequestCanPreemptItself) {
   EXPECT_EQ(p.preempted, (std::vector<int64_t>{2}));
   ASSERT_EQ(p.seqs.size(), 1u);
   EXPECT_EQ(p.seqs[0].request_id, 1);
-  EXPECT_EQ(p.num_waiting, 1);
+  EXPECT_EQ(sim.after.num_waiting, 1);
   sim.RunAll();
   EXPECT_EQ(sim.out[1], Reference(Req(3, 4)));
   EXPECT_EQ(sim.out[2], Reference(Req(8, 4, 40)));
@@ -398,7 +406,7 @@ TEST(SchedulerTest, LoweringMaxNumSeqsPausesTheNewestRunning) {
   p = sim.Step();
   ASSERT_EQ(p.seqs.size(), 1u);
   EXPECT_EQ(p.seqs[0].request_id, 1);
-  EXPECT_EQ(p.num_running, 4);  // paused, not preempted
+  EXPECT_EQ(sim.after.num_running, 4);  // paused, not preempted
   EXPECT_TRUE(p.preempted.empty());
   EXPECT_GE(sim.sched.blocks().num_used(), used);  // their KV is kept
   // Request 1 runs alone to the end, then 2 (from where it paused: no recompute).
