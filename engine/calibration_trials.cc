@@ -3,26 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_format.h"
 #include "kernels/clock.h"
+#include "kernels/schedstat.h"
 
 namespace saturn {
 SchedTimes ReadSchedTimes() {
-  SchedTimes t;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    std::ifstream f(entry.path() / "schedstat");
-    double run = 0, wait = 0;
-    if (f >> run >> wait) {
-      t.run_ns += run;
-      t.wait_ns += wait;
-      t.available = true;
-    }
-  }
-  return t;
+  const SchedStat s = ReadProcessSchedStat();
+  return {double(s.run_ns), double(s.wait_ns), s.available};
 }
 
 std::string TrialSeries::Describe() const {

@@ -1,10 +1,11 @@
 // Whether an idle pool worker may poll for the next job, decided by measurement on the
 // running machine. Polling keeps a worker's wake-up (tens of microseconds through a condition
-// variable) off a decode step's few hundred back-to-back ops, which is worth 5-10 % of batch-1
-// decode on a quiet 2-core machine; on a machine whose cores other processes want, the polling
-// worker takes their CPU (the engine thread's host phases among them) and costs more than it
-// gives. The difference shows in the worker's own run-queue wait (the kernel's schedstat: time
-// runnable but not running), which stays near zero while the core is the worker's alone.
+// variable) off a decode step's few hundred back-to-back ops (+5-8 % batch-1 decode measured on a
+// quiet 2-core machine, bench/results 2026-12-01; inside the host's drift on 2026-12-02); on a
+// machine whose cores other processes want, the polling worker takes their CPU (the engine thread's
+// host phases among them) and costs more than it gives. The difference shows in the worker's own
+// run-queue wait (the kernel's schedstat: time runnable but not running), which stays near zero
+// while the core is the worker's alone.
 //
 // Each worker keeps one governor. While the worker polls, the governor measures over intervals
 // of kIntervalNs the share of its runnable time it spent waiting for a core (wait / (run +
@@ -19,15 +20,9 @@
 
 #include <cstdint>
 
-namespace saturn::cpu {
+#include "kernels/schedstat.h"
 
-struct SchedWait {
-  int64_t run_ns = 0;   // cumulative time the calling thread ran
-  int64_t wait_ns = 0;  // cumulative time it was runnable but waited for a core
-  bool available = false;
-};
-// This thread's counters (/proc/thread-self/schedstat, first two fields).
-SchedWait ReadThreadSchedWait();
+namespace saturn::cpu {
 
 class PollGovernor {
  public:
@@ -36,9 +31,9 @@ class PollGovernor {
   static constexpr int64_t kMinBackoffNs = 1'000'000'000;  // 1 s
   static constexpr int64_t kMaxBackoffNs = 8'000'000'000;  // 8 s
 
-  using Reader = SchedWait (*)();
+  using Reader = SchedStat (*)();
   // spin_us: how long a worker polls after a job while polling is allowed (0: never polls).
-  explicit PollGovernor(int64_t spin_us, Reader reader = &ReadThreadSchedWait)
+  explicit PollGovernor(int64_t spin_us, Reader reader = &ReadThreadSchedStat)
       : spin_us_(spin_us), reader_(reader) {}
 
   // How long to poll now (0: sleep at once). Reads schedstat at most once per interval.
@@ -51,7 +46,7 @@ class PollGovernor {
   bool unavailable_ = false;
   bool has_base_ = false;  // base_ns_ / base_ hold the current interval's start
   int64_t base_ns_ = 0;
-  SchedWait base_;
+  SchedStat base_;
   int64_t backoff_until_ns_ = 0, backoff_ns_ = kMinBackoffNs, backoffs_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kernels/clock.h"
 #include "kernels/cpu/poll_governor.h"
 
 namespace saturn::cpu {
@@ -80,10 +81,7 @@ void ThreadPool::WorkerLoop() {
   PollGovernor governor(spin_us_);
   int64_t backoffs = 0;
   for (;;) {
-    const int64_t spin_us = governor.SpinUs(
-        static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::steady_clock::now().time_since_epoch())
-                                 .count()));
+    const int64_t spin_us = governor.SpinUs(static_cast<int64_t>(NowUs() * 1e3));
     if (governor.backoffs() != backoffs) {
       poll_backoffs_.fetch_add(governor.backoffs() - backoffs, std::memory_order_relaxed);
       backoffs = governor.backoffs();

@@ -14,10 +14,10 @@ namespace saturn::testing {
 namespace {
 
 using cpu::PollGovernor;
-using cpu::SchedWait;
+using saturn::SchedStat;
 
-SchedWait g_counters;
-SchedWait FakeCounters() { return g_counters; }
+SchedStat g_counters;
+SchedStat FakeCounters() { return g_counters; }
 
 constexpr int64_t kMs = 1'000'000;
 
@@ -108,14 +108,14 @@ TEST(PollGovernorTest, ReadsThisThreadsSchedstatWhereLinuxHasIt) {
   // The kernel folds a running thread's time into the counter at ticks and when the thread
   // stops running; sleeping before each read makes sure what ran before it is counted.
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  const SchedWait a = cpu::ReadThreadSchedWait();
+  const SchedStat a = ReadThreadSchedStat();
   if (!a.available) GTEST_SKIP() << "/proc/thread-self/schedstat is not readable here";
   EXPECT_GT(a.run_ns, 0);  // this thread has run
   EXPECT_GE(a.wait_ns, 0);
   volatile double x = 0;
   for (int i = 0; i < 1000000; ++i) x = x + 1;
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  const SchedWait b = cpu::ReadThreadSchedWait();
+  const SchedStat b = ReadThreadSchedStat();
   ASSERT_TRUE(b.available);
   EXPECT_GT(b.run_ns, a.run_ns);  // cumulative
   EXPECT_GE(b.wait_ns, a.wait_ns);

@@ -71,7 +71,7 @@ TEST(ThreadPoolTest, ClampsThreadsAndRunsSmallJobsInline) {
 }
 
 TEST(ThreadPoolTest, WorkerStopsPollingOnACoreABusyThreadWants) {
-  if (!cpu::ReadThreadSchedWait().available) {
+  if (!ReadThreadSchedStat().available) {
     GTEST_SKIP() << "/proc/thread-self/schedstat is not readable here: workers never poll";
   }
   cpu_set_t old_mask;

@@ -1,0 +1,26 @@
+// The kernel's scheduler counters (/proc/.../schedstat): how long a thread ran and how long it
+// was runnable but waited for a CPU. The one reader of them: the CPU pool's PollGovernor reads
+// its own thread's, calibration trials and the diagnostics sum the process's threads (their
+// run share: run / (run + wait)). Zeros and available = false where Linux does not expose them.
+// The kernel folds a running thread's current slice in at ticks and when it stops running, so a
+// read while running can lag by up to a tick.
+#pragma once
+
+#include <cstdint>
+
+namespace saturn {
+
+struct SchedStat {
+  int64_t run_ns = 0;   // cumulative time on a CPU
+  int64_t wait_ns = 0;  // cumulative time runnable but waiting for a CPU
+  bool available = false;
+};
+
+// One schedstat file (its first two fields).
+SchedStat ReadSchedStat(const char* path);
+// The calling thread's counters (/proc/thread-self/schedstat).
+SchedStat ReadThreadSchedStat();
+// Summed over every thread of this process (/proc/self/task/*/schedstat).
+SchedStat ReadProcessSchedStat();
+
+}  // namespace saturn
