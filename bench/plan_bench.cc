@@ -125,6 +125,24 @@ nlohmann::json ProbeJson(const std::optional<StepProbe>& p) {
   return out;
 }
 
+// The machine's own drift over the run: each shape probed both before the load and after it,
+// after / before (median times). Empty when either probe is missing or they share no shape.
+std::vector<double> ProbeRatios(const std::optional<StepProbe>& before,
+                                const std::optional<StepProbe>& after) {
+  std::vector<double> out;
+  if (!before.has_value() || !after.has_value()) return out;
+  const nlohmann::json b = ProbeJson(before), a = ProbeJson(after);
+  for (const auto& x : b) {
+    for (const auto& y : a) {
+      if (x[0] == y[0] && x[1] == y[1] && x[2].get<double>() > 0) {
+        out.push_back(y[2].get<double>() / x[2].get<double>());
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // /proc/loadavg's first three figures (the machine's load; empty where unreadable).
 std::string LoadAvg() {
   std::FILE* f = std::fopen("/proc/loadavg", "r");
@@ -282,6 +300,15 @@ int Main() {
                 "plan, rescaled by drift", a.tokens_per_s_after / drift, measured_plan,
                 100 * corrected_error, drift, t->drift_steps);
   }
+  // Probe steps need no load, so their change over the run is the machine's, not the plan's.
+  const std::vector<double> ratios = ProbeRatios(probe_before, probe_after);
+  const double ratio_median = ratios.empty() ? 0 : ratios[ratios.size() / 2];
+  if (!ratios.empty()) {
+    std::printf(
+        "machine drift: the probe steps after the load took %.2fx their time before it (median "
+        "over %zu shapes, range %.2f-%.2f)\n",
+        ratio_median, ratios.size(), ratios.front(), ratios.back());
+  }
   std::printf(
       "ramp %.1f s; batch planned %.1f, measured %.1f over %d steady steps; before: %.1f decode "
       "tok/s "
@@ -306,6 +333,9 @@ int Main() {
                         {"ramp_s", ramp_took_s},
                         {"probe", ProbeJson(probe_before)},
                         {"probe_after", ProbeJson(probe_after)},
+                        {"probe_ratio_median", ratio_median},
+                        {"probe_ratio_min", ratios.empty() ? 0 : ratios.front()},
+                        {"probe_ratio_max", ratios.empty() ? 0 : ratios.back()},
                         {"loadavg_start", load_start},
                         {"loadavg_end", LoadAvg()},
                         {"plan_metric", mix ? "output_tokens_per_s" : "decode_tokens_per_s"},

@@ -14,6 +14,6 @@ for w in "64 64 2 16" "128 64 2 12" "64 128 2 16" "96 96 4 24" "512 64 2 8" "128
   echo "== w$i load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   ./build/bench/saturn-bench-plan --model=small --prompt_len=$1 --max_tokens=$2 --start_seqs=$3 \
     --concurrency=$4 --before_s=4 --after_s=10 --json=$OUT/plan_$i.json > $OUT/plan_$i.txt 2>&1
-  echo "== w$i prompt $1 output $2 start_seqs $3 clients $4: $(grep -E '^probe:|^plan:' $OUT/plan_$i.txt | tr '\n' ' ') load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "== w$i prompt $1 output $2 start_seqs $3 clients $4: $(grep -E '^probe:|^plan:|^machine drift:' $OUT/plan_$i.txt | tr '\n' ' ') load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 uptime
