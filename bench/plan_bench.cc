@@ -232,11 +232,22 @@ int Main() {
   const Action& a = before.plan.actions.front();
   const AnalyzerContext ctx = ContextFromEngine(*engine);
   const EngineOptions& o = a.options_after;
+  const EngineOptions options_before = engine->options();
   auto applied =
       engine->UpdateOptions(EngineOptions{o.max_num_seqs, o.max_num_batched_tokens, o.cuda_graphs});
   if (!applied.ok()) {
     std::cerr << "UpdateOptions: " << applied.status() << "\n";
     return 1;
+  }
+  // As the server does after UpdateEngineOptions: probe the shapes the change opened.
+  if (const std::optional<StepProbe> p = engine->step_probe(); p.has_value()) {
+    if (auto re = ReprobeAfter(options_before, *applied, *p, probe_options); re.has_value()) {
+      auto merged = engine->ProbeSteps(*re);
+      if (merged.ok()) {
+        std::printf("probe again: prefill up to %d tokens, decode batch <= %d, in %.0f ms\n",
+                    merged->max_prefill_tokens, merged->max_batch, merged->took_ms);
+      }
+    }
   }
   int clients_after = n;
   if (a.kind == ActionKind::kRaiseClientConcurrency) {  // client side: rerun at the planned load

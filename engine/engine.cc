@@ -222,8 +222,9 @@ absl::StatusOr<StepProbe> Engine::Impl::ProbeSteps(StepProbeOptions options) {
     return probe.status();
   }));
   std::lock_guard<std::mutex> lock(mu_);
-  step_probe_ = *probe;
-  return probe;
+  step_probe_ = step_probe_.has_value() ? MergeProbes(*step_probe_, *std::move(probe), options)
+                                        : *std::move(probe);
+  return *step_probe_;
 }
 
 absl::StatusOr<Calibration> Engine::Impl::Calibrate(const CalibrationOptions& options,
@@ -265,7 +266,7 @@ absl::StatusOr<Calibration> Engine::Calibrate(const CalibrationOptions& options,
   return impl_->Calibrate(options, took_ms);
 }
 absl::StatusOr<StepProbe> Engine::ProbeSteps(StepProbeOptions options) {
-  return impl_->ProbeSteps(std::move(options));
+  return impl_->ProbeSteps(options);
 }
 void Engine::Shutdown() { impl_->Shutdown(); }
 EngineInfo Engine::info() const { return impl_->info(); }

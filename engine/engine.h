@@ -83,7 +83,9 @@ class Engine {
                                         double* took_ms = nullptr);
   // Times synthetic decode and prefill steps through the runner on the engine thread between
   // two steps (engine/step_probe.h), with KV blocks taken from and returned to the cache, and
-  // keeps the result (step_probe()). Sizes are capped at this engine's limits. Errors:
+  // keeps the result (step_probe()), laid over the previous one (MergeProbes: a partial
+  // re-probe, e.g. only longer prefill chunks, keeps what it did not measure) and returned as
+  // kept. Sizes are capped at this engine's limits. Errors:
   // INVALID_ARGUMENT naming the option, UNAVAILABLE after Shutdown, the runner's errors.
   absl::StatusOr<StepProbe> ProbeSteps(StepProbeOptions options);
   // Stops accepting, cancels every request (each gets its final event), joins the loop.

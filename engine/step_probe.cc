@@ -115,12 +115,51 @@ absl::Status RunRounds(ModelRunner* runner, std::vector<Shape>* shapes, int repe
 absl::Status StepProbeOptions::Validate() const {
   if (max_batch < 0) return absl::InvalidArgumentError("max_batch: must be >= 0");
   if (max_prefill_tokens < 0) return absl::InvalidArgumentError("max_prefill_tokens: must be >= 0");
+  if (min_prefill_tokens < 0) return absl::InvalidArgumentError("min_prefill_tokens: must be >= 0");
   if (context < 0) return absl::InvalidArgumentError("context: must be >= 0");
   if (repeats < 1 || repeats > 50) return absl::InvalidArgumentError("repeats: must be in [1, 50]");
   if (budget_ms < 0 || budget_ms > 600000) {
     return absl::InvalidArgumentError("budget_ms: must be in [0, 600000]");
   }
   return absl::OkStatus();
+}
+
+std::optional<StepProbeOptions> ReprobeAfter(const EngineOptions& before,
+                                             const EngineOptions& after, const StepProbe& probe,
+                                             StepProbeOptions base) {
+  base.min_prefill_tokens = std::max(before.max_num_batched_tokens, probe.max_prefill_tokens);
+  base.max_prefill_tokens =
+      after.max_num_batched_tokens > base.min_prefill_tokens ? after.max_num_batched_tokens : 0;
+  if (base.max_prefill_tokens == 0) base.min_prefill_tokens = 0;
+  if (after.cuda_graphs == before.cuda_graphs) base.max_batch = 0;
+  if (base.max_batch == 0 && base.max_prefill_tokens == 0) return std::nullopt;
+  return base;
+}
+
+StepProbe MergeProbes(const StepProbe& old, StepProbe fresh, const StepProbeOptions& options) {
+  const bool decode = options.max_batch > 0, prefill = options.max_prefill_tokens > 0;
+  std::vector<ProbeSeries> kept;
+  for (const ProbeSeries& s : old.series) {
+    const bool stays = s.prefill ? !prefill || s.rows <= options.min_prefill_tokens : !decode;
+    if (stays) kept.push_back(s);
+  }
+  for (ProbeSeries& s : fresh.series) kept.push_back(std::move(s));
+  // Decode sizes ascending, then prefill sizes ascending (as RunStepProbe orders them).
+  std::stable_sort(kept.begin(), kept.end(), [](const ProbeSeries& a, const ProbeSeries& b) {
+    return a.prefill != b.prefill ? !a.prefill : a.rows < b.rows;
+  });
+  fresh.series = std::move(kept);
+  if (!decode) {
+    fresh.decode_context = old.decode_context;
+    fresh.graphs = old.graphs;
+  }
+  fresh.truncated = fresh.truncated || old.truncated;
+  fresh.max_batch = fresh.max_prefill_tokens = 0;
+  for (const ProbeSeries& s : fresh.series) {
+    int& m = s.prefill ? fresh.max_prefill_tokens : fresh.max_batch;
+    m = std::max(m, s.rows);
+  }
+  return fresh;
 }
 
 std::vector<int> ProbeSizes(int first, int last) {
@@ -153,6 +192,7 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
   if (max_chunk >= 1 && !have_prefill_seqs) probe.truncated = true;
   for (int c :
        have_prefill_seqs ? ProbeSizes(std::min(16, max_chunk), max_chunk) : std::vector<int>{}) {
+    if (c <= o.min_prefill_tokens) continue;
     Shape s;
     s.plan = PrefillPlan(seqs, c, max_model_len, vocab);
     s.series = ProbeSeries{true, c, 0, {}};

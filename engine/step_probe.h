@@ -11,11 +11,13 @@
 // Token ids are arbitrary and the sampled tokens are discarded; nothing a request can see changes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/block_manager.h"
+#include "engine/engine_options.h"
 
 namespace saturn {
 
@@ -27,6 +29,7 @@ constexpr double kDefaultProbeBudgetMs = 1500;
 struct StepProbeOptions {
   int max_batch = 64;            // decode batch sizes 1, 2, 4, ... up to this one (included)
   int max_prefill_tokens = 512;  // prefill chunks 16, 32, 64, ... up to this one (included)
+  int min_prefill_tokens = 0;    // only chunks longer than this (a re-probe adding longer ones)
   int context = 0;               // decode context per sequence; 0: min(128, max_model_len / 2)
   int repeats = 3;               // timed steps per size
   double budget_ms = kDefaultProbeBudgetMs;  // total wall time; sizes that do not fit are left out
@@ -53,6 +56,20 @@ struct StepProbe {
   int max_batch = 0;  // the largest decode batch / prefill chunk measured (0: none)
   int max_prefill_tokens = 0;
 };
+
+// What an options change left unmeasured, as the probe to run (nullopt: nothing): prefill
+// chunks longer than `before` allowed when max_num_batched_tokens widened past what `probe`
+// covered, and every decode batch when CUDA graphs were switched (replays change decode step
+// times). `base` carries the budget and batch limit.
+std::optional<StepProbeOptions> ReprobeAfter(const EngineOptions& before,
+                                             const EngineOptions& after, const StepProbe& probe,
+                                             StepProbeOptions base);
+
+// `fresh`, measured with `options`, laid over `old`: a kind `options` probed (decode when
+// max_batch > 0, prefill when max_prefill_tokens > 0) replaces the old series of that kind,
+// except prefill chunks no longer than min_prefill_tokens, which stay; a kind it did not
+// probe stays as it was. took_ms and unix_s are fresh's (the latest measurement).
+StepProbe MergeProbes(const StepProbe& old, StepProbe fresh, const StepProbeOptions& options);
 
 // Geometric sizes from `first` up to `last`, doubling, `last` included (empty if last < first).
 std::vector<int> ProbeSizes(int first, int last);

@@ -157,12 +157,34 @@ absl::Status DiagnosticsState::InitCalibration(Engine* engine, const ServerConfi
   return absl::OkStatus();
 }
 
-void DiagnosticsState::ProbeSteps(Engine* engine) {
-  if (probe_ms_ <= 0) return;
+StepProbeOptions DiagnosticsState::ProbeOptions(const Engine& engine) const {
   StepProbeOptions o;
   o.budget_ms = probe_ms_;
-  o.max_batch = engine->info().max_num_seqs_limit;  // every batch a plan may propose
-  o.max_prefill_tokens = engine->options().max_num_batched_tokens;
+  o.max_batch = engine.info().max_num_seqs_limit;  // every batch a plan may propose
+  o.max_prefill_tokens = engine.options().max_num_batched_tokens;
+  return o;
+}
+
+void DiagnosticsState::ProbeSteps(Engine* engine) {
+  if (probe_ms_ <= 0) return;
+  RunProbe(engine, ProbeOptions(*engine), "");
+}
+
+void DiagnosticsState::ReprobeAfterOptions(Engine* engine, const EngineOptions& before,
+                                           const EngineOptions& after) {
+  const std::optional<StepProbe> probe = engine->step_probe();
+  if (probe_ms_ <= 0 || !probe.has_value()) return;
+  const std::optional<StepProbeOptions> o =
+      ReprobeAfter(before, after, *probe, ProbeOptions(*engine));
+  if (!o.has_value()) return;
+  RunProbe(engine, *o,
+           absl::StrFormat(" (again after UpdateEngineOptions: %s)",
+                           o->max_batch > 0 ? "cuda_graphs switched"
+                                            : absl::StrCat("prefill chunks over ",
+                                                           o->min_prefill_tokens, " tokens")));
+}
+
+void DiagnosticsState::RunProbe(Engine* engine, const StepProbeOptions& o, const std::string& why) {
   absl::StatusOr<StepProbe> p = engine->ProbeSteps(o);
   if (!p.ok()) {
     std::cerr << "saturn-server: warning: probe steps failed (plans use served steps only): "
@@ -170,9 +192,9 @@ void DiagnosticsState::ProbeSteps(Engine* engine) {
     return;
   }
   std::cerr << absl::StrFormat(
-      "saturn-server: probe steps: decode batch 1-%d (context %d), prefill up to %d tokens, in "
+      "saturn-server: probe steps%s: decode batch 1-%d (context %d), prefill up to %d tokens, in "
       "%.0f ms%s\n",
-      p->max_batch, p->decode_context, p->max_prefill_tokens, p->took_ms,
+      why, p->max_batch, p->decode_context, p->max_prefill_tokens, p->took_ms,
       p->truncated ? " (larger sizes left out: --probe_steps_ms budget or KV cache)" : "");
 }
 

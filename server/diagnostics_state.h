@@ -42,6 +42,11 @@ class DiagnosticsState {
   // measured step times beyond the served shapes. Run by InitCalibration and Recalibrate; a
   // failure is logged and the plans fall back to the window's own steps.
   void ProbeSteps(Engine* engine);
+  // After UpdateEngineOptions applied `after`: probes what it opened that the probe has not
+  // measured (longer prefill chunks when max_num_batched_tokens widened, decode steps when
+  // cuda_graphs switched; engine/step_probe.h ReprobeAfter), within --probe_steps_ms. Serving
+  // pauses for it as for the start-up probe.
+  void ReprobeAfterOptions(Engine* engine, const EngineOptions& before, const EngineOptions& after);
   // Nullopt before InitCalibration succeeded.
   std::optional<Calibration> calibration() const;
   // Wall time measuring took (0 when loaded from a file).
@@ -67,6 +72,10 @@ class DiagnosticsState {
   RequestMetrics* request_metrics() { return &request_metrics_; }
 
  private:
+  StepProbeOptions ProbeOptions(const Engine& engine) const;
+  // Runs `o` and logs what the probe now covers (`why` names a re-probe's reason).
+  void RunProbe(Engine* engine, const StepProbeOptions& o, const std::string& why);
+
   struct RecentPlan {
     Plan plan;
     StepModel model;

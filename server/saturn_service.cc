@@ -100,6 +100,9 @@ grpc::ServerUnaryReactor* SaturnService::UpdateEngineOptions(grpc::CallbackServe
           SerializeResponse(reply, response);
         }
         reactor->Finish(ToGrpcStatus(applied.status()));
+        // Then measure the step shapes the new options opened (the caller has its answer;
+        // serving pauses for the probe as at start-up).
+        if (applied.ok() && diag_ != nullptr) diag_->ReprobeAfterOptions(engine, before, *applied);
         state_->EndCall(t);
       },
       [this, reactor, t] {

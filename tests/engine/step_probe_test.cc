@@ -1,6 +1,7 @@
 // Synthetic probe steps (engine/step_probe.h) through a real engine on the CPU backend with the
 // tiny model: which sizes are timed, KV capping, blocks returned, serving unchanged after it,
-// bad options. No assertion on how long a step takes (only that each was timed).
+// bad options; what an options change re-probes and how a re-probe merges. No assertion on how long
+// a step takes (only that each was timed).
 #include "engine/step_probe.h"
 
 #include <gtest/gtest.h>
@@ -119,6 +120,88 @@ TEST(StepProbeTest, AZeroBudgetTimesNothing) {
   EXPECT_TRUE(p->truncated);
 }
 
+TEST(StepProbeTest, AReprobeCoversOnlyWhatAnOptionsChangeOpened) {
+  StepProbe probe;
+  probe.max_batch = 16;
+  probe.max_prefill_tokens = 256;
+  StepProbeOptions base = Unbounded(16, 999);
+  const EngineOptions before{8, 256, false};
+  // Nothing new: the same options, a narrower token budget, more sequences (probed already).
+  EXPECT_FALSE(ReprobeAfter(before, before, probe, base).has_value());
+  EXPECT_FALSE(ReprobeAfter(before, EngineOptions{8, 128, false}, probe, base).has_value());
+  EXPECT_FALSE(ReprobeAfter(before, EngineOptions{16, 256, false}, probe, base).has_value());
+  // A wider token budget: prefill chunks over the old one only, no decode.
+  auto o = ReprobeAfter(before, EngineOptions{8, 1024, false}, probe, base);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->max_batch, 0);
+  EXPECT_EQ(o->min_prefill_tokens, 256);
+  EXPECT_EQ(o->max_prefill_tokens, 1024);
+  EXPECT_EQ(o->budget_ms, base.budget_ms);
+  // A probe that covered more than the old budget starts above what it covered.
+  probe.max_prefill_tokens = 512;
+  o = ReprobeAfter(before, EngineOptions{8, 1024, false}, probe, base);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->min_prefill_tokens, 512);
+  // Graphs switched: every decode batch again, no prefill.
+  o = ReprobeAfter(before, EngineOptions{8, 256, true}, probe, base);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->max_batch, 16);
+  EXPECT_EQ(o->max_prefill_tokens, 0);
+  EXPECT_EQ(o->min_prefill_tokens, 0);
+}
+
+TEST(StepProbeTest, MergeKeepsWhatAReprobeDidNotMeasure) {
+  StepProbe old;
+  old.series = {
+      {false, 1, 64, {10}}, {false, 8, 64, {20}}, {true, 16, 0, {30}}, {true, 256, 0, {40}}};
+  old.decode_context = 64;
+  old.graphs = true;
+  old.max_batch = 8;
+  old.max_prefill_tokens = 256;
+  StepProbe fresh;
+  fresh.series = {{true, 512, 0, {50}}, {true, 1024, 0, {60}}};
+  fresh.took_ms = 7;
+  StepProbeOptions o = Unbounded(0, 1024);
+  o.min_prefill_tokens = 256;
+  StepProbe m = MergeProbes(old, fresh, o);
+  EXPECT_EQ(Rows(m, false), (std::vector<int>{1, 8}));
+  EXPECT_EQ(Rows(m, true), (std::vector<int>{16, 256, 512, 1024}));
+  EXPECT_EQ(m.max_batch, 8);
+  EXPECT_EQ(m.max_prefill_tokens, 1024);
+  EXPECT_EQ(m.decode_context, 64);  // decode was not probed again
+  EXPECT_TRUE(m.graphs);
+  EXPECT_EQ(m.took_ms, 7);
+  // A decode re-probe replaces every decode series and keeps the prefill ones.
+  StepProbe decode;
+  decode.series = {{false, 1, 32, {11}}, {false, 2, 32, {12}}};
+  decode.decode_context = 32;
+  m = MergeProbes(old, decode, Unbounded(2, 0));
+  EXPECT_EQ(Rows(m, false), (std::vector<int>{1, 2}));
+  EXPECT_EQ(Rows(m, true), (std::vector<int>{16, 256}));
+  EXPECT_EQ(m.decode_context, 32);
+  EXPECT_FALSE(m.graphs);
+  // A full probe replaces everything.
+  m = MergeProbes(old, decode, Unbounded(2, 64));
+  EXPECT_EQ(Rows(m, true), std::vector<int>{});
+}
+
+TEST(StepProbeTest, AReprobeAddsLongerChunksToTheEnginesProbe) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE((*e)->ProbeSteps(Unbounded(4, 64)).ok());
+  StepProbeOptions o = Unbounded(0, 200);
+  o.min_prefill_tokens = 64;
+  auto p = (*e)->ProbeSteps(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // Returned and kept: the earlier decode batches and chunks, and the longer chunks.
+  EXPECT_EQ(Rows(*p, false), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(Rows(*p, true), (std::vector<int>{16, 32, 64, 128, 200}));
+  EXPECT_EQ(p->max_prefill_tokens, 200);
+  ASSERT_TRUE((*e)->step_probe().has_value());
+  EXPECT_EQ(Rows(*(*e)->step_probe(), true), Rows(*p, true));
+  testing_engine::WaitAllBlocksFree(e->get());
+}
+
 TEST(StepProbeTest, BadOptionsNameTheField) {
   auto e = Engine::Create(TinyConfig());
   ASSERT_TRUE(e.ok()) << e.status();
@@ -128,6 +211,11 @@ TEST(StepProbeTest, BadOptionsNameTheField) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("repeats"), std::string::npos);
+  o = StepProbeOptions{};
+  o.min_prefill_tokens = -1;
+  p = (*e)->ProbeSteps(o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("min_prefill_tokens"), std::string::npos);
   o = StepProbeOptions{};
   o.budget_ms = -1;
   p = (*e)->ProbeSteps(o);

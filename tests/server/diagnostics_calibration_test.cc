@@ -2,7 +2,8 @@
 // CUDA graph info; --save_calibration then --calibration=file round-trips it; a missing or
 // malformed file is an error naming --calibration_file. A calibration far below what the
 // server then achieves is flagged suspect (reports, GetServerInfo); Recalibrate measures
-// again between steps while requests stream, and clears the flag.
+// again between steps while requests stream, and clears the flag. A wider token budget from
+// UpdateEngineOptions probes the longer prefill chunks it allows.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -135,6 +136,45 @@ TEST(DiagnosticsCalibrationTest, ProbeStepsCanBeTurnedOff) {
   auto s = StartServer(config);
   ASSERT_NE(s, nullptr);
   EXPECT_FALSE(s->engine()->step_probe().has_value());
+}
+
+TEST(DiagnosticsCalibrationTest, WideningTheTokenBudgetProbesTheLongerChunks) {
+  ServerConfig config = DiagConfig();
+  config.engine.options.max_num_batched_tokens = 64;
+  auto s = StartServer(config);
+  ASSERT_NE(s, nullptr);
+  const std::optional<StepProbe> probe0 = s->engine()->step_probe();
+  ASSERT_TRUE(probe0.has_value());
+  ASSERT_EQ(probe0->max_prefill_tokens, 64);
+  v1::UpdateEngineOptionsRequest req;
+  req.set_max_num_batched_tokens(512);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(std::chrono::seconds(60)));
+  v1::UpdateEngineOptionsResponse resp;
+  ASSERT_TRUE(s->stub->UpdateEngineOptions(&ctx, req, &resp).ok());
+  // The probe runs once the reply is sent: wait for it.
+  std::optional<StepProbe> probe1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    probe1 = s->engine()->step_probe();
+    if (probe1.has_value() && probe1->unix_s > probe0->unix_s) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(probe1.has_value());
+  ASSERT_GT(probe1->unix_s, probe0->unix_s) << "no probe after the wider token budget";
+  std::vector<int> chunks, batches, batches0;
+  for (const ProbeSeries& p : probe1->series) (p.prefill ? chunks : batches).push_back(p.rows);
+  for (const ProbeSeries& p : probe0->series) {
+    if (!p.prefill) batches0.push_back(p.rows);
+  }
+  // The chunks probed at start stay, the longer ones the budget now allows are added (as the
+  // probe budget allows: at least the next size), and the decode batches are the start's.
+  ASSERT_GE(chunks.size(), 4u);
+  EXPECT_EQ(std::vector<int>(chunks.begin(), chunks.begin() + 4),
+            (std::vector<int>{16, 32, 64, 128}));
+  EXPECT_GT(probe1->max_prefill_tokens, 64);
+  EXPECT_LE(probe1->max_prefill_tokens, 512);
+  EXPECT_EQ(batches, batches0);
 }
 
 TEST(DiagnosticsCalibrationTest, BadFileFlagsAreErrorsNamingTheFlag) {
