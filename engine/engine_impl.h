@@ -20,6 +20,7 @@
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "kernels/backend.h"
+#include "kernels/schedstat.h"
 
 namespace saturn {
 
@@ -74,6 +75,9 @@ struct Engine::Impl {
                       const std::vector<RequestUpdate>& updates, std::vector<TokenEvent>* events);
   // Ends every request in `ids` with `reason` (error text when kError).
   void EndRequests(const std::vector<int64_t>& ids, FinishReason reason, const std::string& error);
+  // Tracks the engine thread and the backend's worker threads in sched_threads_ (once all
+  // workers have started).
+  void TrackSchedThreads();
 
   const EngineConfig config_;
   std::unique_ptr<Backend> backend_;
@@ -101,6 +105,9 @@ struct Engine::Impl {
   std::optional<StepProbe> step_probe_;     // guarded by mu_
   std::unordered_map<int64_t, Live> live_;  // engine thread only
   int64_t step_id_ = 0;                     // engine thread only
+  ThreadSchedSet sched_threads_;            // engine thread only: the threads that run steps
+  std::vector<int> sched_tids_;             // engine thread only: tracked in sched_threads_
+  bool sched_complete_ = false;             // engine thread only: every worker tracked
 
   std::deque<std::function<void(bool run)>>
       between_steps_;  // guarded by mu_; run=false: shutting down

@@ -2,6 +2,7 @@
 // loop (engine thread) drains the queue -> scheduler -> runner -> scheduler update -> events,
 // and writes one StepRecord per step. See engine.h for the data path; the state it works on is
 // Engine::Impl (engine_impl.h).
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -191,8 +192,26 @@ void Engine::Impl::AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
   }
 }
 
+void Engine::Impl::TrackSchedThreads() {
+  if (sched_complete_) return;
+  std::vector<int> tids = backend_->HostThreadIds();
+  tids.push_back(CurrentThreadId());
+  sched_complete_ = true;
+  for (int tid : tids) {
+    if (tid == 0) {
+      sched_complete_ = false;  // a worker not started yet: try again next step
+      continue;
+    }
+    if (std::find(sched_tids_.begin(), sched_tids_.end(), tid) != sched_tids_.end()) continue;
+    sched_tids_.push_back(tid);
+    sched_threads_.Track(tid);
+  }
+}
+
 bool Engine::Impl::Step() {
   StepRecord rec;
+  if (config_.instrument) TrackSchedThreads();
+  const SchedStat sched0 = config_.instrument ? sched_threads_.Read() : SchedStat{};
   rec.start_us = NowUs();
   StepPlan plan = scheduler_->Schedule();
   rec.schedule_us = NowUs() - rec.start_us;
@@ -267,6 +286,14 @@ bool Engine::Impl::Step() {
   for (size_t k = 0; k < updates.size(); ++k) Emit(updates[k].request_id, std::move(events[k]));
   rec.end_us = NowUs();
   rec.postprocess_us = rec.end_us - post0;
+  if (config_.instrument) {
+    const SchedStat sched1 = sched_threads_.Read();
+    rec.sched_known = sched0.available && sched1.available;
+    if (rec.sched_known) {
+      rec.sched_run_us = static_cast<double>(sched1.run_ns - sched0.run_ns) * 1e-3;
+      rec.sched_wait_us = static_cast<double>(sched1.wait_ns - sched0.wait_ns) * 1e-3;
+    }
+  }
   if (config_.instrument) steps_.Push(std::move(rec));
   return true;
 }

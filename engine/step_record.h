@@ -39,6 +39,12 @@ struct StepRecord {
   bool per_op_timed = false;
   int op_count = 0;
   double gap_us = 0;  // device idle between ops inside the span (span - busy)
+  // CPU contention: the threads that run the step (engine thread and the backend's workers),
+  // summed, from the kernel's schedstat: time on a core and time runnable but waiting for
+  // one, during the step. sched_known false where Linux does not expose them.
+  double sched_run_us = 0;
+  double sched_wait_us = 0;
+  bool sched_known = false;
 
   // Work.
   int num_seqs = 0;

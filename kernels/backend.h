@@ -129,6 +129,10 @@ class Backend {
   // nvidia-smi calls utilization), or -1 where the backend has no such counter (the CPU) or
   // it cannot be read now (no NVML). Any thread.
   virtual double DeviceUtilization() const { return -1; }
+  // Kernel ids of the threads besides the caller that run this backend's ops (the CPU pool's
+  // workers; none on CUDA, whose ops run on the device), so the engine can count the time
+  // they waited for a core (step_record.h: sched_wait_us). 0 for one not started yet.
+  virtual std::vector<int> HostThreadIds() const { return {}; }
 
   // --- memory ---------------------------------------------------------------------------
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -10,16 +11,15 @@
 
 namespace saturn {
 
-SchedStat ReadSchedStat(const char* path) {
+namespace {
+
+// "run_ns wait_ns timeslices" from an open schedstat file.
+SchedStat ParseFd(int fd) {
   SchedStat s;
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return s;
   char buf[128];
-  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
+  const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
   if (n <= 0) return s;
   buf[n] = '\0';
-  // "run_ns wait_ns timeslices"
   char* end = nullptr;
   const long long run = std::strtoll(buf, &end, 10);
   if (end == buf) return s;
@@ -29,6 +29,16 @@ SchedStat ReadSchedStat(const char* path) {
   s.run_ns = run;
   s.wait_ns = wait;
   s.available = true;
+  return s;
+}
+
+}  // namespace
+
+SchedStat ReadSchedStat(const char* path) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  const SchedStat s = ParseFd(fd);
+  close(fd);
   return s;
 }
 
@@ -48,6 +58,36 @@ SchedStat ReadProcessSchedStat() {
     total.available = true;
   }
   closedir(dir);
+  return total;
+}
+
+int CurrentThreadId() { return static_cast<int>(syscall(SYS_gettid)); }
+
+ThreadSchedSet::~ThreadSchedSet() {
+  for (int fd : fds_) close(fd);
+}
+
+bool ThreadSchedSet::Track(int tid) {
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/schedstat";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  if (!ParseFd(fd).available) {
+    close(fd);
+    return false;
+  }
+  fds_.push_back(fd);
+  return true;
+}
+
+SchedStat ThreadSchedSet::Read() const {
+  SchedStat total;
+  for (int fd : fds_) {
+    const SchedStat s = ParseFd(fd);
+    if (!s.available) continue;
+    total.run_ns += s.run_ns;
+    total.wait_ns += s.wait_ns;
+    total.available = true;
+  }
   return total;
 }
 

@@ -6,7 +6,9 @@
 // read while running can lag by up to a tick.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace saturn {
 
@@ -22,5 +24,27 @@ SchedStat ReadSchedStat(const char* path);
 SchedStat ReadThreadSchedStat();
 // Summed over every thread of this process (/proc/self/task/*/schedstat).
 SchedStat ReadProcessSchedStat();
+// The calling thread's kernel id (gettid).
+int CurrentThreadId();
+
+// The summed counters of a fixed set of this process's threads, read often and cheaply: each
+// file stays open and a read is one pread per thread (about 0.6 us each on Linux 6). A
+// thread whose file cannot be opened is left out; none tracked: available = false. Not
+// thread-safe; the owner reads it.
+class ThreadSchedSet {
+ public:
+  ThreadSchedSet() = default;
+  ~ThreadSchedSet();
+  ThreadSchedSet(const ThreadSchedSet&) = delete;
+  ThreadSchedSet& operator=(const ThreadSchedSet&) = delete;
+
+  // Starts tracking thread `tid` of this process; false if its counters cannot be read.
+  bool Track(int tid);
+  size_t size() const { return fds_.size(); }
+  SchedStat Read() const;
+
+ private:
+  std::vector<int> fds_;
+};
 
 }  // namespace saturn

@@ -98,6 +98,9 @@ struct AnalyzerThresholds {
   double far_below_roofs = 0.5;
   // A verdict from fewer complete steps than this is qualified (the window is too short).
   int min_window_steps = 3;
+  // Contended: the steps' threads had a core for under this share of their runnable time
+  // (the verdict says so; the calibrated launch share is judged on the time they ran).
+  double contended_run_share = 0.9;
 };
 
 // The self-check of the ceilings against what the window achieved (self_check.cc).
@@ -185,7 +188,9 @@ struct Verdict {
   bool far_below_roofs = false;    // under AnalyzerThresholds::far_below_roofs of both
   std::vector<Headroom> headroom;  // classes furthest below their roof, largest loss first
   std::string window_note;         // the window was too short / widened / a step was in flight
-  double run_share = 1;            // AnalyzerContext::run_share: contention from other processes
+  // Contention: the share of their runnable time the steps' threads had a core (StepRecord
+  // sched_*), or AnalyzerContext::run_share where no step measured it; in [0.05, 1].
+  double run_share = 1;
   CalibrationCheck calibration_check;
 };
 

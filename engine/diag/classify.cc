@@ -62,6 +62,18 @@ void NameHeadroom(const std::vector<StepRecord>& steps, const Profile& p, const 
   if (v->headroom.size() > 3) v->headroom.resize(3);
 }
 
+// Of the time the threads running the steps were runnable, the share they had a core
+// (StepRecord sched_*); -1 when no step measured it.
+double StepRunShare(const std::vector<StepRecord>& steps) {
+  double run = 0, wait = 0;
+  for (const StepRecord& r : steps) {
+    if (!r.sched_known) continue;
+    run += std::max(0.0, r.sched_run_us);
+    wait += std::max(0.0, r.sched_wait_us);
+  }
+  return run + wait > 0 ? run / (run + wait) : -1;
+}
+
 }  // namespace
 
 const char* BottleneckName(Bottleneck b) {
@@ -73,14 +85,18 @@ const char* BottleneckName(Bottleneck b) {
 Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
                  const AnalyzerContext& ctx, const AnalyzerThresholds& th) {
   Verdict v;
-  v.run_share = ctx.run_share;
+  // The steps' own threads over the window where measured, else the server's since the
+  // previous report.
+  const double step_share = StepRunShare(steps);
+  v.run_share = std::clamp(step_share >= 0 ? step_share : ctx.run_share, 0.05, 1.0);
   v.signals.push_back(Above("engine_idle_share", p.idle_share, th.idle_share,
                             "TensorRT-LLM idle ratio > 0.30; HTA idle time",
                             "no step ran for this share of the window: the engine waits for "
                             "requests"));
   if (steps.empty()) {
-    if (p.edge_busy_us > 0) {
-      // Busy all along, but no step finished inside the window: nothing to judge yet.
+    if (p.edge_busy_us > 0 && !v.signals[0].crossed) {
+      // Busy (nearly) all along, but no step finished inside the window: nothing to judge
+      // yet. A sliver of a step at an edge (the last one's event delivery) is still idle.
       v.bottleneck = Bottleneck::kUnknown;
       v.summary = absl::StrFormat(
           "UNKNOWN: a step ran through %.0f%% of the %.1f s window without finishing inside it; "
@@ -116,8 +132,13 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
       Above("overhead_vs_roofline_floor", floor > 0 ? overhead / floor : 1e9, 1.0, kCalibrated,
             "op count x dispatch cost + host phases exceed the time the step's "
             "FLOPs and bytes need at the calibrated ceilings");
-  Signal ls = Above("launch_share", launch / wall, th.launch_share, kTrtllm,
-                    "op dispatch (op count x calibrated cost) / step time");
+  // The dispatch cost was calibrated on a core of its own; under contention the steps' wall
+  // time also holds the time their threads waited for a core, so the share is of the time
+  // they ran (wall x run share).
+  Signal ls = Above("launch_share", launch / (wall * v.run_share), th.launch_share, kTrtllm,
+                    v.run_share < 1 ? "op dispatch (op count x calibrated cost) / the step time "
+                                      "the engine's threads had a core (wall x cpu_run_share)"
+                                    : "op dispatch (op count x calibrated cost) / step time");
   Signal hs = Above("host_share", host / wall, th.host_share, kTrtllm,
                     "schedule + prepare + postprocess + loop gaps / step time");
   const double gap_th = graphs ? th.device_gap_share_graphs : th.device_gap_share;
@@ -139,6 +160,13 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
                       "vLLM num_requests_running vs max_num_seqs",
                       "mean batch / max_num_seqs: the batch is far under what the server allows");
   v.signals.insert(v.signals.end(), {q, fill});
+  if (v.run_share < 1) {
+    v.signals.push_back(Below("cpu_run_share", v.run_share, th.contended_run_share,
+                              "Linux schedstat (run time vs run-queue wait, as perf sched)",
+                              "of the time the engine's threads were runnable, the share they "
+                              "had a core: under it, other processes held the cores and every "
+                              "step ran slower for it"));
+  }
   const bool demand_limited =
       q.crossed && fill.crossed && v.step_bound != Bottleneck::kComputeBound;
 
@@ -201,13 +229,18 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
                           100 * h.step_saved_share, h.speedup));
     }
     v.summary.pop_back();
-    if (ctx.run_share < 0.9) {
+    if (v.run_share < th.contended_run_share) {
       absl::StrAppend(&v.summary,
                       absl::StrFormat("; the server's threads ran only %.0f%% of the time they "
                                       "were runnable (other processes held the cores), so part "
                                       "of this gap is theirs, not the kernels'",
-                                      100 * ctx.run_share));
+                                      100 * v.run_share));
     }
+  } else if (v.run_share < th.contended_run_share && !steps.empty()) {
+    absl::StrAppend(&v.summary,
+                    absl::StrFormat(" (contended: the engine's threads ran %.0f%% of the time "
+                                    "they were runnable; other processes held the cores)",
+                                    100 * v.run_share));
   }
   // Too few complete steps: say so (the server widens the window when it can, see
   // diagnostics_state.cc; when it could not, the verdict stands qualified).

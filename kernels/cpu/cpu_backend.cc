@@ -58,6 +58,7 @@ class CpuBackend final : public Backend {
     return pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * page_size : 0;
   }
   bool per_op_timing_is_cheap() const override { return true; }
+  std::vector<int> HostThreadIds() const override { return pool_.worker_thread_ids(); }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     // aligned_alloc wants a multiple of the alignment; zero bytes still gets a real pointer.

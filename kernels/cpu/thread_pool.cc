@@ -11,6 +11,7 @@
 
 #include "kernels/clock.h"
 #include "kernels/cpu/poll_governor.h"
+#include "kernels/schedstat.h"
 
 namespace saturn::cpu {
 namespace {
@@ -42,8 +43,16 @@ bool YieldUntil(int64_t spin_us, const Done& done) {
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads, int64_t spin_us) : spin_us_(std::max<int64_t>(0, spin_us)) {
-  for (int i = 1; i < std::clamp(num_threads, 1, kMaxThreads); ++i)
-    workers_.emplace_back([this] { WorkerLoop(); });
+  const size_t n = static_cast<size_t>(std::clamp(num_threads, 1, kMaxThreads) - 1);
+  worker_tids_ = std::make_unique<std::atomic<int>[]>(n);
+  for (size_t i = 0; i < n; ++i) worker_tids_[i].store(0);
+  for (size_t i = 0; i < n; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+}
+
+std::vector<int> ThreadPool::worker_thread_ids() const {
+  std::vector<int> out;
+  for (size_t i = 0; i < workers_.size(); ++i) out.push_back(worker_tids_[i].load());
+  return out;
 }
 
 ThreadPool::~ThreadPool() {
@@ -76,7 +85,8 @@ bool ThreadPool::RunChunks() {
   return ran;
 }
 
-void ThreadPool::WorkerLoop() {
+void ThreadPool::WorkerLoop(size_t index) {
+  worker_tids_[index].store(CurrentThreadId());
   const auto posted = [&] { return stop_.load() || HasWork(state_.load()); };
   PollGovernor governor(spin_us_);
   int64_t backoffs = 0;

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -40,6 +41,8 @@ class ThreadPool {
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
   // How often a worker stopped polling because its core was contended (PollGovernor).
   int64_t poll_backoffs() const { return poll_backoffs_.load(std::memory_order_relaxed); }
+  // The workers' kernel thread ids (0 for one that has not started yet).
+  std::vector<int> worker_thread_ids() const;
 
   // Calls fn(begin, end) on disjoint chunks covering [0, n) and returns when all are done.
   // Chunks hold at least `grain` items (so small ops stay on the calling thread) and are
@@ -50,13 +53,14 @@ class ThreadPool {
   void Park() { parked_.store(true, std::memory_order_relaxed); }
 
  private:
-  void WorkerLoop();
+  void WorkerLoop(size_t index);
   // Claims and runs chunks of the current job while any are left; false if none was.
   bool RunChunks();
 
   const int64_t spin_us_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;  // only for sleeping and waking
+  std::unique_ptr<std::atomic<int>[]> worker_tids_;  // one per worker, set as it starts
+  std::mutex mu_;                                    // only for sleeping and waking
   std::condition_variable wake_cv_;
   std::condition_variable done_cv_;
   // The job: [id:32][chunks:16][next chunk:16]. A chunk is claimed by a compare-exchange

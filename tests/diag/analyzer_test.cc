@@ -72,6 +72,53 @@ TEST(AnalyzerTest, TinyModelWithBigOverheadIsLaunchBound) {
   EXPECT_GT(r.profile.launch_share, 0.2);
 }
 
+// Other processes held the cores: every step of a launch-bound window took 12x as long, its
+// threads waiting for a core 11/12 of the time they were runnable (schedstat). The calibrated
+// dispatch cost is judged on the time they ran, so the class stands, and the verdict says
+// the machine was contended.
+TEST(AnalyzerTest, ContentionDoesNotHideALaunchBoundWindow) {
+  TrueModel t;
+  t.host_us = 0;  // only the launch share can say launch-bound
+  StepSpec s;
+  s.max_num_seqs = 1;
+  const auto ctx = testing_diag::TestContext(testing_diag::Micro(), 1);
+  const auto quiet = testing_diag::Steps(testing_diag::Micro(), t, s, 50);
+  constexpr double kSlow = 12;
+  std::vector<StepRecord> slow = quiet, measured;
+  double at = 0;
+  for (StepRecord& r : slow) {
+    const double wall = r.wall_us();
+    r.start_us = at;
+    r.end_us = at + kSlow * wall;
+    r.device_busy_us *= kSlow;
+    r.device_span_us *= kSlow;
+    r.issue_us *= kSlow;
+    for (OpClassStats& c : r.by_class) c.device_us *= kSlow;
+    at = r.end_us;
+    StepRecord m = r;
+    m.sched_known = true;
+    m.sched_run_us = 2 * wall;  // two threads, each on a core for the quiet step's time
+    m.sched_wait_us = 2 * (kSlow - 1) * wall;
+    measured.push_back(m);
+  }
+  const auto q = AnalyzeWindow(quiet, ctx);
+  ASSERT_EQ(q.verdict.bottleneck, Bottleneck::kLaunchBound) << q.verdict.summary;
+  EXPECT_EQ(q.verdict.run_share, 1);
+  for (const Signal& sig : q.verdict.signals) EXPECT_NE(sig.name, "cpu_run_share");
+
+  // Without the steps' scheduler counters the contended window's launch share is 12x smaller.
+  const auto blind = AnalyzeWindow(slow, ctx);
+  const double blind_share = Find(blind.verdict, "launch_share").value;
+  EXPECT_NEAR(blind_share * kSlow, Find(q.verdict, "launch_share").value, 1e-6);
+
+  const auto r = AnalyzeWindow(measured, ctx);
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kLaunchBound) << r.verdict.summary;
+  EXPECT_NEAR(r.verdict.run_share, 1 / kSlow, 1e-9);
+  EXPECT_NEAR(Find(r.verdict, "launch_share").value, blind_share * kSlow, 1e-6);
+  EXPECT_TRUE(Find(r.verdict, "cpu_run_share").crossed);
+  EXPECT_NE(r.verdict.summary.find("contended"), std::string::npos) << r.verdict.summary;
+}
+
 TEST(AnalyzerTest, IdleServerIsUnderloaded) {
   StepSpec s;  // each request arrives after a pause and is served in one prefill step
   s.running = 1;

@@ -175,5 +175,16 @@ TEST(WindowTest, OnlyAStepInFlightIsUnknownNotIdle) {
   EXPECT_LT(r.profile.idle_share, 0.01);
 }
 
+
+TEST(WindowTest, ASliverOfAStepAtTheEdgeIsStillIdle) {
+  // The window began while the previous step delivered its last events (its end_us is set
+  // after them): 1 ms of a 300 ms window is busy, the rest idle.
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  ctx.edge_busy_us = 1e3;
+  const auto r = Analyze({}, 0, 3e5, testing_diag::TestCalibration(), ctx);
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kUnderloaded) << r.verdict.summary;
+  EXPECT_GT(r.profile.idle_share, 0.99);
+}
+
 }  // namespace
 }  // namespace saturn
