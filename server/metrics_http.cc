@@ -54,6 +54,10 @@ void EngineMetrics(const Engine& engine, DiagnosticsState* diag, double window_s
         p.tokens_per_s, out);
   Gauge("saturn:mean_batch_seqs", "Mean sequences per step over the window.", p.mean_batch_seqs,
         out);
+  Gauge("saturn:cpu_run_share",
+        "Of the time the threads running the window's steps were runnable, the share they had a "
+        "core (schedstat; under 1: other processes held the cores).",
+        r.verdict.run_share, out);
   Gauge("saturn:plan_actions", "Actions in the window's saturation plan.",
         static_cast<double>(r.plan.actions.size()), out);
 }

@@ -112,6 +112,8 @@ TEST(MetricsEndpointTest, ServesParseableTextWithCountersMatchingRequests) {
   for (const char* g : {"saturn:mfu", "saturn:mbu", "saturn:busy_fraction"}) {
     EXPECT_GE(v.at(g), 0) << g;
   }
+  EXPECT_GT(v.at("saturn:cpu_run_share"), 0);
+  EXPECT_LE(v.at("saturn:cpu_run_share"), 1);
   EXPECT_GT(v.at("saturn:calibrated_gemm_flops"), 0);
   EXPECT_GT(v.at("saturn:calibrated_bandwidth_bytes"), 0);
   EXPECT_GE(v.at("saturn:calibration_age_seconds"), 0);
