@@ -127,7 +127,8 @@ absl::Status StepProbeOptions::Validate() const {
 std::optional<StepProbeOptions> ReprobeAfter(const EngineOptions& before,
                                              const EngineOptions& after, const StepProbe& probe,
                                              StepProbeOptions base) {
-  base.min_prefill_tokens = std::max(before.max_num_batched_tokens, probe.max_prefill_tokens);
+  base.min_prefill_tokens = std::max(
+      {before.max_num_batched_tokens, probe.max_prefill_tokens, probe.requested_prefill_tokens});
   base.max_prefill_tokens =
       after.max_num_batched_tokens > base.min_prefill_tokens ? after.max_num_batched_tokens : 0;
   if (base.max_prefill_tokens == 0) base.min_prefill_tokens = 0;
@@ -154,6 +155,12 @@ StepProbe MergeProbes(const StepProbe& old, StepProbe fresh, const StepProbeOpti
     fresh.graphs = old.graphs;
   }
   fresh.truncated = fresh.truncated || old.truncated;
+  if (!prefill) {
+    fresh.requested_prefill_tokens = old.requested_prefill_tokens;
+  } else if (options.min_prefill_tokens > 0) {
+    fresh.requested_prefill_tokens =
+        std::max(fresh.requested_prefill_tokens, old.requested_prefill_tokens);
+  }
   fresh.max_batch = fresh.max_prefill_tokens = 0;
   for (const ProbeSeries& s : fresh.series) {
     int& m = s.prefill ? fresh.max_prefill_tokens : fresh.max_batch;
@@ -185,6 +192,7 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
   // Prefill: sequences enough for the longest chunk, max_model_len tokens each (taken first:
   // they are few, the decode batches many).
   const int max_chunk = o.max_prefill_tokens;
+  probe.requested_prefill_tokens = max_chunk;
   bool have_prefill_seqs = max_chunk >= 1;
   for (int left = max_chunk; left > 0 && have_prefill_seqs; left -= max_model_len) {
     have_prefill_seqs = seqs.Add(std::min(left, max_model_len));

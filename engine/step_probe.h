@@ -55,12 +55,15 @@ struct StepProbe {
   double unix_s = 0;  // when probed (wall clock)
   int max_batch = 0;  // the largest decode batch / prefill chunk measured (0: none)
   int max_prefill_tokens = 0;
+  int requested_prefill_tokens = 0;  // the longest chunk asked for (measured or left out)
 };
 
 // What an options change left unmeasured, as the probe to run (nullopt: nothing): prefill
 // chunks longer than `before` allowed when max_num_batched_tokens widened past what `probe`
-// covered, and every decode batch when CUDA graphs were switched (replays change decode step
-// times). `base` carries the budget and batch limit.
+// covered or asked for (a chunk the budget left out once is not tried again: widening and
+// narrowing back and forth pauses serving once, not each time), and every decode batch when
+// CUDA graphs were switched (replays change decode step times). `base` carries the budget
+// and batch limit.
 std::optional<StepProbeOptions> ReprobeAfter(const EngineOptions& before,
                                              const EngineOptions& after, const StepProbe& probe,
                                              StepProbeOptions base);

@@ -142,6 +142,15 @@ TEST(StepProbeTest, AReprobeCoversOnlyWhatAnOptionsChangeOpened) {
   o = ReprobeAfter(before, EngineOptions{8, 1024, false}, probe, base);
   ASSERT_TRUE(o.has_value());
   EXPECT_EQ(o->min_prefill_tokens, 512);
+  // Chunks asked for once and left out by the budget are not tried again.
+  probe.requested_prefill_tokens = 1024;
+  EXPECT_FALSE(
+      ReprobeAfter(EngineOptions{8, 128, false}, EngineOptions{8, 1024, false}, probe, base)
+          .has_value());
+  o = ReprobeAfter(EngineOptions{8, 128, false}, EngineOptions{8, 2048, false}, probe, base);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->min_prefill_tokens, 1024);
+  probe.requested_prefill_tokens = 0;
   // Graphs switched: every decode batch again, no prefill.
   o = ReprobeAfter(before, EngineOptions{8, 256, true}, probe, base);
   ASSERT_TRUE(o.has_value());
@@ -197,6 +206,7 @@ TEST(StepProbeTest, AReprobeAddsLongerChunksToTheEnginesProbe) {
   EXPECT_EQ(Rows(*p, false), (std::vector<int>{1, 2, 4}));
   EXPECT_EQ(Rows(*p, true), (std::vector<int>{16, 32, 64, 128, 200}));
   EXPECT_EQ(p->max_prefill_tokens, 200);
+  EXPECT_EQ(p->requested_prefill_tokens, 200);
   ASSERT_TRUE((*e)->step_probe().has_value());
   EXPECT_EQ(Rows(*(*e)->step_probe(), true), Rows(*p, true));
   testing_engine::WaitAllBlocksFree(e->get());
