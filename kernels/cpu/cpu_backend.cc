@@ -143,7 +143,7 @@ class CpuBackend final : public Backend {
     return cpu::Attention(pool_, kernels_, q, k_cache, v_cache, batch, shape, out);
   }
   absl::Status DoSwiGlu(const Tensor& gate_up, const Tensor& out) override {
-    return cpu::SwiGlu(pool_, gate_up, out);
+    return cpu::SwiGlu(pool_, kernels_, gate_up, out);
   }
   absl::Status DoAdd(const Tensor& a, const Tensor& b, const Tensor& out) override {
     return cpu::Add(pool_, a, b, out);

@@ -58,6 +58,8 @@ constexpr size_t kBlockedPackFloats = kBlockedKc * kBlockedNc;  // 512 KiB
 struct IsaKernels {
   Isa isa;
   void (*attend_tile)(const AttnTile& tile, float* scratch);
+  // o[0, n) = silu(g) * u elementwise (SwiGLU's one row).
+  void (*swiglu_row)(const float* g, const float* u, float* o, int64_t n);
   void (*skinny_f32)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
   // bf16 weights widened to f32 in registers; f32 x and accumulation.
   void (*skinny_bf16)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);

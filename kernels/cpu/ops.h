@@ -36,7 +36,8 @@ absl::Status KvWrite(ThreadPool& pool, const Tensor& k, const Tensor& v, const T
 absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor& q,
                        const Tensor& k_cache, const Tensor& v_cache, const AttentionBatch& batch,
                        const AttentionShape& shape, const Tensor& out);
-absl::Status SwiGlu(ThreadPool& pool, const Tensor& gate_up, const Tensor& out);
+absl::Status SwiGlu(ThreadPool& pool, const IsaKernels& kernels, const Tensor& gate_up,
+                    const Tensor& out);
 absl::Status Add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);
 absl::Status GatherRows(ThreadPool& pool, const Tensor& x, const Tensor& indices,
                         const Tensor& out);
