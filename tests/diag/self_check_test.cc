@@ -175,7 +175,6 @@ TEST(WindowTest, OnlyAStepInFlightIsUnknownNotIdle) {
   EXPECT_LT(r.profile.idle_share, 0.01);
 }
 
-
 TEST(WindowTest, ASliverOfAStepAtTheEdgeIsStillIdle) {
   // The window began while the previous step delivered its last events (its end_us is set
   // after them): 1 ms of a 300 ms window is busy, the rest idle.
