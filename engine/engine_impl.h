@@ -106,7 +106,6 @@ struct Engine::Impl {
   std::unordered_map<int64_t, Live> live_;  // engine thread only
   int64_t step_id_ = 0;                     // engine thread only
   ThreadSchedSet sched_threads_;            // engine thread only: the threads that run steps
-  std::vector<int> sched_tids_;             // engine thread only: tracked in sched_threads_
   bool sched_complete_ = false;             // engine thread only: every worker tracked
 
   std::deque<std::function<void(bool run)>>

@@ -2,7 +2,6 @@
 // loop (engine thread) drains the queue -> scheduler -> runner -> scheduler update -> events,
 // and writes one StepRecord per step. See engine.h for the data path; the state it works on is
 // Engine::Impl (engine_impl.h).
-#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -202,8 +201,6 @@ void Engine::Impl::TrackSchedThreads() {
       sched_complete_ = false;  // a worker not started yet: try again next step
       continue;
     }
-    if (std::find(sched_tids_.begin(), sched_tids_.end(), tid) != sched_tids_.end()) continue;
-    sched_tids_.push_back(tid);
     sched_threads_.Track(tid);
   }
 }
@@ -293,8 +290,8 @@ bool Engine::Impl::Step() {
       rec.sched_run_us = static_cast<double>(sched1.run_ns - sched0.run_ns) * 1e-3;
       rec.sched_wait_us = static_cast<double>(sched1.wait_ns - sched0.wait_ns) * 1e-3;
     }
+    steps_.Push(std::move(rec));
   }
-  if (config_.instrument) steps_.Push(std::move(rec));
   return true;
 }
 

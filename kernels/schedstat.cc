@@ -68,6 +68,9 @@ ThreadSchedSet::~ThreadSchedSet() {
 }
 
 bool ThreadSchedSet::Track(int tid) {
+  for (int t : tids_) {
+    if (t == tid) return true;
+  }
   const std::string path = "/proc/self/task/" + std::to_string(tid) + "/schedstat";
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -75,6 +78,7 @@ bool ThreadSchedSet::Track(int tid) {
     close(fd);
     return false;
   }
+  tids_.push_back(tid);
   fds_.push_back(fd);
   return true;
 }

@@ -6,7 +6,6 @@
 // read while running can lag by up to a tick.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -38,13 +37,13 @@ class ThreadSchedSet {
   ThreadSchedSet(const ThreadSchedSet&) = delete;
   ThreadSchedSet& operator=(const ThreadSchedSet&) = delete;
 
-  // Starts tracking thread `tid` of this process; false if its counters cannot be read.
+  // Starts tracking thread `tid` of this process (once: a tracked tid is left as it is);
+  // false if its counters cannot be read.
   bool Track(int tid);
-  size_t size() const { return fds_.size(); }
   SchedStat Read() const;
 
  private:
-  std::vector<int> fds_;
+  std::vector<int> tids_, fds_;  // side by side
 };
 
 }  // namespace saturn

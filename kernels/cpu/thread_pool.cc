@@ -44,8 +44,7 @@ bool YieldUntil(int64_t spin_us, const Done& done) {
 
 ThreadPool::ThreadPool(int num_threads, int64_t spin_us) : spin_us_(std::max<int64_t>(0, spin_us)) {
   const size_t n = static_cast<size_t>(std::clamp(num_threads, 1, kMaxThreads) - 1);
-  worker_tids_ = std::make_unique<std::atomic<int>[]>(n);
-  for (size_t i = 0; i < n; ++i) worker_tids_[i].store(0);
+  worker_tids_ = std::make_unique<std::atomic<int>[]>(n);  // value-initialised: 0
   for (size_t i = 0; i < n; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
