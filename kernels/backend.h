@@ -143,6 +143,10 @@ class Backend {
   // bounce copy), 64-byte aligned ordinary memory elsewhere. Released with FreeHost.
   virtual absl::StatusOr<void*> AllocateHost(size_t bytes);
   virtual void FreeHost(void* ptr);
+  // Sets dst's bytes to zero, committing its memory (setup, not a step's op): a CPU
+  // allocation is otherwise mapped on first touch, so reads of never-written memory hit one
+  // shared zero page in cache and run far faster than reads of real data would.
+  virtual absl::Status Zero(const Tensor& dst) = 0;
   // Converts host f32 values to dst.dtype and copies them (used for weights).
   virtual absl::Status UploadF32(const float* host, const Tensor& dst) = 0;
   // Waits for all issued work, then copies src into host memory.

@@ -81,6 +81,12 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status Zero(const Tensor& dst) override {
+    if (dst.bytes() == 0) return absl::OkStatus();
+    if (dst.data == nullptr) return absl::InvalidArgumentError("zero: null device pointer");
+    return cpu::Zero(pool_, dst);  // on the pool's threads: each first-touches its share
+  }
+
   absl::Status UploadF32(const float* host, const Tensor& dst) override {
     const int64_t n = dst.numel();
     if (n == 0) return absl::OkStatus();

@@ -50,4 +50,11 @@ absl::Status Copy(ThreadPool& pool, const Tensor& src, const Tensor& dst) {
   return absl::OkStatus();
 }
 
+absl::Status Zero(ThreadPool& pool, const Tensor& dst) {
+  pool.ParallelFor(static_cast<int64_t>(dst.bytes()), 1 << 20, [&](int64_t begin, int64_t end) {
+    std::memset(static_cast<char*>(dst.data) + begin, 0, end - begin);
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace saturn::cpu

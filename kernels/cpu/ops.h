@@ -42,6 +42,8 @@ absl::Status Add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tenso
 absl::Status GatherRows(ThreadPool& pool, const Tensor& x, const Tensor& indices,
                         const Tensor& out);
 absl::Status Copy(ThreadPool& pool, const Tensor& src, const Tensor& dst);
+// Zero-fills dst on the pool's threads (each first-touches the pages it writes).
+absl::Status Zero(ThreadPool& pool, const Tensor& dst);
 absl::Status Sample(ThreadPool& pool, const Tensor& logits, const SamplingBatch& params,
                     const Tensor& tokens);
 

@@ -86,6 +86,13 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
     return absl::OkStatus();
   }
+  absl::Status Zero(const Tensor& dst) override {
+    RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "Zero"));
+    if (dst.bytes() == 0) return absl::OkStatus();
+    CUDA_CHECK(UseDevice(device_));
+    CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.bytes(), stream_));
+    return absl::OkStatus();
+  }
   absl::StatusOr<void*> AllocateHost(size_t bytes) override {
     RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "AllocateHost"));
     CUDA_CHECK(UseDevice(device_));

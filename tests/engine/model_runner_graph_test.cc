@@ -45,6 +45,10 @@ class CapturingBackend final : public Backend {
     if (absl::Status s = Host("upload"); !s.ok()) return s;
     return cpu_->Upload(host, dst);
   }
+  absl::Status Zero(const Tensor& dst) override {
+    if (absl::Status s = Host("zero"); !s.ok()) return s;
+    return cpu_->Zero(dst);
+  }
   absl::Status UploadF32(const float* host, const Tensor& dst) override {
     if (absl::Status s = Host("upload_f32"); !s.ok()) return s;
     return cpu_->UploadF32(host, dst);

@@ -1,8 +1,14 @@
 // The CPU backend itself (kernels/cpu/cpu_backend.cc): its identity and properties,
-// its poll-time setting's checks, 64-byte aligned allocations, UploadF32's bf16/f16 rounding, and
-// the per-op records a step returns. Each op's arithmetic has its own test file (cpu_<op>_test.cc).
+// its poll-time setting's checks, 64-byte aligned allocations, Zero, UploadF32's bf16/f16 rounding,
+// and the per-op records a step returns. Each op's arithmetic has its own test file
+// (cpu_<op>_test.cc).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "tests/kernels/cpu_test_util.h"
@@ -56,6 +62,34 @@ TEST(CpuBackendTest, AllocationIsAligned) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 64, 0u);
     EXPECT_EQ(buf->bytes(), bytes);
   }
+}
+
+// Zero writes every byte (over earlier contents) and leaves the pages resident: a buffer only
+// allocated reads as the kernel's shared zero page, which is what Zero is there to prevent
+// (the KV cache, model_runner.cc).
+TEST(CpuBackendTest, ZeroWritesEveryByteAndCommitsThePages) {
+  std::unique_ptr<Backend> b = MakeCpu(2);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = 64 * page + 12;  // spans many pages; ends mid-page
+  absl::StatusOr<DeviceBuffer> buf = b->Allocate(bytes);
+  ASSERT_TRUE(buf.ok());
+  const Tensor all = buf->View(DType::kI32, 1, int64_t(bytes / 4));
+  std::vector<int32_t> junk(bytes / 4, -1);
+  ASSERT_TRUE(b->Upload(junk.data(), all).ok());
+  ASSERT_TRUE(b->Zero(all).ok());
+  std::vector<int32_t> back(bytes / 4, 7);
+  ASSERT_TRUE(b->Download(all, back.data()).ok());
+  EXPECT_EQ(std::count(back.begin(), back.end(), 0), int64_t(back.size()));
+
+  absl::StatusOr<DeviceBuffer> fresh = b->Allocate(256 * page);  // never written
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE(b->Zero(fresh->View(DType::kI32, 1, int64_t(256 * page / 4))).ok());
+  const uintptr_t first = reinterpret_cast<uintptr_t>(fresh->data()) / page * page;
+  const size_t span = reinterpret_cast<uintptr_t>(fresh->data()) + 256 * page - first;
+  std::vector<unsigned char> resident((span + page - 1) / page);
+  ASSERT_EQ(mincore(reinterpret_cast<void*>(first), span, resident.data()), 0);
+  for (size_t i = 0; i < resident.size(); ++i) EXPECT_TRUE(resident[i] & 1) << "page " << i;
+  EXPECT_TRUE(b->Zero(Tensor{}).ok());  // nothing to do
 }
 
 TEST(CpuBackendTest, UploadF32ConvertsWithRoundToNearestEven) {
