@@ -50,17 +50,27 @@ struct Predictor {
     return std::max(t, 1e-3);
   }
   double DecodeTps(int b, bool graphs) const { return b / DecodeUs(b, graphs) * 1e6; }
-  // A step of `budget` prefill tokens (one chunk) next to `decodes` decode rows.
+  // A step of `budget` rows: one prefill chunk next to `decodes` decode rows.
   double MixedUs(int budget, int decodes) const {
     const StepShape s = MixedShape(1, std::max(1, budget - decodes), 0, decodes, context, true);
     return model.PredictUs(EstimateStepCost(ctx.model, ctx.dtype_bytes, s, ctx.weight_dtype_bytes),
                            decodes + 1);
+  }
+  // A step of `rows` rows, `decode_rows` of them decodes, over one of pure prefill.
+  double MixRatio(double rows, double decode_rows) const {
+    const int r = std::max(1, int(std::lround(rows)));
+    const int d = std::clamp(int(std::lround(decode_rows)), 0, r - 1);
+    const double pure = MixedUs(r, 0);
+    return pure > 0 ? MixedUs(r, d) / pure : 1;
   }
 };
 
 // Step time from the window's measured curve inside its range; outside it the fitted model,
 // scaled to agree with the curve at the nearest measured point, flagged, with the wider error
 // Interpolate gives for that distance.
+// The curve's prefill points stand for pure prefill chunks (MeasuredCurve moves the window's
+// mixed steps there); a step whose chunk shares it with `decode_rows` decodes costs the cost
+// model's ratio more (a decode row attends over its whole context and takes a logits row).
 struct CurveLookupFn {
   const Predictor& pred;
   const StepCurve& curve;
@@ -69,7 +79,12 @@ struct CurveLookupFn {
     return prefill ? pred.MixedUs(std::max(1, int(std::lround(rows))), 0)
                    : pred.DecodeUs(std::max(1, int(std::lround(rows))), graphs);
   }
-  CurveLookup operator()(double rows, bool prefill) const {
+  CurveLookup operator()(double rows, double decode_rows, bool prefill) const {
+    CurveLookup l = PureLookup(rows, prefill);
+    if (prefill && decode_rows >= 0.5) l.us *= pred.MixRatio(rows, decode_rows);
+    return l;
+  }
+  CurveLookup PureLookup(double rows, bool prefill) const {
     // The curve was measured with the graph setting in force; another setting is the model's.
     static const std::vector<CurvePoint> kNone;
     const std::vector<CurvePoint>& pts = graphs != pred.graphs_now ? kNone
@@ -91,11 +106,28 @@ struct CurveLookupFn {
 };
 
 // The window's own curve, extended by the probed one when it was measured with the graph
-// setting in force. Probed decode points were timed at the probe's context: each is moved to
-// the window's context by the fitted model's ratio at that batch (attention grows with it).
+// setting in force, all at the plan's context (pred.context: the mix's steady state where the
+// mix is known). Window decode points were timed at the window's context, probed ones at the
+// probe's: each is moved by the fitted model's ratio at that batch (attention grows with it).
 StepCurve MeasuredCurve(const std::vector<StepRecord>& steps, const Predictor& pred,
-                        const AnalyzerContext& ctx, Plan* plan) {
+                        double window_context, const AnalyzerContext& ctx, Plan* plan) {
   StepCurve curve = CurveFromSteps(steps);
+  // The window's steps ran at its own context; the plan's is the mix's steady state.
+  Predictor at_window = pred;
+  at_window.context = window_context;
+  for (CurvePoint& p : curve.decode) {
+    const int b = std::max(1, int(std::lround(p.x)));
+    const double there = at_window.DecodeUs(b, pred.graphs_now);
+    if (there > 0) p.us *= pred.DecodeUs(b, pred.graphs_now) / there;
+  }
+  // The window's mixed steps moved to pure prefill chunks of the same rows (CurveLookupFn
+  // moves them back to the mix asked for): the probe's chunks and the plan's mix then compare
+  // like with like (measured: with 24 decodes in a 107-row step it took 1.2x the time it took
+  // with 4).
+  for (CurvePoint& p : curve.prefill) {
+    if (p.decode_rows >= 0.5) p.us /= at_window.MixRatio(p.x, p.decode_rows);
+    p.decode_rows = 0;
+  }
   const bool have_probe = !ctx.probe_curve.decode.empty() || !ctx.probe_curve.prefill.empty();
   if (have_probe && ctx.probe_graphs == pred.graphs_now) {
     StepCurve probe = ctx.probe_curve;
@@ -150,8 +182,8 @@ struct PlanBuild {
 
   // Decode steps: the measured curve where it reaches, the model (scaled to it) beyond.
   void FillDecode(Action* a, double batch_after, bool graphs_after) const {
-    const CurveLookup l0 = CurveLookupFn{pred, curve, cur_graphs}(cur_batch, false);
-    const CurveLookup l = CurveLookupFn{pred, curve, graphs_after}(batch_after, false);
+    const CurveLookup l0 = CurveLookupFn{pred, curve, cur_graphs}(cur_batch, cur_batch, false);
+    const CurveLookup l = CurveLookupFn{pred, curve, graphs_after}(batch_after, batch_after, false);
     a->batch_after = batch_after;
     a->tpot_ms_before = l0.us * 1e-3;
     a->tokens_per_s_before = cur_batch / l0.us * 1e6;
@@ -195,9 +227,19 @@ struct PlanBuild {
 };
 
 // The request mix: the engine's accepted requests, else the window's prefill/decode ratio
-// with the mean request length. Without prefill in the window, decode-only predictions.
-void SetMix(const std::vector<StepRecord>& steps, PlanBuild* b) {
-  const AnalyzerContext& ctx = b->ctx;
+// with the mean request length. Without prefill in the window (use = false), decode-only
+// predictions.
+struct KnownMix {
+  WorkloadMix mix;
+  bool use = false;
+  // Mean context of a decode row in steady state: a request's decode steps see P + 1 ...
+  // P + O - 1 tokens before the new one, P + O/2 on average, whatever the batch. The window's
+  // own mean follows the few requests it happened to hold (measured: 157 for a 128 + 128 mix
+  // at batch 2, 191 at batch 16); 0 when the mix is not known.
+  double decode_context() const { return use ? mix.prompt_tokens + mix.output_tokens / 2 : 0; }
+};
+
+KnownMix MixOf(const std::vector<StepRecord>& steps, const AnalyzerContext& ctx) {
   double win_prefill = 0, win_decode = 0;
   for (const StepRecord& r : steps)
     win_prefill += r.num_prefill_tokens, win_decode += r.num_decode_tokens;
@@ -212,9 +254,7 @@ void SetMix(const std::vector<StepRecord>& steps, PlanBuild* b) {
     mix.output_tokens = (ctx.mean_request_tokens + rho) / (1 + rho);
     mix.prompt_tokens = ctx.mean_request_tokens - mix.output_tokens;
   }
-  b->mix = mix;
-  b->use_mix = win_prefill > 0 && mix.prompt_tokens > 0 && mix.output_tokens > 0;
-  b->budget_now = std::max(1, ctx.options.max_num_batched_tokens);
+  return KnownMix{mix, win_prefill > 0 && mix.prompt_tokens > 0 && mix.output_tokens > 0};
 }
 
 // The throughput plateau over every batch the server could be configured to, B90, the
@@ -471,7 +511,9 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   const int b_now =
       std::max(1, int(std::lround(dec_steps > 0 ? dec_seqs / dec_steps : p.mean_batch_seqs)));
   plan.batch_now = b_now;
-  plan.context = p.mean_context > 0 ? p.mean_context : 1.0;
+  const KnownMix mix = MixOf(steps, ctx);
+  const double window_context = p.mean_context > 0 ? p.mean_context : 1.0;
+  plan.context = mix.decode_context() > 0 ? mix.decode_context() : window_context;
   plan.expected_seq_len =
       ctx.mean_request_tokens > 0 ? ctx.mean_request_tokens : 2.0 * plan.context;
   if (ctx.max_model_len > 0) {
@@ -481,14 +523,16 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   const int blocks_per_seq = std::max(1, int(std::ceil(plan.expected_seq_len / block)));
   plan.kv_capacity_batch = ctx.kv_num_blocks > 0 ? ctx.kv_num_blocks / blocks_per_seq : 1 << 20;
   const Predictor pred{model, ctx, plan.context, host / steps.size(), ctx.options.cuda_graphs};
-  const StepCurve curve = MeasuredCurve(steps, pred, ctx, &plan);
+  const StepCurve curve = MeasuredCurve(steps, pred, window_context, ctx, &plan);
 
   PlanBuild b{p, v, model, ctx, th, pred, curve};
   b.demand = demand;
   b.b_now = b_now;
   b.prefill_steps = prefill_steps;
   b.budget_hits = budget_hits;
-  SetMix(steps, &b);
+  b.mix = mix.mix;
+  b.use_mix = mix.use;
+  b.budget_now = std::max(1, ctx.options.max_num_batched_tokens);
   const bool add_graphs = ctx.supports_graphs && !ctx.options.cuda_graphs &&
                           (v.step_bound == Bottleneck::kLaunchBound ||
                            std::any_of(v.signals.begin(), v.signals.end(), [](const Signal& s) {

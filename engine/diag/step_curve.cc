@@ -70,6 +70,7 @@ CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x) {
 
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) {
   std::map<int, std::pair<std::vector<double>, std::vector<double>>> dec, pre;
+  std::map<int, double> pre_decode_rows;  // summed per prefill group
   for (const StepRecord& r : steps) {
     const double wall = r.wall_us();
     if (wall <= 0) continue;
@@ -79,9 +80,11 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) 
       g.second.push_back(wall);
     } else if (r.num_prefill_tokens > 0) {
       const double rows = r.num_prefill_tokens + r.num_decode_tokens;
-      auto& g = pre[static_cast<int>(std::lround(4 * std::log2(rows)))];  // 2^(1/4) buckets
+      const int key = static_cast<int>(std::lround(4 * std::log2(rows)));  // 2^(1/4) buckets
+      auto& g = pre[key];
       g.first.push_back(rows);
       g.second.push_back(wall);
+      pre_decode_rows[key] += r.num_decode_tokens;
     }
   }
   // Throughput is tokens over the sum of step times, so a shape's time is the mean of its
@@ -100,8 +103,10 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) 
       c.decode.push_back(point(g.first, g.second));
   }
   for (const auto& [key, g] : pre) {
-    if (static_cast<int>(g.second.size()) >= min_samples)
-      c.prefill.push_back(point(g.first, g.second));
+    if (static_cast<int>(g.second.size()) < min_samples) continue;
+    CurvePoint p = point(g.first, g.second);
+    p.decode_rows = pre_decode_rows[key] / g.second.size();
+    c.prefill.push_back(p);
   }
   return c;
 }
@@ -221,11 +226,11 @@ MixPrediction PredictMix(const StepLookup& lookup, const WorkloadMix& mix, doubl
   CurveLookup dec{}, mixed{};
   double avg = 0;
   if (f < 1) {
-    dec = lookup(std::max(nd, 1.0), false);
+    dec = lookup(std::max(nd, 1.0), std::max(nd, 1.0), false);
     avg += (1 - f) * dec.us;
   }
   if (f > 0) {
-    mixed = lookup(nd + chunk, true);
+    mixed = lookup(nd + chunk, nd, true);
     avg += f * mixed.us;
   }
   avg = std::max(avg, 1e-3);

@@ -24,6 +24,10 @@ struct CurvePoint {
   double us = 0;      // measured step wall time (window: mean; probe: best of its repeats)
   double spread = 0;  // relative spread of the samples: (p90 - p10) / median
   int samples = 0;
+  // Prefill points: mean decode rows among x (a window's mixed steps; 0 for a probed chunk).
+  // A decode row costs more than a prefill row (attention over its whole context, a logits
+  // row), so plans move a point to another mix with the cost model (plan.cc).
+  double decode_rows = 0;
 };
 
 struct StepCurve {
@@ -73,15 +77,16 @@ struct WorkloadMix {
 
 struct MixPrediction {
   double output_tokens_per_s = 0;
-  double tpot_ms = 0;         // mean step time the decodes see (mixed steps included)
-  double decode_batch = 0;    // decode rows per step
-  double prefill_share = 0;   // share of step time in steps carrying prefill
-  bool in_range = true;       // every lookup was inside the measured curve
-  double rel_error = 0;       // expected relative error of output_tokens_per_s
+  double tpot_ms = 0;        // mean step time the decodes see (mixed steps included)
+  double decode_batch = 0;   // decode rows per step
+  double prefill_share = 0;  // share of step time in steps carrying prefill
+  bool in_range = true;      // every lookup was inside the measured curve
+  double rel_error = 0;      // expected relative error of output_tokens_per_s
 };
 
-// Step time lookup: rows processed and whether the step carries prefill.
-using StepLookup = std::function<CurveLookup(double rows, bool prefill)>;
+// Step time lookup: rows processed, how many of them are decode rows (all of a decode step's),
+// and whether the step carries prefill.
+using StepLookup = std::function<CurveLookup(double rows, double decode_rows, bool prefill)>;
 
 // Steady-state output tokens/s for `concurrency` closed-loop requests of mix `mix` on a server
 // running at most `max_num_seqs` sequences and `budget` tokens per step.

@@ -275,5 +275,42 @@ TEST(PlanTest, NoGraphsActionWithoutSupportOrWhenAlreadyOn) {
   }
 }
 
+// The plan's curve holds prefill chunks as pure prefill at the mix's steady-state context:
+// the window's mixed steps (8 decodes beside a 64-token chunk) are moved there by the cost
+// model, so their points read faster than the steps did, and say no decode rows are left in them.
+TEST(PlanTest, MixedStepsAreMovedToPurePrefillAtTheMixContext) {
+  StepSpec dec;
+  dec.seqs = 8;
+  dec.context = 100;
+  dec.queue_depth = 20;
+  dec.max_num_seqs = 9;
+  StepSpec mixed = dec;
+  mixed.seqs = 9;  // 8 decodes and one 64-token chunk
+  mixed.prefill_tokens = 64;
+  std::vector<StepRecord> steps;
+  double at = 0;
+  for (int i = 0; i < 24; ++i) {
+    steps.push_back(testing_diag::MakeStep(testing_diag::Small(), TrueModel{},
+                                           i % 3 == 0 ? mixed : dec, at, i));
+    at = steps.back().end_us;
+  }
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 9);
+  ctx.mean_prompt_tokens = 64;
+  const auto r = Plan(steps, ctx);
+  // O = 1 + P x decode tokens / prefill tokens = 1 + 64 x (24 x 8) / (8 x 64) = 25.
+  EXPECT_NEAR(r.plan.context, 64 + 25 / 2.0, 1e-6);
+  const double mixed_us = steps[0].wall_us();
+  bool found = false;
+  for (const CurvePoint& p : r.plan.curve.prefill) {
+    if (std::abs(p.x - 72) > 0.5) continue;
+    found = true;
+    EXPECT_EQ(p.decode_rows, 0);
+    // 8 decode rows over a context of 100 cost more than 8 prompt rows (here ~5 %).
+    EXPECT_LT(p.us, 0.98 * mixed_us);
+    EXPECT_GT(p.us, 0.5 * mixed_us);
+  }
+  EXPECT_TRUE(found);
+}
+
 }  // namespace
 }  // namespace saturn

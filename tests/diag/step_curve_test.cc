@@ -74,7 +74,7 @@ TEST(StepCurveTest, GroupsWindowStepsByShapeWithTheirMean) {
 }
 
 // A step model of the shape decode and prefill have: a fixed weight stream + per row cost.
-CurveLookup Linear(double rows, bool) { return CurveLookup{2000 + 50 * rows, true, 0.02}; }
+CurveLookup Linear(double rows, double, bool) { return CurveLookup{2000 + 50 * rows, true, 0.02}; }
 
 TEST(StepCurveTest, DecodeOnlyMixIsBatchOverStepTime) {
   const MixPrediction m = PredictMix(Linear, WorkloadMix{0, 1e9}, 8, 64, 2048);
@@ -109,12 +109,44 @@ TEST(StepCurveTest, ConcurrencyBeyondMaxNumSeqsQueues) {
 }
 
 TEST(StepCurveTest, OutOfRangeLookupsFlagThePrediction) {
-  auto lookup = [](double rows, bool prefill) {
-    return prefill ? CurveLookup{3000 + 10 * rows, false, 0.4} : Linear(rows, false);
+  auto lookup = [](double rows, double decodes, bool prefill) {
+    return prefill ? CurveLookup{3000 + 10 * rows, false, 0.4} : Linear(rows, decodes, false);
   };
   const MixPrediction m = PredictMix(lookup, WorkloadMix{256, 64}, 16, 64, 2048);
   EXPECT_FALSE(m.in_range);
   EXPECT_GT(m.rel_error, PredictMix(Linear, WorkloadMix{256, 64}, 16, 64, 2048).rel_error);
+}
+
+// A mixed step's time depends on how many of its rows are decodes (each attends over its
+// context and takes a logits row): the lookup is told, and a costlier decode row lowers the
+// prediction of a mix with many decodes beside each chunk.
+TEST(StepCurveTest, MixedStepsAreLookedUpWithTheirDecodeRows) {
+  std::vector<std::pair<double, double>> asked;
+  auto lookup = [&](double rows, double decodes, bool prefill) {
+    if (prefill) asked.emplace_back(rows, decodes);
+    return CurveLookup{2000 + 50 * rows + 100 * (prefill ? decodes : 0), true, 0.02};
+  };
+  const WorkloadMix mix{96, 96};
+  const MixPrediction m = PredictMix(lookup, mix, 24, 64, 2048);
+  ASSERT_FALSE(asked.empty());
+  EXPECT_NEAR(asked.back().second, m.decode_batch, 1e-9);
+  EXPECT_NEAR(asked.back().first, m.decode_batch + 96, 1e-9);
+  EXPECT_LT(m.output_tokens_per_s, PredictMix(Linear, mix, 24, 64, 2048).output_tokens_per_s);
+}
+
+// The window's prefill points say how many decode rows shared their steps.
+TEST(StepCurveTest, PrefillPointsKeepTheirDecodeRows) {
+  std::vector<StepRecord> steps(4);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    steps[i].start_us = 1000.0 * i;
+    steps[i].end_us = steps[i].start_us + 500;
+    steps[i].num_prefill_tokens = 100;
+    steps[i].num_decode_tokens = i < 2 ? 6 : 10;  // 106 and 110 rows: one 2^(1/4) bucket
+    steps[i].num_seqs = steps[i].num_decode_tokens + 1;
+  }
+  const StepCurve c = CurveFromSteps(steps);
+  ASSERT_EQ(c.prefill.size(), 1u);
+  EXPECT_NEAR(c.prefill[0].decode_rows, 8, 1e-9);
 }
 
 TEST(StepCurveTest, PlanUsesTheRequestMix) {
