@@ -10,7 +10,10 @@
 // Before the load, synthetic probe steps are timed (Engine::ProbeSteps, as the server does at
 // start with --probe_steps_ms). Request lengths vary around their means (--length_jitter) so
 // the clients do not run in lockstep, and after the change the after window starts only once
-// as many requests finished as clients run (--ramp_s), i.e. in steady state.
+// as many requests finished as clients run (--ramp_s), i.e. in steady state. With --return_s
+// the run is A-B-A: the options and clients before the change are restored and that load is
+// measured again, so the machine's own drift over the run (a shared host's bandwidth moves
+// by tens of percent within a minute) is measured on the same load, not guessed.
 //
 //   saturn-bench-plan --model=small --start_seqs=1 --concurrency=8 --json=plan.json
 #include <algorithm>
@@ -61,6 +64,10 @@ ABSL_FLAG(double, probe_ms, saturn::kDefaultProbeBudgetMs,
 ABSL_FLAG(bool, probe_after, true,
           "probe again once the after window's load stopped: probed vs served step times at the "
           "same moment separate machine load from what serving itself adds");
+ABSL_FLAG(double, return_s, 0,
+          "then go back to the options and clients before the change and measure that load again "
+          "for this many seconds (0: do not): an A-B-A run, whose two A windows show how far the "
+          "machine itself moved while B ran");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 
 namespace saturn {
@@ -157,6 +164,20 @@ std::string LoadAvg() {
 
 void Sleep(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
+// Waits --ramp_s, or (-1) until as many requests finished as `clients` run (at most 30 s):
+// requests queued by a change, or new clients, all start at once; once every client is past
+// one request on average, arrivals have spread out. Returns the seconds it waited.
+double Ramp(const ClosedLoop& load, int clients) {
+  const double ramp = absl::GetFlag(FLAGS_ramp_s), r0 = NowUs();
+  const int f0 = load.finished();
+  if (ramp >= 0) {
+    Sleep(ramp);
+  } else {
+    while (load.finished() - f0 < clients && NowUs() - r0 < 30e6) Sleep(0.05);
+  }
+  return (NowUs() - r0) * 1e-6;
+}
+
 DiagnosticsReport Window(const Engine& e, const Calibration& cal, double begin, double end) {
   return Analyze(bench::StepsIn(e, begin, end), begin, end, cal, ContextFromEngine(e));
 }
@@ -191,7 +212,7 @@ int Main() {
     return 1;
   }
   Engine* engine = engine_or->get();
-  auto cal = engine->Calibrate();
+  auto cal = engine->Calibrate(ModelCalibrationOptions(*engine));
   if (!cal.ok()) {
     std::cerr << "calibration: " << cal.status() << "\n";
     return 1;
@@ -255,17 +276,7 @@ int Main() {
     load->Stop();
     load = std::make_unique<ClosedLoop>(engine, clients_after, prompt_len, max_tokens, jitter);
   }
-  // Ramp-up: the requests queued before a server-side change, or the new clients of a
-  // client-side one, all start at once; wait until as many requests finished as clients run
-  // (every client past one request on average), so arrivals have spread out.
-  const double ramp = absl::GetFlag(FLAGS_ramp_s), r0 = NowUs();
-  const int f0 = load->finished();
-  if (ramp >= 0) {
-    Sleep(ramp);
-  } else {
-    while (load->finished() - f0 < clients_after && NowUs() - r0 < 30e6) Sleep(0.05);
-  }
-  const double ramp_took_s = (NowUs() - r0) * 1e-6;
+  const double ramp_took_s = Ramp(*load, clients_after);
   const double t_applied = NowUs();
   PlanTracker tracker;
   tracker.RecordApplied(a, before.model, ctx, before.plan.context, t_applied, before.plan.curve);
@@ -273,6 +284,23 @@ int Main() {
   const double a1 = NowUs();
   const auto t = tracker.Evaluate(bench::StepsIn(*engine, t_applied, a1));
   const DiagnosticsReport after = Window(*engine, *cal, t_applied, a1);
+  // A-B-A: the load before the change, again. The same load on the same options measured
+  // twice brackets the after window; what moved between them is the machine.
+  double return_tokens_per_s = 0;
+  if (const double back_s = absl::GetFlag(FLAGS_return_s); back_s > 0) {
+    if (auto r = engine->UpdateOptions(options_before); !r.ok()) {
+      std::cerr << "UpdateOptions (back): " << r.status() << "\n";
+      return 1;
+    }
+    if (clients_after != n) {
+      load->Stop();
+      load = std::make_unique<ClosedLoop>(engine, n, prompt_len, max_tokens, jitter);
+    }
+    Ramp(*load, n);
+    const double r0 = NowUs();
+    Sleep(back_s);
+    return_tokens_per_s = Window(*engine, *cal, r0, NowUs()).profile.output_tokens_per_s;
+  }
   load->Stop();
   const std::optional<StepProbe> probe_before = engine->step_probe();
   std::optional<StepProbe> probe_after;
@@ -310,6 +338,19 @@ int Main() {
     std::printf("%-28s %12.1f %12.1f %+8.1f%%  (steps ran %.2fx the curve's time, %d steps)\n",
                 "plan, rescaled by drift", a.tokens_per_s_after / drift, measured_plan,
                 100 * corrected_error, drift, t->drift_steps);
+  }
+  // A-B-A: the machine at the after window is taken as halfway between the two A windows.
+  const double machine_move =
+      return_tokens_per_s > 0 ? return_tokens_per_s / before.profile.output_tokens_per_s : 0;
+  const double aba_factor = machine_move > 0 ? (1 + machine_move) / 2 : 0;
+  const double aba_error =
+      aba_factor > 0 ? a.tokens_per_s_after * aba_factor / std::max(1e-9, measured_plan) - 1 : 0;
+  if (machine_move > 0) {
+    std::printf(
+        "%-28s %12.1f %12.1f %+8.1f%%  (the load before the change, measured again after it: "
+        "%.1f -> %.1f output tok/s, %.2fx)\n",
+        "plan, A-B-A corrected", a.tokens_per_s_after * aba_factor, measured_plan, 100 * aba_error,
+        before.profile.output_tokens_per_s, return_tokens_per_s, machine_move);
   }
   // Probe steps need no load, so their change over the run is the machine's, not the plan's.
   const std::vector<double> ratios = ProbeRatios(probe_before, probe_after);
@@ -370,6 +411,10 @@ int Main() {
                         {"step_time_drift", drift},
                         {"drift_steps", t->drift_steps},
                         {"drift_corrected_plan_error", corrected_error},
+                        {"before_output_tokens_per_s", before.profile.output_tokens_per_s},
+                        {"return_output_tokens_per_s", return_tokens_per_s},
+                        {"return_machine_move", machine_move},
+                        {"aba_corrected_plan_error", aba_error},
                         {"steady_steps", t->steady_steps}};
   return bench::WriteJson(out, absl::GetFlag(FLAGS_json));
 }
