@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -30,6 +31,8 @@
 #include "engine/calibration.h"
 #include "engine/engine.h"
 #include "engine/flags_help.h"
+#include "engine/step_probe.h"
+#include "kernels/status_macros.h"
 
 ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
 ABSL_FLAG(std::string, backend, "auto", "auto|cpu|cuda");
@@ -42,6 +45,13 @@ ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 ABSL_FLAG(std::string, dtype, "auto", "weights: auto | f32 | bf16 (CPU backend)");
 ABSL_FLAG(std::string, prefill_lens, "", "comma-separated prompt lengths to time prefill at");
 ABSL_FLAG(int, prefill_repeats, 3, "prefills timed per prompt length (fastest kept)");
+ABSL_FLAG(bool, probe, false,
+          "after each decode row, time the diagnostics' synthetic probe steps at that batch and "
+          "the row's mean context, and print live / probe (how well the plan's curve stands "
+          "for served steps)");
+ABSL_FLAG(bool, client_threads, false,
+          "drain each request's tokens on its own thread as they come (as served), rather than "
+          "after the row");
 ABSL_FLAG(int, rounds, 1,
           "decode rounds, each against ceilings measured just before it (medians summarised)");
 
@@ -71,6 +81,9 @@ struct Row {
   // Per GEMM shape (by the bytes it must move): ops per step and their achieved GB/s.
   std::map<int64_t, std::pair<double, double>> gemm_us_bytes;  // KB -> (us, bytes) summed
   int timed_steps = 0;
+  double mean_context = 0;  // context per sequence attended, over the row's steps
+  // --probe: the probe's steps at this batch and context (best and mean of its repeats).
+  double probe_best_ms = 0, probe_mean_ms = 0;
 };
 
 absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, bool graphs) {
@@ -88,9 +101,22 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
     if (!s.ok()) return s.status();
     streams.push_back(std::move(*s));
   }
-  for (auto& s : streams) {
-    TokenEvent last = s->Drain(nullptr);
-    if (last.finish_reason == FinishReason::kError) return absl::InternalError(last.error);
+  if (absl::GetFlag(FLAGS_client_threads)) {
+    // One thread per request waiting on each token, as a server's stream handlers do.
+    std::vector<TokenEvent> last(streams.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      clients.emplace_back([&, i] { last[i] = streams[i]->Drain(nullptr); });
+    }
+    for (std::thread& t : clients) t.join();
+    for (const TokenEvent& e : last) {
+      if (e.finish_reason == FinishReason::kError) return absl::InternalError(e.error);
+    }
+  } else {
+    for (auto& s : streams) {
+      TokenEvent last = s->Drain(nullptr);
+      if (last.finish_reason == FinishReason::kError) return absl::InternalError(last.error);
+    }
   }
   Row row;
   row.batch = batch;
@@ -115,6 +141,7 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
     bw += tb;
     fl += tf;
     row.bytes_per_step += r.total_bytes();
+    row.mean_context += double(r.context_tokens) / std::max(1, r.num_decode_tokens);
     tokens += r.num_decode_tokens;
     row.graph_steps += r.graph_replayed ? 1 : 0;
     ++row.steps;
@@ -137,11 +164,33 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
   row.bandwidth_share = bw / wall;
   row.compute_share = fl / wall;
   row.bytes_per_step /= row.steps;
+  row.mean_context /= row.steps;
   row.bandwidth_bound_tokens_per_s = batch * cal.bandwidth_bytes_per_s / row.bytes_per_step;
   for (size_t c = 0; c < class_us.size(); ++c) {
     row.class_share[c] = timed_wall > 0 ? class_us[c] / timed_wall : 0;
   }
   return row;
+}
+
+// The diagnostics' probe steps (engine/step_probe.h) at the row's batch and mean context,
+// right after the row: what the plan's curve would hold for this shape.
+absl::Status ProbeRow(Engine* engine, Row* row) {
+  StepProbeOptions po;
+  po.max_batch = row->batch;
+  po.max_prefill_tokens = 0;
+  po.context = std::max(1, int(std::lround(row->mean_context)));
+  po.repeats = 5;
+  po.budget_ms = 60000;
+  ASSIGN_OR_RETURN(StepProbe probe, engine->ProbeSteps(po));
+  for (const ProbeSeries& s : probe.series) {
+    if (s.prefill || s.rows != row->batch || s.wall_us.empty()) continue;
+    double sum = 0;
+    for (double us : s.wall_us) sum += us;
+    row->probe_best_ms = *std::min_element(s.wall_us.begin(), s.wall_us.end()) * 1e-3;
+    row->probe_mean_ms = sum / s.wall_us.size() * 1e-3;
+  }
+  if (row->probe_best_ms <= 0) return absl::InternalError("the probe did not time this batch");
+  return absl::OkStatus();
 }
 
 struct PrefillRow {
@@ -196,6 +245,17 @@ absl::StatusOr<PrefillRow> RunPrefill(Engine* engine, const Calibration& cal, in
   return row;
 }
 
+// A share over 100 % means the row ran faster than the ceilings measured before it: the
+// calibration read the machine slower than it then was (on a shared host its speed moves
+// within minutes). Said where it shows, as the diagnostics report does (self_check.cc).
+void NoteAboveCeiling(double share, const char* what) {
+  if (share <= 1) return;
+  std::printf(
+      "       note: %s %.0f %% of the ceiling measured before it: the machine ran faster than "
+      "while calibrating, so this share is suspect\n",
+      what, 100 * share);
+}
+
 void PrintRow(const Row& row, const Calibration& cal) {
   std::printf("%-6d %-6s %12.1f %10.2f %12.1f %8.1f %8.1f  ", row.batch, row.graphs ? "on" : "off",
               row.tokens_per_s, row.step_ms, 100 * row.bound_share, 100 * row.bandwidth_share,
@@ -210,6 +270,15 @@ void PrintRow(const Row& row, const Calibration& cal) {
         "       gemm %7.2f MiB x %4.1f per step: %7.1f us each, %5.1f GB/s = %5.1f %% of bw\n",
         kb / 1024.0, ops / std::max(row.timed_steps, 1), t.first / std::max(ops, 1.0),
         bytes_per_s / 1e9, 100 * bytes_per_s / cal.bandwidth_bytes_per_s);
+  }
+  NoteAboveCeiling(std::max({row.bound_share, row.bandwidth_share, row.compute_share}),
+                   "this row ran at");
+  if (row.probe_best_ms > 0) {
+    std::printf(
+        "       probe at batch %d, context %.0f: best %.2f ms, mean %.2f ms; live step / probe "
+        "best %.3f, / probe mean %.3f\n",
+        row.batch, row.mean_context, row.probe_best_ms, row.probe_mean_ms,
+        row.step_ms / row.probe_best_ms, row.step_ms / row.probe_mean_ms);
   }
   std::fflush(stdout);
 }
@@ -314,7 +383,7 @@ int Main() {
   for (int round = 0; round < rounds; ++round) {
     std::cerr << "calibrating " << info.device_name << " (round " << round + 1 << " of " << rounds
               << ") ...\n";
-    cal = (*engine)->Calibrate();
+    cal = (*engine)->Calibrate(ModelCalibrationOptions(**engine));
     if (!cal.ok()) {
       std::cerr << "calibration: " << cal.status() << "\n";
       return 1;
@@ -335,6 +404,12 @@ int Main() {
           return 1;
         }
         row->round = round;
+        if (absl::GetFlag(FLAGS_probe)) {
+          if (absl::Status st = ProbeRow(engine->get(), &*row); !st.ok()) {
+            std::cerr << "probe at batch " << b << ": " << st << "\n";
+            return 1;
+          }
+        }
         PrintRow(*row, *cal);
         rows.push_back(*row);
       }
@@ -358,6 +433,7 @@ int Main() {
     }
     std::printf("%-8d %12.1f %12.1f %8.1f %8.1f %12.1f\n", len, best.tokens_per_s, best.prefill_ms,
                 100 * best.attention_share, 100 * best.gemm_share, 100 * best.roofline_share);
+    NoteAboveCeiling(best.roofline_share, "this prefill ran at");
     std::fflush(stdout);
     prefills.push_back(best);
   }
@@ -384,6 +460,7 @@ int Main() {
                               {"attention_share", p.attention_share},
                               {"gemm_share", p.gemm_share},
                               {"roofline_share", p.roofline_share},
+                              {"above_ceiling", p.roofline_share > 1},
                               {"steps", p.steps}});
   }
   out["calibration"] = nlohmann::json::parse(CalibrationToJson(*cal));  // the last round's
@@ -400,19 +477,26 @@ int Main() {
                               {"roofline_share", stats(share)}});
   }
   for (const Row& r : rows) {
-    nlohmann::json j = {{"round", r.round},
-                        {"batch", r.batch},
-                        {"graphs", r.graphs},
-                        {"tokens_per_s", r.tokens_per_s},
-                        {"step_ms", r.step_ms},
-                        {"roofline_share", r.bound_share},
-                        {"mbu", r.bandwidth_share},
-                        {"mfu", r.compute_share},
-                        {"bytes_per_step", r.bytes_per_step},
-                        {"bandwidth_bound_tokens_per_s", r.bandwidth_bound_tokens_per_s},
-                        {"steps", r.steps},
-                        {"graph_steps", r.graph_steps},
-                        {"per_op_timed_skipped", r.per_op_timed_skipped}};
+    nlohmann::json j = {
+        {"round", r.round},
+        {"batch", r.batch},
+        {"graphs", r.graphs},
+        {"tokens_per_s", r.tokens_per_s},
+        {"step_ms", r.step_ms},
+        {"roofline_share", r.bound_share},
+        {"above_ceiling", std::max({r.bound_share, r.bandwidth_share, r.compute_share}) > 1},
+        {"mbu", r.bandwidth_share},
+        {"mfu", r.compute_share},
+        {"bytes_per_step", r.bytes_per_step},
+        {"bandwidth_bound_tokens_per_s", r.bandwidth_bound_tokens_per_s},
+        {"steps", r.steps},
+        {"graph_steps", r.graph_steps},
+        {"per_op_timed_skipped", r.per_op_timed_skipped},
+        {"mean_context", r.mean_context}};
+    if (r.probe_best_ms > 0) {
+      j["probe_best_step_ms"] = r.probe_best_ms;
+      j["probe_mean_step_ms"] = r.probe_mean_ms;
+    }
     for (size_t c = 0; c < r.class_share.size(); ++c) {
       j["class_share"][OpClassName(static_cast<OpClass>(c))] = r.class_share[c];
     }

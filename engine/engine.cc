@@ -277,4 +277,13 @@ const StepRing& Engine::steps() const { return impl_->steps_; }
 std::optional<StepProbe> Engine::step_probe() const { return impl_->step_probe(); }
 double Engine::step_in_flight_since_us() const { return impl_->step_in_flight_since_us_.load(); }
 
+CalibrationOptions ModelCalibrationOptions(const Engine& engine) {
+  CalibrationOptions o;
+  o.model_m = std::clamp(engine.options().max_num_batched_tokens, 16, 512);
+  const EngineInfo info = engine.info();
+  o.model_k = info.model.hidden_size;
+  o.model_n = info.model.intermediate_size;
+  return o;
+}
+
 }  // namespace saturn

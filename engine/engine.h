@@ -113,6 +113,11 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
+// Calibration as serving needs it: the model's own GEMM shape (a prefill chunk: the token
+// budget, at most 512 rows, x hidden x intermediate) timed beside the square one, so the GEMM
+// ceiling is not below what the model's prefill reaches.
+CalibrationOptions ModelCalibrationOptions(const Engine& engine);
+
 // In-process blocking consumer of one request's events (tools, tests, benches). Cancels the
 // request on destruction if it has not finished.
 class RequestStream {

@@ -13,17 +13,6 @@
 namespace saturn {
 namespace {
 
-// Ceilings measured with the model's own GEMM shape beside the square one: a prefill
-// chunk (the token budget, at most 512 rows) x hidden x intermediate.
-CalibrationOptions CalibrationOptionsFor(const Engine& engine) {
-  CalibrationOptions o;
-  o.model_m = std::clamp(engine.options().max_num_batched_tokens, 16, 512);
-  const EngineInfo info = engine.info();
-  o.model_k = info.model.hidden_size;
-  o.model_n = info.model.intermediate_size;
-  return o;
-}
-
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -119,7 +108,7 @@ absl::Status DiagnosticsState::InitCalibration(Engine* engine, const ServerConfi
                 << cal.backend << "\", the server runs \"" << backend << "\"\n";
     }
   } else {
-    CalibrationOptions options = CalibrationOptionsFor(*engine);
+    CalibrationOptions options = ModelCalibrationOptions(*engine);
     options.quick = config.calibration == "quick";
     absl::StatusOr<Calibration> measured = engine->Calibrate(options, &ms);
     if (!measured.ok()) {
@@ -199,7 +188,7 @@ void DiagnosticsState::RunProbe(Engine* engine, const StepProbeOptions& o, const
 }
 
 absl::StatusOr<Calibration> DiagnosticsState::Recalibrate(Engine* engine) {
-  const CalibrationOptions options = CalibrationOptionsFor(*engine);
+  const CalibrationOptions options = ModelCalibrationOptions(*engine);
   double ms = 0;
   absl::StatusOr<Calibration> measured = engine->Calibrate(options, &ms);
   if (!measured.ok()) return measured.status();
