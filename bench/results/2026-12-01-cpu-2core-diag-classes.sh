@@ -9,7 +9,7 @@ yes > /dev/null & Y1=$!; yes > /dev/null & Y2=$!
 trap 'kill $Y1 $Y2 $SP 2>/dev/null' EXIT
 start() {  # port, extra flags
   $B/server/saturn-server --model=small --listen=127.0.0.1:$1 --max_model_len=2048 "${@:2}" > $OUT/server_$1.log 2>&1 & SP=$!
-  for i in $(seq 120); do grep -q "SERVING)" $OUT/server_$1.log && break; sleep 0.5; done
+  for i in $(seq 120); do grep -q "(SERVING)" $OUT/server_$1.log && break; sleep 0.5; done
 }
 load() {  # name, port, flags
   $B/clients/saturn-load --target=127.0.0.1:$2 --progress=false --json=$OUT/$1.json "${@:3}" > $OUT/$1.txt 2>&1
