@@ -88,6 +88,9 @@ struct Row {
   double mean_context = 0;  // context per sequence attended, over the row's steps
   // --probe: the probe's steps at this batch and context (best and mean of its repeats).
   double probe_best_ms = 0, probe_mean_ms = 0;
+
+  double read_share() const { return tokens_per_s / std::max(read_bound_tokens_per_s, 1e-9); }
+  double max_share() const { return std::max({bound_share, bandwidth_share, compute_share}); }
 };
 
 absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, bool graphs) {
@@ -270,8 +273,7 @@ void PrintRow(const Row& row, const Calibration& cal) {
       "\n       %.1f MB a step: %.1f tok/s at the bandwidth ceiling; at the read-stream's %.1f "
       "GB/s %.1f tok/s (%.1f %% of it reached)\n",
       row.bytes_per_step / 1e6, row.bandwidth_bound_tokens_per_s,
-      cal.stream_bandwidth_bytes_per_s / 1e9, row.read_bound_tokens_per_s,
-      100 * row.tokens_per_s / std::max(row.read_bound_tokens_per_s, 1e-9));
+      cal.stream_bandwidth_bytes_per_s / 1e9, row.read_bound_tokens_per_s, 100 * row.read_share());
   for (const auto& [kb, t] : row.gemm_us_bytes) {  // where the GEMM time goes
     const double ops = t.second / (std::max<int64_t>(kb, 1) * 1024.0);
     const double bytes_per_s = t.second / std::max(t.first * 1e-6, 1e-12);
@@ -280,8 +282,7 @@ void PrintRow(const Row& row, const Calibration& cal) {
         kb / 1024.0, ops / std::max(row.timed_steps, 1), t.first / std::max(ops, 1.0),
         bytes_per_s / 1e9, 100 * bytes_per_s / cal.bandwidth_bytes_per_s);
   }
-  NoteAboveCeiling(std::max({row.bound_share, row.bandwidth_share, row.compute_share}),
-                   "this row ran at");
+  NoteAboveCeiling(row.max_share(), "this row ran at");
   if (row.probe_best_ms > 0) {
     std::printf(
         "       probe at batch %d, context %.0f: best %.2f ms, mean %.2f ms; live step / probe "
@@ -312,7 +313,7 @@ std::map<std::pair<int, bool>, RowRounds> SummariseRounds(const std::vector<Row>
     auto& v = by_row[{r.batch, r.graphs}];
     v[0].push_back(r.tokens_per_s);
     v[1].push_back(r.bound_share);
-    v[2].push_back(r.tokens_per_s / std::max(r.read_bound_tokens_per_s, 1e-9));
+    v[2].push_back(r.read_share());
   }
   std::map<std::pair<int, bool>, RowRounds> out;
   for (const auto& [key, v] : by_row) out[key] = {Stats(v[0]), Stats(v[1]), Stats(v[2])};
@@ -492,24 +493,23 @@ int Main() {
                               {"read_bound_share", stats(st.read_share)}});
   }
   for (const Row& r : rows) {
-    nlohmann::json j = {
-        {"round", r.round},
-        {"batch", r.batch},
-        {"graphs", r.graphs},
-        {"tokens_per_s", r.tokens_per_s},
-        {"step_ms", r.step_ms},
-        {"roofline_share", r.bound_share},
-        {"above_ceiling", std::max({r.bound_share, r.bandwidth_share, r.compute_share}) > 1},
-        {"mbu", r.bandwidth_share},
-        {"mfu", r.compute_share},
-        {"bytes_per_step", r.bytes_per_step},
-        {"bandwidth_bound_tokens_per_s", r.bandwidth_bound_tokens_per_s},
-        {"read_bound_tokens_per_s", r.read_bound_tokens_per_s},
-        {"read_bound_share", r.tokens_per_s / std::max(r.read_bound_tokens_per_s, 1e-9)},
-        {"steps", r.steps},
-        {"graph_steps", r.graph_steps},
-        {"per_op_timed_skipped", r.per_op_timed_skipped},
-        {"mean_context", r.mean_context}};
+    nlohmann::json j = {{"round", r.round},
+                        {"batch", r.batch},
+                        {"graphs", r.graphs},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"step_ms", r.step_ms},
+                        {"roofline_share", r.bound_share},
+                        {"above_ceiling", r.max_share() > 1},
+                        {"mbu", r.bandwidth_share},
+                        {"mfu", r.compute_share},
+                        {"bytes_per_step", r.bytes_per_step},
+                        {"bandwidth_bound_tokens_per_s", r.bandwidth_bound_tokens_per_s},
+                        {"read_bound_tokens_per_s", r.read_bound_tokens_per_s},
+                        {"read_bound_share", r.read_share()},
+                        {"steps", r.steps},
+                        {"graph_steps", r.graph_steps},
+                        {"per_op_timed_skipped", r.per_op_timed_skipped},
+                        {"mean_context", r.mean_context}};
     if (r.probe_best_ms > 0) {
       j["probe_best_step_ms"] = r.probe_best_ms;
       j["probe_mean_step_ms"] = r.probe_mean_ms;

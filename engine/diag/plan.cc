@@ -67,10 +67,10 @@ struct Predictor {
 
 // Step time from the window's measured curve inside its range; outside it the fitted model,
 // scaled to agree with the curve at the nearest measured point, flagged, with the wider error
-// Interpolate gives for that distance.
-// The curve's prefill points stand for pure prefill chunks (MeasuredCurve moves the window's
-// mixed steps there); a step whose chunk shares it with `decode_rows` decodes costs the cost
-// model's ratio more (a decode row attends over its whole context and takes a logits row).
+// Interpolate gives for that distance. The curve's prefill points stand for pure prefill
+// chunks (MeasuredCurve moves the window's mixed steps there); a step whose chunk shares it
+// with `decode_rows` decodes costs the cost model's ratio more (a decode row attends over its
+// whole context and takes a logits row).
 struct CurveLookupFn {
   const Predictor& pred;
   const StepCurve& curve;
@@ -109,17 +109,25 @@ struct CurveLookupFn {
 // setting in force, all at the plan's context (pred.context: the mix's steady state where the
 // mix is known). Window decode points were timed at the window's context, probed ones at the
 // probe's: each is moved by the fitted model's ratio at that batch (attention grows with it).
+// Decode points timed at `from_context` moved to pred's context by the fitted model's ratio.
+void MoveDecodeToContext(const Predictor& pred, double from_context,
+                         std::vector<CurvePoint>* points) {
+  Predictor there = pred;
+  there.context = from_context;
+  for (CurvePoint& p : *points) {
+    const int b = std::max(1, int(std::lround(p.x)));
+    const double us = there.DecodeUs(b, pred.graphs_now);
+    if (us > 0) p.us *= pred.DecodeUs(b, pred.graphs_now) / us;
+  }
+}
+
 StepCurve MeasuredCurve(const std::vector<StepRecord>& steps, const Predictor& pred,
                         double window_context, const AnalyzerContext& ctx, Plan* plan) {
   StepCurve curve = CurveFromSteps(steps);
   // The window's steps ran at its own context; the plan's is the mix's steady state.
+  MoveDecodeToContext(pred, window_context, &curve.decode);
   Predictor at_window = pred;
   at_window.context = window_context;
-  for (CurvePoint& p : curve.decode) {
-    const int b = std::max(1, int(std::lround(p.x)));
-    const double there = at_window.DecodeUs(b, pred.graphs_now);
-    if (there > 0) p.us *= pred.DecodeUs(b, pred.graphs_now) / there;
-  }
   // The window's mixed steps moved to pure prefill chunks of the same rows (CurveLookupFn
   // moves them back to the mix asked for): the probe's chunks and the plan's mix then compare
   // like with like (measured: with 24 decodes in a 107-row step it took 1.2x the time it took
@@ -131,13 +139,8 @@ StepCurve MeasuredCurve(const std::vector<StepRecord>& steps, const Predictor& p
   const bool have_probe = !ctx.probe_curve.decode.empty() || !ctx.probe_curve.prefill.empty();
   if (have_probe && ctx.probe_graphs == pred.graphs_now) {
     StepCurve probe = ctx.probe_curve;
-    Predictor at_probe = pred;
-    at_probe.context = ctx.probe_context > 0 ? ctx.probe_context : pred.context;
-    for (CurvePoint& p : probe.decode) {
-      const int b = std::max(1, int(std::lround(p.x)));
-      const double there = at_probe.DecodeUs(b, pred.graphs_now);
-      if (there > 0) p.us *= pred.DecodeUs(b, pred.graphs_now) / there;
-    }
+    MoveDecodeToContext(pred, ctx.probe_context > 0 ? ctx.probe_context : pred.context,
+                        &probe.decode);
     curve = MergeCurves(curve, probe);
     plan->used_probe = true;
   }
