@@ -53,7 +53,7 @@ InputLayout LayoutFor(int64_t tokens, int64_t seqs, int64_t width) {
 struct ModelRunner::DeviceWeights {
   struct Layer {
     DeviceBuffer attn_norm, wqkv, wo, mlp_norm, w_gate_up, w_down;
-    Tensor attn_norm_t, wq, wk, wv, wo_t, mlp_norm_t, w_gate_up_t, w_down_t;
+    Tensor attn_norm_t, wqkv_t, wo_t, mlp_norm_t, w_gate_up_t, w_down_t;  // wqkv: q, k, v rows
   };
   DeviceBuffer embedding, final_norm, lm_head;
   Tensor embedding_t, final_norm_t, lm_head_t;
@@ -151,12 +151,8 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
   for (int l = 0; l < m.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
     DeviceWeights::Layer& L = dw.layers[l];
-    Tensor wqkv;
     RETURN_IF_ERROR(upload_as(act, lw.attn_norm, 1, d, &L.attn_norm, &L.attn_norm_t));
-    RETURN_IF_ERROR(upload(lw.wqkv, hq + 2 * hkv, d, &L.wqkv, &wqkv));
-    L.wq = wqkv.RowSlice(0, hq);
-    L.wk = wqkv.RowSlice(hq, hkv);
-    L.wv = wqkv.RowSlice(hq + hkv, hkv);
+    RETURN_IF_ERROR(upload(lw.wqkv, hq + 2 * hkv, d, &L.wqkv, &L.wqkv_t));
     RETURN_IF_ERROR(upload(lw.wo, d, hq, &L.wo, &L.wo_t));
     RETURN_IF_ERROR(upload_as(act, lw.mlp_norm, 1, d, &L.mlp_norm, &L.mlp_norm_t));
     RETURN_IF_ERROR(upload(lw.w_gate_up, 2 * f, d, &L.w_gate_up, &L.w_gate_up_t));
@@ -358,9 +354,8 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
     } else {  // hidden += previous layer's MLP output
       RETURN_IF_ERROR(backend_->AddRmsNorm(tmp, hidden, L.attn_norm_t, m.rms_norm_eps, normed));
     }
-    RETURN_IF_ERROR(backend_->Gemm(normed, L.wq, q));
-    RETURN_IF_ERROR(backend_->Gemm(normed, L.wk, k));
-    RETURN_IF_ERROR(backend_->Gemm(normed, L.wv, v));
+    const Tensor qkv[] = {q, k, v};
+    RETURN_IF_ERROR(backend_->GemmSplit(normed, L.wqkv_t, qkv));
     RETURN_IF_ERROR(backend_->Rope(q, k, positions, m.head_dim, m.Rope()));
     RETURN_IF_ERROR(backend_->KvWrite(k, v, slots, b.k_cache[l], b.v_cache[l]));
     RETURN_IF_ERROR(backend_->Attention(q, b.k_cache[l], b.v_cache[l], batch, shape, attn_out));

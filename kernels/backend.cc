@@ -103,6 +103,38 @@ absl::Status Backend::Gemm(const Tensor& x, const Tensor& w, const Tensor& out) 
   return Run(OpKind::kGemm, cost::Gemm(x, w, out), [&] { return DoGemm(x, w, out); });
 }
 
+absl::Status Backend::GemmSplit(const Tensor& x, const Tensor& w, absl::Span<const Tensor> outs) {
+  RETURN_IF_ERROR(Expect(x.cols == w.cols, "gemm_split",
+                         absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
+                                      " (inner dimensions differ)")));
+  RETURN_IF_ERROR(Expect(!outs.empty(), "gemm_split", "outs is empty"));
+  int64_t cols = 0;
+  for (const Tensor& o : outs) {
+    RETURN_IF_ERROR(
+        Expect(o.rows == x.rows && o.cols > 0 && o.data != nullptr, "gemm_split",
+               absl::StrCat("an out is ", o.ShapeString(), " but x has ", x.rows, " rows")));
+    RETURN_IF_ERROR(Expect(o.dtype == outs[0].dtype, "gemm_split", "outs' dtypes differ"));
+    cols += o.cols;
+  }
+  RETURN_IF_ERROR(
+      Expect(cols == w.rows, "gemm_split",
+             absl::StrCat("outs' columns sum to ", cols, " but w is ", w.ShapeString())));
+  RETURN_IF_ERROR(Expect(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(outs[0].dtype),
+                         "gemm_split", "operands must be floating point"));
+  if (x.rows == 0) return absl::OkStatus();
+  const Tensor whole{nullptr, outs[0].dtype, x.rows, w.rows};  // the outs side by side
+  return Run(OpKind::kGemm, cost::Gemm(x, w, whole), [&] { return DoGemmSplit(x, w, outs); });
+}
+
+absl::Status Backend::DoGemmSplit(const Tensor& x, const Tensor& w, absl::Span<const Tensor> outs) {
+  int64_t row = 0;
+  for (const Tensor& o : outs) {
+    RETURN_IF_ERROR(DoGemm(x, w.RowSlice(row, o.cols), o));
+    row += o.cols;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Backend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
   RETURN_IF_ERROR(ExpectShape("rms_norm", "weight", weight, 1, x.cols));
   RETURN_IF_ERROR(ExpectShape("rms_norm", "out", out, x.rows, x.cols));

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/op_record.h"
 #include "kernels/rope_params.h"
 #include "kernels/tensor.h"
@@ -158,6 +159,10 @@ class Backend {
   absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& out);
   // out[M, N] = x[M, K] * w[N, K]^T   (w in the HF [out_features, in_features] layout)
   absl::Status Gemm(const Tensor& x, const Tensor& w, const Tensor& out);
+  // One GEMM of x against w whose output columns go to `outs` in order: outs[i] is
+  // [M, N_i], the N_i sum to w's rows (the fused q/k/v projection into separate q, k and v;
+  // one op where the backend runs it as one, as the CPU backend does).
+  absl::Status GemmSplit(const Tensor& x, const Tensor& w, absl::Span<const Tensor> outs);
   // out = x / rms(x) * weight, row-wise
   absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
   // residual += x; out = rmsnorm(residual) * weight   (fused residual add + norm)
@@ -219,6 +224,8 @@ class Backend {
  protected:
   virtual absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
   virtual absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) = 0;
+  // Default: one DoGemm per part, against w's matching row slice.
+  virtual absl::Status DoGemmSplit(const Tensor& x, const Tensor& w, absl::Span<const Tensor> outs);
   virtual absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
                                  const Tensor& out) = 0;
   virtual absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight,

@@ -64,9 +64,7 @@ StepCost EstimateStepCost(const ModelConfig& m, double dtype_bytes, const StepSh
     } else {
       Add(&c, OpClass::kNorm, 5 * T * d, 4 * T * d * e + d * e);
     }
-    Gemm(&c, T, hq, d, e, we, e);
-    Gemm(&c, T, hkv, d, e, we, e);
-    Gemm(&c, T, hkv, d, e, we, e);
+    Gemm(&c, T, hq + 2 * hkv, d, e, we, e);  // q, k and v: one GemmSplit
     Add(&c, OpClass::kElementwise, 10 * (T * hq + T * hkv) / 2, 2 * (T * hq + T * hkv) * e);
     Add(&c, OpClass::kElementwise, 0, 4 * T * hkv * e);  // kv write
     Add(&c, OpClass::kAttention, 4.0 * double(s.attended_pairs) * m.num_heads * m.head_dim,

@@ -127,6 +127,10 @@ class CpuBackend final : public Backend {
   absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
     return cpu::Gemm(pool_, kernels_, &planner_, x, w, out);
   }
+  absl::Status DoGemmSplit(const Tensor& x, const Tensor& w,
+                           absl::Span<const Tensor> outs) override {
+    return cpu::GemmSplit(pool_, kernels_, &planner_, x, w, outs);
+  }
   absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
                          const Tensor& out) override {
     return cpu::RmsNorm(pool_, x, weight, eps, out);

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/thread_pool.h"
@@ -25,6 +26,11 @@ class GemmPlanner;
 absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
                   const Tensor& x, const Tensor& w, const Tensor& out,
                   GemmPath path = GemmPath::kAuto, int prefetch_blocks = -1);
+// One GEMM of x against w whose output columns go to `outs` in order (their columns sum to
+// w's rows): one dispatch over all of w's rows, each chunk writing to its part's output.
+absl::Status GemmSplit(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
+                       const Tensor& x, const Tensor& w, absl::Span<const Tensor> outs,
+                       GemmPath path = GemmPath::kAuto);
 absl::Status RmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps,
                      const Tensor& out);
 absl::Status AddRmsNorm(ThreadPool& pool, const Tensor& x, const Tensor& residual,

@@ -230,7 +230,7 @@ TEST_F(RunnerTest, OpRecordsCarryCostsAndTimes) {
     attn += op.kind == OpKind::kAttention;
     EXPECT_GE(op.device_end_us, op.device_begin_us);
   }
-  EXPECT_EQ(gemms, layers * 6 + 1);  // q, k, v, o, gate_up, down per layer + the LM head
+  EXPECT_EQ(gemms, layers * 4 + 1);  // qkv (one GemmSplit), o, gate_up, down per layer + LM head
   EXPECT_EQ(attn, layers);
   EXPECT_GT(out->timing.device_busy_us, 0);
   EXPECT_FALSE(out->graph_replayed);
