@@ -35,7 +35,9 @@ ABSL_FLAG(std::string, stat, "median",
 ABSL_FLAG(std::string, dtype, "f32", "weight dtype: f32 | bf16");
 ABSL_FLAG(std::string, json, "", "write results here");
 ABSL_FLAG(int, prefetch_blocks, 1,
-          "skinny kernel's software prefetch distance in weight-row blocks (0: none)");
+          "skinny kernel's software prefetch distance in weight-row blocks at M > 1 (0: none)");
+ABSL_FLAG(int64_t, prefetch_bytes, saturn::cpu::kDefaultPrefetchBytes,
+          "skinny kernel's software prefetch distance in bytes at M = 1 (0: none)");
 
 namespace saturn {
 namespace {
@@ -46,7 +48,7 @@ double TimeMs(cpu::ThreadPool& pool, const Tensor& x, const Tensor& w, const Ten
   for (int r = 0; r < repeats + 2; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)cpu::Gemm(pool, cpu::KernelsFor(cpu::BestIsa()), nullptr, x, w, out, path,
-                    absl::GetFlag(FLAGS_prefetch_blocks));
+                    absl::GetFlag(FLAGS_prefetch_blocks), absl::GetFlag(FLAGS_prefetch_bytes));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (r >= 2) t.push_back(ms);

@@ -72,13 +72,15 @@ bool UseBf16Dot(const IsaKernels& kernels, const Tensor& w) {
 }
 
 void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
-            const Tensor& w, absl::Span<const Part> parts, int prefetch_blocks) {
+            const Tensor& w, absl::Span<const Part> parts, int prefetch_blocks,
+            int64_t prefetch_bytes) {
   auto kernel = w.dtype == DType::kF32 ? kernels.skinny_f32 : kernels.skinny_bf16;
   if (UseBf16Dot(kernels, w)) kernel = SkinnyBf16Dot;
   std::vector<SkinnyArgs> args;
   for (const Part& p : parts) {
     args.push_back(PartArgs(x, w, p));
     args.back().prefetch_blocks = prefetch_blocks;
+    args.back().prefetch_bytes = prefetch_bytes;
     args.back().x_bf16 = UseBf16Dot(kernels, w) ? x_bf16 : nullptr;
   }
   // Chunks of whole 16-row groups (a multiple of every kernel's weight-row block); at
@@ -132,7 +134,7 @@ void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out)
 // Gemm and GemmSplit: x against w, its rows split into `parts`.
 absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
                        const Tensor& x, const Tensor& w, absl::Span<const Part> parts,
-                       GemmPath path, int prefetch_blocks) {
+                       GemmPath path, int prefetch_blocks, int64_t prefetch_bytes) {
   if (absl::Status s = ExpectF32("x", x); !s.ok()) return s;
   for (const Part& p : parts) {
     if (absl::Status s = ExpectF32("out", p.out); !s.ok()) return s;
@@ -148,6 +150,10 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
   }
   if (prefetch_blocks < 0) {
     prefetch_blocks = planner != nullptr ? planner->PrefetchBlocks(pool, kernels, w) : 1;
+  }
+  if (prefetch_bytes < 0) {
+    prefetch_bytes =
+        planner != nullptr ? planner->PrefetchBytes(pool, kernels, w) : kDefaultPrefetchBytes;
   }
   // bf16 weights: every path multiplies x rounded to bf16 (exact products, f32 sums), so
   // the result does not depend on which path the planner picked for this M.
@@ -173,7 +179,7 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
   }
   switch (path) {
     case GemmPath::kSkinny:
-      Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks);
+      Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes);
       break;
     case GemmPath::kBlocked:
       Blocked(pool, kernels, xin, x_bf16, w, parts);
@@ -194,10 +200,10 @@ const char* GemmPathName(GemmPath path) {
 
 absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
                   const Tensor& x, const Tensor& w, const Tensor& out, GemmPath path,
-                  int prefetch_blocks) {
+                  int prefetch_blocks, int64_t prefetch_bytes) {
   const Part whole{0, out};
   return GemmParts(pool, kernels, planner, x, w, absl::Span<const Part>(&whole, 1), path,
-                   prefetch_blocks);
+                   prefetch_blocks, prefetch_bytes);
 }
 
 absl::Status GemmSplit(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
@@ -213,7 +219,7 @@ absl::Status GemmSplit(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
     return absl::InvalidArgumentError(
         absl::StrCat("gemm_split: outs' columns sum to ", row, " but w has ", w.rows, " rows"));
   }
-  return GemmParts(pool, kernels, planner, x, w, parts, path, -1);
+  return GemmParts(pool, kernels, planner, x, w, parts, path, -1, -1);
 }
 
 }  // namespace saturn::cpu

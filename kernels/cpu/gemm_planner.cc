@@ -21,17 +21,17 @@ constexpr int64_t kProbeRows = 512;  // weight rows timed: enough to occupy ever
 constexpr int kRuns = 3;             // fastest of these (after one warm-up) is kept
 
 double TimeUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
-              const Tensor& out, GemmPath path, int prefetch_blocks) {
+              const Tensor& out, GemmPath path, int prefetch_blocks, int64_t prefetch_bytes = 0) {
   const auto t0 = std::chrono::steady_clock::now();
-  (void)Gemm(pool, kernels, nullptr, x, w, out, path, prefetch_blocks);
+  (void)Gemm(pool, kernels, nullptr, x, w, out, path, prefetch_blocks, prefetch_bytes);
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
 double FastestUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
-                 const Tensor& out, GemmPath path, int prefetch_blocks) {
+                 const Tensor& out, GemmPath path, int prefetch_blocks, int64_t prefetch_bytes) {
   double best = std::numeric_limits<double>::infinity();
   for (int r = 0; r <= kRuns; ++r) {
-    const double us = TimeUs(pool, kernels, x, w, out, path, prefetch_blocks);
+    const double us = TimeUs(pool, kernels, x, w, out, path, prefetch_blocks, prefetch_bytes);
     if (r > 0) best = std::min(best, us);
   }
   return best;
@@ -47,44 +47,60 @@ size_t PrefetchProbeBytes() {
 // their prefetch distance is not measured (it stays one block).
 constexpr int64_t kMinPrefetchProbeK = 64;
 
-// Timed rounds of the prefetch probe (after one warm-up); each times every candidate once.
-constexpr int kPrefetchRounds = 16;
+// Timed rounds of a prefetch probe (after one warm-up); each times every candidate once.
+constexpr int kPrefetchRounds = 12;
 
-// The software prefetch distance for the skinny kernel at M = 1 on weights of w's (K, dtype)
-// that do not fit in cache. Each round times every candidate back to back, starting from a
-// different one each round, and scores each by its time over no prefetch's in the same round,
-// so a burst of load elsewhere on the machine (which moves a whole round) cancels. A distance
-// is taken only where it wins clearly: a median score under 0.97 and faster than no prefetch
-// in three rounds of four (a sign test); otherwise none. On a shared 2-core Zen 5 VM single
-// probes swung +-10 %: fastest-of-two had picked 2 blocks for bf16 weights where no prefetch
+// Which distance a probe measures: the 8-row blocks' (in blocks, at M = 2, where they run) or
+// the M = 1 row stream's (in bytes).
+enum class PrefetchKind { kBlocks, kBytes };
+
+// The skinny kernel's software prefetch distance on weights of w's (K, dtype) that do not fit
+// in cache. Each round times every candidate back to back, starting from a different one each
+// round, and scores each by its time over no prefetch's in the same round, so a burst of load
+// elsewhere on the machine (which moves a whole round) cancels. A distance is taken only
+// where it wins clearly: a median score under 0.97 and faster than no prefetch in three
+// rounds of four (a sign test); otherwise none. On a shared 2-core Zen 5 VM single probes
+// swung +-10 %: fastest-of-two had picked 2 blocks for bf16 weights where no prefetch
 // streamed 7 % faster over 40 interleaved steps of the `small` model.
-int MeasurePrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w) {
-  const int64_t k = w.cols;
+int64_t MeasurePrefetch(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w,
+                        PrefetchKind kind) {
+  const int64_t k = w.cols, m = kind == PrefetchKind::kBytes ? 1 : 2;
   const size_t elem = DTypeSize(w.dtype);
   const int64_t rows =
       std::max<int64_t>(256, static_cast<int64_t>(PrefetchProbeBytes() / (elem * k)));
   // Ones (f32 or bf16 bit patterns): the values do not matter, the bytes moved do.
   std::vector<uint32_t> ws((static_cast<size_t>(rows * k) * elem + 3) / 4,
                            elem == 4 ? 0x3f800000u : 0x3f803f80u);
-  std::vector<float> xs(static_cast<size_t>(k), 1.0f), os(static_cast<size_t>(rows));
-  const Tensor x{xs.data(), DType::kF32, 1, k}, wt{ws.data(), w.dtype, rows, k},
-      out{os.data(), DType::kF32, 1, rows};
-  constexpr int kCount = static_cast<int>(std::size(GemmPlanner::kPrefetchCandidates));
-  static_assert(GemmPlanner::kPrefetchCandidates[0] == 0, "scores are relative to no prefetch");
-  std::vector<double> scores[kCount];
+  std::vector<float> xs(static_cast<size_t>(m * k), 1.0f), os(static_cast<size_t>(m * rows));
+  const Tensor x{xs.data(), DType::kF32, m, k}, wt{ws.data(), w.dtype, rows, k},
+      out{os.data(), DType::kF32, m, rows};
+  std::vector<int64_t> candidates;
+  if (kind == PrefetchKind::kBytes) {
+    candidates.assign(std::begin(GemmPlanner::kPrefetchByteCandidates),
+                      std::end(GemmPlanner::kPrefetchByteCandidates));
+  } else {
+    candidates.assign(std::begin(GemmPlanner::kPrefetchCandidates),
+                      std::end(GemmPlanner::kPrefetchCandidates));
+  }
+  const int count = static_cast<int>(candidates.size());  // candidates[0] is 0: no prefetch
+  auto time = [&](int64_t d) {
+    return kind == PrefetchKind::kBytes
+               ? TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny, 0, d)
+               : TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny, static_cast<int>(d));
+  };
+  std::vector<std::vector<double>> scores(candidates.size());
   for (int round = 0; round <= kPrefetchRounds; ++round) {
-    double us[kCount];
-    for (int i = 0; i < kCount; ++i) {
-      const int c = (round + i) % kCount;
-      us[c] =
-          TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny, GemmPlanner::kPrefetchCandidates[c]);
+    std::vector<double> us(candidates.size());
+    for (int i = 0; i < count; ++i) {
+      const int c = (round + i) % count;
+      us[c] = time(candidates[c]);
     }
     if (round == 0 || !(us[0] > 0)) continue;  // the warm-up
-    for (int c = 1; c < kCount; ++c) scores[c].push_back(us[c] / us[0]);
+    for (int c = 1; c < count; ++c) scores[c].push_back(us[c] / us[0]);
   }
   int best = 0;
   double best_score = 0.97;
-  for (int c = 1; c < kCount; ++c) {
+  for (int c = 1; c < count; ++c) {
     std::vector<double>& v = scores[c];
     if (v.empty()) continue;
     const auto wins = std::count_if(v.begin(), v.end(), [](double r) { return r < 1; });
@@ -95,22 +111,23 @@ int MeasurePrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Ten
       best_score = median;
     }
   }
-  return GemmPlanner::kPrefetchCandidates[best];
+  return candidates[best];
 }
 
-// MeasurePrefetchBlocks once per process for each (kernel level, weight dtype, threads): the
+// MeasurePrefetch once per process for each (kind, kernel level, weight dtype, threads): the
 // distance is a property of the machine's memory system, measured at the K of the first
-// weight that asks (later K reuse its block count).
-int PrefetchBlocksFor(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w) {
-  if (w.cols < kMinPrefetchProbeK) return 1;
+// weight that asks (later K reuse it).
+int64_t PrefetchFor(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w,
+                    PrefetchKind kind) {
+  if (w.cols < kMinPrefetchProbeK) return kind == PrefetchKind::kBytes ? 0 : 1;
   static std::mutex mu;
-  static std::map<std::tuple<int, int, int>, int> measured;
-  const std::tuple<int, int, int> key{static_cast<int>(kernels.isa), static_cast<int>(w.dtype),
-                                      pool.num_threads()};
+  static std::map<std::tuple<int, int, int, int>, int64_t> measured;
+  const std::tuple<int, int, int, int> key{static_cast<int>(kind), static_cast<int>(kernels.isa),
+                                           static_cast<int>(w.dtype), pool.num_threads()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = measured.find(key);
   if (it == measured.end())
-    it = measured.emplace(key, MeasurePrefetchBlocks(pool, kernels, w)).first;
+    it = measured.emplace(key, MeasurePrefetch(pool, kernels, w, kind)).first;
   return it->second;
 }
 
@@ -122,19 +139,21 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   std::vector<float> xs(static_cast<size_t>(kMaxProbeM * k)), os(kMaxProbeM * rows);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f;
   Plan plan;
-  plan.prefetch_blocks = PrefetchBlocksFor(pool, kernels, w);
+  plan.prefetch_blocks = static_cast<int>(PrefetchFor(pool, kernels, w, PrefetchKind::kBlocks));
+  plan.prefetch_bytes = PrefetchFor(pool, kernels, w, PrefetchKind::kBytes);
   const int pf = plan.prefetch_blocks;
+  const int64_t pf_bytes = plan.prefetch_bytes;
   int skinny_losses = 0;
   for (int i = 0; i < kProbes; ++i) {
     const int64_t m = int64_t{1} << i;
     const Tensor x{xs.data(), DType::kF32, m, k}, out{os.data(), DType::kF32, m, rows};
     GemmPath best = GemmPath::kBlas;
-    double best_us = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlas, pf);
-    const double blocked = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlocked, pf);
+    double best_us = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlas, pf, pf_bytes);
+    const double blocked = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlocked, pf, pf_bytes);
     if (blocked < best_us) best = GemmPath::kBlocked, best_us = blocked;
     plan.beyond = best;
     if (skinny_losses < 2) {
-      const double skinny = FastestUs(pool, kernels, x, wp, out, GemmPath::kSkinny, pf);
+      const double skinny = FastestUs(pool, kernels, x, wp, out, GemmPath::kSkinny, pf, pf_bytes);
       if (skinny < best_us) best = GemmPath::kSkinny;
       skinny_losses = best == GemmPath::kSkinny ? 0 : skinny_losses + 1;
     }
@@ -173,12 +192,18 @@ int GemmPlanner::PrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, con
   return PlanFor(pool, kernels, w).prefetch_blocks;
 }
 
+int64_t GemmPlanner::PrefetchBytes(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PlanFor(pool, kernels, w).prefetch_bytes;
+}
+
 std::string GemmPlanner::Describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string s;
   for (const auto& [key, plan] : plans_) {
     absl::StrAppend(&s, s.empty() ? "" : "; ", "k", key.first, "/",
-                    DTypeName(static_cast<DType>(key.second)), ": prefetch=", plan.prefetch_blocks);
+                    DTypeName(static_cast<DType>(key.second)), ": prefetch=", plan.prefetch_blocks,
+                    " prefetch_bytes=", plan.prefetch_bytes);
     for (int i = 0; i < kProbes; ++i) {
       absl::StrAppend(&s, " ", int64_t{1} << i, "=", GemmPathName(plan.at[i]));
     }

@@ -6,11 +6,13 @@
 // and keeps the fastest per probed M (the skinny kernel for every M below its largest win:
 // its edge only shrinks with M, so a loss below a win is noise). An M between probes takes the
 // choice of the nearest probe in log scale, an M past the last probe the faster of blocked and BLAS
-// there. Before that it takes the skinny kernel's software prefetch distance (SkinnyArgs::
-// prefetch_blocks), measured once per process for each kernel level, weight dtype and thread
-// count at M = 1 on a synthetic weight matrix 1.5x the last-level cache, so the rows come from
-// memory as a decode step's do: each candidate distance, interleaved over a few rounds,
-// fastest kept; the path probes then run with that distance. Later calls are a lookup.
+// there. Before that it takes the skinny kernel's software prefetch distances (SkinnyArgs::
+// prefetch_blocks for its 8-row blocks, measured at M = 2; prefetch_bytes for its M = 1 row
+// stream), each measured once per process for each kernel level, weight dtype and thread
+// count on a synthetic weight matrix twice the last-level cache, so the rows come from memory
+// as a decode step's do: candidates interleaved over rotated rounds, each scored against no
+// prefetch in the same round, a distance kept only where it wins clearly
+// (gemm_planner.cc); the path probes then run with those distances. Later calls are a lookup.
 // Thread-safe.
 #pragma once
 
@@ -32,20 +34,24 @@ class GemmPlanner {
   // The path for m rows against w (probes on first use of w's (K, dtype); the probe's
   // output never leaves the planner). Never kAuto.
   GemmPath Choose(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w, int64_t m);
-  // The skinny kernel's prefetch distance for w's (K, dtype), measured with the paths.
+  // The skinny kernel's prefetch distances for w's (K, dtype), measured with the paths: in
+  // blocks for its 8-row blocks (M > 1), in bytes for its M = 1 row stream.
   int PrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
+  int64_t PrefetchBytes(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
   // The measured choices so far, e.g. "k768/f32: prefetch=2 1=skinny ... more=blocked".
   std::string Describe() const;
 
   static constexpr int kProbes = 9;  // M = 1, 2, 4, ..., 256
   static constexpr int64_t kMaxProbeM = int64_t{1} << (kProbes - 1);
   static constexpr int kPrefetchCandidates[] = {0, 1, 2, 4};  // blocks ahead
+  static constexpr int64_t kPrefetchByteCandidates[] = {0, 2048, 4096, 8192, 16384};
 
  private:
   struct Plan {
     GemmPath at[kProbes];  // fastest path at M = 2^i
     GemmPath beyond;       // past the last probe
     int prefetch_blocks = 1;
+    int64_t prefetch_bytes = 0;
   };
   Plan Probe(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
   const Plan& PlanFor(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);  // mu_ held

@@ -1,7 +1,8 @@
 // The bf16 dot-product GEMM kernels (isa_kernels.h: SkinnyBf16Dot, BlockedBf16Dot): bf16
 // weights against bf16-rounded input rows with vdpbf16ps (32 products per instruction, f32
 // accumulation). Only called where DetectCpuFeatures().avx512_bf16.
-//  - skinny: eight weight rows against two input rows per pass (4 x 4 tiles from four input
+//  - skinny: at M = 1 one weight row at a time in address order (gemm_skinny.inc's Stream),
+//    else eight weight rows against two input rows per pass (4 x 4 tiles from four input
 //    rows on), like gemm_skinny.inc.
 //  - blocked: gemm_blocked.inc's Goto blocking, but the packed panels stay bf16 (half the
 //    bytes packed, half the multiply instructions of the widening path). Panel layout: for
@@ -75,6 +76,33 @@ inline void Block(const SkinnyArgs& a, int64_t i, int64_t j) {
 #pragma GCC unroll 16
     for (int r = 0; r < WR; ++r)
       a.out[(i + c) * n + j + r] = Finish(acc[c][r], xr[c], wr[r], k32, k);
+  }
+}
+
+// M = 1: one weight row at a time in address order with a software prefetch
+// a.prefetch_bytes ahead, as gemm_skinny.inc's Stream (why there); 128 products per step.
+void Stream(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
+  const uint16_t* w = static_cast<const uint16_t*>(a.w);
+  const uint16_t* x = a.x_bf16;
+  const int64_t k = a.k, k128 = k & ~int64_t{127}, k32 = k & ~int64_t{31};
+  const int64_t ahead = a.prefetch_bytes / 2;
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    const uint16_t* wr = w + j * k;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    int64_t p = 0;
+    for (; p < k128; p += 128) {
+      if (ahead > 0) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) __builtin_prefetch(wr + p + 32 * u + ahead, 0, 3);
+      }
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u)
+        acc[u] = _mm512_dpbf16_ps(acc[u], Load32(wr + p + 32 * u), Load32(x + p + 32 * u));
+    }
+    for (; p < k32; p += 32) acc[0] = _mm512_dpbf16_ps(acc[0], Load32(wr + p), Load32(x + p));
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    a.out[j] = Finish(sum, x, wr, k32, k);
   }
 }
 
@@ -157,6 +185,7 @@ void MicroUpTo(int mr, const uint16_t* x, int64_t ldx, const uint16_t* wp, int64
 
 void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   const int64_t m = a.m;
+  if (m == 1) return Stream(a, n_begin, n_end);
   int64_t j = n_begin;
   for (; j + 8 <= n_end; j += 8) {
     int64_t i = 0;

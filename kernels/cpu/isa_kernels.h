@@ -43,8 +43,10 @@ struct SkinnyArgs {
   const uint16_t* x_bf16 = nullptr;  // [m, k] x rounded to bf16 (bf16 dot-product kernel only)
   float* out = nullptr;              // [m, n]
   int64_t m = 0, n = 0, k = 0;
-  // Software prefetch distance in weight-row blocks (0: none; 1: the next block).
+  // Software prefetch distance in weight-row blocks (0: none; 1: the next block), M > 1.
   int prefetch_blocks = 1;
+  // M = 1 (one row at a time in address order): prefetch this many bytes ahead (0: none).
+  int64_t prefetch_bytes = 0;
 };
 
 // The cache-blocked GEMM (gemm_blocked.inc): weight rows are packed kBlockedNc x kBlockedKc

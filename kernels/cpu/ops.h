@@ -21,11 +21,14 @@ absl::Status Embedding(ThreadPool& pool, const Tensor& ids, const Tensor& table,
 enum class GemmPath { kAuto, kSkinny, kBlocked, kBlas, kCount };
 const char* GemmPathName(GemmPath path);
 class GemmPlanner;
-// prefetch_blocks: the skinny kernel's software prefetch distance (SkinnyArgs); -1 takes the
-// planner's measured distance (or one block without a planner).
+// prefetch_blocks, prefetch_bytes: the skinny kernel's software prefetch distances (SkinnyArgs:
+// in blocks for M > 1, in bytes for M = 1); -1 takes the planner's measured distance (without
+// a planner: one block, kDefaultPrefetchBytes).
+constexpr int64_t kDefaultPrefetchBytes = 8192;
 absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,
                   const Tensor& x, const Tensor& w, const Tensor& out,
-                  GemmPath path = GemmPath::kAuto, int prefetch_blocks = -1);
+                  GemmPath path = GemmPath::kAuto, int prefetch_blocks = -1,
+                  int64_t prefetch_bytes = -1);
 // One GEMM of x against w whose output columns go to `outs` in order (their columns sum to
 // w's rows): one dispatch over all of w's rows, each chunk writing to its part's output.
 absl::Status GemmSplit(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,

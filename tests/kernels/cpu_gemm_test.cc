@@ -148,13 +148,16 @@ TEST_P(CpuGemmOpTest, Gemm) {
 INSTANTIATE_TEST_SUITE_P(Threads, CpuGemmOpTest, ::testing::Values(1, 3), ThreadsName);
 
 // The skinny kernel's software prefetch only moves bytes earlier: every distance the planner
-// may pick gives the same bits, at block edges (rows a multiple of the weight-row block, one
-// more, one less) and odd k, for one and several input rows, and with 4 x 4 tiles (AVX-512,
-// from four input rows) beside the 8 x 2 and 8 x 1 ones.
+// may pick (blocks for M > 1, bytes for the M = 1 row stream) gives the same bits, at block
+// edges (rows a multiple of the weight-row block, one more, one less) and odd k, for one and
+// several input rows, with 4 x 4 tiles (AVX-512, from four input rows) beside the 8 x 2 and
+// 8 x 1 ones, and at M = 1 with k past and between the row stream's unrolled steps (64 and 128
+// elements) and its 16- or 32-element steps.
 TEST(CpuGemmTest, SkinnyPrefetchDistanceNeverChangesResults) {
   std::mt19937 rng(11);
-  const Shape shapes[] = {{1, 64, 768}, {1, 65, 33}, {2, 63, 129}, {3, 136, 64},
-                          {1, 8, 31},   {4, 24, 40}, {7, 65, 129}, {9, 17, 768}};
+  const Shape shapes[] = {{1, 64, 768}, {1, 65, 33},  {2, 63, 129}, {3, 136, 64},
+                          {1, 8, 31},   {4, 24, 40},  {7, 65, 129}, {9, 17, 768},
+                          {1, 37, 200}, {1, 19, 100}, {1, 5, 2048}};
   for (cpu::Isa isa : SupportedIsas()) {
     for (const char* dtype : {"f32", "bf16"}) {
       SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " " + dtype);
@@ -171,14 +174,18 @@ TEST(CpuGemmTest, SkinnyPrefetchDistanceNeverChangesResults) {
         const std::vector<double> ref = Reference(x, w, s.m, s.n, s.k);
         std::vector<float> first;
         for (int pf : cpu::GemmPlanner::kPrefetchCandidates) {
-          DevTensor out = Poisoned(*b, s.m, s.n);
-          ASSERT_TRUE(cpu::Gemm(pool, cpu::KernelsFor(isa), nullptr, dx.t, dw.t, out.t,
-                                cpu::GemmPath::kSkinny, pf)
-                          .ok());
-          const std::vector<float> got = ToHost<float>(*b, out.t);
-          EXPECT_LT(RelErr(got, ref), kTol) << s.m << "x" << s.n << "x" << s.k << " pf " << pf;
-          if (first.empty()) first = got;
-          EXPECT_EQ(got, first) << s.m << "x" << s.n << "x" << s.k << " pf " << pf;
+          for (int64_t bytes : cpu::GemmPlanner::kPrefetchByteCandidates) {
+            DevTensor out = Poisoned(*b, s.m, s.n);
+            ASSERT_TRUE(cpu::Gemm(pool, cpu::KernelsFor(isa), nullptr, dx.t, dw.t, out.t,
+                                  cpu::GemmPath::kSkinny, pf, bytes)
+                            .ok());
+            const std::vector<float> got = ToHost<float>(*b, out.t);
+            const std::string at =
+                absl::StrCat(s.m, "x", s.n, "x", s.k, " pf ", pf, " bytes ", bytes);
+            EXPECT_LT(RelErr(got, ref), kTol) << at;
+            if (first.empty()) first = got;
+            EXPECT_EQ(got, first) << at;
+          }
         }
       }
     }
@@ -201,14 +208,19 @@ TEST(CpuGemmTest, PlannerNeverStreamsPastItsLargestProbe) {
     EXPECT_NE(planner.Choose(pool, k, w.t, m), cpu::GemmPath::kAuto) << m;
   }
   EXPECT_TRUE(absl::StrContains(planner.Describe(), "k8/f32")) << planner.Describe();
-  // The prefetch distance: rows too short to measure keep one block; longer ones get one of
-  // the candidates, as measured.
+  // The prefetch distances: rows too short to measure keep one block and no row-stream
+  // prefetch; longer ones get one of the candidates, as measured.
   EXPECT_EQ(planner.PrefetchBlocks(pool, k, w.t), 1);
+  EXPECT_EQ(planner.PrefetchBytes(pool, k, w.t), 0);
   DevTensor w64 = F32(*b, 40, 64, Random(rng, 40 * 64));
   const int pf = planner.PrefetchBlocks(pool, k, w64.t);
+  const int64_t bytes = planner.PrefetchBytes(pool, k, w64.t);
   const auto& c = cpu::GemmPlanner::kPrefetchCandidates;
   EXPECT_NE(std::find(std::begin(c), std::end(c), pf), std::end(c)) << pf;
-  EXPECT_TRUE(absl::StrContains(planner.Describe(), absl::StrCat("k64/f32: prefetch=", pf)))
+  const auto& cb = cpu::GemmPlanner::kPrefetchByteCandidates;
+  EXPECT_NE(std::find(std::begin(cb), std::end(cb), bytes), std::end(cb)) << bytes;
+  EXPECT_TRUE(absl::StrContains(planner.Describe(),
+                                absl::StrCat("k64/f32: prefetch=", pf, " prefetch_bytes=", bytes)))
       << planner.Describe();
 }
 
