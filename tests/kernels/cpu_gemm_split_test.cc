@@ -130,7 +130,7 @@ TEST(CpuGemmSplitTest, BadOutsAreRefusedByName) {
   DevTensor x = Empty(*b, DType::kF32, 2, 8), w = Empty(*b, DType::kF32, 12, 8);
   DevTensor o4 = Empty(*b, DType::kF32, 2, 4), o8 = Empty(*b, DType::kF32, 2, 8),
             wrong_rows = Empty(*b, DType::kF32, 3, 8);
-  auto split = [&](std::vector<Tensor> outs) { return b->GemmSplit(x.t, w.t, outs); };
+  auto split = [&](const std::vector<Tensor>& outs) { return b->GemmSplit(x.t, w.t, outs); };
   const absl::Status sum = split({o4.t, o4.t});  // 8 columns for 12 rows of w
   EXPECT_EQ(sum.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(sum.message(), "gemm_split")) << sum;
