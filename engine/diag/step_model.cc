@@ -77,8 +77,23 @@ ClassRates FitMax(std::vector<Sample> s, double u0, double v0) {
   return r;
 }
 
-// y = b u + f v by non-negative least squares; with one intensity (collinear b and f) v
-// keeps the calibrated value and u absorbs the rest.
+// Whether the samples' intensities span two groups of at least two steps each (a step is one
+// sample of a class): with one step alone at its intensity, a burst of contention during that
+// step alone sets the split (measured: a window of one 8-row prefill and seven decodes under
+// two busy processes fitted a compute rate that put the plateau at batch 1).
+bool TwoSupportedIntensities(const std::vector<Sample>& s) {
+  if (s.size() < 4) return false;
+  double lo = s.front().intensity, hi = lo;
+  for (const Sample& x : s) lo = std::min(lo, x.intensity), hi = std::max(hi, x.intensity);
+  const double mid = std::sqrt(std::max(lo, 1e-12) * hi);  // halfway in log scale
+  if (!(hi > 1.05 * lo)) return false;
+  int below = 0, above = 0;
+  for (const Sample& x : s) (x.intensity < mid ? below : above) += 1;
+  return below >= 2 && above >= 2;
+}
+
+// y = b u + f v by non-negative least squares; with one intensity (collinear b and f), or an
+// intensity only one step has, v keeps the calibrated value and u absorbs the rest.
 ClassRates FitSum(const std::vector<Sample>& s, double u0, double v0) {
   ClassRates r;
   r.additive = true;
@@ -89,7 +104,7 @@ ClassRates FitSum(const std::vector<Sample>& s, double u0, double v0) {
   }
   double u = u0, v = v0;
   const double det = bb * ff - bf * bf;
-  if (det > 1e-6 * bb * ff) {
+  if (det > 1e-6 * bb * ff && TwoSupportedIntensities(s)) {
     u = (yb * ff - yf * bf) / det;
     v = (yf * bb - yb * bf) / det;
     r.bandwidth_fitted = r.compute_fitted = true;

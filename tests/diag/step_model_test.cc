@@ -98,6 +98,40 @@ TEST(StepModelTest, AdditiveDefaultWithOneBatchKeepsTheCalibratedComputeTerm) {
   EXPECT_NEAR(gemm.bytes_per_us, 6e3, 60);
 }
 
+// Seven batch-1 decodes and one 8-sequence step that a burst of contention slowed 6x (under
+// two busy processes one step in a short window can be): the lone step must not set the
+// compute rate, or every larger batch looks FLOP-bound and the plan sees no gain. Two such
+// steps that agree identify it as before.
+TEST(StepModelTest, AnIntensityOnlyOneStepHasKeepsTheCalibratedComputeTerm) {
+  const ModelConfig m = testing_diag::Small();
+  TrueModel t;
+  t.additive = true;
+  t.bytes_per_us = 6e3;
+  TrueModel burst = t;
+  burst.bytes_per_us /= 6;
+  burst.flops_per_us /= 6;
+  std::vector<StepRecord> steps = testing_diag::Steps(m, t, StepSpec{}, 7);
+  StepSpec eight;
+  eight.seqs = 8;
+  steps.push_back(MakeStep(m, burst, eight, steps.back().end_us));
+  const StepModel lone = FitStepModel(steps, testing_diag::TestCalibration(), -1);  // cpu: sum
+  const ClassRates& g = lone.rates[size_t(OpClass::kGemm)];
+  EXPECT_FALSE(g.compute_fitted);
+  EXPECT_DOUBLE_EQ(g.flops_per_us, 1e5);  // the calibrated ceiling
+  // Batching still gains: batch 16 runs well over 4x batch 1's tokens/s.
+  StepSpec one, sixteen;
+  sixteen.seqs = 16;
+  const double t1 = lone.PredictUs(CostOf(MakeStep(m, t, one, 0)), 1);
+  const double t16 = lone.PredictUs(CostOf(MakeStep(m, t, sixteen, 0)), 16);
+  EXPECT_GT(16 / t16, 4 / t1);
+  // Two 8-sequence steps at the true rates: the compute term is fitted from them.
+  steps.pop_back();
+  for (int i = 0; i < 2; ++i) steps.push_back(MakeStep(m, t, eight, steps.back().end_us));
+  const StepModel two = FitStepModel(steps, testing_diag::TestCalibration(), -1);
+  EXPECT_TRUE(two.rates[size_t(OpClass::kGemm)].compute_fitted);
+  EXPECT_NEAR(two.rates[size_t(OpClass::kGemm)].bytes_per_us, 6e3, 60);
+}
+
 TEST(StepModelTest, NoTimedStepsFallsBackToCalibration) {
   const ModelConfig m = testing_diag::Small();
   auto steps = testing_diag::Steps(m, TrueModel{}, StepSpec{}, 3);
