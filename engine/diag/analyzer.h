@@ -249,7 +249,10 @@ struct TrackedOutcome {
   ActionKind kind = ActionKind::kRaiseMaxNumSeqs;
   std::string what;
   double applied_us = 0;
-  int steady_steps = 0;  // decode-only steps measured after the change settled
+  // Steps measured after the change settled: decode-only ones, or, where the action was
+  // predicted with the request mix (prefill_share > 0), every step carrying decodes; tokens/s
+  // and TPOT are then the engine's output rate (rows sampled) and the mean step a request sees.
+  int steady_steps = 0;
   bool settled = false;  // enough steady steps to judge
   double measured_batch = 0;
   double predicted_tokens_per_s = 0, measured_tokens_per_s = 0, tokens_per_s_error = 0;

@@ -29,6 +29,37 @@ Action Predicted(double tps, double tpot_ms) {
   return a;
 }
 
+// An action predicted with the request mix (prefill_share > 0) predicts the engine's output
+// tokens/s and the TPOT a request sees, prefill-carrying steps included: both are measured
+// over every settled step that carries decodes, tokens as rows sampled; the model's own error
+// stays against the pure decode steps, like the drift.
+TEST(PlanTrackerTest, AMixPredictionIsMeasuredOverEveryStepCarryingDecodes) {
+  PlanTracker t(/*settle_steps=*/1, /*min_steady_steps=*/3);
+  const auto ctx = testing_diag::TestContext(testing_diag::Small(), 8);
+  Action a = Predicted(90, 120);
+  a.prefill_share = 0.4;
+  t.RecordApplied(a, StepModel{}, ctx, 100, /*applied_us=*/0);
+  auto step = [](double start, double wall, int prefill, int sampled) {
+    StepRecord r = Decode(start, wall, 8, prefill);
+    r.num_sampled = sampled;
+    return r;
+  };
+  const std::vector<StepRecord> steps = {
+      step(0, 500000, 64, 8),        // settling: ignored
+      step(500000, 100000, 0, 8),    // pure decode: 8 tokens
+      step(600000, 200000, 64, 8),   // 7 decodes + a finished prompt's first token
+      step(800000, 100000, 0, 8),    //
+      step(900000, 200000, 32, 7)};  // 7 decodes, a prompt chunk not yet finished
+  const auto o = t.Evaluate(steps);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->steady_steps, 4);
+  EXPECT_TRUE(o->settled);
+  EXPECT_DOUBLE_EQ(o->measured_tpot_ms, 150);             // 600 ms over 4 steps
+  EXPECT_NEAR(o->measured_tokens_per_s, 31 / 0.6, 1e-9);  // 31 rows sampled in 600 ms
+  EXPECT_DOUBLE_EQ(o->measured_batch, 8);
+  EXPECT_DOUBLE_EQ(o->tpot_error, 120.0 / 150 - 1);
+}
+
 TEST(PlanTrackerTest, NothingTrackedGivesNothing) {
   PlanTracker t;
   EXPECT_FALSE(t.has_action());
