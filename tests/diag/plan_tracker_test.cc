@@ -134,6 +134,7 @@ TEST(PlanTrackerTest, StepTimeDriftAgainstThePlansCurve) {
   PlanTracker t(/*settle_steps=*/0, /*min_steady_steps=*/3);
   t.RecordApplied(Predicted(100, 80), StepModel{}, AnalyzerContext{}, 100, 0, curve);
   std::vector<StepRecord> steps;
+  steps.reserve(4);
   for (int i = 0; i < 4; ++i) steps.push_back(Decode(i * 100000.0, 100000, 8));
   const auto o = t.Evaluate(steps);
   ASSERT_TRUE(o.has_value());
@@ -151,6 +152,7 @@ TEST(PlanTrackerTest, StepTimeDriftAgainstThePlansCurve) {
   PlanTracker fast(0, 3);
   fast.RecordApplied(Predicted(100, 80), StepModel{}, AnalyzerContext{}, 100, 0, curve);
   std::vector<StepRecord> quick;
+  quick.reserve(4);
   for (int i = 0; i < 4; ++i) quick.push_back(Decode(i * 64000.0, 64000, 8));  // 125 tok/s
   const auto f = fast.Evaluate(quick);
   ASSERT_TRUE(f.has_value());
