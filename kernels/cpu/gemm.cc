@@ -71,17 +71,29 @@ bool UseBf16Dot(const IsaKernels& kernels, const Tensor& w) {
   return w.dtype == DType::kBF16 && kernels.isa == Isa::kAvx512 && DetectCpuFeatures().avx512_bf16;
 }
 
+// Each part's args; x_bf16 where the vdpbf16ps kernels run.
+std::vector<SkinnyArgs> ArgsOfParts(const IsaKernels& kernels, const Tensor& x,
+                                    const uint16_t* x_bf16, const Tensor& w,
+                                    absl::Span<const Part> parts) {
+  const bool dot = UseBf16Dot(kernels, w);
+  std::vector<SkinnyArgs> args;
+  args.reserve(parts.size());
+  for (const Part& p : parts) {
+    args.push_back(PartArgs(x, w, p));
+    args.back().x_bf16 = dot ? x_bf16 : nullptr;
+  }
+  return args;
+}
+
 void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
             const Tensor& w, absl::Span<const Part> parts, int prefetch_blocks,
             int64_t prefetch_bytes) {
   auto kernel = w.dtype == DType::kF32 ? kernels.skinny_f32 : kernels.skinny_bf16;
   if (UseBf16Dot(kernels, w)) kernel = SkinnyBf16Dot;
-  std::vector<SkinnyArgs> args;
-  for (const Part& p : parts) {
-    args.push_back(PartArgs(x, w, p));
-    args.back().prefetch_blocks = prefetch_blocks;
-    args.back().prefetch_bytes = prefetch_bytes;
-    args.back().x_bf16 = UseBf16Dot(kernels, w) ? x_bf16 : nullptr;
+  std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, w, parts);
+  for (SkinnyArgs& a : args) {
+    a.prefetch_blocks = prefetch_blocks;
+    a.prefetch_bytes = prefetch_bytes;
   }
   // Chunks of whole 16-row groups (a multiple of every kernel's weight-row block); at
   // least ~64 KiB of f32 weights per chunk.
@@ -94,11 +106,7 @@ void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const
              const Tensor& w, absl::Span<const Part> parts) {
   auto kernel = w.dtype == DType::kF32 ? kernels.blocked_f32 : kernels.blocked_bf16;
   if (UseBf16Dot(kernels, w)) kernel = BlockedBf16Dot;
-  std::vector<SkinnyArgs> args;
-  for (const Part& p : parts) {
-    args.push_back(PartArgs(x, w, p));
-    args.back().x_bf16 = UseBf16Dot(kernels, w) ? x_bf16 : nullptr;
-  }
+  const std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, w, parts);
   ForUnits(pool, parts, kBlockedPanel, 1, [&](size_t i, int64_t b, int64_t e) {
     thread_local std::vector<float> pack;  // pool threads persist: allocated once each
     if (pack.size() < kBlockedPackFloats) pack.resize(kBlockedPackFloats);
