@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
@@ -79,12 +80,12 @@ int Main() {
     ms.push_back(m);
   }
   const int max_m = *std::max_element(ms.begin(), ms.end());
+  const bool bf16 = absl::GetFlag(FLAGS_dtype) == "bf16";
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> xs(size_t(max_m) * k), ws(size_t(n) * k), os(size_t(max_m) * n);
   for (float& v : xs) v = u(rng);
   for (float& v : ws) v = u(rng);
-  const bool bf16 = absl::GetFlag(FLAGS_dtype) == "bf16";
   if (!bf16 && absl::GetFlag(FLAGS_dtype) != "f32") {
     std::fprintf(stderr, "--dtype: must be f32 or bf16\n");
     return 2;
@@ -99,8 +100,9 @@ int Main() {
               cal->bandwidth_bytes_per_s / 1e9, cal->gemm_flops_per_s / 1e9, threads);
   std::printf("kernels %s | OpenBLAS core %s\n", cpu::CpuFeatureSummary().c_str(),
               openblas_get_corename());
-  std::printf("%5s %12s %12s %12s %10s %14s\n", "M", "skinny ms", "blocked ms", "openblas ms",
-              "winner", "roofline % (best)");
+  const bool amx = cpu::AmxRuns(cpu::BestIsa(), bf16 ? DType::kBF16 : DType::kF32);
+  std::printf("%5s %12s %12s %12s %12s %10s %14s\n", "M", "skinny ms", "blocked ms", "openblas ms",
+              amx ? "amx ms" : "(no amx)", "winner", "roofline % (best)");
   nlohmann::json out;
   out["calibration"] = nlohmann::json::parse(CalibrationToJson(*cal));
   out["n"] = n;
@@ -120,14 +122,21 @@ int Main() {
     const double flops = 2.0 * m * n * double(k);
     const double floor_ms =
         1e3 * std::max(bytes / cal->bandwidth_bytes_per_s, flops / cal->gemm_flops_per_s);
-    const double best = std::min({skinny, blocked, blas});
-    const char* winner = best == skinny ? "skinny" : best == blocked ? "blocked" : "openblas";
-    std::printf("%5d %12.3f %12.3f %12.3f %10s %14.1f\n", m, skinny, blocked, blas, winner,
-                100 * floor_ms / best);
+    // AMX only for bf16 weights on a CPU that grants it (infinite elsewhere: never the winner).
+    const double tiles = amx ? TimeMs(pool, x, w, o, cpu::GemmPath::kAmx, reps)
+                             : std::numeric_limits<double>::infinity();
+    const double best = std::min({skinny, blocked, blas, tiles});
+    const char* winner = best == skinny    ? "skinny"
+                         : best == blocked ? "blocked"
+                         : best == blas    ? "openblas"
+                                           : "amx";
+    std::printf("%5d %12.3f %12.3f %12.3f %12.3f %10s %14.1f\n", m, skinny, blocked, blas,
+                amx ? tiles : 0.0, winner, 100 * floor_ms / best);
     out["rows"].push_back({{"m", m},
                            {"skinny_ms", skinny},
                            {"blocked_ms", blocked},
                            {"openblas_ms", blas},
+                           {"amx_ms", amx ? nlohmann::json(tiles) : nlohmann::json(nullptr)},
                            {"gflops_best", flops / best * 1e-6},
                            {"roofline_floor_ms", floor_ms}});
   }

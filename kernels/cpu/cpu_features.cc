@@ -3,6 +3,10 @@
 #include "kernels/cpu/cpu_features.h"
 
 #include <unistd.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <sys/syscall.h>
+#endif
 
 #include <array>
 #include <cstdlib>
@@ -12,6 +16,46 @@
 #include "kernels/enum_table.h"
 
 namespace saturn::cpu {
+namespace {
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// AMX-BF16 and AMX-TILE from CPUID leaf 7 (read directly: GCC 12's __builtin_cpu_supports
+// knows them, clang 14's does not), then whether this process may use the tiles: the OS
+// must save the tile state (XCR0 bits 17 and 18) and, on Linux, grant the tile data to the
+// process (ARCH_REQ_XCOMP_PERM; without it the first tile instruction raises SIGILL).
+void DetectAmx(CpuFeatures& f) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return;
+  f.amx_bf16 = ((d >> 22) & 1) != 0 && ((d >> 24) & 1) != 0;
+  if (!f.amx_bf16) return;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  if (__get_cpuid(1, &a1, &b1, &c1, &d1) == 0 || ((c1 >> 27) & 1) == 0) {
+    f.amx_note = "the OS has not enabled XSAVE";
+    return;
+  }
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & (3u << 17)) != (3u << 17)) {
+    f.amx_note = "the OS does not save the tile state (XCR0)";
+    return;
+  }
+  constexpr long kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXtileData = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXtileData) != 0) {
+    f.amx_note = "the kernel refused the tile data (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    return;
+  }
+  uint64_t granted = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted) != 0 ||
+      ((granted >> kXtileData) & 1) == 0) {
+    f.amx_note = "the kernel did not grant the tile data";
+    return;
+  }
+  f.amx_usable = f.avx512;  // the kernel packs with AVX-512
+  if (!f.amx_usable) f.amx_note = "no AVX-512 to pack the tiles with";
+}
+#endif
+
+}  // namespace
 
 const CpuFeatures& DetectCpuFeatures() {
   static const CpuFeatures features = [] {
@@ -24,8 +68,8 @@ const CpuFeatures& DetectCpuFeatures() {
                __builtin_cpu_supports("avx512dq");
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
-    f.amx_bf16 = __builtin_cpu_supports("amx-bf16");
 #endif
+    DetectAmx(f);
 #endif
     return f;
   }();
@@ -48,14 +92,15 @@ bool IsaSupported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(Be
 
 bool HasNativeBf16() {
   const CpuFeatures& f = DetectCpuFeatures();
-  return f.avx512_bf16 || f.amx_bf16;
+  return f.avx512_bf16 || f.amx_usable;
 }
 
 std::string CpuFeatureSummary() {
   const CpuFeatures& f = DetectCpuFeatures();
   std::string s = IsaName(BestIsa());
   if (f.avx512_bf16) s += " +avx512_bf16";
-  if (f.amx_bf16) s += " +amx_bf16";
+  if (f.amx_usable) s += " +amx_bf16";
+  if (f.amx_bf16 && !f.amx_usable) s += " (amx_bf16 unusable: " + f.amx_note + ")";
   return s;
 }
 

@@ -13,7 +13,11 @@ struct CpuFeatures {
   bool avx2_fma = false;     // AVX2 + FMA3
   bool avx512 = false;       // AVX-512 F, BW, VL and DQ (and the OS saves the zmm state)
   bool avx512_bf16 = false;  // vdpbf16ps / vcvtne2ps2bf16
-  bool amx_bf16 = false;     // AMX tiles with bf16 (reported, not used)
+  bool amx_bf16 = false;     // the CPU has AMX tiles with bf16 (CPUID)
+  // AMX can run here: the CPU has it, the OS saves the tile state (XCR0) and granted this
+  // process the tile data (Linux arch_prctl(ARCH_REQ_XCOMP_PERM), requested at detection).
+  bool amx_usable = false;
+  std::string amx_note;  // why AMX is not usable, where the CPU has it ("" otherwise)
 };
 
 // Detected once per process.
@@ -27,7 +31,7 @@ const char* IsaName(Isa isa);
 Isa BestIsa();
 // True when this CPU can run kernels built for `isa`.
 bool IsaSupported(Isa isa);
-// True when the CPU has native bf16 dot products (AVX512-BF16 or AMX-BF16): where bf16
+// True when the CPU has native bf16 dot products (AVX512-BF16, or AMX-BF16 it may use): where bf16
 // weights are the default.
 bool HasNativeBf16();
 // e.g. "avx512 (avx512_bf16)" for logs and device names.

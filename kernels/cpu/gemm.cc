@@ -10,6 +10,8 @@
 //    bf16 pairs for vdpbf16ps (isa_avx512bf16.cc).
 //  - blas: OpenBLAS sgemm; bf16 weights are widened to f32 one panel of rows at a time
 //    (N * K conversions against 2 * M * N * K FLOPs, so only for large M).
+//  - amx: bf16 weights where the CPU has AMX and the OS grants it (gemm_amx.cc): 16 x 16
+//    tiles, the weights packed into tiles per 32-row panel as they are used.
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
 // f32), so results do not depend on the path. kAuto asks the GemmPlanner, which measured
 // the paths on this machine (gemm_planner.h). GemmSplit runs one GEMM whose output columns
@@ -114,6 +116,44 @@ void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const
   });
 }
 
+// x rounded to bf16 and zero-padded for the AMX kernel's A tiles: [m rounded up to 16, k
+// rounded up to 32]; x's own rows only, then the AMX GEMM over the parts in 32-row panels.
+void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Part> parts) {
+  const int64_t m = x.rows, k = x.cols, mp = (m + 15) / 16 * 16, kp = (k + 31) / 32 * 32;
+  thread_local std::vector<uint16_t> xpad;
+  if (static_cast<int64_t>(xpad.size()) < mp * kp) xpad.resize(mp * kp);
+  uint16_t* xp = xpad.data();  // a plain pointer: pool threads see their own thread_locals
+  const float* src = x.as<float>();
+  pool.ParallelFor(mp, std::max<int64_t>(1, 16384 / kp), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      uint16_t* row = xp + i * kp;
+      const int64_t valid = i < m ? k : 0;
+      for (int64_t j = 0; j < valid; ++j) row[j] = F32ToBf16(src[i * k + j]);
+      std::fill(row + valid, row + kp, uint16_t{0});
+    }
+  });
+  std::vector<AmxArgs> args;
+  args.reserve(parts.size());
+  for (const Part& p : parts) {
+    AmxArgs a;
+    a.xp = xp;
+    a.m = m;
+    a.mp = mp;
+    a.kp = kp;
+    a.w = w.as<uint16_t>() + p.row0 * k;
+    a.n = p.out.cols;
+    a.k = k;
+    a.out = p.out.as<float>();
+    args.push_back(a);
+  }
+  const size_t pack_elems = AmxPackElems(kp);
+  ForUnits(pool, parts, kAmxPanel, 1, [&](size_t i, int64_t b, int64_t e) {
+    thread_local std::vector<uint16_t> pack;  // pool threads persist: grown once each
+    if (pack.size() < pack_elems) pack.resize(pack_elems);
+    GemmAmxBf16(args[i], b, e, pack.data());
+  });
+}
+
 void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out) {
   pool.Park();  // OpenBLAS runs its own threads on these cores
   const blasint m = static_cast<blasint>(x.rows), n = static_cast<blasint>(w.rows),
@@ -155,6 +195,16 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
   if (path == GemmPath::kAuto) {
     if (planner == nullptr) return absl::InternalError("gemm: kAuto needs a GemmPlanner");
     path = planner->Choose(pool, kernels, w, x.rows);
+  }
+  if (path == GemmPath::kAmx) {
+    if (!AmxRuns(kernels.isa, w.dtype)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gemm: the AMX path needs bf16 weights (w is ", DTypeName(w.dtype),
+          "), the avx512 kernel level (", IsaName(kernels.isa), ") and AMX this process may use (",
+          DetectCpuFeatures().amx_bf16 ? DetectCpuFeatures().amx_note : "the CPU has none", ")"));
+    }
+    Amx(pool, x, w, parts);
+    return absl::OkStatus();
   }
   if (prefetch_blocks < 0) {
     prefetch_blocks = planner != nullptr ? planner->PrefetchBlocks(pool, kernels, w) : 1;
@@ -202,8 +252,12 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
 }  // namespace
 
 const char* GemmPathName(GemmPath path) {
-  static constexpr std::array kNames{"auto", "skinny", "blocked", "blas"};  // GemmPath's order
+  static constexpr std::array kNames{"auto", "skinny", "blocked", "blas", "amx"};  // GemmPath's
   return EnumLookup(kNames, path, "?");
+}
+
+bool AmxRuns(Isa isa, DType w) {
+  return w == DType::kBF16 && isa == Isa::kAvx512 && DetectCpuFeatures().amx_usable;
 }
 
 absl::Status Gemm(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner* planner,

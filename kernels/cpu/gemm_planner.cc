@@ -144,6 +144,7 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   const int pf = plan.prefetch_blocks;
   const int64_t pf_bytes = plan.prefetch_bytes;
   int skinny_losses = 0;
+  const bool amx = AmxRuns(kernels.isa, w.dtype);  // a candidate only where it can run
   for (int i = 0; i < kProbes; ++i) {
     const int64_t m = int64_t{1} << i;
     const Tensor x{xs.data(), DType::kF32, m, k}, out{os.data(), DType::kF32, m, rows};
@@ -151,6 +152,10 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
     double best_us = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlas, pf, pf_bytes);
     const double blocked = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlocked, pf, pf_bytes);
     if (blocked < best_us) best = GemmPath::kBlocked, best_us = blocked;
+    if (amx) {
+      const double tiles = FastestUs(pool, kernels, x, wp, out, GemmPath::kAmx, pf, pf_bytes);
+      if (tiles < best_us) best = GemmPath::kAmx, best_us = tiles;
+    }
     plan.beyond = best;
     if (skinny_losses < 2) {
       const double skinny = FastestUs(pool, kernels, x, wp, out, GemmPath::kSkinny, pf, pf_bytes);

@@ -1,17 +1,18 @@
 // GemmPlanner: which GEMM path (gemm.cc: the skinny weight-streaming kernel, the blocked
-// kernel or OpenBLAS) runs m input rows against a weight matrix, decided by measuring them
+// kernel, OpenBLAS, or AMX tiles for bf16 weights where the CPU has them and the OS grants
+// them) runs m input rows against a weight matrix, decided by measuring them
 // on the running machine rather than by constants tuned on one CPU. The first GEMM with a
 // given (K, weight dtype) times the paths on that weight's first rows at M = 1, 2, 4, ... 256
 // (fastest of a few runs each; the skinny kernel drops out once it has lost twice in a row)
 // and keeps the fastest per probed M (the skinny kernel for every M below its largest win:
 // its edge only shrinks with M, so a loss below a win is noise). An M between probes takes the
-// choice of the nearest probe in log scale, an M past the last probe the faster of blocked and BLAS
-// there. Before that it takes the skinny kernel's software prefetch distances (SkinnyArgs::
-// prefetch_blocks for its 8-row blocks, measured at M = 2; prefetch_bytes for its M = 1 row
-// stream), each measured once per process for each kernel level, weight dtype and thread
-// count on a synthetic weight matrix twice the last-level cache, so the rows come from memory
-// as a decode step's do: candidates interleaved over rotated rounds, each scored against no
-// prefetch in the same round, a distance kept only where it wins clearly
+// choice of the nearest probe in log scale, an M past the last probe the fastest of the
+// many-row paths (blocked, BLAS, AMX) there. Before that it takes the skinny kernel's software
+// prefetch distances (SkinnyArgs:: prefetch_blocks for its 8-row blocks, measured at M = 2;
+// prefetch_bytes for its M = 1 row stream), each measured once per process for each kernel level,
+// weight dtype and thread count on a synthetic weight matrix twice the last-level cache, so the
+// rows come from memory as a decode step's do: candidates interleaved over rotated rounds, each
+// scored against no prefetch in the same round, a distance kept only where it wins clearly
 // (gemm_planner.cc); the path probes then run with those distances. Later calls are a lookup.
 // Thread-safe.
 #pragma once

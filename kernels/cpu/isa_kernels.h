@@ -76,6 +76,21 @@ const IsaKernels& KernelsFor(Isa isa);
 // bf16 weights and bf16-rounded x multiplied with vdpbf16ps (f32 accumulation); only where
 // DetectCpuFeatures().avx512_bf16. Needs a.x_bf16.
 void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+// The AMX GEMM (gemm_amx.cc): bf16 weights against x rounded to bf16, in 16 x 16 f32 tiles;
+// only where DetectCpuFeatures().amx_usable. Callers split n at multiples of kAmxPanel and
+// give each thread AmxPackElems(kp) of scratch.
+constexpr int kAmxPanel = 32;
+struct AmxArgs {
+  const uint16_t* xp = nullptr;  // x rounded to bf16, zero-padded to [mp, kp]
+  int64_t m = 0;                 // x's rows (out's rows)
+  int64_t mp = 0;                // m rounded up to 16
+  int64_t kp = 0;                // k rounded up to 32
+  const uint16_t* w = nullptr;   // [n, k] bf16, row-major
+  int64_t n = 0, k = 0;          // n: out's columns (its row stride)
+  float* out = nullptr;          // [m, n]
+};
+size_t AmxPackElems(int64_t kp);
+void GemmAmxBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_t* pack);
 // The blocked GEMM with the same arithmetic (isa_avx512bf16.cc): bf16 panels, needs
 // a.x_bf16; same calling convention as IsaKernels::blocked_bf16.
 void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);

@@ -18,7 +18,11 @@ namespace saturn::cpu {
 absl::Status Embedding(ThreadPool& pool, const Tensor& ids, const Tensor& table, const Tensor& out);
 // kAuto asks `planner` (the path measured fastest at this M, gemm_planner.h); the others
 // force a path (bench/gemm_bench.cc compares them) and need no planner. w is f32 or bf16.
-enum class GemmPath { kAuto, kSkinny, kBlocked, kBlas, kCount };
+// kAmx (bf16 weights where DetectCpuFeatures().amx_usable, at the AVX-512 level; elsewhere
+// it fails with FAILED_PRECONDITION) multiplies in AMX tiles (gemm_amx.cc).
+enum class GemmPath { kAuto, kSkinny, kBlocked, kBlas, kAmx, kCount };
+// Whether GemmPath::kAmx runs for weights of dtype w at kernel level `isa`.
+bool AmxRuns(Isa isa, DType w);
 const char* GemmPathName(GemmPath path);
 class GemmPlanner;
 // prefetch_blocks, prefetch_bytes: the skinny kernel's software prefetch distances (SkinnyArgs:

@@ -106,13 +106,23 @@ TEST_P(CpuGemmPathTest, EveryIsaF32AndBf16) {
         if (pc.through_backend) {
           ASSERT_TRUE(b->Gemm(dx.t, dw.t, out.t).ok());
         } else {
-          ASSERT_TRUE(
-              cpu::Gemm(pool, cpu::KernelsFor(isa), &planner, dx.t, dw.t, out.t, pc.path).ok());
+          const absl::Status st =
+              cpu::Gemm(pool, cpu::KernelsFor(isa), &planner, dx.t, dw.t, out.t, pc.path);
+          if (pc.path == cpu::GemmPath::kAmx && !cpu::AmxRuns(isa, wdt)) {
+            // Refused, naming what it lacks, where it cannot run (f32 weights, a lower
+            // kernel level, no AMX the process may use).
+            EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+            EXPECT_TRUE(absl::StrContains(st.message(), "AMX")) << st;
+            continue;
+          }
+          ASSERT_TRUE(st.ok()) << st;
         }
         EXPECT_LT(RelErr(ToHost<float>(*b, out.t), ref), kTol)
             << s.m << "x" << s.n << "x" << s.k << " path " << pc.name;
       }
-      if (!pc.through_backend) {  // every path asks the planner for the prefetch distance
+      // Every path but AMX (which prefetches by itself) asks the planner for the skinny
+      // kernel's prefetch distance.
+      if (!pc.through_backend && pc.path != cpu::GemmPath::kAmx) {
         EXPECT_TRUE(absl::StrContains(planner.Describe(), std::string("/") + dtype))
             << planner.Describe();
       }
@@ -124,11 +134,42 @@ INSTANTIATE_TEST_SUITE_P(Paths, CpuGemmPathTest,
                          ::testing::Values(PathCase{"Skinny", cpu::GemmPath::kSkinny, false},
                                            PathCase{"Blocked", cpu::GemmPath::kBlocked, false},
                                            PathCase{"Blas", cpu::GemmPath::kBlas, false},
+                                           PathCase{"Amx", cpu::GemmPath::kAmx, false},
                                            PathCase{"Auto", cpu::GemmPath::kAuto, false},
                                            PathCase{"BackendOp", cpu::GemmPath::kAuto, true}),
                          [](const ::testing::TestParamInfo<PathCase>& info) {
                            return std::string(info.param.name);
                          });
+
+// The AMX kernel (bf16 weights, where the CPU has AMX and the OS grants it) against the
+// float64 reference at the shapes its tiling has edges at: one and two 16-row A tiles and
+// their tails, a 32-row panel's second half empty, partial or whole, k tails inside a 32-wide
+// tile, and x in more than one ~1 MiB block of rows (k 2048: 256 rows a block). With three
+// threads the panels land on threads unevenly.
+TEST(CpuGemmTest, AmxTilesMatchTheReferenceAtEveryEdge) {
+  if (!cpu::AmxRuns(cpu::BestIsa(), DType::kBF16)) {
+    GTEST_SKIP() << "no AMX this process may use: " << cpu::CpuFeatureSummary();
+  }
+  std::unique_ptr<Backend> b = MakeCpuIsa(3, cpu::BestIsa(), "bf16");
+  cpu::ThreadPool pool(3);
+  std::mt19937 rng(13);
+  const Shape shapes[] = {{1, 1, 1},     {1, 16, 32},   {16, 16, 32},   {15, 17, 31},
+                          {17, 33, 65},  {32, 32, 64},  {33, 48, 96},   {48, 80, 100},
+                          {64, 31, 768}, {100, 96, 33}, {300, 70, 2048}};
+  for (const Shape& s : shapes) {
+    std::vector<float> x = Random(rng, s.m * s.k), w = Random(rng, s.n * s.k);
+    DevTensor dx = F32(*b, s.m, s.k, x), dw = Empty(*b, DType::kBF16, s.n, s.k);
+    ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
+    for (float& v : w) v = Bf16Value(v);
+    for (float& v : x) v = Bf16Value(v);
+    DevTensor out = Poisoned(*b, s.m, s.n);
+    ASSERT_TRUE(cpu::Gemm(pool, cpu::KernelsFor(cpu::BestIsa()), nullptr, dx.t, dw.t, out.t,
+                          cpu::GemmPath::kAmx)
+                    .ok());
+    EXPECT_LT(RelErr(ToHost<float>(*b, out.t), Reference(x, w, s.m, s.n, s.k)), kTol)
+        << s.m << "x" << s.n << "x" << s.k;
+  }
+}
 
 // Backend::Gemm over pool sizes of 1 and 3 threads: one row and many, odd shapes, n = 1.
 class CpuGemmOpTest : public CpuOpTest {};

@@ -1,0 +1,218 @@
+// The AMX GEMM (isa_kernels.h: GemmAmxBf16): bf16 weights against bf16-rounded input rows
+// with Intel AMX tiles (TDPBF16PS: a 16 x 16 f32 tile += 16 x 32 bf16 times 32 x 16 bf16,
+// 16 384 products per instruction). Only called where DetectCpuFeatures().amx_usable.
+//  - Tiles: C 16 x 16 f32 (64-byte rows), A 16 rows x 32 bf16 of x, B 16 k-pairs x 16 weight
+//    rows x 2 bf16 (the VNNI layout). Eight tile registers: four C (2 x 2), two A, two B.
+//  - x is read as A straight from the caller's zero-padded copy (AmxArgs::xp).
+//  - Weights stay row-major in memory (the M = 1 stream reads them that way); each thread
+//    packs a panel of 32 weight rows by all of k into VNNI tiles in its scratch (a 16 x 16
+//    transpose of 32-bit pairs per 16 rows x 32 k), then runs every input row of the current
+//    block of x against it. x is taken in blocks of ~1 MiB of rows, which stay in L2 beside
+//    the panel (a larger block repacks the weights less often).
+//  - Tile state is configured on entry and released on return, so a pool thread holds no
+//    tile state (and the kernel saves none on a context switch) between GEMMs.
+// Linux grants the tile data only after arch_prctl(ARCH_REQ_XCOMP_PERM) (cpu_features.cc).
+#include "kernels/cpu/isa_kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 11)
+#include <immintrin.h>
+
+#include <algorithm>
+
+#if defined(__clang__)
+#pragma clang attribute push( \
+    __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")
+#endif
+
+namespace saturn::cpu {
+namespace {
+
+constexpr int kTileRows = 16;
+constexpr int kTileK = 32;                          // bf16 per A row: 64 bytes
+constexpr int kTileElems = kTileRows * kTileK;      // bf16 per A or B tile: 1 KiB
+constexpr int64_t kXBlockBytes = int64_t{1} << 20;  // rows of x per block: ~1 MiB of them
+
+// The palette-1 configuration: every tile 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void Configure() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = kTileRows;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// r[0..16) rows of 16 32-bit lanes -> their transpose in place: r[c] lane i = old r[i] lane c.
+inline void Transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i + 3.
+  __m512i u[16];
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // Column 4L + j = lane L of u[j], u[4 + j], u[8 + j], u[12 + j]: a 4 x 4 transpose of lanes.
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    r[j] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    r[4 + j] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    r[8 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    r[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+}
+
+// The B tiles of weight rows [n0, n0 + 16) (those below `rows` exist, the rest are zero) for
+// every 32-wide block of k: tile kb at pack + kb * 2 * kTileElems, in the VNNI layout
+// (row p: the 16 weight rows' pair (k0 + 2p, k0 + 2p + 1)). Past k, zeros.
+// `ahead`: 16 rows (16 k elements, contiguous) the next panel reads, prefetched a 16th per
+// block of k as this one is packed (nullptr: none), so the weight stream never waits on
+// memory between panels (at a few input rows the kernel is a stream over the weights).
+void PackHalf(const uint16_t* w, int64_t k, int64_t n0, int64_t rows, int64_t kblocks,
+              uint16_t* pack, const uint16_t* ahead) {
+  const int64_t ahead_elems = 16 * k;
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    if (ahead != nullptr) {
+      for (int64_t e = kb * kTileElems; e < (kb + 1) * kTileElems && e < ahead_elems; e += 32)
+        __builtin_prefetch(ahead + e, 0, 3);
+    }
+    const int64_t k0 = kb * kTileK;
+    const int64_t left = k - k0;
+    const __mmask32 mask =
+        left >= kTileK ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << left) - 1);
+    __m512i r[16];
+    for (int i = 0; i < 16; ++i) {
+      r[i] =
+          i < rows ? _mm512_maskz_loadu_epi16(mask, w + (n0 + i) * k + k0) : _mm512_setzero_si512();
+    }
+    Transpose16(r);
+    uint16_t* tile = pack + kb * 2 * kTileElems;
+    for (int p = 0; p < 16; ++p) _mm512_storeu_si512(tile + p * 32, r[p]);
+  }
+}
+
+// One C tile (held in tile register `tmm`, stored to `tmp` first unless it lies wholly
+// inside out) to out rows [m0, m0 + 16) x columns [n0, n0 + 16), clipped to m and n_end.
+inline void StoreClipped(const float* tmp, float* out, int64_t ldo, int64_t m0, int64_t m,
+                         int64_t n0, int64_t n_end) {
+  const int64_t rows = m - m0 < 16 ? m - m0 : 16;
+  const int64_t cols = n_end - n0 < 16 ? n_end - n0 : 16;
+  if (rows <= 0 || cols <= 0) return;
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+  for (int64_t i = 0; i < rows; ++i)
+    _mm512_mask_storeu_ps(out + (m0 + i) * ldo + n0, mask, _mm512_loadu_ps(tmp + i * 16));
+}
+
+}  // namespace
+
+size_t AmxPackElems(int64_t kp) { return static_cast<size_t>(kp / kTileK) * 2 * kTileElems; }
+
+void GemmAmxBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_t* pack) {
+  const int64_t kblocks = a.kp / kTileK, ldx = a.kp * 2, ldo = a.n * 4;
+  const int64_t mblock =
+      std::max<int64_t>(32, kXBlockBytes / (a.kp * 2) / 32 * 32);  // rows of x per block
+  alignas(64) float tmp[4][16 * 16];
+  Configure();
+  for (int64_t xm0 = 0; xm0 < a.mp; xm0 += mblock) {
+    const int64_t xm1 = std::min(a.mp, xm0 + mblock);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += kAmxPanel) {
+      const int64_t left = n_end - n0;
+      // The next panel's two halves, where it has whole ones.
+      const uint16_t* next = left >= 2 * kAmxPanel ? a.w + (n0 + kAmxPanel) * a.k : nullptr;
+      PackHalf(a.w, a.k, n0, std::min<int64_t>(left, 16), kblocks, pack, next);
+      PackHalf(a.w, a.k, n0 + 16, std::max<int64_t>(0, std::min<int64_t>(left - 16, 16)), kblocks,
+               pack + kTileElems, next != nullptr ? next + 16 * a.k : nullptr);
+      const bool wide = left > 16;  // the second half holds weight rows
+      for (int64_t m0 = xm0; m0 < xm1; m0 += 32) {
+        const bool two = m0 + 32 <= xm1;  // two A tiles (else the 16-row tail)
+        const uint16_t* x0 = a.xp + m0 * a.kp;
+        const uint16_t* x1 = x0 + 16 * a.kp;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t kb = 0; kb < kblocks; ++kb) {
+          const uint16_t* b = pack + kb * 2 * kTileElems;
+          _tile_loadd(4, x0 + kb * kTileK, ldx);
+          _tile_loadd(6, b, 64);
+          _tile_loadd(7, b + kTileElems, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          if (two) {
+            _tile_loadd(5, x1 + kb * kTileK, ldx);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+        // Whole tiles go straight to out; edges through tmp.
+        const bool rows0 = m0 + 16 <= a.m, rows1 = m0 + 32 <= a.m;
+        const bool cols0 = n0 + 16 <= n_end, cols1 = n0 + 32 <= n_end;
+        float* o = a.out + m0 * a.n + n0;
+        if (rows0 && cols0) {
+          _tile_stored(0, o, ldo);
+        } else {
+          _tile_stored(0, tmp[0], 64);
+          StoreClipped(tmp[0], a.out, a.n, m0, a.m, n0, n_end);
+        }
+        if (wide) {
+          if (rows0 && cols1) {
+            _tile_stored(1, o + 16, ldo);
+          } else {
+            _tile_stored(1, tmp[1], 64);
+            StoreClipped(tmp[1], a.out, a.n, m0, a.m, n0 + 16, n_end);
+          }
+        }
+        if (!two) continue;
+        if (rows1 && cols0) {
+          _tile_stored(2, o + 16 * a.n, ldo);
+        } else {
+          _tile_stored(2, tmp[2], 64);
+          StoreClipped(tmp[2], a.out, a.n, m0 + 16, a.m, n0, n_end);
+        }
+        if (wide) {
+          if (rows1 && cols1) {
+            _tile_stored(3, o + 16 * a.n + 16, ldo);
+          } else {
+            _tile_stored(3, tmp[3], 64);
+            StoreClipped(tmp[3], a.out, a.n, m0 + 16, a.m, n0 + 16, n_end);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace saturn::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#else  // no compiler support: never selected (DetectCpuFeatures reports no amx_usable)
+namespace saturn::cpu {
+size_t AmxPackElems(int64_t kp) { return static_cast<size_t>(kp) * 32; }
+void GemmAmxBf16(const AmxArgs&, int64_t, int64_t, uint16_t*) {}
+}  // namespace saturn::cpu
+#endif
