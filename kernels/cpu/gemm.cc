@@ -10,8 +10,9 @@
 //    bf16 pairs for vdpbf16ps (isa_avx512bf16.cc).
 //  - blas: OpenBLAS sgemm; bf16 weights are widened to f32 one panel of rows at a time
 //    (N * K conversions against 2 * M * N * K FLOPs, so only for large M).
-//  - amx: bf16 weights where the CPU has AMX and the OS grants it (gemm_amx.cc): 16 x 16
-//    tiles, the weights packed into tiles per 32-row panel as they are used.
+//  - amx, amx_stream: bf16 weights where the CPU has AMX and the OS grants it (gemm_amx.cc):
+//    16 x 16 tiles; amx packs the weights into tiles per 32-row panel as they are used,
+//    amx_stream reads them as tiles straight from memory and packs x instead.
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
 // f32), so results do not depend on the path. kAuto asks the GemmPlanner, which measured
 // the paths on this machine (gemm_planner.h). GemmSplit runs one GEMM whose output columns
@@ -118,7 +119,9 @@ void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const
 
 // x rounded to bf16 and zero-padded for the AMX kernel's A tiles: [m rounded up to 16, k
 // rounded up to 32]; x's own rows only, then the AMX GEMM over the parts in 32-row panels.
-void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Part> parts) {
+// kAmxStream also packs that copy into B tiles (AmxPackX) for GemmAmxStreamBf16.
+void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Part> parts,
+         bool stream) {
   const int64_t m = x.rows, k = x.cols, mp = (m + 15) / 16 * 16, kp = (k + 31) / 32 * 32;
   thread_local std::vector<uint16_t> xpad;
   if (static_cast<int64_t>(xpad.size()) < mp * kp) xpad.resize(mp * kp);
@@ -132,11 +135,20 @@ void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Pa
       std::fill(row + valid, row + kp, uint16_t{0});
     }
   });
+  uint16_t* xq = nullptr;
+  if (stream) {
+    thread_local std::vector<uint16_t> xtiles;
+    if (static_cast<int64_t>(xtiles.size()) < mp * kp) xtiles.resize(mp * kp);
+    xq = xtiles.data();
+    pool.ParallelFor(mp / 16, std::max<int64_t>(1, 1024 / kp),
+                     [&](int64_t b, int64_t e) { AmxPackX(xp, kp, b, e, xq); });
+  }
   std::vector<AmxArgs> args;
   args.reserve(parts.size());
   for (const Part& p : parts) {
     AmxArgs a;
     a.xp = xp;
+    a.xq = xq;
     a.m = m;
     a.mp = mp;
     a.kp = kp;
@@ -150,7 +162,11 @@ void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Pa
   ForUnits(pool, parts, kAmxPanel, 1, [&](size_t i, int64_t b, int64_t e) {
     thread_local std::vector<uint16_t> pack;  // pool threads persist: grown once each
     if (pack.size() < pack_elems) pack.resize(pack_elems);
-    GemmAmxBf16(args[i], b, e, pack.data());
+    if (stream) {
+      GemmAmxStreamBf16(args[i], b, e, pack.data());
+    } else {
+      GemmAmxBf16(args[i], b, e, pack.data());
+    }
   });
 }
 
@@ -196,14 +212,14 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
     if (planner == nullptr) return absl::InternalError("gemm: kAuto needs a GemmPlanner");
     path = planner->Choose(pool, kernels, w, x.rows);
   }
-  if (path == GemmPath::kAmx) {
+  if (IsAmx(path)) {
     if (!AmxRuns(kernels.isa, w.dtype)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "gemm: the AMX path needs bf16 weights (w is ", DTypeName(w.dtype),
           "), the avx512 kernel level (", IsaName(kernels.isa), ") and AMX this process may use (",
           DetectCpuFeatures().amx_bf16 ? DetectCpuFeatures().amx_note : "the CPU has none", ")"));
     }
-    Amx(pool, x, w, parts);
+    Amx(pool, x, w, parts, path == GemmPath::kAmxStream);
     return absl::OkStatus();
   }
   if (prefetch_blocks < 0) {
@@ -252,7 +268,8 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
 }  // namespace
 
 const char* GemmPathName(GemmPath path) {
-  static constexpr std::array kNames{"auto", "skinny", "blocked", "blas", "amx"};  // GemmPath's
+  static constexpr std::array kNames{"auto", "skinny", "blocked",
+                                     "blas", "amx",    "amx_stream"};  // GemmPath's order
   return EnumLookup(kNames, path, "?");
 }
 

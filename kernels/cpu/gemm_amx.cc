@@ -18,6 +18,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #if defined(__clang__)
 #pragma clang attribute push( \
@@ -122,7 +123,109 @@ inline void StoreClipped(const float* tmp, float* out, int64_t ldo, int64_t m0, 
     _mm512_mask_storeu_ps(out + (m0 + i) * ldo + n0, mask, _mm512_loadu_ps(tmp + i * 16));
 }
 
+// Out rows [m0, m0 + 16) x columns [n0, n0 + 16) from a C tile of the transposed product
+// (tmp[i][j] = out[m0 + j][n0 + i]), clipped to m and n_end.
+inline void StoreTransposed(const float* tmp, float* out, int64_t ldo, int64_t m0, int64_t m,
+                            int64_t n0, int64_t n_end) {
+  const int64_t rows = m - m0 < 16 ? m - m0 : 16;
+  const int64_t cols = n_end - n0 < 16 ? n_end - n0 : 16;
+  if (rows <= 0 || cols <= 0) return;
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(tmp + i * 16);
+  Transpose16(r);
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+  for (int64_t j = 0; j < rows; ++j)
+    _mm512_mask_storeu_ps(out + (m0 + j) * ldo + n0, mask, _mm512_castsi512_ps(r[j]));
+}
+
 }  // namespace
+
+void AmxPackX(const uint16_t* xp, int64_t kp, int64_t mb_begin, int64_t mb_end, uint16_t* xq) {
+  const int64_t kblocks = kp / kTileK;
+  for (int64_t mb = mb_begin; mb < mb_end; ++mb) {
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(xp + (mb * 16 + i) * kp + kb * kTileK);
+      Transpose16(r);
+      uint16_t* tile = xq + (mb * kblocks + kb) * kTileElems;
+      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(tile + p * 32, r[p]);
+    }
+  }
+}
+
+void GemmAmxStreamBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_t* scratch) {
+  const int64_t kblocks = a.kp / kTileK, mblocks = a.mp / 16;
+  const bool whole_k = a.k == a.kp;  // weight rows are whole A-tile rows in memory
+  alignas(64) float tmp[4][16 * 16];
+  Configure();
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += kAmxPanel) {
+    const int64_t rows = std::min<int64_t>(kAmxPanel, n_end - n0);
+    // A tiles straight from the weights where the panel is 32 whole rows; else its rows
+    // copied into zero-padded scratch (the part's last rows, or k not a multiple of 32).
+    const uint16_t* w0 = a.w + n0 * a.k;
+    int64_t ldw = a.k;
+    if (!whole_k || rows < kAmxPanel) {
+      for (int64_t r = 0; r < kAmxPanel; ++r) {
+        uint16_t* dst = scratch + r * a.kp;
+        const int64_t valid = r < rows ? a.k : 0;
+        if (valid > 0) std::memcpy(dst, w0 + r * a.k, valid * sizeof(uint16_t));
+        std::fill(dst + valid, dst + a.kp, uint16_t{0});
+      }
+      w0 = scratch;
+      ldw = a.kp;
+    }
+    // The next panel (contiguous: 32 rows of k), prefetched over the first pass.
+    const bool ahead = n0 + 2 * kAmxPanel <= n_end;
+    const char* next =
+        ahead ? reinterpret_cast<const char*>(a.w + (n0 + kAmxPanel) * a.k) : nullptr;
+    const int64_t next_lines = kAmxPanel * a.k * 2 / 64, lines_per_kb = next_lines / kblocks + 1;
+    const bool wide = rows > 16;
+    for (int64_t mb = 0; mb < mblocks; mb += 2) {
+      const bool two = mb + 1 < mblocks;  // two B tiles (32 input rows), else the tail
+      const uint16_t* xb0 = a.xq + mb * kblocks * kTileElems;
+      const uint16_t* xb1 = xb0 + kblocks * kTileElems;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t kb = 0; kb < kblocks; ++kb) {
+        if (ahead && mb == 0) {
+          for (int64_t l = kb * lines_per_kb; l < (kb + 1) * lines_per_kb && l < next_lines; ++l)
+            __builtin_prefetch(next + l * 64, 0, 3);
+        }
+        _tile_loadd(4, w0 + kb * kTileK, ldw * 2);
+        _tile_loadd(6, xb0 + kb * kTileElems, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (wide) {
+          _tile_loadd(5, w0 + 16 * ldw + kb * kTileK, ldw * 2);
+          _tile_dpbf16ps(2, 5, 6);
+        }
+        if (two) {
+          _tile_loadd(7, xb1 + kb * kTileElems, 64);
+          _tile_dpbf16ps(1, 4, 7);
+          if (wide) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      // C tile (i, j): weight rows n0 + 16 i, input rows 16 (mb + j): stored transposed.
+      const int64_t m0 = mb * 16;
+      _tile_stored(0, tmp[0], 64);
+      StoreTransposed(tmp[0], a.out, a.n, m0, a.m, n0, n_end);
+      if (wide) {
+        _tile_stored(2, tmp[2], 64);
+        StoreTransposed(tmp[2], a.out, a.n, m0, a.m, n0 + 16, n_end);
+      }
+      if (two) {
+        _tile_stored(1, tmp[1], 64);
+        StoreTransposed(tmp[1], a.out, a.n, m0 + 16, a.m, n0, n_end);
+        if (wide) {
+          _tile_stored(3, tmp[3], 64);
+          StoreTransposed(tmp[3], a.out, a.n, m0 + 16, a.m, n0 + 16, n_end);
+        }
+      }
+    }
+  }
+  _tile_release();
+}
 
 size_t AmxPackElems(int64_t kp) { return static_cast<size_t>(kp / kTileK) * 2 * kTileElems; }
 
@@ -214,5 +317,7 @@ void GemmAmxBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_t* pac
 namespace saturn::cpu {
 size_t AmxPackElems(int64_t kp) { return static_cast<size_t>(kp) * 32; }
 void GemmAmxBf16(const AmxArgs&, int64_t, int64_t, uint16_t*) {}
+void AmxPackX(const uint16_t*, int64_t, int64_t, int64_t, uint16_t*) {}
+void GemmAmxStreamBf16(const AmxArgs&, int64_t, int64_t, uint16_t*) {}
 }  // namespace saturn::cpu
 #endif

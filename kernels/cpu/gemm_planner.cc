@@ -153,8 +153,10 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
     const double blocked = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlocked, pf, pf_bytes);
     if (blocked < best_us) best = GemmPath::kBlocked, best_us = blocked;
     if (amx) {
-      const double tiles = FastestUs(pool, kernels, x, wp, out, GemmPath::kAmx, pf, pf_bytes);
-      if (tiles < best_us) best = GemmPath::kAmx, best_us = tiles;
+      for (GemmPath p : {GemmPath::kAmx, GemmPath::kAmxStream}) {
+        const double tiles = FastestUs(pool, kernels, x, wp, out, p, pf, pf_bytes);
+        if (tiles < best_us) best = p, best_us = tiles;
+      }
     }
     plan.beyond = best;
     if (skinny_losses < 2) {

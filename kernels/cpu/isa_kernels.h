@@ -76,12 +76,18 @@ const IsaKernels& KernelsFor(Isa isa);
 // bf16 weights and bf16-rounded x multiplied with vdpbf16ps (f32 accumulation); only where
 // DetectCpuFeatures().avx512_bf16. Needs a.x_bf16.
 void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
-// The AMX GEMM (gemm_amx.cc): bf16 weights against x rounded to bf16, in 16 x 16 f32 tiles;
+// The AMX GEMMs (gemm_amx.cc): bf16 weights against x rounded to bf16, in 16 x 16 f32 tiles;
 // only where DetectCpuFeatures().amx_usable. Callers split n at multiples of kAmxPanel and
 // give each thread AmxPackElems(kp) of scratch.
+//  - GemmAmxBf16: x as the A operand (xp), each 32-row weight panel packed into B tiles as it
+//    is used; for many input rows, over which the packing is spread.
+//  - GemmAmxStreamBf16: the weights as the A operand straight from memory (no packing), x as
+//    B tiles packed once per GEMM (xq, AmxPackX), each output tile transposed as it is
+//    stored; for few input rows, where packing the weights would cost more than the products.
 constexpr int kAmxPanel = 32;
 struct AmxArgs {
   const uint16_t* xp = nullptr;  // x rounded to bf16, zero-padded to [mp, kp]
+  const uint16_t* xq = nullptr;  // xp as B tiles (AmxPackX); GemmAmxStreamBf16 only
   int64_t m = 0;                 // x's rows (out's rows)
   int64_t mp = 0;                // m rounded up to 16
   int64_t kp = 0;                // k rounded up to 32
@@ -91,6 +97,10 @@ struct AmxArgs {
 };
 size_t AmxPackElems(int64_t kp);
 void GemmAmxBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_t* pack);
+// xq = xp's 16-row blocks [mb_begin, mb_end) as B tiles: tile (mb, kb) at
+// xq + (mb * kp / 32 + kb) * 512, row p holding the 16 rows' pair (32 kb + 2p, 32 kb + 2p + 1).
+void AmxPackX(const uint16_t* xp, int64_t kp, int64_t mb_begin, int64_t mb_end, uint16_t* xq);
+void GemmAmxStreamBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_t* scratch);
 // The blocked GEMM with the same arithmetic (isa_avx512bf16.cc): bf16 panels, needs
 // a.x_bf16; same calling convention as IsaKernels::blocked_bf16.
 void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);

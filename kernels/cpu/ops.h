@@ -18,9 +18,12 @@ namespace saturn::cpu {
 absl::Status Embedding(ThreadPool& pool, const Tensor& ids, const Tensor& table, const Tensor& out);
 // kAuto asks `planner` (the path measured fastest at this M, gemm_planner.h); the others
 // force a path (bench/gemm_bench.cc compares them) and need no planner. w is f32 or bf16.
-// kAmx (bf16 weights where DetectCpuFeatures().amx_usable, at the AVX-512 level; elsewhere
-// it fails with FAILED_PRECONDITION) multiplies in AMX tiles (gemm_amx.cc).
-enum class GemmPath { kAuto, kSkinny, kBlocked, kBlas, kAmx, kCount };
+// kAmx and kAmxStream (bf16 weights where DetectCpuFeatures().amx_usable, at the AVX-512
+// level; elsewhere they fail with FAILED_PRECONDITION) multiply in AMX tiles (gemm_amx.cc):
+// kAmx packs the weights into tiles as it goes, kAmxStream reads them as tiles straight from
+// memory and packs x instead.
+enum class GemmPath { kAuto, kSkinny, kBlocked, kBlas, kAmx, kAmxStream, kCount };
+inline bool IsAmx(GemmPath p) { return p == GemmPath::kAmx || p == GemmPath::kAmxStream; }
 // Whether GemmPath::kAmx runs for weights of dtype w at kernel level `isa`.
 bool AmxRuns(Isa isa, DType w);
 const char* GemmPathName(GemmPath path);

@@ -76,7 +76,7 @@ TEST_P(CpuGemmSplitPathTest, EachPartEqualsItsOwnRowsOfW) {
         }
         const absl::Status st =
             cpu::GemmSplit(pool, cpu::KernelsFor(isa), &planner, dx.t, dw.t, views, GetParam());
-        if (GetParam() == cpu::GemmPath::kAmx && !cpu::AmxRuns(isa, dw.t.dtype)) {
+        if (cpu::IsAmx(GetParam()) && !cpu::AmxRuns(isa, dw.t.dtype)) {
           EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
           continue;  // AMX is refused where it cannot run
         }
@@ -97,7 +97,7 @@ TEST_P(CpuGemmSplitPathTest, EachPartEqualsItsOwnRowsOfW) {
 INSTANTIATE_TEST_SUITE_P(Paths, CpuGemmSplitPathTest,
                          ::testing::Values(cpu::GemmPath::kSkinny, cpu::GemmPath::kBlocked,
                                            cpu::GemmPath::kBlas, cpu::GemmPath::kAmx,
-                                           cpu::GemmPath::kAuto),
+                                           cpu::GemmPath::kAmxStream, cpu::GemmPath::kAuto),
                          [](const ::testing::TestParamInfo<cpu::GemmPath>& info) {
                            return std::string(cpu::GemmPathName(info.param));
                          });

@@ -108,7 +108,7 @@ TEST_P(CpuGemmPathTest, EveryIsaF32AndBf16) {
         } else {
           const absl::Status st =
               cpu::Gemm(pool, cpu::KernelsFor(isa), &planner, dx.t, dw.t, out.t, pc.path);
-          if (pc.path == cpu::GemmPath::kAmx && !cpu::AmxRuns(isa, wdt)) {
+          if (cpu::IsAmx(pc.path) && !cpu::AmxRuns(isa, wdt)) {
             // Refused, naming what it lacks, where it cannot run (f32 weights, a lower
             // kernel level, no AMX the process may use).
             EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
@@ -122,7 +122,7 @@ TEST_P(CpuGemmPathTest, EveryIsaF32AndBf16) {
       }
       // Every path but AMX (which prefetches by itself) asks the planner for the skinny
       // kernel's prefetch distance.
-      if (!pc.through_backend && pc.path != cpu::GemmPath::kAmx) {
+      if (!pc.through_backend && !cpu::IsAmx(pc.path)) {
         EXPECT_TRUE(absl::StrContains(planner.Describe(), std::string("/") + dtype))
             << planner.Describe();
       }
@@ -135,17 +135,19 @@ INSTANTIATE_TEST_SUITE_P(Paths, CpuGemmPathTest,
                                            PathCase{"Blocked", cpu::GemmPath::kBlocked, false},
                                            PathCase{"Blas", cpu::GemmPath::kBlas, false},
                                            PathCase{"Amx", cpu::GemmPath::kAmx, false},
+                                           PathCase{"AmxStream", cpu::GemmPath::kAmxStream, false},
                                            PathCase{"Auto", cpu::GemmPath::kAuto, false},
                                            PathCase{"BackendOp", cpu::GemmPath::kAuto, true}),
                          [](const ::testing::TestParamInfo<PathCase>& info) {
                            return std::string(info.param.name);
                          });
 
-// The AMX kernel (bf16 weights, where the CPU has AMX and the OS grants it) against the
-// float64 reference at the shapes its tiling has edges at: one and two 16-row A tiles and
-// their tails, a 32-row panel's second half empty, partial or whole, k tails inside a 32-wide
-// tile, and x in more than one ~1 MiB block of rows (k 2048: 256 rows a block). With three
-// threads the panels land on threads unevenly.
+// Both AMX kernels (bf16 weights, where the CPU has AMX and the OS grants it) against the
+// float64 reference at the shapes their tilings have edges at: one and two 16-row tiles of x
+// and their tails, a 32-row weight panel's second half empty, partial or whole, k tails
+// inside a 32-wide tile (the stream kernel then copies its panels), and x in more than one
+// ~1 MiB block of rows (k 2048: 256 rows a block). With three threads the panels land on
+// threads unevenly.
 TEST(CpuGemmTest, AmxTilesMatchTheReferenceAtEveryEdge) {
   if (!cpu::AmxRuns(cpu::BestIsa(), DType::kBF16)) {
     GTEST_SKIP() << "no AMX this process may use: " << cpu::CpuFeatureSummary();
@@ -162,12 +164,14 @@ TEST(CpuGemmTest, AmxTilesMatchTheReferenceAtEveryEdge) {
     ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
     for (float& v : w) v = Bf16Value(v);
     for (float& v : x) v = Bf16Value(v);
-    DevTensor out = Poisoned(*b, s.m, s.n);
-    ASSERT_TRUE(cpu::Gemm(pool, cpu::KernelsFor(cpu::BestIsa()), nullptr, dx.t, dw.t, out.t,
-                          cpu::GemmPath::kAmx)
-                    .ok());
-    EXPECT_LT(RelErr(ToHost<float>(*b, out.t), Reference(x, w, s.m, s.n, s.k)), kTol)
-        << s.m << "x" << s.n << "x" << s.k;
+    const std::vector<double> ref = Reference(x, w, s.m, s.n, s.k);
+    for (cpu::GemmPath path : {cpu::GemmPath::kAmx, cpu::GemmPath::kAmxStream}) {
+      DevTensor out = Poisoned(*b, s.m, s.n);
+      ASSERT_TRUE(
+          cpu::Gemm(pool, cpu::KernelsFor(cpu::BestIsa()), nullptr, dx.t, dw.t, out.t, path).ok());
+      EXPECT_LT(RelErr(ToHost<float>(*b, out.t), ref), kTol)
+          << s.m << "x" << s.n << "x" << s.k << " " << cpu::GemmPathName(path);
+    }
   }
 }
 
