@@ -10,6 +10,7 @@
 // margins, so a loaded 2-core machine still gets them right.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -144,18 +145,27 @@ TEST_F(MicroWorkload, BatchOneIsLaunchBoundUnderLoad) {
   const auto r = Diagnose(*engine_, cal, steps);
   EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kLaunchBound) << r.verdict.summary;
   ExpectHonest(r);
-  // Every step counted its threads' time on and off a core (Linux schedstat); with two busy
-  // processes on two cores they waited for one for much of it, and the verdict says so.
-  double run = 0;
+  // Every step counted its threads' time on and off a core (Linux schedstat), and the verdict
+  // reports the share they had a core and says other processes held the cores exactly when
+  // it is under the threshold. How much the two spinners take is the kernel scheduler's
+  // business: a batch-1 engine that sleeps between steps is often let back at once on wake-up
+  // (a run share of 1.0 was seen with two spinners on two cores), so the share itself is not
+  // asserted here; the analyzer tests assert the contended wording on set counters.
+  double run = 0, wait = 0;
   for (const StepRecord& s : steps) {
     EXPECT_TRUE(s.sched_known);
     run += s.sched_run_us;
+    wait += s.sched_wait_us;
   }
-  EXPECT_GT(run, 0);
-  if (std::thread::hardware_concurrency() <= 2) {
-    EXPECT_LT(r.verdict.run_share, 0.9) << r.verdict.summary;
-    EXPECT_NE(r.verdict.summary.find("contended"), std::string::npos) << r.verdict.summary;
-  }
+  ASSERT_GT(run, 0);
+  const double share = std::clamp(run / (run + wait), 0.05, 1.0);
+  EXPECT_NEAR(r.verdict.run_share, share, 0.01);
+  const bool contended = share < AnalyzerThresholds().contended_run_share;
+  EXPECT_EQ(r.verdict.summary.find("other processes held the cores") != std::string::npos,
+            contended)
+      << "run share " << share << ": " << r.verdict.summary;
+  std::printf("under two spinners: the engine's threads had a core %.0f%% of their runnable time\n",
+              100 * share);
 }
 
 TEST_F(MicroWorkload, TrickleFedIsUnderloaded) {
