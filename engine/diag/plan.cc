@@ -352,6 +352,9 @@ void AddRaiseMaxNumSeqs(PlanBuild& b, Plan* plan) {
   a.what = absl::StrFormat("raise max_num_seqs %d -> %d", ctx.options.max_num_seqs, b.target);
   b.FillDecode(&a, reach, b.cur_graphs);
   b.FillMix(&a, b.demand, ctx.options.max_num_seqs, b.demand, b.target, b.cur_graphs);
+  // Decode steps gain, but the request mix may not: with long prompts and few output tokens
+  // every token costs a prompt, and more sequences per step change nothing the clients see.
+  if (!(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) return;
   a.tradeoffs.insert(a.tradeoffs.end(), b.bounds.begin(), b.bounds.end());
   if (reach < b.target) {
     b.demand_bound = true;

@@ -190,6 +190,41 @@ TEST(PlanTest, PrefillHeavyComputeBoundWindowStillAsksForClientConcurrency) {
   EXPECT_NE(FindMode(a, "workload_mix"), nullptr);
 }
 
+// Four clients with 1500-token prompts and 2 output tokens: each step carries a prompt chunk
+// the token budget allows, the others wait, so the queue binds; but every output token costs
+// a prompt, and more sequences per step add nothing the request mix would turn into tokens/s.
+// No action may be offered whose prediction (with the mix) gains less than min_gain: a
+// "raise max_num_seqs 64 -> 81: 1.36 -> 1.36 tok/s" was the plan on this load on the CPU, and
+// here (max_num_seqs 2) it was "2 -> 16: 0.716 -> 0.679 tok/s" before the mix's gain was
+// checked; the note then says why there is no action.
+TEST(PlanTest, NoActionWhoseMixPredictionGainsNothing) {
+  const auto m = testing_diag::Small();
+  std::vector<StepRecord> steps;
+  double at = 0;
+  for (int i = 0; i < 12; ++i) {
+    StepSpec s;
+    s.seqs = 2;
+    s.prefill_tokens = 1500;
+    s.context = 1500;
+    s.queue_depth = 2;
+    s.running = 2;
+    s.max_num_seqs = 2;
+    steps.push_back(testing_diag::MakeStep(m, TrueModel{}, s, at, int64_t(steps.size())));
+    at = steps.back().end_us;
+  }
+  AnalyzerContext ctx = testing_diag::TestContext(m, 2);
+  ctx.mean_prompt_tokens = 1500;
+  ctx.mean_output_tokens = 2;
+  ctx.num_running = 2;
+  ctx.num_waiting = 2;
+  const auto r = Plan(steps, ctx);
+  for (const Action& a : r.plan.actions) {
+    EXPECT_GE(a.tokens_per_s_after, AnalyzerThresholds().min_gain * a.tokens_per_s_before)
+        << a.what << " / " << r.plan.note;
+  }
+  if (r.plan.actions.empty()) EXPECT_FALSE(r.plan.note.empty());
+}
+
 TEST(PlanTest, PrefillBudgetLimitedRaisesMaxNumBatchedTokens) {
   StepSpec s;
   s.prefill_tokens = 16;
