@@ -45,6 +45,7 @@
 ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
 ABSL_FLAG(std::string, backend, "cpu", "auto|cpu|cuda");
 ABSL_FLAG(int, threads, 0, "CPU backend threads (0: all cores)");
+ABSL_FLAG(std::string, dtype, "auto", "weights: auto | f32 | bf16 (CPU backend)");
 ABSL_FLAG(int, start_seqs, 1, "max_num_seqs before the plan");
 ABSL_FLAG(int, concurrency, 8, "closed-loop clients (fewer than --start_seqs: a client-side plan)");
 ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
@@ -193,6 +194,7 @@ int Main() {
   cfg.model = absl::GetFlag(FLAGS_model);
   cfg.backend = absl::GetFlag(FLAGS_backend);
   cfg.num_threads = absl::GetFlag(FLAGS_threads);
+  cfg.dtype = absl::GetFlag(FLAGS_dtype);
   const double jitter = absl::GetFlag(FLAGS_length_jitter);
   if (jitter < 0 || jitter > 0.9) {
     std::cerr << "--length_jitter must be in [0, 0.9]\n";

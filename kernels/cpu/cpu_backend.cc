@@ -39,6 +39,15 @@ std::string CpuModelName() {
   return "unknown CPU";
 }
 
+// " +amx" where the AMX GEMMs run for these weights; where the CPU has AMX but this process
+// may not use it, why not (so a user sees it in the server's ready line and GetServerInfo).
+std::string AmxNote(cpu::Isa isa, DType weight_dtype) {
+  if (cpu::AmxRuns(isa, weight_dtype)) return " +amx";
+  const cpu::CpuFeatures& f = cpu::DetectCpuFeatures();
+  if (f.amx_bf16 && !f.amx_usable) return absl::StrCat(" (amx unusable: ", f.amx_note, ")");
+  return "";
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int num_threads, DType weight_dtype, cpu::Isa isa, int64_t poll_us)
@@ -46,7 +55,8 @@ class CpuBackend final : public Backend {
         kernels_(cpu::KernelsFor(isa)),
         weight_dtype_(weight_dtype),
         device_name_(absl::StrCat(CpuModelName(), " (", num_threads, " threads) ",
-                                  cpu::IsaName(isa), ", ", DTypeName(weight_dtype), " weights")) {}
+                                  cpu::IsaName(isa), AmxNote(isa, weight_dtype), ", ",
+                                  DTypeName(weight_dtype), " weights")) {}
 
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return device_name_; }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "kernels/cpu/ops.h"
 #include "tests/kernels/cpu_test_util.h"
 
 namespace saturn::testing {
@@ -28,6 +29,20 @@ TEST(CpuBackendTest, Properties) {
   EXPECT_TRUE(b->Synchronize().ok());
   EXPECT_FALSE(CreateCpuBackend(-1).ok());
   EXPECT_TRUE(absl::StrContains(MakeCpu(0)->device_name(), "threads"));
+}
+
+// The device name says whether the AMX GEMMs run for these weights (bf16 at the AVX-512 level
+// where the process may use AMX), never for f32 weights, and why not where the CPU has AMX
+// the process may not use.
+TEST(CpuBackendTest, DeviceNameSaysWhetherAmxRuns) {
+  for (const char* dtype : {"f32", "bf16"}) {
+    const std::string name = MakeCpuIsa(1, cpu::BestIsa(), dtype)->device_name();
+    const DType w = std::string(dtype) == "bf16" ? DType::kBF16 : DType::kF32;
+    EXPECT_EQ(absl::StrContains(name, " +amx,"), cpu::AmxRuns(cpu::BestIsa(), w)) << name;
+    const cpu::CpuFeatures& f = cpu::DetectCpuFeatures();
+    EXPECT_EQ(absl::StrContains(name, "amx unusable"), f.amx_bf16 && !f.amx_usable) << name;
+  }
+  EXPECT_FALSE(absl::StrContains(MakeCpuIsa(1, cpu::Isa::kScalar, "bf16")->device_name(), "+amx"));
 }
 
 TEST(CpuBackendTest, PollTimeOutOfRangeOrMalformedNamesItsSource) {
