@@ -1,14 +1,17 @@
-// The AMX GEMM (isa_kernels.h: GemmAmxBf16): bf16 weights against bf16-rounded input rows
-// with Intel AMX tiles (TDPBF16PS: a 16 x 16 f32 tile += 16 x 32 bf16 times 32 x 16 bf16,
-// 16 384 products per instruction). Only called where DetectCpuFeatures().amx_usable.
-//  - Tiles: C 16 x 16 f32 (64-byte rows), A 16 rows x 32 bf16 of x, B 16 k-pairs x 16 weight
-//    rows x 2 bf16 (the VNNI layout). Eight tile registers: four C (2 x 2), two A, two B.
-//  - x is read as A straight from the caller's zero-padded copy (AmxArgs::xp).
-//  - Weights stay row-major in memory (the M = 1 stream reads them that way); each thread
-//    packs a panel of 32 weight rows by all of k into VNNI tiles in its scratch (a 16 x 16
-//    transpose of 32-bit pairs per 16 rows x 32 k), then runs every input row of the current
-//    block of x against it. x is taken in blocks of ~1 MiB of rows, which stay in L2 beside
-//    the panel (a larger block repacks the weights less often).
+// The AMX GEMMs (isa_kernels.h: GemmAmxBf16, GemmAmxStreamBf16): bf16 weights against
+// bf16-rounded input rows with Intel AMX tiles (TDPBF16PS: a 16 x 16 f32 tile += 16 x 32 bf16
+// times 32 x 16 bf16, 8192 products per instruction). Only called where
+// DetectCpuFeatures().amx_usable. Weights stay row-major in memory (the M = 1 stream reads
+// them that way). Eight tile registers: four C (2 x 2), two A, two B.
+//  - GemmAmxBf16 (many input rows): x is A, read straight from the caller's zero-padded copy
+//    (AmxArgs::xp); each thread packs a panel of 32 weight rows by all of k into VNNI B tiles
+//    (16 k-pairs x 16 weight rows x 2 bf16; a 16 x 16 transpose of 32-bit pairs per 16 rows x
+//    32 k), then runs every input row of the current block of x against it. x is taken in
+//    blocks of ~1 MiB of rows, which stay in L2 beside the panel (a larger block repacks the
+//    weights less often).
+//  - GemmAmxStreamBf16 (few input rows): the weights are A, 16 whole rows per tile straight
+//    from memory; x is packed once per GEMM into B tiles (AmxPackX); each C tile holds the
+//    transposed product and is transposed back as it is stored.
 //  - Tile state is configured on entry and released on return, so a pool thread holds no
 //    tile state (and the kernel saves none on a context switch) between GEMMs.
 // Linux grants the tile data only after arch_prctl(ARCH_REQ_XCOMP_PERM) (cpu_features.cc).
