@@ -460,8 +460,12 @@ int Main() {
     }
     return nullptr;
   };
+  // Which GEMM kernel ran at each batch (the CPU's planner measured them during the runs).
+  const std::string kernel_plan = (*engine)->info().kernel_plan;
+  if (!kernel_plan.empty()) std::printf("GEMM kernels chosen: %s\n", kernel_plan.c_str());
   nlohmann::json out;
   out["model"] = cfg.model;
+  out["kernel_plan"] = kernel_plan;
   out["backend"] = info.backend;
   out["device"] = info.device_name;
   out["weight_dtype"] = DTypeName(info.weight_dtype);

@@ -158,6 +158,7 @@ EngineInfo Engine::Impl::info() const {
   std::lock_guard<std::mutex> lock(mu_);
   info.kv.blocks_free = kv_free_;
   info.graphs = graph_info_;
+  info.kernel_plan = backend_->KernelPlan();  // thread-safe (the planner locks its own state)
   return info;
 }
 

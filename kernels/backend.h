@@ -134,6 +134,10 @@ class Backend {
   // workers; none on CUDA, whose ops run on the device), so the engine can count the time
   // they waited for a core (step_record.h: sched_wait_us). 0 for one not started yet.
   virtual std::vector<int> HostThreadIds() const { return {}; }
+  // Which kernel each GEMM shape runs, as this backend chose it by measurement (CPU: the GEMM
+  // planner's paths per input-row count, e.g. "k768/bf16: ... 1=skinny 8=amx_stream ...
+  // more=amx"); empty where the backend does not choose, or before its first GEMM.
+  virtual std::string KernelPlan() const { return ""; }
 
   // --- memory ---------------------------------------------------------------------------
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;

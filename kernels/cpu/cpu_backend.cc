@@ -69,6 +69,7 @@ class CpuBackend final : public Backend {
   }
   bool per_op_timing_is_cheap() const override { return true; }
   std::vector<int> HostThreadIds() const override { return pool_.worker_thread_ids(); }
+  std::string KernelPlan() const override { return planner_.Describe(); }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     // aligned_alloc wants a multiple of the alignment; zero bytes still gets a real pointer.

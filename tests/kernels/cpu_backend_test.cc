@@ -31,6 +31,24 @@ TEST(CpuBackendTest, Properties) {
   EXPECT_TRUE(absl::StrContains(MakeCpu(0)->device_name(), "threads"));
 }
 
+// The backend reports the GEMM kernels its planner chose, per weight (K, dtype) and input-row
+// count, once a GEMM has run; nothing before.
+TEST(CpuBackendTest, KernelPlanNamesTheChosenPaths) {
+  std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::BestIsa(), "bf16");
+  EXPECT_EQ(b->KernelPlan(), "");
+  std::mt19937 rng(4);
+  const int m = 3, n = 40, k = 96;
+  std::vector<float> wf = Random(rng, n * k);
+  DevTensor x = F32(*b, m, k, Random(rng, m * k)), w = Empty(*b, DType::kBF16, n, k);
+  ASSERT_TRUE(b->UploadF32(wf.data(), w.t).ok());
+  DevTensor out = Poisoned(*b, m, n);
+  ASSERT_TRUE(b->Gemm(x.t, w.t, out.t).ok());
+  const std::string plan = b->KernelPlan();
+  EXPECT_TRUE(absl::StrContains(plan, "k96/bf16:")) << plan;
+  EXPECT_TRUE(absl::StrContains(plan, " 1=")) << plan;
+  EXPECT_TRUE(absl::StrContains(plan, " more=")) << plan;
+}
+
 // The device name says whether the AMX GEMMs run for these weights (bf16 at the AVX-512 level
 // where the process may use AMX), never for f32 weights, and why not where the CPU has AMX
 // the process may not use.
