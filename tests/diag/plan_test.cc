@@ -199,19 +199,14 @@ TEST(PlanTest, PrefillHeavyComputeBoundWindowStillAsksForClientConcurrency) {
 // checked; the note then says why there is no action.
 TEST(PlanTest, NoActionWhoseMixPredictionGainsNothing) {
   const auto m = testing_diag::Small();
-  std::vector<StepRecord> steps;
-  double at = 0;
-  for (int i = 0; i < 12; ++i) {
-    StepSpec s;
-    s.seqs = 2;
-    s.prefill_tokens = 1500;
-    s.context = 1500;
-    s.queue_depth = 2;
-    s.running = 2;
-    s.max_num_seqs = 2;
-    steps.push_back(testing_diag::MakeStep(m, TrueModel{}, s, at, int64_t(steps.size())));
-    at = steps.back().end_us;
-  }
+  StepSpec s;
+  s.seqs = 2;
+  s.prefill_tokens = 1500;
+  s.context = 1500;
+  s.queue_depth = 2;
+  s.running = 2;
+  s.max_num_seqs = 2;
+  const std::vector<StepRecord> steps = testing_diag::Steps(m, TrueModel{}, s, 12);
   AnalyzerContext ctx = testing_diag::TestContext(m, 2);
   ctx.mean_prompt_tokens = 1500;
   ctx.mean_output_tokens = 2;
