@@ -461,7 +461,7 @@ int Main() {
     return nullptr;
   };
   // Which GEMM kernel ran at each batch (the CPU's planner measured them during the runs).
-  const std::string kernel_plan = (*engine)->info().kernel_plan;
+  const std::string kernel_plan = (*engine)->KernelPlan();
   if (!kernel_plan.empty()) std::printf("GEMM kernels chosen: %s\n", kernel_plan.c_str());
   nlohmann::json out;
   out["model"] = cfg.model;

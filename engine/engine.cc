@@ -158,7 +158,6 @@ EngineInfo Engine::Impl::info() const {
   std::lock_guard<std::mutex> lock(mu_);
   info.kv.blocks_free = kv_free_;
   info.graphs = graph_info_;
-  info.kernel_plan = backend_->KernelPlan();  // thread-safe (the planner locks its own state)
   return info;
 }
 
@@ -271,6 +270,7 @@ absl::StatusOr<StepProbe> Engine::ProbeSteps(StepProbeOptions options) {
 }
 void Engine::Shutdown() { impl_->Shutdown(); }
 EngineInfo Engine::info() const { return impl_->info(); }
+std::string Engine::KernelPlan() const { return impl_->KernelPlan(); }
 double Engine::device_utilization() const { return impl_->backend_->DeviceUtilization(); }
 EngineCounters Engine::counters() const { return impl_->counters(); }
 EngineOptions Engine::options() const { return impl_->options(); }

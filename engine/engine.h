@@ -94,6 +94,9 @@ class Engine {
   // The model, limits, backend and KV cache, with the free blocks and the captured graphs
   // as they are now (a copy).
   EngineInfo info() const;
+  // Backend::KernelPlan(): the GEMM kernels chosen so far. Not in info(), which request
+  // validation reads: this builds a string under the planner's lock the step loop takes.
+  std::string KernelPlan() const;
   // The device's recent busy share in [0, 1] from the backend's telemetry (NVML on CUDA),
   // read at the call; -1 where the backend has none or it cannot be read now.
   double device_utilization() const;

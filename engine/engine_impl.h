@@ -57,6 +57,7 @@ struct Engine::Impl {
   absl::StatusOr<StepProbe> ProbeSteps(StepProbeOptions options);
   void Shutdown();
   EngineInfo info() const;
+  std::string KernelPlan() const { return backend_->KernelPlan(); }  // thread-safe
   EngineCounters counters() const;
   EngineOptions options() const;
   std::optional<StepProbe> step_probe() const;

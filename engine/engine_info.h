@@ -61,7 +61,6 @@ struct EngineInfo {
   std::vector<int> graph_sizes;         // the decode batch sizes graphs are captured at, ascending
   // Now.
   KvStats kv;
-  std::string kernel_plan;  // Backend::KernelPlan(): the GEMM kernels chosen so far
   GraphInfo graphs;         // captured so far (empty until graphs are first turned on)
 };
 
