@@ -42,8 +42,14 @@ class ProbeSeqs {
 struct Shape {
   StepPlan plan;
   ProbeSeries series;
-  double last_us = 0;  // the latest step's wall time (0: not run yet)
+  double last_us = 0;  // the latest step's wall time (0: not run yet; < 0: dropped)
 };
+
+// Budget kinds: decode back to back, decode after prefill, prefill.
+enum Kind { kDecode = 0, kDecodeAfter = 1, kPrefill = 2, kKinds = 3 };
+Kind KindOf(const ProbeSeries& s) {
+  return s.prefill ? kPrefill : s.after_prefill ? kDecodeAfter : kDecode;
+}
 
 StepPlan DecodePlan(const ProbeSeqs& seqs, size_t first, int batch, int context, int vocab) {
   StepPlan p;
@@ -79,35 +85,67 @@ StepPlan PrefillPlan(const ProbeSeqs& seqs, int tokens, int per_seq, int vocab) 
   return p;
 }
 
-// Runs the shapes in rounds within `budget_us` (no untimed warm-up: the engine warmed up at
-// start and the buffers exist at their upper bounds; the median over the repeats drops a
-// first step's page faults). A shape not run yet is
-// predicted from the previous shape's time scaled by the size ratio (an upper bound for steps
-// that grow at most linearly); a shape whose next step would pass the budget is dropped.
-absl::Status RunRounds(ModelRunner* runner, std::vector<Shape>* shapes, int repeats,
-                       double budget_us, bool per_op, bool* truncated) {
-  const double t0 = NowUs();
+// Runs `order` (one round) `repeats` times, each kind within its budget of step time (no
+// untimed warm-up: the engine warmed up at start and the buffers exist at their upper bounds;
+// the best of the repeats drops a first step's page faults). A shape not run yet is predicted
+// from the previous shape of its kind scaled by the size ratio (an upper bound for steps that
+// grow at most linearly); a shape whose next step would pass its kind's budget is dropped. A
+// decode step timed after prefill whose paired chunk was dropped runs after the latest chunk
+// that ran instead (untimed, charged to its kind); none yet: it waits for a later round.
+absl::Status RunRounds(ModelRunner* runner, const std::vector<Shape*>& order, int repeats,
+                       const double (&budget_us)[kKinds], bool per_op, bool* truncated) {
+  double spent[kKinds] = {0, 0, 0};
+  const Shape* last_prefill = nullptr;  // the latest chunk that ran
   for (int round = 0; round < repeats; ++round) {
-    double prev_us = 0, prev_rows = 0;
-    for (Shape& s : *shapes) {
-      const double expect = s.last_us > 0 ? s.last_us
-                            : prev_us > 0 ? prev_us * s.series.rows / std::max(prev_rows, 1.0)
-                                          : 0;
-      if (s.last_us < 0 || NowUs() - t0 + expect > budget_us) {
+    double prev_us[kKinds] = {0, 0, 0}, prev_rows[kKinds] = {0, 0, 0};
+    const Shape* last = nullptr;
+    for (Shape* s : order) {
+      const Kind k = KindOf(s->series);
+      const double expect = s->last_us > 0 ? s->last_us
+                            : prev_us[k] > 0
+                                ? prev_us[k] * s->series.rows / std::max(prev_rows[k], 1.0)
+                                : 0;
+      if (s->last_us < 0 || budget_us[k] <= 0 || spent[k] + expect > budget_us[k]) {
         if (round == 0) *truncated = true;  // a size left out (fewer repeats is not)
-        s.last_us = -1;                     // dropped: later rounds skip it
+        s->last_us = -1;                    // dropped: later rounds skip it
         continue;
       }
+      if (k == kDecodeAfter && (last == nullptr || !last->series.prefill)) {
+        if (last_prefill == nullptr) continue;
+        const double a = NowUs();
+        ASSIGN_OR_RETURN(RunnerOutput out, runner->Execute(last_prefill->plan, per_op));
+        (void)out;
+        spent[k] += NowUs() - a;
+      }
       const double a = NowUs();
-      ASSIGN_OR_RETURN(RunnerOutput out, runner->Execute(s.plan, per_op));
+      ASSIGN_OR_RETURN(RunnerOutput out, runner->Execute(s->plan, per_op));
       (void)out;
-      s.last_us = NowUs() - a;
-      s.series.wall_us.push_back(s.last_us);
-      prev_us = s.last_us;
-      prev_rows = s.series.rows;
+      s->last_us = NowUs() - a;
+      s->series.wall_us.push_back(s->last_us);
+      spent[k] += s->last_us;
+      prev_us[k] = s->last_us;
+      prev_rows[k] = s->series.rows;
+      last = s;
+      if (k == kPrefill) last_prefill = s;
     }
   }
   return absl::OkStatus();
+}
+
+// One round: every decode batch back to back, then each prefill chunk followed by a decode
+// step timed after it (sizes paired in order; with more decode batches than chunks the chunks
+// are cycled, their extra runs timed too).
+std::vector<Shape*> RoundOrder(std::vector<Shape>& decode, std::vector<Shape>& after,
+                               std::vector<Shape>& prefill) {
+  std::vector<Shape*> order;
+  order.reserve(decode.size() + after.size() + std::max(prefill.size(), after.size()));
+  for (Shape& s : decode) order.push_back(&s);
+  const size_t pairs = after.empty() ? prefill.size() : std::max(prefill.size(), after.size());
+  for (size_t i = 0; i < pairs; ++i) {
+    if (!prefill.empty()) order.push_back(&prefill[i % prefill.size()]);
+    if (i < after.size()) order.push_back(&after[i]);
+  }
+  return order;
 }
 
 }  // namespace
@@ -145,9 +183,12 @@ StepProbe MergeProbes(const StepProbe& old, StepProbe fresh, const StepProbeOpti
     if (stays) kept.push_back(s);
   }
   for (ProbeSeries& s : fresh.series) kept.push_back(std::move(s));
-  // Decode sizes ascending, then prefill sizes ascending (as RunStepProbe orders them).
+  // Decode sizes ascending (back to back, then after prefill), then prefill sizes ascending
+  // (as RunStepProbe orders them).
   std::stable_sort(kept.begin(), kept.end(), [](const ProbeSeries& a, const ProbeSeries& b) {
-    return a.prefill != b.prefill ? !a.prefill : a.rows < b.rows;
+    if (a.prefill != b.prefill) return !a.prefill;
+    if (a.after_prefill != b.after_prefill) return !a.after_prefill;
+    return a.rows < b.rows;
   });
   fresh.series = std::move(kept);
   if (!decode) {
@@ -223,16 +264,36 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
     s.series = ProbeSeries{false, b, ctx, {}};
     decode.push_back(std::move(s));
   }
-  // Half the budget each, so a slow prefill cannot starve the decode sizes (or the reverse).
-  const double half_us = o.budget_ms * 1e3 / (prefill.empty() || decode.empty() ? 1 : 2);
-  RETURN_IF_ERROR(
-      RunRounds(runner, &decode, o.repeats, half_us, o.per_op_timing, &probe.truncated));
-  RETURN_IF_ERROR(
-      RunRounds(runner, &prefill, o.repeats, half_us, o.per_op_timing, &probe.truncated));
-  for (std::vector<Shape>* v : {&decode, &prefill}) {
+  // Decode steps timed after a prefill chunk: the same plans, a series of their own.
+  std::vector<Shape> after;
+  if (!prefill.empty()) {
+    for (const Shape& d : decode) {
+      Shape s;
+      s.plan = d.plan;
+      s.series = ProbeSeries{false, d.series.rows, ctx, {}, true};
+      after.push_back(std::move(s));
+    }
+  }
+  // Each kind its share of the budget, so a slow prefill cannot starve the decode sizes (or
+  // the reverse); a kind with nothing to run gives its share to the others.
+  const double share[kKinds] = {decode.empty() ? 0 : 0.3, after.empty() ? 0 : 0.3,
+                                prefill.empty() ? 0 : 0.4};
+  const double total = share[kDecode] + share[kDecodeAfter] + share[kPrefill];
+  double budget_us[kKinds];
+  for (int k = 0; k < kKinds; ++k) {
+    budget_us[k] = total > 0 ? o.budget_ms * 1e3 * share[k] / total : 0;
+  }
+  RETURN_IF_ERROR(RunRounds(runner, RoundOrder(decode, after, prefill), o.repeats, budget_us,
+                            o.per_op_timing, &probe.truncated));
+  for (std::vector<Shape>* v : {&decode, &after, &prefill}) {
     for (Shape& s : *v) {
-      if (s.series.wall_us.empty()) continue;
-      (s.series.prefill ? probe.max_prefill_tokens : probe.max_batch) = s.series.rows;
+      if (s.series.wall_us.empty()) {
+        probe.truncated = true;  // an after-prefill size whose chunk never ran
+        continue;
+      }
+      if (!s.series.after_prefill) {
+        (s.series.prefill ? probe.max_prefill_tokens : probe.max_batch) = s.series.rows;
+      }
       probe.series.push_back(std::move(s.series));
     }
   }

@@ -7,7 +7,13 @@
 // ends; a size whose blocks are not free is skipped (sizes are capped by what the KV cache
 // holds). Sizes are probed in rounds (every size once, then again), so a time budget that
 // runs out leaves the range covered before it adds repeats: a size is skipped when one more
-// step of it would exceed the budget (half for decode, half for prefill).
+// step of it would exceed its kind's share of the budget.
+// Decode steps are timed twice per round, as serving runs them: back to back (a decode-only
+// stretch) and each right after a prefill chunk (a mixed workload, where a new request's
+// prefill lands every step or two). They differ: a decode step after other work runs slower
+// (measured on a 2-core Xeon with bf16 weights: 13.4 ms back to back at batch 16, 16.7 ms
+// between prefill steps), and plans weigh the two by how often the mix puts prefill before
+// a decode step (step_curve.h, PredictMix).
 // Token ids are arbitrary and the sampled tokens are discarded; nothing a request can see changes.
 #pragma once
 
@@ -24,7 +30,7 @@ namespace saturn {
 class ModelRunner;
 
 // The server's default time budget for a probe (--probe_steps_ms).
-constexpr double kDefaultProbeBudgetMs = 1500;
+constexpr double kDefaultProbeBudgetMs = 2000;
 
 struct StepProbeOptions {
   int max_batch = 64;            // decode batch sizes 1, 2, 4, ... up to this one (included)
@@ -32,8 +38,10 @@ struct StepProbeOptions {
   int min_prefill_tokens = 0;    // only chunks longer than this (a re-probe adding longer ones)
   int context = 0;               // decode context per sequence; 0: min(128, max_model_len / 2)
   int repeats = 3;               // timed steps per size
-  double budget_ms = kDefaultProbeBudgetMs;  // total wall time; sizes that do not fit are left out
-  bool per_op_timing = true;                 // as serving steps record them
+  // Total step time: 30 % decode back to back, 30 % decode after prefill, 40 % prefill (the
+  // shares of kinds that have nothing to run go to the others); sizes that do not fit are left out.
+  double budget_ms = kDefaultProbeBudgetMs;
+  bool per_op_timing = true;  // as serving steps record them
 
   absl::Status Validate() const;
 };
@@ -44,10 +52,13 @@ struct ProbeSeries {
   int rows = 0;
   int context = 0;              // context per sequence (decode: before the new token)
   std::vector<double> wall_us;  // one per timed step
+  // Decode steps each timed right after a prefill chunk (else back to back after decode steps).
+  bool after_prefill = false;
 };
 
 struct StepProbe {
-  std::vector<ProbeSeries> series;  // decode sizes ascending, then prefill sizes ascending
+  // Decode sizes ascending (back to back, then after prefill), then prefill sizes ascending.
+  std::vector<ProbeSeries> series;
   int decode_context = 0;
   bool graphs = false;     // decode steps replayed CUDA graphs
   bool truncated = false;  // the budget or the KV cache left sizes out

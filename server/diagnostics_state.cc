@@ -180,10 +180,14 @@ void DiagnosticsState::RunProbe(Engine* engine, const StepProbeOptions& o, const
               << p.status() << "\n";
     return;
   }
+  int after_prefill = 0;  // the largest decode batch also timed right after a prefill chunk
+  for (const ProbeSeries& s : p->series) {
+    if (s.after_prefill) after_prefill = std::max(after_prefill, s.rows);
+  }
   std::cerr << absl::StrFormat(
-      "saturn-server: probe steps%s: decode batch 1-%d (context %d), prefill up to %d tokens, in "
-      "%.0f ms%s\n",
-      why, p->max_batch, p->decode_context, p->max_prefill_tokens, p->took_ms,
+      "saturn-server: probe steps%s: decode batch 1-%d (context %d; 1-%d also after a prefill "
+      "chunk), prefill up to %d tokens, in %.0f ms%s\n",
+      why, p->max_batch, p->decode_context, after_prefill, p->max_prefill_tokens, p->took_ms,
       p->truncated ? " (larger sizes left out: --probe_steps_ms budget or KV cache)" : "");
 }
 

@@ -247,6 +247,8 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
   out->set_used_probe(r.plan.used_probe);
   ToProto(r.plan.curve.decode, out->mutable_plan_curve()->mutable_decode());
   ToProto(r.plan.curve.prefill, out->mutable_plan_curve()->mutable_prefill());
+  ToProto(r.plan.curve.decode_after_prefill,
+          out->mutable_plan_curve()->mutable_decode_after_prefill());
   if (r.tracked.has_value()) ToProto(*r.tracked, out->mutable_tracked());
   ToProto(r.model, out->mutable_model());
   if (options.max_step_points > 0 && !steps.empty()) {

@@ -70,7 +70,8 @@ struct Predictor {
 // Interpolate gives for that distance. The curve's prefill points stand for pure prefill
 // chunks (MeasuredCurve moves the window's mixed steps there); a step whose chunk shares it
 // with `decode_rows` decodes costs the cost model's ratio more (a decode row attends over its
-// whole context and takes a logits row).
+// whole context and takes a logits row). Decode steps that follow a prefill step are looked
+// up on their own curve where one was measured (step_probe.h: they run slower).
 struct CurveLookupFn {
   const Predictor& pred;
   const StepCurve& curve;
@@ -79,17 +80,27 @@ struct CurveLookupFn {
     return prefill ? pred.MixedUs(std::max(1, int(std::lround(rows))), 0)
                    : pred.DecodeUs(std::max(1, int(std::lround(rows))), graphs);
   }
-  CurveLookup operator()(double rows, double decode_rows, bool prefill) const {
-    CurveLookup l = PureLookup(rows, prefill);
-    if (prefill && decode_rows >= 0.5) l.us *= pred.MixRatio(rows, decode_rows);
+  CurveLookup operator()(double rows, double decode_rows, bool prefill,
+                         double after_prefill) const {
+    if (prefill) {
+      CurveLookup l = PureLookup(rows, curve.prefill, true);
+      if (decode_rows >= 0.5) l.us *= pred.MixRatio(rows, decode_rows);
+      return l;
+    }
+    // Decode steps: back to back, and the share that follows a prefill step from that curve.
+    CurveLookup l = PureLookup(rows, curve.decode, false);
+    if (after_prefill > 0 && !curve.decode_after_prefill.empty()) {
+      const CurveLookup a = PureLookup(rows, curve.decode_after_prefill, false);
+      l.us = (1 - after_prefill) * l.us + after_prefill * a.us;
+      l.rel_error = (1 - after_prefill) * l.rel_error + after_prefill * a.rel_error;
+      l.in_range = l.in_range && a.in_range;
+    }
     return l;
   }
-  CurveLookup PureLookup(double rows, bool prefill) const {
+  CurveLookup PureLookup(double rows, const std::vector<CurvePoint>& measured, bool prefill) const {
     // The curve was measured with the graph setting in force; another setting is the model's.
     static const std::vector<CurvePoint> kNone;
-    const std::vector<CurvePoint>& pts = graphs != pred.graphs_now ? kNone
-                                         : prefill                 ? curve.prefill
-                                                                   : curve.decode;
+    const std::vector<CurvePoint>& pts = graphs != pred.graphs_now ? kNone : measured;
     CurveLookup l = Interpolate(pts, rows);
     if (l.in_range) return l;
     const double model = ModelUs(rows, prefill);
@@ -126,6 +137,7 @@ StepCurve MeasuredCurve(const std::vector<StepRecord>& steps, const Predictor& p
   StepCurve curve = CurveFromSteps(steps);
   // The window's steps ran at its own context; the plan's is the mix's steady state.
   MoveDecodeToContext(pred, window_context, &curve.decode);
+  MoveDecodeToContext(pred, window_context, &curve.decode_after_prefill);
   Predictor at_window = pred;
   at_window.context = window_context;
   // The window's mixed steps moved to pure prefill chunks of the same rows (CurveLookupFn
@@ -139,12 +151,14 @@ StepCurve MeasuredCurve(const std::vector<StepRecord>& steps, const Predictor& p
   const bool have_probe = !ctx.probe_curve.decode.empty() || !ctx.probe_curve.prefill.empty();
   if (have_probe && ctx.probe_graphs == pred.graphs_now) {
     StepCurve probe = ctx.probe_curve;
-    MoveDecodeToContext(pred, ctx.probe_context > 0 ? ctx.probe_context : pred.context,
-                        &probe.decode);
+    const double probe_context = ctx.probe_context > 0 ? ctx.probe_context : pred.context;
+    MoveDecodeToContext(pred, probe_context, &probe.decode);
+    MoveDecodeToContext(pred, probe_context, &probe.decode_after_prefill);
     curve = MergeCurves(curve, probe);
     plan->used_probe = true;
   }
   MakeMonotone(&curve.decode);
+  MakeMonotone(&curve.decode_after_prefill);
   MakeMonotone(&curve.prefill);
   plan->curve = curve;
   if (!curve.decode.empty()) plan->measured_max_batch = curve.decode.back().x;
@@ -185,8 +199,9 @@ struct PlanBuild {
 
   // Decode steps: the measured curve where it reaches, the model (scaled to it) beyond.
   void FillDecode(Action* a, double batch_after, bool graphs_after) const {
-    const CurveLookup l0 = CurveLookupFn{pred, curve, cur_graphs}(cur_batch, cur_batch, false);
-    const CurveLookup l = CurveLookupFn{pred, curve, graphs_after}(batch_after, batch_after, false);
+    const CurveLookup l0 = CurveLookupFn{pred, curve, cur_graphs}(cur_batch, cur_batch, false, 0);
+    const CurveLookup l =
+        CurveLookupFn{pred, curve, graphs_after}(batch_after, batch_after, false, 0);
     a->batch_after = batch_after;
     a->tpot_ms_before = l0.us * 1e-3;
     a->tokens_per_s_before = cur_batch / l0.us * 1e6;

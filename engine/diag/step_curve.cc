@@ -69,13 +69,16 @@ CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x) {
 }
 
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) {
-  std::map<int, std::pair<std::vector<double>, std::vector<double>>> dec, pre;
+  std::map<int, std::pair<std::vector<double>, std::vector<double>>> dec, dec_after, pre;
   std::map<int, double> pre_decode_rows;  // summed per prefill group
+  bool prev_prefill = false;              // the step before carried prefill
   for (const StepRecord& r : steps) {
     const double wall = r.wall_us();
+    const bool after_prefill = prev_prefill;
+    prev_prefill = r.num_prefill_tokens > 0;
     if (wall <= 0) continue;
     if (r.num_prefill_tokens == 0 && r.num_decode_tokens > 0) {
-      auto& g = dec[r.num_seqs];
+      auto& g = (after_prefill ? dec_after : dec)[r.num_seqs];
       g.first.push_back(r.num_seqs);
       g.second.push_back(wall);
     } else if (r.num_prefill_tokens > 0) {
@@ -102,6 +105,10 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) 
     if (static_cast<int>(g.second.size()) >= min_samples)
       c.decode.push_back(point(g.first, g.second));
   }
+  for (const auto& [key, g] : dec_after) {
+    if (static_cast<int>(g.second.size()) >= min_samples)
+      c.decode_after_prefill.push_back(point(g.first, g.second));
+  }
   for (const auto& [key, g] : pre) {
     if (static_cast<int>(g.second.size()) < min_samples) continue;
     CurvePoint p = point(g.first, g.second);
@@ -121,10 +128,11 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
     // step must not set a size's time). MergeCurves then scales the probe's shape to the
     // window's typical (median) steps.
     p.us = *std::min_element(s.wall_us.begin(), s.wall_us.end());
-    (s.prefill ? c.prefill : c.decode).push_back(p);
+    (s.prefill ? c.prefill : s.after_prefill ? c.decode_after_prefill : c.decode).push_back(p);
   }
   auto by_x = [](const CurvePoint& a, const CurvePoint& b) { return a.x < b.x; };
   std::sort(c.decode.begin(), c.decode.end(), by_x);
+  std::sort(c.decode_after_prefill.begin(), c.decode_after_prefill.end(), by_x);
   std::sort(c.prefill.begin(), c.prefill.end(), by_x);
   return c;
 }
@@ -162,16 +170,28 @@ std::vector<CurvePoint> Extend(const std::vector<CurvePoint>& window,
 
 StepCurve MergeCurves(const StepCurve& window, const StepCurve& probe) {
   const std::vector<double> rd = Ratios(window.decode, probe.decode);
+  const std::vector<double> ra = Ratios(window.decode_after_prefill, probe.decode_after_prefill);
   const std::vector<double> rp = Ratios(window.prefill, probe.prefill);
   auto median = [](const std::vector<double>& v) { return Quantile(v, 0.5); };
   auto spread = [](const std::vector<double>& v) {
     return v.size() < 2 ? 0.0 : (Quantile(v, 0.9) - Quantile(v, 0.1)) / Quantile(v, 0.5);
   };
-  const double dec = !rd.empty() ? median(rd) : !rp.empty() ? median(rp) : 1.0;
-  const double pre = !rp.empty() ? median(rp) : !rd.empty() ? median(rd) : 1.0;
+  // A kind with no overlap takes the ratio of the closest kind that has one.
+  auto pick = [](std::initializer_list<const std::vector<double>*> order) {
+    for (const std::vector<double>* v : order) {
+      if (!v->empty()) return v;
+    }
+    return *order.begin();
+  };
+  const std::vector<double>* d = pick({&rd, &ra, &rp});
+  const std::vector<double>* a = pick({&ra, &rd, &rp});
+  const std::vector<double>* p = pick({&rp, &rd, &ra});
+  auto ratio = [&](const std::vector<double>* v) { return v->empty() ? 1.0 : median(*v); };
   StepCurve c;
-  c.decode = Extend(window.decode, probe.decode, dec, spread(rd.empty() ? rp : rd));
-  c.prefill = Extend(window.prefill, probe.prefill, pre, spread(rp.empty() ? rd : rp));
+  c.decode = Extend(window.decode, probe.decode, ratio(d), spread(*d));
+  c.decode_after_prefill =
+      Extend(window.decode_after_prefill, probe.decode_after_prefill, ratio(a), spread(*a));
+  c.prefill = Extend(window.prefill, probe.prefill, ratio(p), spread(*p));
   return c;
 }
 
@@ -226,11 +246,12 @@ MixPrediction PredictMix(const StepLookup& lookup, const WorkloadMix& mix, doubl
   CurveLookup dec{}, mixed{};
   double avg = 0;
   if (f < 1) {
-    dec = lookup(std::max(nd, 1.0), std::max(nd, 1.0), false);
+    const double after = f > 0 ? std::min(1.0, f / (1 - f)) : 0;
+    dec = lookup(std::max(nd, 1.0), std::max(nd, 1.0), false, after);
     avg += (1 - f) * dec.us;
   }
   if (f > 0) {
-    mixed = lookup(nd + chunk, nd, true);
+    mixed = lookup(nd + chunk, nd, true, 0);
     avg += f * mixed.us;
   }
   avg = std::max(avg, 1e-3);

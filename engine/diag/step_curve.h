@@ -33,6 +33,9 @@ struct CurvePoint {
 struct StepCurve {
   std::vector<CurvePoint> decode;   // ascending x
   std::vector<CurvePoint> prefill;  // ascending x
+  // Decode steps that ran right after a step carrying prefill (a mixed workload's usual
+  // decode step), ascending x; empty where none was measured (`decode` stands for them).
+  std::vector<CurvePoint> decode_after_prefill;
 };
 
 struct CurveLookup {
@@ -47,10 +50,11 @@ struct CurveLookup {
 // + 25 % per doubling beyond the range (docs/DIAGNOSTICS.md).
 CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
 
-// Groups the window's steps by shape: pure decode steps by num_seqs, steps carrying prefill by
-// total rows (prefill + decode tokens, bucketed to powers of two / 4). Keeps the mean per
-// group (throughput is tokens over summed step time: stalls count) with the spread
-// (p90 - p10) / median, for groups of at least `min_samples` steps.
+// Groups the window's steps by shape: pure decode steps by num_seqs (those right after a step
+// carrying prefill apart, in decode_after_prefill), steps carrying prefill by total rows (prefill +
+// decode tokens, bucketed to powers of two / 4). Keeps the mean per group (throughput is tokens
+// over summed step time: stalls count) with the spread (p90 - p10) / median, for groups of at least
+// `min_samples` steps.
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples = 2);
 
 // The probe's timed series (engine/step_probe.h) as curve points: the best time of each size
@@ -59,9 +63,10 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples = 1);
 
 // The window's curve extended by probed points. The window's own steps are what the server
 // does now (load, host work, contention), so inside their range they are kept as they are;
-// probed points are scaled by the median ratio window / probe where both measured (decode
-// and prefill separately, the other's ratio, else 1, where one has no overlap) and added
-// outside the window's range. A scaled point's spread is at least the ratios' spread.
+// probed points are scaled by the median ratio window / probe where both measured (decode,
+// decode after prefill and prefill separately; a kind with no overlap takes another kind's
+// ratio, else 1) and added outside the window's range. A scaled point's spread is at least the
+// ratios' spread.
 StepCurve MergeCurves(const StepCurve& window, const StepCurve& probe);
 
 // Makes the step times non-decreasing in x (pool-adjacent-violators, weighted by samples):
@@ -85,11 +90,15 @@ struct MixPrediction {
 };
 
 // Step time lookup: rows processed, how many of them are decode rows (all of a decode step's),
-// and whether the step carries prefill.
-using StepLookup = std::function<CurveLookup(double rows, double decode_rows, bool prefill)>;
+// whether the step carries prefill, and (decode steps) the share of them that run right after
+// a step carrying prefill (those run slower: step_probe.h).
+using StepLookup =
+    std::function<CurveLookup(double rows, double decode_rows, bool prefill, double after_prefill)>;
 
 // Steady-state output tokens/s for `concurrency` closed-loop requests of mix `mix` on a server
-// running at most `max_num_seqs` sequences and `budget` tokens per step.
+// running at most `max_num_seqs` sequences and `budget` tokens per step. With a share f of the
+// steps carrying prefill, spread among the decode steps, min(1, f / (1 - f)) of the decode
+// steps follow one.
 MixPrediction PredictMix(const StepLookup& lookup, const WorkloadMix& mix, double concurrency,
                          int max_num_seqs, int budget);
 

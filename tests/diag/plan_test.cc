@@ -104,6 +104,65 @@ TEST(PlanTest, ProbedStepsPutPredictionsInsideTheMeasuredRange) {
   EXPECT_TRUE(other.plan.actions[0].outside_measured);
 }
 
+// A mixed window (a prefill step, then decode steps, at max_num_seqs 4 with requests queued):
+// probed decode steps that follow a prefill chunk ran 1.3x the back-to-back ones, so the
+// plan's mix prediction (most decode steps follow a prefill at the larger batch) is lower than
+// with no such series; a decode-only window's prediction does not change.
+TEST(PlanTest, DecodeStepsAfterPrefillLowerTheMixPrediction) {
+  std::vector<StepRecord> steps;
+  StepSpec pre, dec;
+  pre.seqs = dec.seqs = 4;
+  pre.max_num_seqs = dec.max_num_seqs = 4;
+  pre.queue_depth = dec.queue_depth = 40;
+  pre.prefill_tokens = 64;
+  for (int i = 0; i < 8; ++i) {
+    const double at = steps.empty() ? 0 : steps.back().end_us;
+    steps.push_back(testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, pre, at));
+    for (int j = 0; j < 7; ++j) {
+      steps.push_back(
+          testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, dec, steps.back().end_us));
+    }
+  }
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  ctx.mean_prompt_tokens = 64;
+  ctx.mean_output_tokens = 64;
+  const double t4 = steps[1].wall_us();
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t4 * (1 + 0.1 * (b - 4)), 0.01, 3});
+  }
+  for (double x : {16, 64, 256}) {
+    ctx.probe_curve.prefill.push_back(CurvePoint{x, 3 * t4 * x / 64, 0.01, 3});
+  }
+  const auto plain = Plan(steps, ctx);
+  auto slow_after = ctx;
+  for (CurvePoint p : ctx.probe_curve.decode) {
+    p.us *= 1.3;
+    slow_after.probe_curve.decode_after_prefill.push_back(p);
+  }
+  const auto slow = Plan(steps, slow_after);
+  ASSERT_FALSE(plain.plan.actions.empty());
+  ASSERT_FALSE(slow.plan.actions.empty());
+  const Action& a = plain.plan.actions[0];
+  const Action& b = slow.plan.actions[0];
+  ASSERT_EQ(a.kind, b.kind);
+  EXPECT_GT(b.prefill_share, 0);  // the mix model made the prediction
+  EXPECT_LT(b.tokens_per_s_after, 0.97 * a.tokens_per_s_after);
+  EXPECT_TRUE(plain.plan.curve.decode_after_prefill.empty() ||
+              plain.plan.curve.decode_after_prefill.size() == 1);  // the window's own, batch 4
+  EXPECT_GE(slow.plan.curve.decode_after_prefill.size(), 7u);
+  EXPECT_EQ(ToProto(slow).plan_curve().decode_after_prefill_size(),
+            int(slow.plan.curve.decode_after_prefill.size()));
+  // Decode-only: no step follows a prefill, the back-to-back curve decides.
+  auto decode_only = testing_diag::TestContext(testing_diag::Small(), 4);
+  decode_only.probe_curve.decode = ctx.probe_curve.decode;
+  const auto d0 = Plan(MemoryBoundAt4(40), decode_only);
+  decode_only.probe_curve.decode_after_prefill = slow_after.probe_curve.decode_after_prefill;
+  const auto d1 = Plan(MemoryBoundAt4(40), decode_only);
+  ASSERT_FALSE(d0.plan.actions.empty());
+  ASSERT_FALSE(d1.plan.actions.empty());
+  EXPECT_DOUBLE_EQ(d1.plan.actions[0].tokens_per_s_after, d0.plan.actions[0].tokens_per_s_after);
+}
+
 TEST(PlanTest, ConfiguredLimitCapsTheBatch) {
   auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
   ctx.max_num_seqs_limit = 8;

@@ -74,7 +74,9 @@ TEST(StepCurveTest, GroupsWindowStepsByShapeWithTheirMean) {
 }
 
 // A step model of the shape decode and prefill have: a fixed weight stream + per row cost.
-CurveLookup Linear(double rows, double, bool) { return CurveLookup{2000 + 50 * rows, true, 0.02}; }
+CurveLookup Linear(double rows, double, bool, double) {
+  return CurveLookup{2000 + 50 * rows, true, 0.02};
+}
 
 TEST(StepCurveTest, DecodeOnlyMixIsBatchOverStepTime) {
   const MixPrediction m = PredictMix(Linear, WorkloadMix{0, 1e9}, 8, 64, 2048);
@@ -109,8 +111,8 @@ TEST(StepCurveTest, ConcurrencyBeyondMaxNumSeqsQueues) {
 }
 
 TEST(StepCurveTest, OutOfRangeLookupsFlagThePrediction) {
-  auto lookup = [](double rows, double decodes, bool prefill) {
-    return prefill ? CurveLookup{3000 + 10 * rows, false, 0.4} : Linear(rows, decodes, false);
+  auto lookup = [](double rows, double decodes, bool prefill, double) {
+    return prefill ? CurveLookup{3000 + 10 * rows, false, 0.4} : Linear(rows, decodes, false, 0);
   };
   const MixPrediction m = PredictMix(lookup, WorkloadMix{256, 64}, 16, 64, 2048);
   EXPECT_FALSE(m.in_range);
@@ -122,7 +124,7 @@ TEST(StepCurveTest, OutOfRangeLookupsFlagThePrediction) {
 // prediction of a mix with many decodes beside each chunk.
 TEST(StepCurveTest, MixedStepsAreLookedUpWithTheirDecodeRows) {
   std::vector<std::pair<double, double>> asked;
-  auto lookup = [&](double rows, double decodes, bool prefill) {
+  auto lookup = [&](double rows, double decodes, bool prefill, double) {
     if (prefill) asked.emplace_back(rows, decodes);
     return CurveLookup{2000 + 50 * rows + 100 * (prefill ? decodes : 0), true, 0.02};
   };
@@ -225,6 +227,82 @@ TEST(StepCurveTest, MergeWithoutOverlapKeepsTheProbeAsMeasured) {
   ASSERT_EQ(m.decode.size(), 3u);
   EXPECT_DOUBLE_EQ(m.decode[0].us, 1000);
   EXPECT_DOUBLE_EQ(m.decode[2].us, 9000);
+}
+
+// A decode step right after a step carrying prefill is grouped apart from back-to-back ones.
+TEST(StepCurveTest, DecodeStepsAfterPrefillAreGroupedApart) {
+  std::vector<StepRecord> steps;
+  double t = 0;
+  auto add = [&](int prefill, double wall) {
+    StepRecord r;
+    r.num_seqs = 4;
+    r.num_decode_tokens = prefill > 0 ? 3 : 4;
+    r.num_prefill_tokens = prefill;
+    r.start_us = t;
+    r.end_us = t + wall;
+    t += wall;
+    steps.push_back(r);
+  };
+  add(0, 1000), add(0, 1000), add(64, 5000), add(0, 1300), add(64, 5000), add(0, 1500);
+  add(0, 1000);
+  const StepCurve c = CurveFromSteps(steps);
+  ASSERT_EQ(c.decode.size(), 1u);
+  EXPECT_EQ(c.decode[0].samples, 3);
+  EXPECT_NEAR(c.decode[0].us, 1000, 1e-9);
+  ASSERT_EQ(c.decode_after_prefill.size(), 1u);
+  EXPECT_EQ(c.decode_after_prefill[0].x, 4);
+  EXPECT_EQ(c.decode_after_prefill[0].samples, 2);
+  EXPECT_NEAR(c.decode_after_prefill[0].us, 1400, 1e-9);
+}
+
+TEST(StepCurveTest, ProbedDecodeAfterPrefillIsItsOwnCurveScaledByItsOwnRatio) {
+  StepProbe sp;
+  sp.series.push_back(ProbeSeries{false, 8, 64, {1000, 1100}});
+  sp.series.push_back(ProbeSeries{false, 8, 64, {1300, 1200}, true});
+  sp.series.push_back(ProbeSeries{false, 2, 64, {600}, true});
+  const StepCurve probe = CurveFromProbe(sp);
+  ASSERT_EQ(probe.decode.size(), 1u);
+  EXPECT_DOUBLE_EQ(probe.decode[0].us, 1000);
+  ASSERT_EQ(probe.decode_after_prefill.size(), 2u);
+  EXPECT_EQ(probe.decode_after_prefill[0].x, 2);
+  EXPECT_DOUBLE_EQ(probe.decode_after_prefill[1].us, 1200);
+  // The window's after-prefill steps at batch 2 ran 1.5x the probe's; its back-to-back ones
+  // were not measured where the probe has them: each kind keeps its own ratio.
+  StepCurve window;
+  window.decode_after_prefill = {{2, 900, 0.01, 10}};
+  window.decode = {{8, 2000, 0.01, 10}};  // 2x the probe's
+  const StepCurve m = MergeCurves(window, probe);
+  ASSERT_EQ(m.decode_after_prefill.size(), 2u);
+  EXPECT_DOUBLE_EQ(m.decode_after_prefill[0].us, 900);
+  EXPECT_NEAR(m.decode_after_prefill[1].us, 1.5 * 1200, 1e-9);
+  // Without an after-prefill overlap the back-to-back ratio stands for it.
+  window.decode_after_prefill.clear();
+  EXPECT_NEAR(MergeCurves(window, probe).decode_after_prefill[1].us, 2 * 1200, 1e-9);
+}
+
+// Decode steps of a mix that carries prefill are looked up with the share that follows a
+// prefill step; a decode-only mix has none, and slower after-prefill steps lower the prediction.
+TEST(StepCurveTest, MixedWorkloadsWeighDecodeStepsAfterPrefill) {
+  std::vector<double> shares;
+  auto lookup = [&](double rows, double decodes, bool prefill, double after) {
+    if (!prefill) shares.push_back(after);
+    return Linear(rows, decodes, prefill, after);
+  };
+  PredictMix(lookup, WorkloadMix{0, 1e9}, 8, 64, 2048);
+  ASSERT_EQ(shares.size(), 1u);
+  EXPECT_EQ(shares[0], 0);
+  shares.clear();
+  const WorkloadMix mix{64, 64};
+  const MixPrediction same = PredictMix(lookup, mix, 32, 64, 2048);
+  ASSERT_EQ(shares.size(), 1u);
+  EXPECT_GT(shares[0], 0);
+  EXPECT_LE(shares[0], 1);
+  auto slower = [](double rows, double decodes, bool prefill, double after) {
+    CurveLookup l = Linear(rows, decodes, prefill, after);
+    if (!prefill) l.us *= 1 + 0.3 * after;
+    return l;
+  };
+  EXPECT_LT(PredictMix(slower, mix, 32, 64, 2048).output_tokens_per_s, same.output_tokens_per_s);
 }
 
 TEST(StepCurveTest, MonotoneCurvePoolsPointsMeasuredFasterThanSmallerShapes) {

@@ -46,10 +46,10 @@ StepProbeOptions Unbounded(int max_batch, int max_prefill) {
   return o;
 }
 
-std::vector<int> Rows(const StepProbe& p, bool prefill) {
+std::vector<int> Rows(const StepProbe& p, bool prefill, bool after_prefill = false) {
   std::vector<int> out;
   for (const ProbeSeries& s : p.series) {
-    if (s.prefill == prefill) out.push_back(s.rows);
+    if (s.prefill == prefill && s.after_prefill == after_prefill) out.push_back(s.rows);
   }
   return out;
 }
@@ -69,6 +69,8 @@ TEST(StepProbeTest, TimesEveryDecodeBatchAndPrefillChunk) {
   auto p = (*e)->ProbeSteps(Unbounded(12, 200));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(Rows(*p, false), (std::vector<int>{1, 2, 4, 8, 12}));
+  // Every decode batch timed again right after a prefill chunk, as a mixed workload runs it.
+  EXPECT_EQ(Rows(*p, false, true), (std::vector<int>{1, 2, 4, 8, 12}));
   // Chunks longer than max_model_len (128) span several sequences.
   EXPECT_EQ(Rows(*p, true), (std::vector<int>{16, 32, 64, 128, 200}));
   for (const ProbeSeries& s : p->series) {
@@ -104,9 +106,24 @@ TEST(StepProbeTest, CapsSizesAtTheEngineLimitsAndTheFreeBlocks) {
   auto p = (*e)->ProbeSteps(o);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(Rows(*p, false), (std::vector<int>{1, 2, 4, 8}));
+  // Four decode batches after three chunks: the chunks are cycled, each batch still timed.
+  EXPECT_EQ(Rows(*p, false, true), (std::vector<int>{1, 2, 4, 8}));
   EXPECT_TRUE(p->truncated);
   testing_engine::WaitAllBlocksFree(e->get());
   EXPECT_EQ(Generate(e->get(), 20, 4).size(), 4u);
+}
+
+// Without prefill chunks there is nothing to time a decode step after: no such series.
+TEST(StepProbeTest, DecodeOnlyProbeHasNoAfterPrefillSeries) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto p = (*e)->ProbeSteps(Unbounded(4, 0));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(Rows(*p, false), (std::vector<int>{1, 2, 4}));
+  EXPECT_TRUE(Rows(*p, false, true).empty());
+  EXPECT_TRUE(Rows(*p, true).empty());
+  EXPECT_FALSE(p->truncated);
+  testing_engine::WaitAllBlocksFree(e->get());
 }
 
 TEST(StepProbeTest, AZeroBudgetTimesNothing) {
@@ -202,8 +219,9 @@ TEST(StepProbeTest, AReprobeAddsLongerChunksToTheEnginesProbe) {
   o.min_prefill_tokens = 64;
   auto p = (*e)->ProbeSteps(o);
   ASSERT_TRUE(p.ok()) << p.status();
-  // Returned and kept: the earlier decode batches and chunks, and the longer chunks.
+  // Returned and kept: the earlier decode batches (both series) and chunks, and the longer chunks.
   EXPECT_EQ(Rows(*p, false), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(Rows(*p, false, true), (std::vector<int>{1, 2, 4}));
   EXPECT_EQ(Rows(*p, true), (std::vector<int>{16, 32, 64, 128, 200}));
   EXPECT_EQ(p->max_prefill_tokens, 200);
   EXPECT_EQ(p->requested_prefill_tokens, 200);
