@@ -121,15 +121,15 @@ class ClosedLoop {
   std::vector<std::thread> threads_;
 };
 
-// A probe's series: [prefill?, rows, median us, samples, decode after prefill?] each.
+// A probe's series: [prefill?, rows, median us, samples, decode after prefill?, context] each.
 nlohmann::json ProbeJson(const std::optional<StepProbe>& p) {
   nlohmann::json out = nlohmann::json::array();
   if (!p.has_value()) return out;
   for (const ProbeSeries& s : p->series) {
     std::vector<double> v = s.wall_us;
     std::sort(v.begin(), v.end());
-    out.push_back(
-        {s.prefill, s.rows, v.empty() ? 0.0 : v[v.size() / 2], v.size(), s.after_prefill});
+    out.push_back({s.prefill, s.rows, v.empty() ? 0.0 : v[v.size() / 2], v.size(), s.after_prefill,
+                   s.context});
   }
   return out;
 }
@@ -143,7 +143,7 @@ std::vector<double> ProbeRatios(const std::optional<StepProbe>& before,
   const nlohmann::json b = ProbeJson(before), a = ProbeJson(after);
   for (const auto& x : b) {
     for (const auto& y : a) {
-      if (x[0] == y[0] && x[1] == y[1] && x[4] == y[4] && x[2].get<double>() > 0) {
+      if (x[0] == y[0] && x[1] == y[1] && x[4] == y[4] && x[5] == y[5] && x[2].get<double>() > 0) {
         out.push_back(y[2].get<double>() / x[2].get<double>());
       }
     }

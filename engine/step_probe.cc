@@ -30,6 +30,8 @@ class ProbeSeqs {
     tables_.push_back(std::move(table));
     return true;
   }
+  // Grows sequence i to cover `tokens` tokens; false (unchanged) when the blocks are not free.
+  bool Grow(size_t i, int tokens) { return blocks_->EnsureCapacity(&tables_[i], tokens); }
   const std::vector<int>& table(size_t i) const { return tables_[i]; }
   size_t size() const { return tables_.size(); }
 
@@ -45,10 +47,12 @@ struct Shape {
   double last_us = 0;  // the latest step's wall time (0: not run yet; < 0: dropped)
 };
 
-// Budget kinds: decode back to back, decode after prefill, prefill.
-enum Kind { kDecode = 0, kDecodeAfter = 1, kPrefill = 2, kKinds = 3 };
-Kind KindOf(const ProbeSeries& s) {
-  return s.prefill ? kPrefill : s.after_prefill ? kDecodeAfter : kDecode;
+// Budget kinds: decode back to back, decode after prefill, decode at the long context, prefill.
+enum Kind { kDecode = 0, kDecodeAfter = 1, kDecodeLong = 2, kPrefill = 3, kKinds = 4 };
+Kind KindOf(const ProbeSeries& s, int short_context) {
+  if (s.prefill) return kPrefill;
+  if (s.after_prefill) return kDecodeAfter;
+  return s.context > short_context ? kDecodeLong : kDecode;
 }
 
 StepPlan DecodePlan(const ProbeSeqs& seqs, size_t first, int batch, int context, int vocab) {
@@ -93,21 +97,23 @@ StepPlan PrefillPlan(const ProbeSeqs& seqs, int tokens, int per_seq, int vocab) 
 // decode step timed after prefill whose paired chunk was dropped runs after the latest chunk
 // that ran instead (untimed, charged to its kind); none yet: it waits for a later round.
 absl::Status RunRounds(ModelRunner* runner, const std::vector<Shape*>& order, int repeats,
-                       const double (&budget_us)[kKinds], bool per_op, bool* truncated) {
-  double spent[kKinds] = {0, 0, 0};
+                       const double (&budget_us)[kKinds], int short_context, bool per_op,
+                       bool* truncated) {
+  double spent[kKinds] = {0, 0, 0, 0};
   const Shape* last_prefill = nullptr;  // the latest chunk that ran
   for (int round = 0; round < repeats; ++round) {
-    double prev_us[kKinds] = {0, 0, 0}, prev_rows[kKinds] = {0, 0, 0};
+    double prev_us[kKinds] = {0, 0, 0, 0}, prev_rows[kKinds] = {0, 0, 0, 0};
     const Shape* last = nullptr;
     for (Shape* s : order) {
-      const Kind k = KindOf(s->series);
+      const Kind k = KindOf(s->series, short_context);
       const double expect = s->last_us > 0 ? s->last_us
                             : prev_us[k] > 0
                                 ? prev_us[k] * s->series.rows / std::max(prev_rows[k], 1.0)
                                 : 0;
       if (s->last_us < 0 || budget_us[k] <= 0 || spent[k] + expect > budget_us[k]) {
-        if (round == 0) *truncated = true;  // a size left out (fewer repeats is not)
-        s->last_us = -1;                    // dropped: later rounds skip it
+        // A size left out (fewer repeats is not; the long context only gives a slope).
+        if (round == 0 && k != kDecodeLong) *truncated = true;
+        s->last_us = -1;  // dropped: later rounds skip it
         continue;
       }
       if (k == kDecodeAfter && (last == nullptr || !last->series.prefill)) {
@@ -132,14 +138,16 @@ absl::Status RunRounds(ModelRunner* runner, const std::vector<Shape*>& order, in
   return absl::OkStatus();
 }
 
-// One round: every decode batch back to back, then each prefill chunk followed by a decode
-// step timed after it (sizes paired in order; with more decode batches than chunks the chunks
-// are cycled, their extra runs timed too).
-std::vector<Shape*> RoundOrder(std::vector<Shape>& decode, std::vector<Shape>& after,
-                               std::vector<Shape>& prefill) {
+// One round: every decode batch back to back (at the short context, then at the long one),
+// then each prefill chunk followed by a decode step timed after it (sizes paired in order;
+// with more decode batches than chunks the chunks are cycled, their extra runs timed too).
+std::vector<Shape*> RoundOrder(std::vector<Shape>& decode, std::vector<Shape>& longer,
+                               std::vector<Shape>& after, std::vector<Shape>& prefill) {
   std::vector<Shape*> order;
-  order.reserve(decode.size() + after.size() + std::max(prefill.size(), after.size()));
+  order.reserve(decode.size() + longer.size() + after.size() +
+                std::max(prefill.size(), after.size()));
   for (Shape& s : decode) order.push_back(&s);
+  for (Shape& s : longer) order.push_back(&s);
   const size_t pairs = after.empty() ? prefill.size() : std::max(prefill.size(), after.size());
   for (size_t i = 0; i < pairs; ++i) {
     if (!prefill.empty()) order.push_back(&prefill[i % prefill.size()]);
@@ -183,16 +191,18 @@ StepProbe MergeProbes(const StepProbe& old, StepProbe fresh, const StepProbeOpti
     if (stays) kept.push_back(s);
   }
   for (ProbeSeries& s : fresh.series) kept.push_back(std::move(s));
-  // Decode sizes ascending (back to back, then after prefill), then prefill sizes ascending
-  // (as RunStepProbe orders them).
+  // Decode sizes ascending (back to back by context, then after prefill), then prefill sizes
+  // ascending.
   std::stable_sort(kept.begin(), kept.end(), [](const ProbeSeries& a, const ProbeSeries& b) {
     if (a.prefill != b.prefill) return !a.prefill;
     if (a.after_prefill != b.after_prefill) return !a.after_prefill;
+    if (a.context != b.context) return a.context < b.context;
     return a.rows < b.rows;
   });
   fresh.series = std::move(kept);
   if (!decode) {
     fresh.decode_context = old.decode_context;
+    fresh.long_context = old.long_context;
     fresh.graphs = old.graphs;
   }
   fresh.truncated = fresh.truncated || old.truncated;
@@ -264,6 +274,23 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
     s.series = ProbeSeries{false, b, ctx, {}};
     decode.push_back(std::move(s));
   }
+  // The same batches at a longer context, on the same sequences grown to it (as many as the
+  // free blocks hold): how a decode step's time grows with its context, attention's reads and
+  // the KV's share of the caches both, which plans use to move the curve to the mix's context.
+  const int long_ctx = std::min(max_model_len - 1, 4 * ctx);
+  std::vector<Shape> longer;
+  if (2 * long_ctx >= 3 * ctx && !decode.empty()) {
+    int grown = 0;
+    while (grown < decode.back().series.rows && seqs.Grow(first + grown, long_ctx + 1)) ++grown;
+    for (const Shape& d : decode) {
+      if (d.series.rows > grown) break;
+      Shape s;
+      s.plan = DecodePlan(seqs, first, d.series.rows, long_ctx, vocab);
+      s.series = ProbeSeries{false, d.series.rows, long_ctx, {}};
+      longer.push_back(std::move(s));
+    }
+    if (!longer.empty()) probe.long_context = long_ctx;
+  }
   // Decode steps timed after a prefill chunk: the same plans, a series of their own.
   std::vector<Shape> after;
   if (!prefill.empty()) {
@@ -276,22 +303,25 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
   }
   // Each kind its share of the budget, so a slow prefill cannot starve the decode sizes (or
   // the reverse); a kind with nothing to run gives its share to the others.
-  const double share[kKinds] = {decode.empty() ? 0 : 0.3, after.empty() ? 0 : 0.3,
-                                prefill.empty() ? 0 : 0.4};
-  const double total = share[kDecode] + share[kDecodeAfter] + share[kPrefill];
+  const double share[kKinds] = {decode.empty() ? 0 : 0.25, after.empty() ? 0 : 0.25,
+                                longer.empty() ? 0 : 0.15, prefill.empty() ? 0 : 0.35};
+  const double total = share[kDecode] + share[kDecodeAfter] + share[kDecodeLong] + share[kPrefill];
   double budget_us[kKinds];
   for (int k = 0; k < kKinds; ++k) {
     budget_us[k] = total > 0 ? o.budget_ms * 1e3 * share[k] / total : 0;
   }
-  RETURN_IF_ERROR(RunRounds(runner, RoundOrder(decode, after, prefill), o.repeats, budget_us,
-                            o.per_op_timing, &probe.truncated));
-  for (std::vector<Shape>* v : {&decode, &after, &prefill}) {
+  RETURN_IF_ERROR(RunRounds(runner, RoundOrder(decode, longer, after, prefill), o.repeats,
+                            budget_us, ctx, o.per_op_timing, &probe.truncated));
+  if (longer.empty() || longer.front().series.wall_us.empty()) probe.long_context = 0;
+  for (std::vector<Shape>* v : {&decode, &longer, &after, &prefill}) {
     for (Shape& s : *v) {
+      const Kind k = KindOf(s.series, ctx);
       if (s.series.wall_us.empty()) {
-        probe.truncated = true;  // an after-prefill size whose chunk never ran
+        // An after-prefill size whose chunk never ran; the long context is a slope, not a size.
+        if (k != kDecodeLong) probe.truncated = true;
         continue;
       }
-      if (!s.series.after_prefill) {
+      if (k == kDecode || k == kPrefill) {
         (s.series.prefill ? probe.max_prefill_tokens : probe.max_batch) = s.series.rows;
       }
       probe.series.push_back(std::move(s.series));

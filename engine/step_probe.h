@@ -57,9 +57,14 @@ struct ProbeSeries {
 };
 
 struct StepProbe {
-  // Decode sizes ascending (back to back, then after prefill), then prefill sizes ascending.
+  // Decode sizes ascending (back to back at decode_context, at long_context, then after
+  // prefill), then prefill sizes ascending.
   std::vector<ProbeSeries> series;
   int decode_context = 0;
+  // The longer context the decode batches were timed at too (series with this context; 0:
+  // none): min(max_model_len - 1, 4 x decode_context), where that is >= 1.5 x it, on as many
+  // sequences as the free KV blocks hold.
+  int long_context = 0;
   bool graphs = false;     // decode steps replayed CUDA graphs
   bool truncated = false;  // the budget or the KV cache left sizes out
   double took_ms = 0;

@@ -180,14 +180,20 @@ void DiagnosticsState::RunProbe(Engine* engine, const StepProbeOptions& o, const
               << p.status() << "\n";
     return;
   }
-  int after_prefill = 0;  // the largest decode batch also timed right after a prefill chunk
+  // The largest decode batches also timed right after a prefill chunk and at the long context.
+  int after_prefill = 0, long_context = 0;
   for (const ProbeSeries& s : p->series) {
+    if (s.prefill) continue;
     if (s.after_prefill) after_prefill = std::max(after_prefill, s.rows);
+    if (p->long_context > 0 && s.context == p->long_context) {
+      long_context = std::max(long_context, s.rows);
+    }
   }
   std::cerr << absl::StrFormat(
       "saturn-server: probe steps%s: decode batch 1-%d (context %d; 1-%d also after a prefill "
-      "chunk), prefill up to %d tokens, in %.0f ms%s\n",
-      why, p->max_batch, p->decode_context, after_prefill, p->max_prefill_tokens, p->took_ms,
+      "chunk, 1-%d at context %d), prefill up to %d tokens, in %.0f ms%s\n",
+      why, p->max_batch, p->decode_context, after_prefill, long_context, p->long_context,
+      p->max_prefill_tokens, p->took_ms,
       p->truncated ? " (larger sizes left out: --probe_steps_ms budget or KV cache)" : "");
 }
 

@@ -62,6 +62,9 @@ struct AnalyzerContext {
   // probe_context tokens per sequence, with CUDA graphs on or off as probe_graphs says.
   StepCurve probe_curve;
   double probe_context = 0;
+  // Microseconds per context token per decode step by batch (ContextSlopes; empty: none):
+  // moves decode points between contexts by measurement instead of the fitted model.
+  std::vector<CurvePoint> probe_context_slopes;
   bool probe_graphs = false;
   // Optional latency objective: plans keep predicted TPOT under it (0: none).
   double tpot_slo_ms = 0;

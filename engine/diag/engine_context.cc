@@ -26,6 +26,7 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
   if (const std::optional<StepProbe> probe = engine.step_probe(); probe.has_value()) {
     c.probe_curve = CurveFromProbe(*probe);
     c.probe_context = probe->decode_context;
+    c.probe_context_slopes = ContextSlopes(*probe);
     c.probe_graphs = probe->graphs;
   }
   const EngineCounters n = engine.counters();

@@ -119,13 +119,22 @@ struct CurveLookupFn {
 // The window's own curve, extended by the probed one when it was measured with the graph
 // setting in force, all at the plan's context (pred.context: the mix's steady state where the
 // mix is known). Window decode points were timed at the window's context, probed ones at the
-// probe's: each is moved by the fitted model's ratio at that batch (attention grows with it).
-// Decode points timed at `from_context` moved to pred's context by the fitted model's ratio.
+// probe's: each is moved to the plan's context (MoveDecodeToContext, below).
+// Decode points timed at `from_context` moved to pred's context: where the probe timed decode
+// steps at two contexts, by that measured slope per context token (attention's
+// reads and the KV's share of the caches, which the roofline model underrates on a CPU with a
+// large last-level cache); else by the fitted model's ratio at that batch.
 void MoveDecodeToContext(const Predictor& pred, double from_context,
                          std::vector<CurvePoint>* points) {
+  const std::vector<CurvePoint>& slopes = pred.ctx.probe_context_slopes;
   Predictor there = pred;
   there.context = from_context;
   for (CurvePoint& p : *points) {
+    if (!slopes.empty()) {
+      const double moved = p.us + ContextSlopeAt(slopes, p.x) * (pred.context - from_context);
+      p.us = std::max(moved, 0.1 * p.us);
+      continue;
+    }
     const int b = std::max(1, int(std::lround(p.x)));
     const double us = there.DecodeUs(b, pred.graphs_now);
     if (us > 0) p.us *= pred.DecodeUs(b, pred.graphs_now) / us;

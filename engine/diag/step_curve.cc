@@ -122,6 +122,7 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
   StepCurve c;
   for (const ProbeSeries& s : probe.series) {
     if (static_cast<int>(s.wall_us.size()) < std::max(1, min_samples)) continue;
+    if (!s.prefill && probe.long_context > 0 && s.context == probe.long_context) continue;
     const std::vector<double> xs(s.wall_us.size(), double(s.rows));
     CurvePoint p = PointOf(xs, s.wall_us);
     // Best of the repeats, as calibration's trials (noise only ever slows a step; one stalled
@@ -135,6 +136,40 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
   std::sort(c.decode_after_prefill.begin(), c.decode_after_prefill.end(), by_x);
   std::sort(c.prefill.begin(), c.prefill.end(), by_x);
   return c;
+}
+
+std::vector<CurvePoint> ContextSlopes(const StepProbe& probe) {
+  std::vector<CurvePoint> out;
+  const int dc = probe.long_context - probe.decode_context;
+  if (probe.long_context <= 0 || dc <= 0) return out;
+  auto best = [](const ProbeSeries& s) {
+    return *std::min_element(s.wall_us.begin(), s.wall_us.end());
+  };
+  for (const ProbeSeries& l : probe.series) {
+    if (l.prefill || l.after_prefill || l.context != probe.long_context || l.wall_us.empty())
+      continue;
+    for (const ProbeSeries& s : probe.series) {
+      if (s.prefill || s.after_prefill || s.context != probe.decode_context || s.rows != l.rows ||
+          s.wall_us.empty())
+        continue;
+      CurvePoint p;
+      p.x = l.rows;
+      p.us = std::max(0.0, (best(l) - best(s)) / dc);
+      p.samples = static_cast<int>(std::min(l.wall_us.size(), s.wall_us.size()));
+      out.push_back(p);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CurvePoint& a, const CurvePoint& b) { return a.x < b.x; });
+  return out;
+}
+
+double ContextSlopeAt(const std::vector<CurvePoint>& slopes, double batch) {
+  if (slopes.empty()) return -1;
+  const CurvePoint& last = slopes.back();
+  if (batch > last.x) return last.us * batch / std::max(last.x, 1.0);  // per row beyond it
+  if (batch < slopes.front().x) return slopes.front().us * batch / std::max(slopes.front().x, 1.0);
+  return std::max(0.0, Interpolate(slopes, batch).us);
 }
 
 namespace {

@@ -58,8 +58,20 @@ CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples = 2);
 
 // The probe's timed series (engine/step_probe.h) as curve points: the best time of each size
-// (noise only slows a step) with the repeats' spread (p90 - p10) / median.
+// (noise only slows a step) with the repeats' spread (p90 - p10) / median. Decode series at
+// the probe's long_context are left out (they are ContextSlopes').
 StepCurve CurveFromProbe(const StepProbe& probe, int min_samples = 1);
+
+// How a decode step's time grows with its context, from the probe's batches timed at both
+// decode_context and long_context (step_probe.h): x = batch, us = microseconds per context
+// token per step ((best at long - best at short) / (long - short), never below 0). Empty
+// where the probe has no long context. It carries attention's reads and the KV's share of the
+// caches (a bigger KV footprint leaves less of the weights in a large last-level cache).
+std::vector<CurvePoint> ContextSlopes(const StepProbe& probe);
+
+// The slope at `batch`: interpolated inside the measured batches, per row beyond them; -1
+// when `slopes` is empty.
+double ContextSlopeAt(const std::vector<CurvePoint>& slopes, double batch);
 
 // The window's curve extended by probed points. The window's own steps are what the server
 // does now (load, host work, contention), so inside their range they are kept as they are;

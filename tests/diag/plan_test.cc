@@ -22,6 +22,26 @@ std::vector<StepRecord> MemoryBoundAt4(int waiting) {
   return testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 10);
 }
 
+// A mixed window at max_num_seqs 4 with requests queued: a step carrying a 64-token prefill
+// chunk, then 7 decode steps, 8 times.
+std::vector<StepRecord> MixedAt4() {
+  std::vector<StepRecord> steps;
+  StepSpec pre, dec;
+  pre.seqs = dec.seqs = 4;
+  pre.max_num_seqs = dec.max_num_seqs = 4;
+  pre.queue_depth = dec.queue_depth = 40;
+  pre.prefill_tokens = 64;
+  for (int i = 0; i < 8; ++i) {
+    const double at = steps.empty() ? 0 : steps.back().end_us;
+    steps.push_back(testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, pre, at));
+    for (int j = 0; j < 7; ++j) {
+      steps.push_back(
+          testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, dec, steps.back().end_us));
+    }
+  }
+  return steps;
+}
+
 DiagnosticsReport Plan(const std::vector<StepRecord>& steps, const AnalyzerContext& ctx) {
   return Analyze(steps, steps.front().start_us, steps.back().end_us,
                  testing_diag::TestCalibration(), ctx);
@@ -104,25 +124,11 @@ TEST(PlanTest, ProbedStepsPutPredictionsInsideTheMeasuredRange) {
   EXPECT_TRUE(other.plan.actions[0].outside_measured);
 }
 
-// A mixed window (a prefill step, then decode steps, at max_num_seqs 4 with requests queued):
-// probed decode steps that follow a prefill chunk ran 1.3x the back-to-back ones, so the
-// plan's mix prediction (most decode steps follow a prefill at the larger batch) is lower than
-// with no such series; a decode-only window's prediction does not change.
+// A mixed window (MixedAt4): probed decode steps that follow a prefill chunk ran 1.3x the
+// back-to-back ones, so the plan's mix prediction (most decode steps follow a prefill at the larger
+// batch) is lower than with no such series; a decode-only window's prediction does not change.
 TEST(PlanTest, DecodeStepsAfterPrefillLowerTheMixPrediction) {
-  std::vector<StepRecord> steps;
-  StepSpec pre, dec;
-  pre.seqs = dec.seqs = 4;
-  pre.max_num_seqs = dec.max_num_seqs = 4;
-  pre.queue_depth = dec.queue_depth = 40;
-  pre.prefill_tokens = 64;
-  for (int i = 0; i < 8; ++i) {
-    const double at = steps.empty() ? 0 : steps.back().end_us;
-    steps.push_back(testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, pre, at));
-    for (int j = 0; j < 7; ++j) {
-      steps.push_back(
-          testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, dec, steps.back().end_us));
-    }
-  }
+  const std::vector<StepRecord> steps = MixedAt4();
   auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
   ctx.mean_prompt_tokens = 64;
   ctx.mean_output_tokens = 64;
@@ -161,6 +167,38 @@ TEST(PlanTest, DecodeStepsAfterPrefillLowerTheMixPrediction) {
   ASSERT_FALSE(d0.plan.actions.empty());
   ASSERT_FALSE(d1.plan.actions.empty());
   EXPECT_DOUBLE_EQ(d1.plan.actions[0].tokens_per_s_after, d0.plan.actions[0].tokens_per_s_after);
+}
+
+// Probed decode points are moved from the probe's context to the mix's by the measured slope
+// per context token where the probe has one: a steeper slope, a slower curve at the mix's
+// longer context (relative to the window's batch 4, which moves by the slope too), a lower
+// prediction.
+TEST(PlanTest, MeasuredContextSlopeMovesProbedDecodePoints) {
+  const std::vector<StepRecord> steps = MixedAt4();
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  ctx.mean_prompt_tokens = 256;
+  ctx.mean_output_tokens = 64;  // the plan's context: 256 + 32
+  ctx.probe_context = 32;
+  const double t4 = steps[1].wall_us();
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t4 * (1 + 0.1 * (b - 4)), 0.01, 3});
+  }
+  auto gentle = ctx, steep = ctx;
+  for (double b : {1, 4, 16, 64}) {
+    gentle.probe_context_slopes.push_back(CurvePoint{b, 0.2 * b, 0, 3});
+    steep.probe_context_slopes.push_back(CurvePoint{b, 2 * b, 0, 3});
+  }
+  const auto flat = Plan(steps, gentle);
+  const auto slow = Plan(steps, steep);
+  ASSERT_FALSE(flat.plan.actions.empty());
+  ASSERT_FALSE(slow.plan.actions.empty());
+  ASSERT_FALSE(flat.plan.curve.decode.empty());
+  const CurvePoint& f = flat.plan.curve.decode.back();
+  const CurvePoint& g = slow.plan.curve.decode.back();
+  ASSERT_EQ(f.x, 64);
+  ASSERT_EQ(g.x, 64);
+  EXPECT_GT(g.us, f.us);
+  EXPECT_LT(slow.plan.actions[0].tokens_per_s_after, flat.plan.actions[0].tokens_per_s_after);
 }
 
 TEST(PlanTest, ConfiguredLimitCapsTheBatch) {

@@ -305,6 +305,33 @@ TEST(StepCurveTest, MixedWorkloadsWeighDecodeStepsAfterPrefill) {
   EXPECT_LT(PredictMix(slower, mix, 32, 64, 2048).output_tokens_per_s, same.output_tokens_per_s);
 }
 
+// Decode batches timed at two contexts give the step time per context token by batch; the
+// long-context series are not curve points.
+TEST(StepCurveTest, ContextSlopesComeFromTheProbesTwoContexts) {
+  StepProbe sp;
+  sp.decode_context = 64;
+  sp.long_context = 256;
+  sp.series.push_back(ProbeSeries{false, 2, 64, {1000, 1200}});
+  sp.series.push_back(ProbeSeries{false, 8, 64, {2000}});
+  sp.series.push_back(ProbeSeries{false, 2, 256, {1384, 1500}});
+  sp.series.push_back(ProbeSeries{false, 8, 256, {3536}});
+  sp.series.push_back(ProbeSeries{false, 8, 64, {2500}, true});  // after prefill: no slope
+  const std::vector<CurvePoint> slopes = ContextSlopes(sp);
+  ASSERT_EQ(slopes.size(), 2u);
+  EXPECT_EQ(slopes[0].x, 2);
+  EXPECT_NEAR(slopes[0].us, 384.0 / 192, 1e-9);  // best times: 1384 - 1000 over 192 tokens
+  EXPECT_NEAR(slopes[1].us, 1536.0 / 192, 1e-9);
+  EXPECT_NEAR(ContextSlopeAt(slopes, 5), 5, 1e-9);    // interpolated
+  EXPECT_NEAR(ContextSlopeAt(slopes, 16), 16, 1e-9);  // per row beyond the last batch
+  EXPECT_NEAR(ContextSlopeAt(slopes, 1), 1, 1e-9);
+  EXPECT_EQ(ContextSlopeAt({}, 4), -1);
+  const StepCurve c = CurveFromProbe(sp);
+  ASSERT_EQ(c.decode.size(), 2u);  // the short context only
+  EXPECT_DOUBLE_EQ(c.decode[1].us, 2000);
+  sp.long_context = 0;  // no long context: no slopes
+  EXPECT_TRUE(ContextSlopes(sp).empty());
+}
+
 TEST(StepCurveTest, MonotoneCurvePoolsPointsMeasuredFasterThanSmallerShapes) {
   std::vector<CurvePoint> pts = {
       {1, 1000, 0.1, 3}, {8, 2600, 0.2, 1}, {16, 1400, 0.3, 3}, {32, 4000, 0.1, 3}};

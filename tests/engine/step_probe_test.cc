@@ -46,10 +46,16 @@ StepProbeOptions Unbounded(int max_batch, int max_prefill) {
   return o;
 }
 
-std::vector<int> Rows(const StepProbe& p, bool prefill, bool after_prefill = false) {
+// Prefill chunks, or decode batches at the probe's decode context (after prefill or back to
+// back) or, with `long_context`, at its long one.
+std::vector<int> Rows(const StepProbe& p, bool prefill, bool after_prefill = false,
+                      bool long_context = false) {
   std::vector<int> out;
+  const int ctx = long_context ? p.long_context : p.decode_context;
   for (const ProbeSeries& s : p.series) {
-    if (s.prefill == prefill && s.after_prefill == after_prefill) out.push_back(s.rows);
+    if (s.prefill != prefill || s.after_prefill != after_prefill) continue;
+    if (!prefill && s.context != ctx) continue;
+    out.push_back(s.rows);
   }
   return out;
 }
@@ -69,8 +75,11 @@ TEST(StepProbeTest, TimesEveryDecodeBatchAndPrefillChunk) {
   auto p = (*e)->ProbeSteps(Unbounded(12, 200));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(Rows(*p, false), (std::vector<int>{1, 2, 4, 8, 12}));
-  // Every decode batch timed again right after a prefill chunk, as a mixed workload runs it.
+  // Every decode batch timed again right after a prefill chunk, as a mixed workload runs it,
+  // and at a longer context (min(max_model_len - 1, 4 x 64)) on the same sequences grown.
   EXPECT_EQ(Rows(*p, false, true), (std::vector<int>{1, 2, 4, 8, 12}));
+  EXPECT_EQ(p->long_context, 127);
+  EXPECT_EQ(Rows(*p, false, false, true), (std::vector<int>{1, 2, 4, 8, 12}));
   // Chunks longer than max_model_len (128) span several sequences.
   EXPECT_EQ(Rows(*p, true), (std::vector<int>{16, 32, 64, 128, 200}));
   for (const ProbeSeries& s : p->series) {
