@@ -61,7 +61,7 @@ struct EngineInfo {
   std::vector<int> graph_sizes;         // the decode batch sizes graphs are captured at, ascending
   // Now.
   KvStats kv;
-  GraphInfo graphs;         // captured so far (empty until graphs are first turned on)
+  GraphInfo graphs;  // captured so far (empty until graphs are first turned on)
 };
 
 }  // namespace saturn

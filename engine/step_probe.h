@@ -74,6 +74,12 @@ struct StepProbe {
   int requested_prefill_tokens = 0;  // the longest chunk asked for (measured or left out)
 };
 
+// Whether `s` is one of `p`'s decode series timed at its long context (a slope's input, not a
+// point of the curve: diag/step_curve.h, ContextSlopes).
+inline bool AtLongContext(const StepProbe& p, const ProbeSeries& s) {
+  return !s.prefill && !s.after_prefill && p.long_context > 0 && s.context == p.long_context;
+}
+
 // What an options change left unmeasured, as the probe to run (nullopt: nothing): prefill
 // chunks longer than `before` allowed when max_num_batched_tokens widened past what `probe`
 // covered or asked for (a chunk the budget left out once is not tried again: widening and

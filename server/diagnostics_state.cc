@@ -183,11 +183,8 @@ void DiagnosticsState::RunProbe(Engine* engine, const StepProbeOptions& o, const
   // The largest decode batches also timed right after a prefill chunk and at the long context.
   int after_prefill = 0, long_context = 0;
   for (const ProbeSeries& s : p->series) {
-    if (s.prefill) continue;
     if (s.after_prefill) after_prefill = std::max(after_prefill, s.rows);
-    if (p->long_context > 0 && s.context == p->long_context) {
-      long_context = std::max(long_context, s.rows);
-    }
+    if (AtLongContext(*p, s)) long_context = std::max(long_context, s.rows);
   }
   std::cerr << absl::StrFormat(
       "saturn-server: probe steps%s: decode batch 1-%d (context %d; 1-%d also after a prefill "

@@ -122,7 +122,7 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
   StepCurve c;
   for (const ProbeSeries& s : probe.series) {
     if (static_cast<int>(s.wall_us.size()) < std::max(1, min_samples)) continue;
-    if (!s.prefill && probe.long_context > 0 && s.context == probe.long_context) continue;
+    if (AtLongContext(probe, s)) continue;
     const std::vector<double> xs(s.wall_us.size(), double(s.rows));
     CurvePoint p = PointOf(xs, s.wall_us);
     // Best of the repeats, as calibration's trials (noise only ever slows a step; one stalled
@@ -146,8 +146,7 @@ std::vector<CurvePoint> ContextSlopes(const StepProbe& probe) {
     return *std::min_element(s.wall_us.begin(), s.wall_us.end());
   };
   for (const ProbeSeries& l : probe.series) {
-    if (l.prefill || l.after_prefill || l.context != probe.long_context || l.wall_us.empty())
-      continue;
+    if (!AtLongContext(probe, l) || l.wall_us.empty()) continue;
     for (const ProbeSeries& s : probe.series) {
       if (s.prefill || s.after_prefill || s.context != probe.decode_context || s.rows != l.rows ||
           s.wall_us.empty())

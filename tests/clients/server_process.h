@@ -48,8 +48,8 @@ struct Spawned {
 // security flags) and waits (up to 120 s) for its "ready" line.
 inline Spawned StartServer(const std::string& log, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args = {
-      kServerBinary,          "--model=tiny",        "--backend=cpu",    "--threads=1",
-      "--listen=127.0.0.1:0", "--max_model_len=512", "--kv_cache_mb=32", "--shutdown_grace=2s",
+      kServerBinary, "--model=tiny", "--backend=cpu", "--threads=1", "--listen=127.0.0.1:0",
+      "--max_model_len=512", "--kv_cache_mb=32", "--shutdown_grace=2s",
       // Shorter calibration trials, as the in-process server tests use (server_test_util.h):
       // each test starts its own server (measured under ASan: 8.6 s to ready against 11.9 s).
       "--calibration=quick"};
