@@ -180,6 +180,54 @@ double Ramp(const ClosedLoop& load, int clients) {
   return (NowUs() - r0) * 1e-6;
 }
 
+// The request-mix prediction's parts against the after window's steps, part by part: which
+// of them carries the plan's error (fewer tokens per step, slower decode or mixed steps, more
+// steps carrying prefill). Pairs [predicted, measured]; empty without a mix prediction.
+nlohmann::json MixParts(const MixPrediction& m, const std::vector<StepRecord>& steps) {
+  nlohmann::json out = nlohmann::json::object();
+  if (m.output_tokens_per_step <= 0) return out;
+  double n = 0, mixed = 0, dec_wall = 0, dec_n = 0, mix_wall = 0, mix_rows = 0, sampled = 0,
+         decode_rows = 0, dec_after_n = 0, dec_after_wall = 0, dec_wait = 0, dec_host = 0;
+  bool prev_prefill = false;
+  for (const StepRecord& r : steps) {
+    if (r.num_prefill_tokens + r.num_decode_tokens == 0) continue;
+    const bool after_prefill = prev_prefill;
+    prev_prefill = r.num_prefill_tokens > 0;
+    ++n;
+    sampled += r.num_sampled;
+    decode_rows += r.num_decode_tokens;
+    if (r.num_prefill_tokens > 0) {
+      ++mixed;
+      mix_wall += r.wall_us();
+      mix_rows += r.num_prefill_tokens + r.num_decode_tokens;
+    } else {
+      ++dec_n;
+      dec_wall += r.wall_us();
+      if (after_prefill) ++dec_after_n, dec_after_wall += r.wall_us();
+      dec_wait += r.sched_wait_us;
+      dec_host += r.schedule_us + r.prepare_us + r.postprocess_us;
+    }
+  }
+  if (n == 0) return out;
+  auto mean = [](double sum, double count) { return count > 0 ? sum / count : 0.0; };
+  out["steps_with_prefill"] = {m.prefill_step_fraction, mixed / n};
+  out["decode_rows_per_step"] = {m.decode_batch, decode_rows / n};
+  out["output_tokens_per_step"] = {m.output_tokens_per_step, sampled / n};
+  out["decode_step_us"] = {m.decode_step_us, mean(dec_wall, dec_n)};
+  // Measured only: decode steps right after a step carrying prefill, and the others.
+  out["decode_after_prefill_share"] = {0.0, mean(dec_after_n, dec_n)};
+  out["decode_after_prefill_us"] = {0.0, mean(dec_after_wall, dec_after_n)};
+  out["decode_after_decode_us"] = {0.0, mean(dec_wall - dec_after_wall, dec_n - dec_after_n)};
+  // Measured only: what a decode step spent off the runner (host phases) and with its threads
+  // runnable but off a core (schedstat: other threads, the clients' included, held them).
+  out["decode_host_us"] = {0.0, mean(dec_host, dec_n)};
+  out["decode_sched_wait_us"] = {0.0, mean(dec_wait, dec_n)};
+  out["mixed_step_us"] = {m.mixed_step_us, mean(mix_wall, mixed)};
+  out["mixed_step_rows"] = {m.mixed_rows, mean(mix_rows, mixed)};
+  out["mean_step_us"] = {m.tpot_ms * 1e3, mean(dec_wall + mix_wall, n)};
+  return out;
+}
+
 DiagnosticsReport Window(const Engine& e, const Calibration& cal, double begin, double end) {
   return Analyze(bench::StepsIn(e, begin, end), begin, end, cal, ContextFromEngine(e));
 }
@@ -285,7 +333,9 @@ int Main() {
   tracker.RecordApplied(a, before.model, ctx, before.plan.context, t_applied, before.plan.curve);
   Sleep(absl::GetFlag(FLAGS_after_s));
   const double a1 = NowUs();
-  const auto t = tracker.Evaluate(bench::StepsIn(*engine, t_applied, a1));
+  const std::vector<StepRecord> after_steps = bench::StepsIn(*engine, t_applied, a1);
+  const auto t = tracker.Evaluate(after_steps);
+  const nlohmann::json parts = MixParts(a.mix_after, after_steps);
   const DiagnosticsReport after = Window(*engine, *cal, t_applied, a1);
   // A-B-A: the load before the change, again. The same load on the same options measured
   // twice brackets the after window; what moved between them is the machine.
@@ -355,6 +405,13 @@ int Main() {
         "plan, A-B-A corrected", a.tokens_per_s_after * aba_factor, measured_plan, 100 * aba_error,
         before.profile.output_tokens_per_s, return_tokens_per_s, machine_move);
   }
+  if (!parts.empty()) {
+    std::printf("%-28s %12s %12s %9s\n", "request-mix parts", "predicted", "measured", "ratio");
+    for (const auto& [name, v] : parts.items()) {
+      const double pr = v[0].get<double>(), me = v[1].get<double>();
+      std::printf("  %-26s %12.2f %12.2f %9.2f\n", name.c_str(), pr, me, me > 0 ? pr / me : 0.0);
+    }
+  }
   // Probe steps need no load, so their change over the run is the machine's, not the plan's.
   const std::vector<double> ratios = ProbeRatios(probe_before, probe_after);
   const double ratio_median = ratios.empty() ? 0 : ratios[ratios.size() / 2];
@@ -400,6 +457,7 @@ int Main() {
                         {"expected_error", a.expected_error},
                         {"outside_measured", a.outside_measured},
                         {"predicted_prefill_share", a.prefill_share},
+                        {"mix_parts", parts},
                         {"before", nlohmann::json::parse(ReportJson(ToProto(before), false))},
                         {"after", nlohmann::json::parse(ReportJson(ToProto(after), false))},
                         {"predicted_tokens_per_s", t->predicted_tokens_per_s},

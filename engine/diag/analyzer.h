@@ -227,6 +227,7 @@ struct Action {
   double expected_error = 0;
   bool outside_measured = false;
   double prefill_share = 0;  // predicted share of step time in steps carrying prefill
+  MixPrediction mix_after;   // the request-mix prediction's parts (when prefill_share > 0)
   std::vector<FailureMode> tradeoffs;
 };
 

@@ -239,6 +239,7 @@ struct PlanBuild {
     a->tpot_ms_after = after.tpot_ms;
     a->batch_after = after.decode_batch;
     a->prefill_share = after.prefill_share;
+    a->mix_after = after;
     a->outside_measured = !after.in_range;
     a->expected_error = std::max(after.rel_error, model.fit_error);
     a->tradeoffs.push_back(

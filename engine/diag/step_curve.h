@@ -77,8 +77,9 @@ double ContextSlopeAt(const std::vector<CurvePoint>& slopes, double batch);
 // does now (load, host work, contention), so inside their range they are kept as they are;
 // probed points are scaled by the median ratio window / probe where both measured (decode,
 // decode after prefill and prefill separately; a kind with no overlap takes another kind's
-// ratio, else 1) and added outside the window's range. A scaled point's spread is at least the
-// ratios' spread.
+// ratio, else 1; never below 1: a window faster than the probe's best ran warmer, which larger
+// shapes do not keep) and added outside the window's range. A scaled point's spread is at
+// least the ratios' spread.
 StepCurve MergeCurves(const StepCurve& window, const StepCurve& probe);
 
 // Makes the step times non-decreasing in x (pool-adjacent-violators, weighted by samples):
@@ -99,6 +100,12 @@ struct MixPrediction {
   double prefill_share = 0;  // share of step time in steps carrying prefill
   bool in_range = true;      // every lookup was inside the measured curve
   double rel_error = 0;      // expected relative error of output_tokens_per_s
+  // Its parts, which a measured window can be held against part by part (saturn-bench-plan):
+  double prefill_step_fraction = 0;  // share of steps carrying prefill (f)
+  double decode_step_us = 0;         // a decode-only step (0: none)
+  double mixed_step_us = 0;          // a step carrying prefill (0: none)
+  double mixed_rows = 0;             // rows of a step carrying prefill (chunk + decodes)
+  double output_tokens_per_step = 0;
 };
 
 // Step time lookup: rows processed, how many of them are decode rows (all of a decode step's),
@@ -108,9 +115,10 @@ using StepLookup =
     std::function<CurveLookup(double rows, double decode_rows, bool prefill, double after_prefill)>;
 
 // Steady-state output tokens/s for `concurrency` closed-loop requests of mix `mix` on a server
-// running at most `max_num_seqs` sequences and `budget` tokens per step. With a share f of the
-// steps carrying prefill, spread among the decode steps, min(1, f / (1 - f)) of the decode
-// steps follow one.
+// running at most `max_num_seqs` sequences and `budget` tokens per step. New requests arrive as
+// a Poisson stream (k per step on average: a share 1 - e^-k of the steps carry prefill, of
+// k / (1 - e^-k) prompts each, up to the budget), and a share f of the steps carrying prefill
+// puts one before a share f of the decode steps.
 MixPrediction PredictMix(const StepLookup& lookup, const WorkloadMix& mix, double concurrency,
                          int max_num_seqs, int budget);
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/diag/analyzer.h"
 #include "tests/diag/synthetic.h"
 
@@ -132,7 +134,8 @@ TEST(StepCurveTest, MixedStepsAreLookedUpWithTheirDecodeRows) {
   const MixPrediction m = PredictMix(lookup, mix, 24, 64, 2048);
   ASSERT_FALSE(asked.empty());
   EXPECT_NEAR(asked.back().second, m.decode_batch, 1e-9);
-  EXPECT_NEAR(asked.back().first, m.decode_batch + 96, 1e-9);
+  EXPECT_NEAR(asked.back().first, m.mixed_rows, 1e-9);
+  EXPECT_GT(asked.back().first, m.decode_batch + 96);  // a prompt or more per mixed step
   EXPECT_LT(m.output_tokens_per_s, PredictMix(Linear, mix, 24, 64, 2048).output_tokens_per_s);
 }
 
@@ -219,6 +222,23 @@ TEST(StepCurveTest, MergeKeepsTheWindowAndScalesTheProbeBeyondIt) {
   EXPECT_NEAR(l.us, 1800 + 200 * 24, 1e-6);
 }
 
+// A window faster than the probe's best (a small batch served back to back, its weights kept
+// warm in the cache) keeps its own points but does not scale the probe's larger shapes down;
+// a slower one (load) does scale them up.
+TEST(StepCurveTest, OnlyASlowerWindowScalesTheProbe) {
+  StepCurve probe;
+  probe.decode = {{1, 1000, 0.01, 3}, {2, 1100, 0.01, 3}, {32, 4000, 0.01, 3}};
+  StepCurve window;
+  window.decode = {{1, 700, 0.01, 400}};
+  StepCurve m = MergeCurves(window, probe);
+  ASSERT_EQ(m.decode.size(), 3u);
+  EXPECT_DOUBLE_EQ(m.decode[0].us, 700);
+  EXPECT_DOUBLE_EQ(m.decode[2].us, 4000);
+  window.decode = {{1, 1300, 0.01, 400}};
+  m = MergeCurves(window, probe);
+  EXPECT_NEAR(m.decode[2].us, 1.3 * 4000, 1e-9);
+}
+
 TEST(StepCurveTest, MergeWithoutOverlapKeepsTheProbeAsMeasured) {
   StepCurve window, probe;
   window.decode = {{64, 9000, 0.01, 4}};  // beyond the probe's range: no ratio
@@ -303,6 +323,38 @@ TEST(StepCurveTest, MixedWorkloadsWeighDecodeStepsAfterPrefill) {
     return l;
   };
   EXPECT_LT(PredictMix(slower, mix, 32, 64, 2048).output_tokens_per_s, same.output_tokens_per_s);
+}
+
+// New requests from many clients arrive as a Poisson stream: at k = 0.65 per step, 1 - e^-k =
+// 48 % of the steps carry prefill, k / (1 - e^-k) = 1.36 prompts each (measured on a closed loop
+// of 40 clients: 0.44-0.49 and 1.4), and a decode step follows one of them with that chance.
+// Past the token budget every step carries prefill.
+TEST(StepCurveTest, ArrivalsBunchAsAPoissonStream) {
+  std::vector<double> shares;
+  auto lookup = [&](double rows, double decodes, bool prefill, double after) {
+    if (!prefill) shares.push_back(after);
+    return Linear(rows, decodes, prefill, after);
+  };
+  const WorkloadMix mix{128, 64};
+  const MixPrediction m = PredictMix(lookup, mix, 42, 64, 2048);
+  const double k = m.output_tokens_per_step / 64;
+  EXPECT_NEAR(k, 0.65, 0.02);
+  EXPECT_NEAR(m.prefill_step_fraction, 1 - std::exp(-k), 1e-9);
+  EXPECT_NEAR(m.mixed_rows, m.decode_batch + 128 * k / (1 - std::exp(-k)), 1e-9);
+  ASSERT_EQ(shares.size(), 1u);
+  EXPECT_NEAR(shares[0], m.prefill_step_fraction, 1e-9);
+  // Parts add up: k requests of 64 tokens per mean step.
+  EXPECT_NEAR(m.output_tokens_per_s, m.output_tokens_per_step / (m.tpot_ms * 1e-3), 1e-6);
+  EXPECT_NEAR(
+      m.tpot_ms * 1e3,
+      m.prefill_step_fraction * m.mixed_step_us + (1 - m.prefill_step_fraction) * m.decode_step_us,
+      1e-6);
+  // Long prompts under a small budget: every step carries a chunk of the whole budget.
+  const MixPrediction full = PredictMix(lookup, WorkloadMix{2048, 16}, 32, 64, 256);
+  EXPECT_DOUBLE_EQ(full.prefill_step_fraction, 1);
+  EXPECT_LE(full.mixed_rows, 256 + 1e-9);
+  EXPECT_GT(full.mixed_rows, 0.9 * 256);
+  EXPECT_EQ(full.decode_step_us, 0);
 }
 
 // Decode batches timed at two contexts give the step time per context token by batch; the
