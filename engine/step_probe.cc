@@ -227,6 +227,15 @@ std::vector<int> ProbeSizes(int first, int last) {
   return out;
 }
 
+std::vector<int> DecodeProbeSizes(int max_batch) {
+  std::vector<int> out;
+  for (int b : ProbeSizes(1, max_batch)) {
+    if (!out.empty() && out.back() >= 16 && out.back() + 1 < b) out.push_back(out.back() + 1);
+    out.push_back(b);
+  }
+  return out;
+}
+
 absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks, int max_model_len,
                                        const StepProbeOptions& o) {
   RETURN_IF_ERROR(o.Validate());
@@ -259,7 +268,7 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
   }
   // Decode: the largest batch takes its blocks; smaller batches reuse its sequences.
   const size_t first = seqs.size();
-  const std::vector<int> batches = ProbeSizes(1, o.max_batch);
+  const std::vector<int> batches = DecodeProbeSizes(o.max_batch);
   int held = 0;
   for (int i = 0; i < (batches.empty() ? 0 : batches.back()); ++i, ++held) {
     if (!seqs.Add(ctx + 1)) break;
@@ -284,6 +293,9 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
     while (grown < decode.back().series.rows && seqs.Grow(first + grown, long_ctx + 1)) ++grown;
     for (const Shape& d : decode) {
       if (d.series.rows > grown) break;
+      // A slope per batch needs no stair edge: only the doubling sizes (and the last).
+      const int r = d.series.rows;
+      if ((r & (r - 1)) != 0 && r != decode.back().series.rows) continue;
       Shape s;
       s.plan = DecodePlan(seqs, first, d.series.rows, long_ctx, vocab);
       s.series = ProbeSeries{false, d.series.rows, long_ctx, {}};

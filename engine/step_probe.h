@@ -99,6 +99,13 @@ StepProbe MergeProbes(const StepProbe& old, StepProbe fresh, const StepProbeOpti
 // Geometric sizes from `first` up to `last`, doubling, `last` included (empty if last < first).
 std::vector<int> ProbeSizes(int first, int last);
 
+// The decode batches a probe times: ProbeSizes(1, max_batch), and one row past each of those
+// from 16 on (16 -> 17, 32 -> 33, ...; below max_batch). Tiled GEMMs pay for whole tiles of
+// rows, so a step's time rises in a stair, not a line: with 16-row AMX tiles a 2-core Xeon's
+// decode step took 21.4 ms at batch 32, 23.9 ms at 33 and 27.1 ms at 41, where the line from
+// 32 to 64 said 25.3. The size past each power of two puts the stair's edge on the curve.
+std::vector<int> DecodeProbeSizes(int max_batch);
+
 // Times the probe steps on `runner`, taking blocks from `blocks` (returned before it returns).
 // The caller guarantees no other step runs meanwhile.
 absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks, int max_model_len,

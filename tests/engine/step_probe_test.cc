@@ -68,6 +68,17 @@ TEST(StepProbeTest, SizesDoubleAndIncludeTheLast) {
   EXPECT_TRUE(ProbeSizes(1, 0).empty());
 }
 
+// One row past each power of two from 16 on: the edge of a tiled GEMM's stair.
+TEST(StepProbeTest, DecodeSizesAddOneRowPastEachPowerOfTwoFrom16) {
+  EXPECT_EQ(DecodeProbeSizes(12), (std::vector<int>{1, 2, 4, 8, 12}));
+  EXPECT_EQ(DecodeProbeSizes(16), (std::vector<int>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(DecodeProbeSizes(17), (std::vector<int>{1, 2, 4, 8, 16, 17}));
+  EXPECT_EQ(DecodeProbeSizes(18), (std::vector<int>{1, 2, 4, 8, 16, 17, 18}));
+  EXPECT_EQ(DecodeProbeSizes(64), (std::vector<int>{1, 2, 4, 8, 16, 17, 32, 33, 64}));
+  EXPECT_EQ(DecodeProbeSizes(100), (std::vector<int>{1, 2, 4, 8, 16, 17, 32, 33, 64, 65, 100}));
+  EXPECT_TRUE(DecodeProbeSizes(0).empty());
+}
+
 TEST(StepProbeTest, TimesEveryDecodeBatchAndPrefillChunk) {
   auto e = Engine::Create(TinyConfig());
   ASSERT_TRUE(e.ok()) << e.status();
