@@ -59,7 +59,9 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples =
 
 // The probe's timed series (engine/step_probe.h) as curve points: the best time of each size
 // (noise only slows a step) with the repeats' spread (p90 - p10) / median. Decode series at
-// the probe's long_context are left out (they are ContextSlopes').
+// the probe's long_context are left out (they are ContextSlopes'). A decode size timed both
+// back to back and after prefill gets, after prefill, its back-to-back time plus the median
+// difference over all such sizes (never below 0): one pooled figure, not each noisy pair.
 StepCurve CurveFromProbe(const StepProbe& probe, int min_samples = 1);
 
 // How a decode step's time grows with its context, from the probe's batches timed at both

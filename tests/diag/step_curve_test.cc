@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "engine/diag/analyzer.h"
 #include "tests/diag/synthetic.h"
@@ -298,6 +299,27 @@ TEST(StepCurveTest, ProbedDecodeAfterPrefillIsItsOwnCurveScaledByItsOwnRatio) {
   // Without an after-prefill overlap the back-to-back ratio stands for it.
   window.decode_after_prefill.clear();
   EXPECT_NEAR(MergeCurves(window, probe).decode_after_prefill[1].us, 2 * 1200, 1e-9);
+}
+
+// What a prefill step adds to the decode step after it is pooled over the sizes timed both
+// ways (the median difference): one noisy pair does not bend the curve, and a pool that reads
+// faster after prefill adds nothing.
+TEST(StepCurveTest, ProbedAfterPrefillCostIsPooledOverTheSizes) {
+  StepProbe sp;
+  for (auto [rows, b2b, after] : {std::tuple{4, 2000.0, 2100.0}, std::tuple{16, 4000.0, 6000.0},
+                                  std::tuple{32, 7000.0, 6950.0}}) {
+    sp.series.push_back(ProbeSeries{false, rows, 64, {b2b}});
+    sp.series.push_back(ProbeSeries{false, rows, 64, {after}, true});
+  }
+  StepCurve c = CurveFromProbe(sp);
+  ASSERT_EQ(c.decode_after_prefill.size(), 3u);
+  EXPECT_DOUBLE_EQ(c.decode_after_prefill[0].us, 2100);
+  EXPECT_DOUBLE_EQ(c.decode_after_prefill[1].us, 4100);
+  EXPECT_DOUBLE_EQ(c.decode_after_prefill[2].us, 7100);
+  sp.series[3].wall_us = {3900};  // batch 16 after prefill now reads faster: median -50
+  c = CurveFromProbe(sp);
+  EXPECT_DOUBLE_EQ(c.decode_after_prefill[1].us, 4000);
+  EXPECT_DOUBLE_EQ(c.decode_after_prefill[2].us, 7000);
 }
 
 // Decode steps of a mix that carries prefill are looked up with the share that follows a
