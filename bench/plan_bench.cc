@@ -231,6 +231,29 @@ nlohmann::json MixParts(const MixPrediction& m, const std::vector<StepRecord>& s
   return out;
 }
 
+// Steps carrying prefill, per op class: mean timed microseconds per step, with their mean rows
+// and decode rows (where a mixed step's time went, before and after the change).
+nlohmann::json MixedByClass(const std::vector<StepRecord>& steps) {
+  std::array<double, kNumOpClasses> us{};
+  double n = 0, rows = 0, decodes = 0, wall = 0;
+  for (const StepRecord& r : steps) {
+    if (r.num_prefill_tokens == 0 || !r.per_op_timed) continue;
+    ++n;
+    rows += r.num_prefill_tokens + r.num_decode_tokens;
+    decodes += r.num_decode_tokens;
+    wall += r.wall_us();
+    for (size_t c = 0; c < kNumOpClasses; ++c) us[c] += r.by_class[c].device_us;
+  }
+  nlohmann::json out = nlohmann::json::object();
+  if (n == 0) return out;
+  out["steps"] = n;
+  out["rows"] = rows / n;
+  out["decode_rows"] = decodes / n;
+  out["wall_us"] = wall / n;
+  for (size_t c = 0; c < kNumOpClasses; ++c) out[OpClassName(OpClass(c))] = us[c] / n;
+  return out;
+}
+
 DiagnosticsReport Window(const Engine& e, const Calibration& cal, double begin, double end) {
   return Analyze(bench::StepsIn(e, begin, end), begin, end, cal, ContextFromEngine(e));
 }
@@ -339,6 +362,8 @@ int Main() {
   const std::vector<StepRecord> after_steps = bench::StepsIn(*engine, t_applied, a1);
   const auto t = tracker.Evaluate(after_steps);
   const nlohmann::json parts = MixParts(a.mix_after, after_steps);
+  const nlohmann::json mixed_before = MixedByClass(bench::StepsIn(*engine, b0, b1));
+  const nlohmann::json mixed_after = MixedByClass(after_steps);
   const DiagnosticsReport after = Window(*engine, *cal, t_applied, a1);
   // A-B-A: the load before the change, again. The same load on the same options measured
   // twice brackets the after window; what moved between them is the machine.
@@ -415,6 +440,16 @@ int Main() {
       std::printf("  %-26s %12.2f %12.2f %9.2f\n", name.c_str(), pr, me, me > 0 ? pr / me : 0.0);
     }
   }
+  if (!mixed_before.empty() && !mixed_after.empty()) {
+    std::printf("steps carrying prefill, before -> after the change (mean per step):");
+    for (const auto& [name, v] : mixed_before.items()) {
+      if (mixed_after.contains(name)) {
+        std::printf(" %s %.1f -> %.1f;", name.c_str(), v.get<double>(),
+                    mixed_after[name].get<double>());
+      }
+    }
+    std::printf("\n");
+  }
   // Probe steps need no load, so their change over the run is the machine's, not the plan's.
   const std::vector<double> ratios = ProbeRatios(probe_before, probe_after);
   const double ratio_median = ratios.empty() ? 0 : ratios[ratios.size() / 2];
@@ -461,6 +496,8 @@ int Main() {
                         {"outside_measured", a.outside_measured},
                         {"predicted_prefill_share", a.prefill_share},
                         {"mix_parts", parts},
+                        {"mixed_steps_before", mixed_before},
+                        {"mixed_steps_after", mixed_after},
                         {"before", nlohmann::json::parse(ReportJson(ToProto(before), false))},
                         {"after", nlohmann::json::parse(ReportJson(ToProto(after), false))},
                         {"predicted_tokens_per_s", t->predicted_tokens_per_s},
