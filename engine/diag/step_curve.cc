@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 namespace saturn {
 namespace {
@@ -140,21 +141,20 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
   // own pair is noisy (fewer repeats after prefill fit the budget: single after-prefill steps
   // read 4-20 % slower at batch 33-64 on the 2-core Xeon where served decode steps after a
   // prefill step ran a median 1.6 % slower than the others, 42 windows), the pool is not.
-  std::vector<double> added;
-  for (const CurvePoint& a : c.decode_after_prefill) {
+  std::vector<std::pair<CurvePoint*, const CurvePoint*>> pairs;  // (after, back to back)
+  for (CurvePoint& a : c.decode_after_prefill) {
     for (const CurvePoint& d : c.decode) {
-      if (d.x == a.x) added.push_back(a.us - d.us);
+      if (d.x == a.x) pairs.emplace_back(&a, &d);
     }
   }
-  if (!added.empty()) {
-    const double add = std::max(0.0, Quantile(added, 0.5));
-    for (CurvePoint& a : c.decode_after_prefill) {
-      for (const CurvePoint& d : c.decode) {
-        if (d.x != a.x) continue;
-        a.us = d.us + add;
-        a.spread = std::max(a.spread, d.spread);
-      }
-    }
+  if (pairs.empty()) return c;
+  std::vector<double> added;
+  added.reserve(pairs.size());
+  for (const auto& [a, d] : pairs) added.push_back(a->us - d->us);
+  const double add = std::max(0.0, Quantile(added, 0.5));
+  for (const auto& [a, d] : pairs) {
+    a->us = d->us + add;
+    a->spread = std::max(a->spread, d->spread);
   }
   return c;
 }
