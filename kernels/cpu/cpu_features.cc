@@ -8,10 +8,13 @@
 #include <sys/syscall.h>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/enum_table.h"
 
@@ -104,13 +107,12 @@ std::string CpuFeatureSummary() {
   return s;
 }
 
-// The largest cache level cpu0 sees, from sysfs (what the kernel was told by the CPU's cache
-// topology leaves); sysconf only where sysfs has none. glibc's sysconf can report the whole
-// package's L3 (here 384 MiB on a VM whose one L3 holds 32 MiB), which would call a 300 MB
-// model cache-resident.
-size_t LastLevelCacheBytes() {
-  double best = 0;
-  int best_level = 0;
+namespace {
+
+// cpu0's data (and unified) caches from sysfs (what the kernel was told by the CPU's cache
+// topology leaves): {level, bytes} per cache, in sysfs order.
+std::vector<std::pair<int, double>> DataCaches() {
+  std::vector<std::pair<int, double>> caches;
   for (int i = 0; i < 16; ++i) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
     std::ifstream level_file(dir + "level");
@@ -119,12 +121,26 @@ size_t LastLevelCacheBytes() {
     int level = 0;
     std::string type, size;
     if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
-    if (type == "Instruction") continue;
+    if (type == "Instruction" || size.empty()) continue;
     double bytes = std::atof(size.c_str());
     const char unit = size.back();
     if (unit == 'K') bytes *= 1024;
     if (unit == 'M') bytes *= 1024 * 1024;
     if (unit == 'G') bytes *= 1024.0 * 1024 * 1024;
+    caches.emplace_back(level, bytes);
+  }
+  return caches;
+}
+
+}  // namespace
+
+// The largest cache level cpu0 sees, from sysfs; sysconf only where sysfs has none. glibc's
+// sysconf can report the whole package's L3 (here 384 MiB on a VM whose one L3 holds 32 MiB),
+// which would call a 300 MB model cache-resident.
+size_t LastLevelCacheBytes() {
+  double best = 0;
+  int best_level = 0;
+  for (const auto& [level, bytes] : DataCaches()) {
     if (level > best_level || (level == best_level && bytes > best)) {
       best_level = level;
       best = bytes;
@@ -134,6 +150,19 @@ size_t LastLevelCacheBytes() {
   long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (l3 <= 0) l3 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   return l3 > 0 ? static_cast<size_t>(l3) : 0;
+}
+
+size_t CacheBytes(int level) {
+  double bytes = 0;
+  for (const auto& [l, b] : DataCaches()) {
+    if (l == level) bytes = std::max(bytes, b);
+  }
+  if (bytes > 0) return static_cast<size_t>(bytes);
+  const long s = level == 1   ? sysconf(_SC_LEVEL1_DCACHE_SIZE)
+                 : level == 2 ? sysconf(_SC_LEVEL2_CACHE_SIZE)
+                 : level == 3 ? sysconf(_SC_LEVEL3_CACHE_SIZE)
+                              : 0;
+  return s > 0 ? static_cast<size_t>(s) : 0;
 }
 
 }  // namespace saturn::cpu

@@ -39,5 +39,7 @@ std::string CpuFeatureSummary();
 // Bytes of the largest data cache cpu0 sees (sysfs cache topology; sysconf only where sysfs
 // has none; 0 when neither knows).
 size_t LastLevelCacheBytes();
+// Bytes of cpu0's data (or unified) cache at `level` (1, 2, 3), the same way; 0 when unknown.
+size_t CacheBytes(int level);
 
 }  // namespace saturn::cpu

@@ -4,17 +4,19 @@
 // DetectCpuFeatures().amx_usable. Weights stay row-major in memory (the M = 1 stream reads
 // them that way). Eight tile registers: four C (2 x 2), two A, two B.
 //  - GemmAmxBf16 (many input rows): x is A, read straight from the caller's zero-padded copy
-//    (AmxArgs::xp); each thread packs a panel of 32 weight rows by all of k into VNNI B tiles
-//    (16 k-pairs x 16 weight rows x 2 bf16; a 16 x 16 transpose of 32-bit pairs per 16 rows x
-//    32 k), then runs every input row of the current block of x against it. x is taken in
-//    blocks of ~1 MiB of rows, which stay in L2 beside the panel (a larger block repacks the
-//    weights less often).
+//    (AmxArgs::xp); each thread packs a block of 32-row weight panels (half its L2) by all of
+//    k into VNNI B tiles (16 k-pairs x 16 weight rows x 2 bf16; a 16 x 16 transpose of 32-bit
+//    pairs per 16 rows x 32 k), then runs each 32 input rows against every panel of the block
+//    (the GotoBLAS order: the packed weights stay in L2, each weight is packed once, x is
+//    read once per block). The old order, one panel against ~1 MiB blocks of x rows, ran
+//    1.6-1.7x slower at 512-1024 rows (x and the output strips pushed the panel out of L2).
 //  - GemmAmxStreamBf16 (few input rows): the weights are A, 16 whole rows per tile straight
 //    from memory; x is packed once per GEMM into B tiles (AmxPackX); each C tile holds the
 //    transposed product and is transposed back as it is stored.
 //  - Tile state is configured on entry and released on return, so a pool thread holds no
 //    tile state (and the kernel saves none on a context switch) between GEMMs.
 // Linux grants the tile data only after arch_prctl(ARCH_REQ_XCOMP_PERM) (cpu_features.cc).
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 11)
@@ -35,9 +37,8 @@ namespace saturn::cpu {
 namespace {
 
 constexpr int kTileRows = 16;
-constexpr int kTileK = 32;                          // bf16 per A row: 64 bytes
-constexpr int kTileElems = kTileRows * kTileK;      // bf16 per A or B tile: 1 KiB
-constexpr int64_t kXBlockBytes = int64_t{1} << 20;  // rows of x per block: ~1 MiB of them
+constexpr int kTileK = 32;                      // bf16 per A row: 64 bytes
+constexpr int kTileElems = kTileRows * kTileK;  // bf16 per A or B tile: 1 KiB
 
 // The palette-1 configuration: every tile 16 rows of 64 bytes.
 struct alignas(64) TileConfig {
@@ -230,34 +231,57 @@ void GemmAmxStreamBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_
   _tile_release();
 }
 
-size_t AmxPackElems(int64_t kp) { return static_cast<size_t>(kp / kTileK) * 2 * kTileElems; }
+// Bytes of B tiles packed at a time: half the core's L2 (measured on a Xeon with 2 MiB of L2,
+// 64-2048 rows of x: 768 KiB and 1.25 MiB ran alike, 384 KiB up to 1.2x and 192 KiB 1.5x
+// slower at 1024+ rows), 1 MiB where the L2 is unknown.
+int64_t PackBlockBytes() {
+  static const int64_t bytes = [] {
+    const int64_t l2 = static_cast<int64_t>(CacheBytes(2));
+    return l2 > 0 ? std::clamp<int64_t>(l2 / 2, 256 << 10, 2 << 20) : int64_t{1} << 20;
+  }();
+  return bytes;
+}
+
+// Weight panels packed per block: PackBlockBytes of B tiles, which stay in L2 while every
+// 32-row slice of x (from L2 or L3, once per block) runs against them.
+int64_t PanelsPerBlock(int64_t kp) {
+  return std::max<int64_t>(1, PackBlockBytes() / (int64_t{kAmxPanel} * kp * 2));
+}
+
+size_t AmxPackElems(int64_t kp) {
+  return static_cast<size_t>(PanelsPerBlock(kp) * (kp / kTileK) * 2 * kTileElems);
+}
 
 void GemmAmxBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_t* pack) {
   const int64_t kblocks = a.kp / kTileK, ldx = a.kp * 2, ldo = a.n * 4;
-  const int64_t mblock =
-      std::max<int64_t>(32, kXBlockBytes / (a.kp * 2) / 32 * 32);  // rows of x per block
+  const int64_t panel_elems = kblocks * 2 * kTileElems;
+  const int64_t block_cols = PanelsPerBlock(a.kp) * kAmxPanel;
   alignas(64) float tmp[4][16 * 16];
   Configure();
-  for (int64_t xm0 = 0; xm0 < a.mp; xm0 += mblock) {
-    const int64_t xm1 = std::min(a.mp, xm0 + mblock);
-    for (int64_t n0 = n_begin; n0 < n_end; n0 += kAmxPanel) {
+  for (int64_t nb0 = n_begin; nb0 < n_end; nb0 += block_cols) {
+    const int64_t nb1 = std::min(n_end, nb0 + block_cols);
+    for (int64_t n0 = nb0; n0 < nb1; n0 += kAmxPanel) {
       const int64_t left = n_end - n0;
+      uint16_t* panel = pack + (n0 - nb0) / kAmxPanel * panel_elems;
       // The next panel's two halves, where it has whole ones.
       const uint16_t* next = left >= 2 * kAmxPanel ? a.w + (n0 + kAmxPanel) * a.k : nullptr;
-      PackHalf(a.w, a.k, n0, std::min<int64_t>(left, 16), kblocks, pack, next);
+      PackHalf(a.w, a.k, n0, std::min<int64_t>(left, 16), kblocks, panel, next);
       PackHalf(a.w, a.k, n0 + 16, std::max<int64_t>(0, std::min<int64_t>(left - 16, 16)), kblocks,
-               pack + kTileElems, next != nullptr ? next + 16 * a.k : nullptr);
-      const bool wide = left > 16;  // the second half holds weight rows
-      for (int64_t m0 = xm0; m0 < xm1; m0 += 32) {
-        const bool two = m0 + 32 <= xm1;  // two A tiles (else the 16-row tail)
-        const uint16_t* x0 = a.xp + m0 * a.kp;
-        const uint16_t* x1 = x0 + 16 * a.kp;
+               panel + kTileElems, next != nullptr ? next + 16 * a.k : nullptr);
+    }
+    for (int64_t m0 = 0; m0 < a.mp; m0 += 32) {
+      const bool two = m0 + 32 <= a.mp;  // two A tiles (else the 16-row tail)
+      const uint16_t* x0 = a.xp + m0 * a.kp;
+      const uint16_t* x1 = x0 + 16 * a.kp;
+      for (int64_t n0 = nb0; n0 < nb1; n0 += kAmxPanel) {
+        const uint16_t* panel = pack + (n0 - nb0) / kAmxPanel * panel_elems;
+        const bool wide = n_end - n0 > 16;  // the second half holds weight rows
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
         for (int64_t kb = 0; kb < kblocks; ++kb) {
-          const uint16_t* b = pack + kb * 2 * kTileElems;
+          const uint16_t* b = panel + kb * 2 * kTileElems;
           _tile_loadd(4, x0 + kb * kTileK, ldx);
           _tile_loadd(6, b, 64);
           _tile_loadd(7, b + kTileElems, 64);

@@ -63,6 +63,19 @@ TEST(CpuBackendTest, DeviceNameSaysWhetherAmxRuns) {
   EXPECT_FALSE(absl::StrContains(MakeCpuIsa(1, cpu::Isa::kScalar, "bf16")->device_name(), "+amx"));
 }
 
+// Cache sizes (the AMX GEMM sizes its packed weight blocks by the L2): each known level is
+// no larger than the last level, none past it, and a level that does not exist is 0.
+TEST(CpuBackendTest, CacheSizesAreOrderedAndBounded) {
+  const size_t last = cpu::LastLevelCacheBytes();
+  for (int level : {1, 2, 3}) {
+    const size_t bytes = cpu::CacheBytes(level);
+    if (bytes == 0 || last == 0) continue;
+    EXPECT_LE(bytes, last) << "L" << level;
+    EXPECT_GE(bytes, size_t{4} << 10) << "L" << level;
+  }
+  EXPECT_EQ(cpu::CacheBytes(9), 0u);
+}
+
 TEST(CpuBackendTest, PollTimeOutOfRangeOrMalformedNamesItsSource) {
   CpuBackendOptions o;
   o.num_threads = 2;
