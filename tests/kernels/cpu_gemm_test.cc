@@ -255,6 +255,14 @@ TEST(CpuGemmTest, PlannerNeverStreamsPastItsLargestProbe) {
     EXPECT_NE(planner.Choose(pool, k, w.t, m), cpu::GemmPath::kAuto) << m;
   }
   EXPECT_TRUE(absl::StrContains(planner.Describe(), "k8/f32")) << planner.Describe();
+  // bf16 weights where AMX runs: past the last probe the AMX tiles or another many-row path,
+  // never the stream kernel (it re-reads x per weight panel) or the skinny one.
+  DevTensor wb = Empty(*b, DType::kBF16, 64, 96);
+  ASSERT_TRUE(b->UploadF32(Random(rng, 64 * 96).data(), wb.t).ok());
+  const cpu::GemmPath big_bf16 = planner.Choose(pool, k, wb.t, 4 * cpu::GemmPlanner::kMaxProbeM);
+  EXPECT_TRUE(big_bf16 == cpu::GemmPath::kBlocked || big_bf16 == cpu::GemmPath::kBlas ||
+              big_bf16 == cpu::GemmPath::kAmx)
+      << cpu::GemmPathName(big_bf16);
   // The prefetch distances: rows too short to measure keep one block and no row-stream
   // prefetch; longer ones get one of the candidates, as measured.
   EXPECT_EQ(planner.PrefetchBlocks(pool, k, w.t), 1);
