@@ -121,15 +121,26 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) 
 
 StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
   StepCurve c;
+  // A typical step over the best: each size's median repeat over its best, pooled (median)
+  // over the sizes timed more than once.
+  std::vector<double> typical;
+  for (const ProbeSeries& s : probe.series) {
+    if (s.wall_us.size() < 2 || AtLongContext(probe, s)) continue;
+    const double best = *std::min_element(s.wall_us.begin(), s.wall_us.end());
+    if (best > 0) typical.push_back(Quantile(s.wall_us, 0.5) / best);
+  }
+  const double typical_over_best = typical.empty() ? 1.0 : std::max(1.0, Quantile(typical, 0.5));
   for (const ProbeSeries& s : probe.series) {
     if (static_cast<int>(s.wall_us.size()) < std::max(1, min_samples)) continue;
     if (AtLongContext(probe, s)) continue;
     const std::vector<double> xs(s.wall_us.size(), double(s.rows));
     CurvePoint p = PointOf(xs, s.wall_us);
-    // Best of the repeats, as calibration's trials (noise only ever slows a step; one stalled
-    // step must not set a size's time). MergeCurves then scales the probe's shape to the
-    // window's typical (median) steps.
-    p.us = *std::min_element(s.wall_us.begin(), s.wall_us.end());
+    // Best of the repeats (one stalled step must not set a size's time) times the pooled
+    // typical/best ratio: served steps are typical steps, not the best of a few (measured on
+    // the 2-core Xeon: served decode steps at batch 8-41 ran 1.04-1.10x the probe's best and
+    // 0.97-1.05x its mean at the same shape). MergeCurves then scales the probe's shape to
+    // the window's steps.
+    p.us = *std::min_element(s.wall_us.begin(), s.wall_us.end()) * typical_over_best;
     (s.prefill ? c.prefill : s.after_prefill ? c.decode_after_prefill : c.decode).push_back(p);
   }
   auto by_x = [](const CurvePoint& a, const CurvePoint& b) { return a.x < b.x; };

@@ -58,7 +58,9 @@ CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples = 2);
 
 // The probe's timed series (engine/step_probe.h) as curve points: the best time of each size
-// (noise only slows a step) with the repeats' spread (p90 - p10) / median. Decode series at
+// (one stalled step must not set a size's time) times the median over the sizes timed more
+// than once of their median repeat over their best (served steps are typical, not best, steps;
+// never below 1), with the repeats' spread (p90 - p10) / median. Decode series at
 // the probe's long_context are left out (they are ContextSlopes'). A decode size timed both
 // back to back and after prefill gets, after prefill, its back-to-back time plus the median
 // difference over all such sizes (never below 0): one pooled figure, not each noisy pair.

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -184,21 +185,30 @@ TEST(StepCurveTest, PlanUsesTheRequestMix) {
   EXPECT_TRUE(named);
 }
 
-TEST(StepCurveTest, ProbeSeriesBecomePointsWithTheirBestTime) {
+// A probed size's point is its best repeat (a stalled repeat does not count) times the typical
+// step over the best, pooled over the sizes timed more than once (the median of their median
+// / best); repeats that agree leave the best as it is.
+TEST(StepCurveTest, ProbePointsAreTheBestTimesScaledToATypicalStep) {
   StepProbe probe;
-  probe.series.push_back(ProbeSeries{false, 4, 64, {300, 100, 200}});
-  probe.series.push_back(ProbeSeries{false, 1, 64, {50}});
-  probe.series.push_back(ProbeSeries{true, 32, 0, {900, 1100}});
+  probe.series.push_back(ProbeSeries{false, 4, 64, {300, 100, 110}});  // median / best 1.10
+  probe.series.push_back(ProbeSeries{false, 8, 64, {220, 200, 210}});  // 1.05
+  probe.series.push_back(ProbeSeries{false, 1, 64, {50}});             // one repeat: no ratio
+  probe.series.push_back(ProbeSeries{true, 32, 0, {900, 990}});        // 1.05
   const StepCurve c = CurveFromProbe(probe);
-  ASSERT_EQ(c.decode.size(), 2u);
+  ASSERT_EQ(c.decode.size(), 3u);
   EXPECT_EQ(c.decode[0].x, 1);  // sorted by size
   EXPECT_EQ(c.decode[1].x, 4);
-  EXPECT_DOUBLE_EQ(c.decode[1].us, 100);  // a stalled repeat (300) does not count
-  EXPECT_NEAR(c.decode[1].spread, (280.0 - 120.0) / 200, 1e-9);
+  EXPECT_NEAR(c.decode[0].us, 50 * 1.05, 1e-9);
+  EXPECT_NEAR(c.decode[1].us, 100 * 1.05, 1e-9);  // not the stalled 300, nor 110 alone
+  EXPECT_NEAR(c.decode[2].us, 200 * 1.05, 1e-9);
+  EXPECT_NEAR(c.decode[1].spread, (262.0 - 102.0) / 110, 1e-9);
   EXPECT_EQ(c.decode[1].samples, 3);
   ASSERT_EQ(c.prefill.size(), 1u);
-  EXPECT_DOUBLE_EQ(c.prefill[0].us, 900);
-  EXPECT_TRUE(CurveFromProbe(probe, 2).decode.size() == 1);  // the single sample is dropped
+  EXPECT_NEAR(c.prefill[0].us, 900 * 1.05, 1e-9);
+  EXPECT_TRUE(CurveFromProbe(probe, 2).decode.size() == 2);  // the single sample is dropped
+  // Repeats that agree: the best stands.
+  for (ProbeSeries& s : probe.series) std::fill(s.wall_us.begin(), s.wall_us.end(), s.wall_us[0]);
+  EXPECT_DOUBLE_EQ(CurveFromProbe(probe).decode[1].us, 300);
 }
 
 TEST(StepCurveTest, MergeKeepsTheWindowAndScalesTheProbeBeyondIt) {
@@ -278,8 +288,9 @@ TEST(StepCurveTest, DecodeStepsAfterPrefillAreGroupedApart) {
 
 TEST(StepCurveTest, ProbedDecodeAfterPrefillIsItsOwnCurveScaledByItsOwnRatio) {
   StepProbe sp;
-  sp.series.push_back(ProbeSeries{false, 8, 64, {1000, 1100}});
-  sp.series.push_back(ProbeSeries{false, 8, 64, {1300, 1200}, true});
+  // Repeats that agree: the points are the probe's times as they are.
+  sp.series.push_back(ProbeSeries{false, 8, 64, {1000, 1000}});
+  sp.series.push_back(ProbeSeries{false, 8, 64, {1200, 1200}, true});
   sp.series.push_back(ProbeSeries{false, 2, 64, {600}, true});
   const StepCurve probe = CurveFromProbe(sp);
   ASSERT_EQ(probe.decode.size(), 1u);
@@ -400,9 +411,9 @@ TEST(StepCurveTest, ContextSlopesComeFromTheProbesTwoContexts) {
   EXPECT_NEAR(ContextSlopeAt(slopes, 1), 1, 1e-9);
   EXPECT_EQ(ContextSlopeAt({}, 4), -1);
   const StepCurve c = CurveFromProbe(sp);
-  ASSERT_EQ(c.decode.size(), 2u);  // the short context only
-  EXPECT_DOUBLE_EQ(c.decode[1].us, 2000);
-  sp.long_context = 0;  // no long context: no slopes
+  ASSERT_EQ(c.decode.size(), 2u);                 // the short context only
+  EXPECT_NEAR(c.decode[1].us, 2000 * 1.1, 1e-9);  // the typical/best ratio: 1100 / 1000
+  sp.long_context = 0;                            // no long context: no slopes
   EXPECT_TRUE(ContextSlopes(sp).empty());
 }
 
