@@ -155,11 +155,13 @@ TEST(CpuGemmTest, AmxTilesMatchTheReferenceAtEveryEdge) {
   std::unique_ptr<Backend> b = MakeCpuIsa(3, cpu::BestIsa(), "bf16");
   cpu::ThreadPool pool(3);
   std::mt19937 rng(13);
-  // The last shape's long k: each thread's columns span several blocks of packed weight
-  // panels (gemm_amx.cc packs at most 2 MiB at a time).
-  const Shape shapes[] = {{1, 1, 1},     {1, 16, 32},   {16, 16, 32},    {15, 17, 31},
-                          {17, 33, 65},  {32, 32, 64},  {33, 48, 96},    {48, 80, 100},
-                          {64, 31, 768}, {100, 96, 33}, {300, 70, 2048}, {40, 700, 8200}};
+  // The last two shapes' long k: each thread's columns span several blocks of packed weight
+  // panels (gemm_amx.cc packs half the L2, at most 2 MiB, at a time: with 2 MiB of L2 a block
+  // holds one panel at k = 8200 and three at k = 4100).
+  const Shape shapes[] = {{1, 1, 1},      {1, 16, 32},   {16, 16, 32},    {15, 17, 31},
+                          {17, 33, 65},   {32, 32, 64},  {33, 48, 96},    {48, 80, 100},
+                          {64, 31, 768},  {100, 96, 33}, {300, 70, 2048}, {40, 700, 8200},
+                          {40, 700, 4100}};
   for (const Shape& s : shapes) {
     std::vector<float> x = Random(rng, s.m * s.k), w = Random(rng, s.n * s.k);
     DevTensor dx = F32(*b, s.m, s.k, x), dw = Empty(*b, DType::kBF16, s.n, s.k);
