@@ -8,8 +8,9 @@
 //    k into VNNI B tiles (16 k-pairs x 16 weight rows x 2 bf16; a 16 x 16 transpose of 32-bit
 //    pairs per 16 rows x 32 k), then runs each 32 input rows against every panel of the block
 //    (the GotoBLAS order: the packed weights stay in L2, each weight is packed once, x is
-//    read once per block). The old order, one panel against ~1 MiB blocks of x rows, ran
-//    1.6-1.7x slower at 512-1024 rows (x and the output strips pushed the panel out of L2).
+//    read once per block). The old order, one panel against ~1 MiB blocks of x rows,
+//    repacked the weights per block of x and ran 1.1-1.45x slower at 256-2048 rows (quiet
+//    2-core Xeon, bench/results/2026-12-03-cpu-2core-xeon-amx-plans-gemm-blocks.txt).
 //  - GemmAmxStreamBf16 (few input rows): the weights are A, 16 whole rows per tile straight
 //    from memory; x is packed once per GEMM into B tiles (AmxPackX); each C tile holds the
 //    transposed product and is transposed back as it is stored.
