@@ -43,6 +43,7 @@ ABSL_FLAG(int, decode_tokens, 32, "tokens generated per request");
 ABSL_FLAG(std::string, graphs, "off", "off|on|both (CUDA graphs)");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 ABSL_FLAG(std::string, dtype, "auto", "weights: auto | f32 | bf16 (CPU backend)");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto", "KV cache: auto (the weights') | f32 | bf16 (CPU)");
 ABSL_FLAG(std::string, prefill_lens, "", "comma-separated prompt lengths to time prefill at");
 ABSL_FLAG(int, prefill_repeats, 3, "prefills timed per prompt length (fastest kept)");
 ABSL_FLAG(bool, probe, false,
@@ -369,6 +370,7 @@ int Main() {
   cfg.backend = absl::GetFlag(FLAGS_backend);
   cfg.num_threads = absl::GetFlag(FLAGS_threads);
   cfg.dtype = absl::GetFlag(FLAGS_dtype);
+  cfg.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   int max_batch = 1;
   for (int b : batches) max_batch = std::max(max_batch, b);
   cfg.max_num_seqs_limit = max_batch;
@@ -409,7 +411,8 @@ int Main() {
     std::printf("device %s | GEMM peak %.1f GFLOP/s | bandwidth %.1f GB/s | dispatch %.2f us/op\n",
                 cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
                 cal->op_dispatch_us);
-    std::printf("weights %s, %.1f MB\n", DTypeName(info.weight_dtype), weight_bytes / 1e6);
+    std::printf("weights %s, %.1f MB; KV cache %s\n", DTypeName(info.weight_dtype),
+                weight_bytes / 1e6, DTypeName(info.kv.dtype));
     std::printf("%-6s %-6s %12s %10s %12s %8s %8s   %s\n", "batch", "graphs", "tokens/s", "step ms",
                 "roofline %", "MBU %", "MFU %", "% of step wall: gemm attn norm elem sample");
     for (bool g : graph_modes) {
@@ -469,6 +472,7 @@ int Main() {
   out["backend"] = info.backend;
   out["device"] = info.device_name;
   out["weight_dtype"] = DTypeName(info.weight_dtype);
+  out["kv_cache_dtype"] = DTypeName(info.kv.dtype);
   out["weight_bytes"] = weight_bytes;
   if (const Row* b1 = batch1_of(rounds - 1)) {
     out["decode_bound_tokens_per_s_batch1"] = b1->bandwidth_bound_tokens_per_s;

@@ -43,8 +43,9 @@ Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   RETURN_IF_ERROR(config.Validate());
-  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                   CreateBackend(config.backend, config.num_threads, config.dtype));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Backend> backend,
+      CreateBackend(config.backend, config.num_threads, config.dtype, config.kv_cache_dtype));
   std::unique_ptr<Engine> engine(new Engine(std::make_unique<Impl>(config, std::move(backend))));
   RETURN_IF_ERROR(engine->impl_->Init());
   return engine;
@@ -59,8 +60,8 @@ absl::Status Engine::Impl::Init() {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_model_len: ", max_len, " exceeds the model's context of ", m.max_position_embeddings));
   }
-  const DType dt = backend_->compute_dtype();
-  const size_t per_block = ModelRunner::KvBytesPerBlock(m, config_.block_size, dt);
+  const size_t per_block =
+      ModelRunner::KvBytesPerBlock(m, config_.block_size, backend_->kv_cache_dtype());
   size_t kv_bytes = config_.kv_cache_bytes;
   if (kv_bytes == 0) {
     const size_t blocks_full = static_cast<size_t>(config_.max_num_seqs_limit) *
@@ -123,6 +124,7 @@ void Engine::Impl::FillFixedInfo(int max_model_len, size_t kv_bytes_per_block,
   f.kv.block_size = config_.block_size;
   f.kv.num_blocks = num_kv_blocks_;
   f.kv.bytes_per_block = kv_bytes_per_block;
+  f.kv.dtype = backend_->kv_cache_dtype();
   f.kv.capacity_bytes = kv_bytes_per_block * static_cast<size_t>(num_kv_blocks_);
 }
 

@@ -32,13 +32,14 @@
 namespace saturn {
 
 struct EngineConfig {
-  std::string model = "small";   // preset name or Hugging Face checkpoint directory
-  uint64_t weight_seed = 1234;   // for presets
-  std::string backend = "auto";  // auto | cpu | cuda
-  int num_threads = 0;           // CPU backend threads (0: all cores)
-  std::string dtype = "auto";    // weights: auto | f32 | bf16 (CPU; auto: bf16 where native)
-  size_t kv_cache_bytes = 0;     // 0: enough for max_num_seqs_limit full-length sequences,
-                                 // capped at 1/8 of device memory
+  std::string model = "small";          // preset name or Hugging Face checkpoint directory
+  uint64_t weight_seed = 1234;          // for presets
+  std::string backend = "auto";         // auto | cpu | cuda
+  int num_threads = 0;                  // CPU backend threads (0: all cores)
+  std::string dtype = "auto";           // weights: auto | f32 | bf16 (CPU; auto: bf16 where native)
+  std::string kv_cache_dtype = "auto";  // auto (the weights') | f32 | bf16 (CPU)
+  size_t kv_cache_bytes = 0;            // 0: enough for max_num_seqs_limit full-length sequences,
+                                        // capped at 1/8 of device memory
   int block_size = 16;
   int max_model_len = 0;  // 0: min(model context, 4096)
   EngineOptions options;

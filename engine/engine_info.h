@@ -26,6 +26,7 @@ struct KvStats {
   int num_blocks = 0;
   int blocks_free = 0;
   size_t bytes_per_block = 0;
+  DType dtype = DType::kF32;  // of the cached K and V
   size_t capacity_bytes = 0;
 };
 

@@ -199,7 +199,8 @@ absl::Status ModelRunner::AllocateBuffers() {
   RETURN_IF_ERROR(alloc(&b.logprob_rows, S, DType::kI32));
   // KV cache: one extra block (id num_kv_blocks) absorbs graph padding rows.
   const int64_t cache_rows = int64_t{config_.num_kv_blocks + 1} * config_.block_size;
-  const size_t layer_bytes = static_cast<size_t>(cache_rows * hkv) * DTypeSize(dt);
+  const DType kv_dt = backend_->kv_cache_dtype();
+  const size_t layer_bytes = static_cast<size_t>(cache_rows * hkv) * DTypeSize(kv_dt);
   kv_cache_bytes_ = 2 * layer_bytes * m.num_layers;
   auto kv = backend_->Allocate(kv_cache_bytes_);
   if (!kv.ok()) {
@@ -213,8 +214,8 @@ absl::Status ModelRunner::AllocateBuffers() {
   // serving through the cache would pay its page faults, and padding rows read zeros.
   RETURN_IF_ERROR(backend_->Zero(b.kv.View(DType::kI32, 1, int64_t(kv_cache_bytes_ / 4))));
   for (int l = 0; l < m.num_layers; ++l) {
-    b.k_cache.push_back(b.kv.View(dt, cache_rows, hkv, (2 * l) * layer_bytes));
-    b.v_cache.push_back(b.kv.View(dt, cache_rows, hkv, (2 * l + 1) * layer_bytes));
+    b.k_cache.push_back(b.kv.View(kv_dt, cache_rows, hkv, (2 * l) * layer_bytes));
+    b.v_cache.push_back(b.kv.View(kv_dt, cache_rows, hkv, (2 * l + 1) * layer_bytes));
   }
   b.h_block_tables.assign(S * b.max_blocks_per_seq, config_.num_kv_blocks);
   return absl::OkStatus();

@@ -170,7 +170,7 @@ absl::Status Backend::KvWrite(const Tensor& k, const Tensor& v, const Tensor& sl
   RETURN_IF_ERROR(ExpectShape("kv_write", "slot_mapping", slot_mapping, 1, k.rows));
   RETURN_IF_ERROR(Expect(k_cache.cols == k.cols && v_cache.cols == k.cols, "kv_write",
                          "cache width differs from k/v width"));
-  return Run(OpKind::kKvWrite, cost::KvWrite(k, v),
+  return Run(OpKind::kKvWrite, cost::KvWrite(k, v, k_cache),
              [&] { return DoKvWrite(k, v, slot_mapping, k_cache, v_cache); });
 }
 

@@ -115,12 +115,16 @@ class Backend {
 
   virtual std::string name() const = 0;         // "cpu" or "cuda"
   virtual std::string device_name() const = 0;  // e.g. "AMD EPYC (2 threads)", "NVIDIA H200"
-  // Precision of weights, activations and the KV cache on this backend.
+  // Precision of activations on this backend, and of weights and the KV cache unless the
+  // two below say otherwise.
   virtual DType compute_dtype() const = 0;
   // Precision of the GEMM weight matrices where it differs from compute_dtype() (the CPU
   // backend's bf16 weights with f32 activations); norms and the embedding table stay in
   // compute_dtype().
   virtual DType weight_dtype() const { return compute_dtype(); }
+  // Precision of the KV cache where it differs from compute_dtype() (the CPU backend keeps
+  // K and V in bf16 beside bf16 weights, as a bf16 model's cache is on other engines).
+  virtual DType kv_cache_dtype() const { return compute_dtype(); }
   virtual size_t device_memory_bytes() const = 0;  // total memory the backend may use
   // One-op dispatch cost is measured by the calibrator; this says whether per-op device
   // timing perturbs the device enough that it should be sampled rather than always on.
@@ -176,7 +180,8 @@ class Backend {
   // as Hugging Face Llama), positions i32 [1, T]; frequencies from `rope` (rope_params.h).
   absl::Status Rope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
                     const RopeParams& rope);
-  // k_cache[slot[t], :] = k[t, :], same for v. slot i32 [1, T]; caches [rows, Hkv*hd].
+  // k_cache[slot[t], :] = k[t, :], same for v. slot i32 [1, T]; caches [rows, Hkv*hd] in
+  // kv_cache_dtype() (rounded where it is narrower than k and v).
   absl::Status KvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                        const Tensor& k_cache, const Tensor& v_cache);
   // out[T, Hq*hd] = softmax(q k^T * scale) v over the paged cache (see AttentionBatch).
@@ -276,7 +281,10 @@ class Backend {
 // present, else CPU with one log line saying why). num_threads applies to the CPU backend
 // (0: all cores). dtype is the weight precision: "auto" (the backend's default), or "f32" /
 // "bf16" (the CPU backend; the CUDA backend accepts only its own compute dtype).
+// kv_cache_dtype is the KV cache's: "auto" (the weights'), or "f32" / "bf16" (the CPU
+// backend; the CUDA backend accepts only its own).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads = 0,
-                                                       const std::string& dtype = "auto");
+                                                       const std::string& dtype = "auto",
+                                                       const std::string& kv_cache_dtype = "auto");
 
 }  // namespace saturn

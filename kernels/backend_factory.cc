@@ -13,18 +13,21 @@ namespace saturn {
 
 namespace {
 
-absl::StatusOr<std::unique_ptr<Backend>> Cpu(int num_threads, const std::string& dtype) {
+absl::StatusOr<std::unique_ptr<Backend>> Cpu(int num_threads, const std::string& dtype,
+                                             const std::string& kv_cache_dtype) {
   CpuBackendOptions o;
   o.num_threads = num_threads;
   o.weight_dtype = dtype;
+  o.kv_cache_dtype = kv_cache_dtype;
   return CreateCpuBackend(o);
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads,
-                                                       const std::string& dtype) {
-  if (kind == "cpu") return Cpu(num_threads, dtype);
+                                                       const std::string& dtype,
+                                                       const std::string& kv_cache_dtype) {
+  if (kind == "cpu") return Cpu(num_threads, dtype, kv_cache_dtype);
   if (kind != "cuda" && kind != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("backend: unknown value \"", kind, "\" (expected auto, cpu or cuda)"));
@@ -36,6 +39,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
                                                    DTypeName((*cuda)->compute_dtype()), "; got \"",
                                                    dtype, "\""));
   }
+  if (cuda.ok() && kv_cache_dtype != "auto" &&
+      kv_cache_dtype != DTypeName((*cuda)->kv_cache_dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_cache_dtype: the CUDA backend caches K and V in ",
+                     DTypeName((*cuda)->kv_cache_dtype()), "; got \"", kv_cache_dtype, "\""));
+  }
   if (cuda.ok() || kind == "cuda") return cuda;
   std::cerr << "saturn: no usable CUDA device (" << cuda.status().message()
             << "); using the CPU backend\n";
@@ -46,7 +55,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
   }
   std::cerr << "saturn: built without CUDA; using the CPU backend\n";
 #endif
-  return Cpu(num_threads, dtype);
+  return Cpu(num_threads, dtype, kv_cache_dtype);
 }
 
 }  // namespace saturn

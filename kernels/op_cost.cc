@@ -31,7 +31,10 @@ OpCost Rope(const Tensor& q, const Tensor& k) {
   return {10.0 * pairs, 2.0 * (B(q) + B(k))};
 }
 
-OpCost KvWrite(const Tensor& k, const Tensor& v) { return {0.0, 2.0 * (B(k) + B(v))}; }
+OpCost KvWrite(const Tensor& k, const Tensor& v, const Tensor& k_cache) {
+  const double read = B(k) + B(v);  // the rows, then the same rows in the cache's dtype
+  return {0.0, read * (1.0 + double(DTypeSize(k_cache.dtype)) / double(DTypeSize(k.dtype)))};
+}
 
 OpCost Attention(const Tensor& q, const Tensor& k_cache, const AttentionBatch& batch,
                  const AttentionShape& shape) {

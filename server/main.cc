@@ -25,6 +25,9 @@ ABSL_FLAG(int, threads, 0, "CPU backend threads (0: all cores)");
 ABSL_FLAG(std::string, dtype, "auto",
           "Weights: auto | f32 | bf16 (CPU backend; auto: bf16 where the CPU has native bf16 dot "
           "products, else f32)");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "KV cache: auto | f32 | bf16 (CPU backend; auto: the weights' dtype, as vLLM's "
+          "--kv-cache-dtype auto)");
 ABSL_FLAG(int, max_num_seqs, 64, "Most sequences per engine step");
 ABSL_FLAG(int, max_num_batched_tokens, 2048, "Most tokens per engine step");
 ABSL_FLAG(int, max_num_seqs_limit, 0,
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
   config.engine.backend = absl::GetFlag(FLAGS_backend);
   config.engine.num_threads = absl::GetFlag(FLAGS_threads);
   config.engine.dtype = absl::GetFlag(FLAGS_dtype);
+  config.engine.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   config.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   config.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   config.engine.weight_seed = absl::GetFlag(FLAGS_seed);

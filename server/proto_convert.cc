@@ -199,6 +199,7 @@ void FillServerInfo(const Engine& engine, const PromptLimits& limits,
   ki->set_bytes_per_block(static_cast<int64_t>(kv.bytes_per_block));
   ki->set_capacity_bytes(static_cast<int64_t>(kv.capacity_bytes));
   ki->set_max_model_len(ml.max_model_len);
+  ki->set_dtype(DTypeName(kv.dtype));
 
   out->set_listen_address(listen_address);
   const EngineCounters counters = engine.counters();

@@ -101,9 +101,10 @@ std::string RenderInfo(const v1::ServerInfo& info, const v1::Calibration* calibr
                           ? (l.max_model_len() + kv.block_size() - 1) / kv.block_size()
                           : 0;
   absl::StrAppendFormat(&out,
-                        "%-12s %d blocks x %d tokens (%d free), %.1f MiB; %d full-length "
+                        "%-12s %d blocks x %d tokens (%d free), %s, %.1f MiB; %d full-length "
                         "sequences fit\n",
                         "kv cache", kv.num_blocks(), kv.block_size(), kv.blocks_free(),
+                        kv.dtype().empty() ? "dtype unknown" : kv.dtype(),
                         kv.capacity_bytes() / kMiB, per_seq > 0 ? kv.num_blocks() / per_seq : 0);
   absl::StrAppendFormat(&out, "%-12s %d waiting, %d running\n", "requests", info.num_waiting(),
                         info.num_running());

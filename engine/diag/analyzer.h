@@ -31,6 +31,7 @@ struct AnalyzerContext {
   ModelConfig model;
   double dtype_bytes = 4;         // compute dtype (weights, activations, KV)
   double weight_dtype_bytes = 0;  // GEMM weights where they differ (0: dtype_bytes)
+  double kv_dtype_bytes = 0;      // the KV cache where it differs (0: dtype_bytes)
   double weight_bytes = 0;
   // KV cache.
   int kv_num_blocks = 0;

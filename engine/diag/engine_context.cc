@@ -10,6 +10,7 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
   c.model = info.model;
   c.dtype_bytes = static_cast<double>(DTypeSize(info.compute_dtype));
   c.weight_dtype_bytes = static_cast<double>(DTypeSize(info.weight_dtype));
+  c.kv_dtype_bytes = static_cast<double>(DTypeSize(info.kv.dtype));
   c.weight_bytes = static_cast<double>(info.weight_bytes);
   c.kv_num_blocks = info.kv.num_blocks;
   c.kv_block_size = info.kv.block_size;

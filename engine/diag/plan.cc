@@ -38,7 +38,7 @@ struct Predictor {
   double DecodeUs(int b, bool graphs) const {
     const int rows = Padded(b, graphs);
     const StepCost cost = EstimateStepCost(ctx.model, ctx.dtype_bytes, DecodeShape(rows, context),
-                                           ctx.weight_dtype_bytes);
+                                           ctx.weight_dtype_bytes, ctx.kv_dtype_bytes);
     double t = model.PredictUs(cost, b);
     if (graphs && !graphs_now) {
       int ops = 0;
@@ -53,8 +53,9 @@ struct Predictor {
   // A step of `budget` rows: one prefill chunk next to `decodes` decode rows.
   double MixedUs(int budget, int decodes) const {
     const StepShape s = MixedShape(1, std::max(1, budget - decodes), 0, decodes, context, true);
-    return model.PredictUs(EstimateStepCost(ctx.model, ctx.dtype_bytes, s, ctx.weight_dtype_bytes),
-                           decodes + 1);
+    return model.PredictUs(
+        EstimateStepCost(ctx.model, ctx.dtype_bytes, s, ctx.weight_dtype_bytes, ctx.kv_dtype_bytes),
+        decodes + 1);
   }
   // A step of `rows` rows, `decode_rows` of them decodes, over one of pure prefill.
   double MixRatio(double rows, double decode_rows) const {

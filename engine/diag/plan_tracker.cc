@@ -87,8 +87,9 @@ std::optional<TrackedOutcome> PlanTracker::Evaluate(const std::vector<StepRecord
   // The same model at the batch the load actually reached (interpolated between the two
   // integer batches around the mean).
   auto tps_at = [&](int b) {
-    const StepCost cost = EstimateStepCost(a->ctx.model, a->ctx.dtype_bytes,
-                                           DecodeShape(b, a->context), a->ctx.weight_dtype_bytes);
+    const StepCost cost =
+        EstimateStepCost(a->ctx.model, a->ctx.dtype_bytes, DecodeShape(b, a->context),
+                         a->ctx.weight_dtype_bytes, a->ctx.kv_dtype_bytes);
     const double us = a->model.PredictUs(cost, b);
     return us > 0 ? b / us * 1e6 : 0.0;
   };

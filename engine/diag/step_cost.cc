@@ -49,9 +49,10 @@ double WeightBytesPerStep(const ModelConfig& m, double dtype_bytes) {
 }
 
 StepCost EstimateStepCost(const ModelConfig& m, double dtype_bytes, const StepShape& s,
-                          double weight_dtype_bytes) {
+                          double weight_dtype_bytes, double kv_dtype_bytes) {
   const double e = dtype_bytes;
   const double we = weight_dtype_bytes > 0 ? weight_dtype_bytes : e;
+  const double ke = kv_dtype_bytes > 0 ? kv_dtype_bytes : e;
   StepCost c{};
   const double T = s.num_tokens, R = s.num_sampled, d = m.hidden_size,
                hq = double(m.num_heads) * m.head_dim, hkv = double(m.num_kv_heads) * m.head_dim,
@@ -66,9 +67,9 @@ StepCost EstimateStepCost(const ModelConfig& m, double dtype_bytes, const StepSh
     }
     Gemm(&c, T, hq + 2 * hkv, d, e, we, e);  // q, k and v: one GemmSplit
     Add(&c, OpClass::kElementwise, 10 * (T * hq + T * hkv) / 2, 2 * (T * hq + T * hkv) * e);
-    Add(&c, OpClass::kElementwise, 0, 4 * T * hkv * e);  // kv write
+    Add(&c, OpClass::kElementwise, 0, 2 * T * hkv * (e + ke));  // kv write
     Add(&c, OpClass::kAttention, 4.0 * double(s.attended_pairs) * m.num_heads * m.head_dim,
-        2 * T * hq * e + 2 * hkv * e * double(s.context_tokens));
+        2 * T * hq * e + 2 * hkv * ke * double(s.context_tokens));
     Gemm(&c, T, d, hq, e, we, e);
     Add(&c, OpClass::kNorm, 5 * T * d, 4 * T * d * e + d * e);
     Gemm(&c, T, 2 * f, d, e, we, e);

@@ -39,9 +39,10 @@ StepShape MixedShape(int64_t seqs, int64_t chunk, int64_t prior, int64_t decodes
 
 // Per-class FLOPs, bytes and op counts; `dtype_bytes` is the compute dtype's size (weights,
 // activations, KV cache); logits are f32. `weight_dtype_bytes`, when > 0, is the GEMM
-// weights' size where it differs (the CPU backend's bf16 weights with f32 activations).
+// weights' size where it differs (the CPU backend's bf16 weights with f32 activations), and
+// `kv_dtype_bytes`, when > 0, the KV cache's (its bf16 cache beside them).
 StepCost EstimateStepCost(const ModelConfig& m, double dtype_bytes, const StepShape& s,
-                          double weight_dtype_bytes = 0);
+                          double weight_dtype_bytes = 0, double kv_dtype_bytes = 0);
 
 // Bytes of weights one step reads (every GEMM's weight matrix once).
 double WeightBytesPerStep(const ModelConfig& m, double dtype_bytes);

@@ -3,8 +3,9 @@
 // chunk's rows times the heads of a GQA group; a decode row's group of heads); the tile
 // kernel (attention_tile.inc, per instruction-set level) streams the sequence's keys and
 // values once per tile with an online softmax in f32. Tiles run on the pool, longest first.
+// The caches hold f32 or bf16 (both the same); bf16 rows are widened as they are loaded.
 //
-//   k_cache rows:  [ block 0 | block 1 | ... ]  each block_size rows of Hkv*hd floats
+//   k_cache rows:  [ block 0 | block 1 | ... ]  each block_size rows of Hkv*hd elements
 //   sequence s, position p  ->  row block_tables[s][p / block_size] * block_size + p % block_size
 //
 // Device data (query_start, context_lens, block_tables) is validated first, so a bad batch
@@ -60,9 +61,14 @@ absl::Status ValidateBatch(const AttentionBatch& b, const AttentionShape& shape,
 absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor& q,
                        const Tensor& k_cache, const Tensor& v_cache, const AttentionBatch& batch,
                        const AttentionShape& shape, const Tensor& out) {
-  for (auto [name, t] : {std::pair{"q", &q}, std::pair{"k_cache", &k_cache},
-                         std::pair{"v_cache", &v_cache}, std::pair{"out", &out}}) {
+  for (auto [name, t] : {std::pair{"q", &q}, std::pair{"out", &out}}) {
     if (absl::Status s = ExpectF32(name, *t); !s.ok()) return s;
+  }
+  if ((k_cache.dtype != DType::kF32 && k_cache.dtype != DType::kBF16) ||
+      v_cache.dtype != k_cache.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k_cache and v_cache must both be f32 or both bf16, not ",
+                     DTypeName(k_cache.dtype), " and ", DTypeName(v_cache.dtype)));
   }
   if (absl::Status s = ValidateBatch(batch, shape, q.rows, std::min(k_cache.rows, v_cache.rows));
       !s.ok()) {
@@ -120,8 +126,10 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
       t.limit = limit;
       t.table = batch.block_tables.as<int32_t>() + w.seq * batch.block_tables.cols;
       t.block_size = shape.block_size;
-      t.k_base = k_cache.as<float>() + w.kv_head * hd;
-      t.v_base = v_cache.as<float>() + w.kv_head * hd;
+      const size_t head_offset = static_cast<size_t>(w.kv_head * hd) * DTypeSize(k_cache.dtype);
+      t.k_base = static_cast<const char*>(k_cache.data) + head_offset;
+      t.v_base = static_cast<const char*>(v_cache.data) + head_offset;
+      t.kv_bf16 = k_cache.dtype == DType::kBF16;
       t.row_stride = k_cache.cols;
       t.head_dim = shape.head_dim;
       t.scale = shape.scale;

@@ -50,10 +50,11 @@ std::string AmxNote(cpu::Isa isa, DType weight_dtype) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int num_threads, DType weight_dtype, cpu::Isa isa, int64_t poll_us)
+  CpuBackend(int num_threads, DType weight_dtype, DType kv_dtype, cpu::Isa isa, int64_t poll_us)
       : pool_(num_threads, poll_us),
         kernels_(cpu::KernelsFor(isa)),
         weight_dtype_(weight_dtype),
+        kv_dtype_(kv_dtype),
         device_name_(absl::StrCat(CpuModelName(), " (", num_threads, " threads) ",
                                   cpu::IsaName(isa), AmxNote(isa, weight_dtype), ", ",
                                   DTypeName(weight_dtype), " weights")) {}
@@ -62,6 +63,8 @@ class CpuBackend final : public Backend {
   std::string device_name() const override { return device_name_; }
   DType compute_dtype() const override { return DType::kF32; }
   DType weight_dtype() const override { return weight_dtype_; }
+  // bf16 weights keep a bf16 KV cache: half the bytes a decode step's attention reads.
+  DType kv_cache_dtype() const override { return kv_dtype_; }
   size_t device_memory_bytes() const override {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_size = sysconf(_SC_PAGESIZE);
@@ -197,6 +200,7 @@ class CpuBackend final : public Backend {
   const cpu::IsaKernels& kernels_;
   cpu::GemmPlanner planner_;
   const DType weight_dtype_;
+  const DType kv_dtype_;  // bf16 beside bf16 weights by default: half the bytes attention reads
   const std::string device_name_;
 };
 
@@ -215,6 +219,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
     weight_dtype = DType::kBF16;
   } else if (options.weight_dtype != "f32" && options.weight_dtype != "auto") {
     return absl::InvalidArgumentError(absl::StrCat("dtype: unknown value \"", options.weight_dtype,
+                                                   "\" (expected auto, f32 or bf16)"));
+  }
+  DType kv_dtype = weight_dtype;
+  if (options.kv_cache_dtype == "f32" || options.kv_cache_dtype == "bf16") {
+    kv_dtype = options.kv_cache_dtype == "f32" ? DType::kF32 : DType::kBF16;
+  } else if (options.kv_cache_dtype != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("kv_cache_dtype: unknown value \"",
+                                                   options.kv_cache_dtype,
                                                    "\" (expected auto, f32 or bf16)"));
   }
   const cpu::Isa isa = options.isa.value_or(cpu::BestIsa());
@@ -240,7 +252,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
   }
   openblas_set_num_threads(num_threads);
   return std::unique_ptr<Backend>(
-      std::make_unique<CpuBackend>(num_threads, weight_dtype, isa, poll_us));
+      std::make_unique<CpuBackend>(num_threads, weight_dtype, kv_dtype, isa, poll_us));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads) {

@@ -19,6 +19,9 @@ struct CpuBackendOptions {
   // GEMM weight precision: "f32", "bf16", or "auto" (bf16 where the CPU has native bf16 dot
   // products, AVX512-BF16 or AMX; f32 elsewhere).
   std::string weight_dtype = "auto";
+  // KV cache precision: "f32", "bf16", or "auto" (the weights' precision, as vLLM's
+  // --kv-cache-dtype auto takes the model's).
+  std::string kv_cache_dtype = "auto";
   // Kernel level; unset: the best this CPU runs. Tests force lower levels to check each path.
   std::optional<cpu::Isa> isa;
   // How long an idle pool worker polls for the next op while its core is its own

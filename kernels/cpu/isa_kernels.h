@@ -23,9 +23,11 @@ struct AttnTile {
   const int32_t* limit = nullptr;   // [rows] row i attends to positions [0, limit[i]), >= 1
   const int32_t* table = nullptr;   // the sequence's block table (validated by the caller)
   int block_size = 0;
-  const float* k_base = nullptr;  // k_cache + kv head offset
-  const float* v_base = nullptr;  // v_cache + kv head offset
-  int64_t row_stride = 0;         // floats per cache row
+  // k_cache / v_cache + the kv head's offset: f32, or bf16 where kv_bf16.
+  const void* k_base = nullptr;
+  const void* v_base = nullptr;
+  bool kv_bf16 = false;
+  int64_t row_stride = 0;  // elements per cache row
   int head_dim = 0;
   float scale = 1.0f;
 };

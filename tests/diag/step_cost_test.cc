@@ -51,9 +51,10 @@ TEST(StepCostTest, MatchesRecordedStepsOfTheTinyModel) {
     } else {
       continue;
     }
-    // The engine's weights are f32 or bf16 (--dtype auto); activations f32.
+    // The engine's weights and KV cache are f32 or bf16 (--dtype auto); activations f32.
     const EngineInfo info = (*engine)->info();
-    const StepCost c = EstimateStepCost(info.model, 4, shape, DTypeSize(info.weight_dtype));
+    const StepCost c = EstimateStepCost(info.model, 4, shape, DTypeSize(info.weight_dtype),
+                                        DTypeSize(info.kv.dtype));
     for (size_t k = 0; k < kNumOpClasses; ++k) {
       SCOPED_TRACE(OpClassName(static_cast<OpClass>(k)));
       EXPECT_EQ(c[k].ops, r.by_class[k].count);

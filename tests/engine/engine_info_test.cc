@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "tests/engine/engine_test_util.h"
@@ -45,9 +46,45 @@ TEST(EngineInfoTest, DescribesTheEngineItWasCreatedAs) {
   EXPECT_EQ(info.kv.block_size, 16);
   EXPECT_GT(info.kv.num_blocks, 0);
   EXPECT_EQ(info.kv.blocks_free, info.kv.num_blocks);
+  EXPECT_EQ(info.kv.dtype, DType::kF32);  // auto: the weights'
   EXPECT_EQ(info.kv.bytes_per_block, ModelRunner::KvBytesPerBlock(tiny, 16, DType::kF32));
   EXPECT_EQ(info.kv.capacity_bytes, info.kv.bytes_per_block * info.kv.num_blocks);
   EXPECT_EQ((*e)->device_utilization(), -1);  // the CPU backend has no such counter
+}
+
+// A bf16 KV cache takes half the bytes a block, so the same kv_cache_bytes holds twice the
+// blocks; with bf16 weights it is the default, and f32 can still be asked for.
+TEST(EngineInfoTest, ABf16KvCacheHoldsTwiceTheBlocks) {
+  const ModelConfig tiny = *PresetConfig("tiny");
+  EngineConfig f32 = TinyConfig();
+  f32.kv_cache_bytes = 64 * ModelRunner::KvBytesPerBlock(tiny, 16, DType::kF32);
+  int blocks[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    EngineConfig c = f32;
+    c.dtype = "bf16";
+    c.kv_cache_dtype = i == 0 ? "f32" : "auto";
+    auto e = Engine::Create(c);
+    ASSERT_TRUE(e.ok()) << e.status();
+    const EngineInfo info = (*e)->info();
+    EXPECT_EQ(info.weight_dtype, DType::kBF16);
+    EXPECT_EQ(info.kv.dtype, i == 0 ? DType::kF32 : DType::kBF16);
+    EXPECT_EQ(info.kv.bytes_per_block, ModelRunner::KvBytesPerBlock(tiny, 16, info.kv.dtype));
+    blocks[i] = info.kv.num_blocks;
+    // It serves: a request's tokens come back and its blocks return.
+    auto s = RequestStream::Open(e->get(), Req(20, 8));
+    ASSERT_TRUE(s.ok()) << s.status();
+    std::vector<int> tokens;
+    (*s)->Drain(&tokens);
+    EXPECT_EQ(tokens.size(), 8u);
+    WaitAllBlocksFree(e->get());
+  }
+  EXPECT_EQ(blocks[0], 64);
+  EXPECT_EQ(blocks[1], 128);
+  EngineConfig bad = f32;
+  bad.kv_cache_dtype = "int4";
+  auto e = Engine::Create(bad);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.status().message(), "kv_cache_dtype")) << e.status();
 }
 
 TEST(EngineInfoTest, KvStatsAreTheCacheAsItIsNow) {

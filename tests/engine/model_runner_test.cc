@@ -107,9 +107,10 @@ TEST(RunnerLlama3Test, ScaledRopeExplicitHeadDimAndUntiedHeadMatchDenseReference
 }
 
 // bf16 weights (--dtype bf16): every GEMM multiplies bf16 weights by bf16-rounded inputs with
-// f32 sums, so against the float64 reference over the same bf16 weights the logits differ by
-// the inputs' rounding only (bf16 tolerance). Weight bytes: 2 per GEMM parameter, 4 for the
-// embedding table and norms (f32 activations).
+// f32 sums, and the KV cache holds bf16, so against the float64 reference over the same bf16
+// weights the logits differ by the inputs' and the cached keys' and values' rounding only
+// (bf16 tolerance). Weight bytes: 2 per GEMM parameter, 4 for the embedding table and norms
+// (f32 activations); KV bytes: 2 per cached element.
 TEST(RunnerBf16Test, WholePromptMatchesReferenceAtBf16Tolerance) {
   auto cfg = PresetConfig("tiny");
   ASSERT_TRUE(cfg.ok());
@@ -120,6 +121,7 @@ TEST(RunnerBf16Test, WholePromptMatchesReferenceAtBf16Tolerance) {
   auto be = CreateBackend("cpu", 2, "bf16");
   ASSERT_TRUE(be.ok()) << be.status();
   ASSERT_EQ((*be)->weight_dtype(), DType::kBF16);
+  ASSERT_EQ((*be)->kv_cache_dtype(), DType::kBF16);
   const RunnerConfig rc{.max_num_seqs_limit = 2,
                         .max_num_batched_tokens_limit = 64,
                         .max_model_len = 64,
@@ -142,6 +144,8 @@ TEST(RunnerBf16Test, WholePromptMatchesReferenceAtBf16Tolerance) {
     other_params += l.attn_norm.size() + l.mlp_norm.size();
   }
   EXPECT_EQ((*runner)->weight_bytes(), 2 * matrix_params + 4 * other_params);
+  EXPECT_EQ((*runner)->kv_cache_bytes(),
+            ModelRunner::KvBytesPerBlock(*cfg, 4, DType::kBF16) * (rc.num_kv_blocks + 1));
   std::mt19937 rng(2);
   for (int len : {1, 17, 40}) {
     std::vector<int> tokens(len);

@@ -1,13 +1,16 @@
 // CPU paged attention against a float64 reference: several sequences with different query
 // chunk and context lengths, shuffled non-contiguous block tables, GQA ratios 1, 3 and 4,
 // head dims with and without 16-lane tails, prefill tiles split across several tiles, at
-// every kernel level the CPU runs (scalar, AVX2, AVX-512). Cache rows no sequence owns are
-// NaN, so reading past a context shows up in the error.
+// every kernel level the CPU runs (scalar, AVX2, AVX-512), over f32 and bf16 caches (the
+// reference then takes the bf16-rounded keys and values, so the kernel's own error is held to
+// the f32 tolerance either way). Cache rows no sequence owns are NaN, so reading past a
+// context shows up in the error.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "absl/strings/match.h"
+#include "kernels/half_float.h"
 #include "tests/kernels/cpu_test_util.h"
 
 namespace saturn::testing {
@@ -20,7 +23,15 @@ struct Case {
 
 class CpuAttentionTest : public ::testing::TestWithParam<int> {};
 
-void RunCase(Backend& b, const Case& c, std::mt19937& rng) {
+// The cache as the backend holds it: f32, or each value rounded to bf16.
+DevTensor Cache(Backend& b, DType kv, int64_t rows, int64_t cols, const std::vector<float>& host) {
+  if (kv == DType::kF32) return F32(b, rows, cols, host);
+  std::vector<uint16_t> h(host.size());
+  for (size_t i = 0; i < host.size(); ++i) h[i] = F32ToBf16(host[i]);
+  return FromHost(b, DType::kBF16, rows, cols, h);
+}
+
+void RunCase(Backend& b, const Case& c, DType kv, std::mt19937& rng) {
   const int ns = static_cast<int>(c.seqs.size()), hd = c.head_dim, bs = c.block_size;
   const int width = c.num_kv_heads * hd, qwidth = c.num_heads * hd;
   int max_blocks = 0, total_blocks = 0, total_q = 0, max_q = 0, max_ctx = 0;
@@ -46,6 +57,11 @@ void RunCase(Backend& b, const Case& c, std::mt19937& rng) {
     const auto [len, ctx] = c.seqs[s];
     keys[s] = Random(rng, ctx * width);
     values[s] = Random(rng, ctx * width);
+    if (kv == DType::kBF16) {  // what the cache holds
+      for (std::vector<float>* v : {&keys[s], &values[s]}) {
+        for (float& x : *v) x = Bf16ToF32(F32ToBf16(x));
+      }
+    }
     for (int p = 0; p < ctx; ++p) {
       if (p % bs == 0) tables[s * (max_blocks + 1) + p / bs] = block_ids[next_block++];
       const int row = tables[s * (max_blocks + 1) + p / bs] * bs + p % bs;
@@ -58,8 +74,8 @@ void RunCase(Backend& b, const Case& c, std::mt19937& rng) {
   std::vector<float> q = Random(rng, total_q * qwidth, -2, 2);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-  DevTensor dq = F32(b, total_q, qwidth, q), dk = F32(b, cache_blocks * bs, width, kc);
-  DevTensor dv = F32(b, cache_blocks * bs, width, vc), out = Poisoned(b, total_q, qwidth);
+  DevTensor dq = F32(b, total_q, qwidth, q), dk = Cache(b, kv, cache_blocks * bs, width, kc);
+  DevTensor dv = Cache(b, kv, cache_blocks * bs, width, vc), out = Poisoned(b, total_q, qwidth);
   DevTensor dqs = I32(b, 1, ns + 1, qstart), dctx = I32(b, 1, ns, ctx_lens);
   DevTensor dtab = I32(b, ns, max_blocks + 1, tables);
   AttentionBatch batch{dqs.t, dctx.t, dtab.t, ns, max_q, max_ctx, 0, 0};
@@ -95,7 +111,8 @@ void RunCase(Backend& b, const Case& c, std::mt19937& rng) {
     }
   }
   EXPECT_LT(RelErr(ToHost<float>(b, out.t), ref), kTol)
-      << "heads " << c.num_heads << "/" << c.num_kv_heads << " hd " << hd << " bs " << bs;
+      << DTypeName(kv) << " cache, heads " << c.num_heads << "/" << c.num_kv_heads << " hd " << hd
+      << " bs " << bs;
 }
 
 TEST_P(CpuAttentionTest, MatchesReference) {
@@ -127,7 +144,9 @@ TEST_P(CpuAttentionTest, MatchesReference) {
         // Group of 1 with 80 rows: tiles of 64 and 16 rows.
         {2, 2, 80, 16, {{80, 95}}},
     };
-    for (const Case& c : cases) RunCase(*b, c, rng);
+    for (DType kv : {DType::kF32, DType::kBF16}) {
+      for (const Case& c : cases) RunCase(*b, c, kv, rng);
+    }
   }
 }
 
@@ -160,6 +179,18 @@ TEST(CpuAttentionErrors, BadBlockIdAndLengths) {
   EXPECT_TRUE(s.ok()) << s;
   // Uniform keys and values: every output is the value 0.5.
   for (float v : ToHost<float>(*b, out.t)) EXPECT_NEAR(v, 0.5f, 1e-6);
+
+  // The caches are f32 or bf16, both the same.
+  DevTensor vc16 = FromHost(*b, DType::kBF16, 8, hd, std::vector<uint16_t>(8 * hd, 0x3f00));
+  s = b->Attention(q.t, kc.t, vc16.t, AttentionBatch{qs.t, ctx.t, good_tab.t, 1, 2, 6, 0, 0}, shape,
+                   out.t);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "v_cache")) << s;
+  DevTensor kc16 = FromHost(*b, DType::kBF16, 8, hd, std::vector<uint16_t>(8 * hd, 0x3f00));
+  s = b->Attention(q.t, kc16.t, vc16.t, AttentionBatch{qs.t, ctx.t, good_tab.t, 1, 2, 6, 0, 0},
+                   shape, out.t);
+  EXPECT_TRUE(s.ok()) << s;
+  for (float v : ToHost<float>(*b, out.t)) EXPECT_NEAR(v, 0.5f, 1e-6);  // 0x3f00 is bf16 0.5
 }
 
 }  // namespace

@@ -31,6 +31,32 @@ TEST(CpuBackendTest, Properties) {
   EXPECT_TRUE(absl::StrContains(MakeCpu(0)->device_name(), "threads"));
 }
 
+// The KV cache's dtype follows the weights' unless kv_cache_dtype names one; an unknown name
+// is refused naming the option.
+TEST(CpuBackendTest, KvCacheDtypeFollowsTheWeightsUnlessNamed) {
+  for (const char* weights : {"f32", "bf16"}) {
+    for (const char* kv : {"auto", "f32", "bf16"}) {
+      CpuBackendOptions o;
+      o.num_threads = 1;
+      o.weight_dtype = weights;
+      o.kv_cache_dtype = kv;
+      absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(o);
+      ASSERT_TRUE(b.ok()) << b.status();
+      const std::string want = std::string(kv) == "auto" ? weights : kv;
+      EXPECT_EQ(DTypeName((*b)->kv_cache_dtype()), want) << weights << " weights, kv " << kv;
+      EXPECT_EQ(DTypeName((*b)->weight_dtype()), std::string(weights));
+    }
+  }
+  CpuBackendOptions bad;
+  bad.kv_cache_dtype = "fp8";
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(bad);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(b.status().message(), "kv_cache_dtype")) << b.status();
+  EXPECT_TRUE(absl::StrContains(b.status().message(), "fp8")) << b.status();
+  EXPECT_EQ(CreateBackend("cpu", 1, "f32", "f16").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // The backend reports the GEMM kernels its planner chose, per weight (K, dtype) and input-row
 // count, once a GEMM has run; nothing before.
 TEST(CpuBackendTest, KernelPlanNamesTheChosenPaths) {

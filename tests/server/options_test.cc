@@ -57,6 +57,8 @@ TEST_F(OptionsTest, ServerInfoDescribesTheRunningEngine) {
   EXPECT_EQ(info.kv_cache().block_size(), 16);
   EXPECT_GT(info.kv_cache().capacity_bytes(), 0);
   EXPECT_EQ(info.kv_cache().max_model_len(), 512);
+  EXPECT_EQ(info.kv_cache().dtype(), DTypeName(engine.info().kv.dtype));
+  EXPECT_FALSE(info.kv_cache().dtype().empty());
   EXPECT_EQ(info.listen_address(), server_->app->address());
   EXPECT_NE(info.listen_address().find(std::to_string(server_->app->port())), std::string::npos);
 }

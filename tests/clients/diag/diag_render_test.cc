@@ -123,11 +123,12 @@ TEST(DiagRenderTest, InfoShowsCalibrationGraphsAndLimits) {
   info.mutable_limits()->set_max_model_len(512);
   info.mutable_kv_cache()->set_num_blocks(64);
   info.mutable_kv_cache()->set_block_size(16);
+  info.mutable_kv_cache()->set_dtype("bf16");
   const v1::DiagnosticsReport r = testing::SampleReport();
   std::string text = RenderInfo(info, &r.calibration(), "");
   EXPECT_TRUE(Has(text, "tiny")) << text;
   EXPECT_TRUE(Has(text, "max_num_seqs 8 (limit 256)")) << text;
-  EXPECT_TRUE(Has(text, "64 blocks x 16 tokens")) << text;
+  EXPECT_TRUE(Has(text, "64 blocks x 16 tokens (0 free), bf16,")) << text;
   EXPECT_TRUE(Has(text, "2 full-length sequences fit")) << text;
   EXPECT_TRUE(Has(text, "peak GEMM  100 GFLOP/s   (512x512x512 sgemm, best of 5)")) << text;
   EXPECT_TRUE(Has(text, "bandwidth  20.0 GB/s   (256 MiB memcpy)")) << text;
