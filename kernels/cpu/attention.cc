@@ -105,7 +105,8 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
       1, static_cast<int64_t>(work.size()) * 16384 / std::max<int64_t>(total_cost * hd, 1));
   const size_t scratch_floats = AttnTileScratchFloats(shape.head_dim);
   pool.ParallelFor(static_cast<int64_t>(work.size()), grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch(scratch_floats);
+    thread_local std::vector<float> scratch;  // pool threads persist: grown, never zeroed
+    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
     const float* qp[kAttnTileRows];
     float* op[kAttnTileRows];
     int32_t limit[kAttnTileRows];

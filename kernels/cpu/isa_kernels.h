@@ -31,10 +31,11 @@ struct AttnTile {
   int head_dim = 0;
   float scale = 1.0f;
 };
-// Floats of scratch one AttendTile call needs.
+// Floats of scratch one AttendTile call needs (the last term: a chunk of 16 keys' and values'
+// rows widened from a bf16 cache).
 inline size_t AttnTileScratchFloats(int head_dim) {
   const size_t hdp = (static_cast<size_t>(head_dim) + 15) / 16 * 16;
-  return (head_dim + 16 + 4 + hdp) * kAttnTileRows + 64;
+  return (head_dim + 16 + 4 + hdp) * kAttnTileRows + 64 + 2 * 16 * hdp;
 }
 
 // out[m, n_begin:n_end) = x[m, K] * w[n, K]^T for the weight rows [n_begin, n_end): every
