@@ -19,6 +19,15 @@ namespace {
 
 constexpr int64_t kProbeRows = 512;  // weight rows timed: enough to occupy every thread
 constexpr int kRuns = 3;             // fastest of these (after one warm-up) is kept
+// Up to this M a GEMM streams its weights (bandwidth-bound below the ridge: M / 2 FLOP a byte
+// of f32 weights, M of bf16, against ~15-40 FLOP/byte on the CPUs measured), so the paths are
+// timed on kStreamProbeBytes of weights, which leave the L2 as a decode step's do. On the 512
+// rows alone (1.5 MiB of f32 at k = 768, L2-resident) OpenBLAS's M = 1 GEMV ran 14 us to the
+// skinny kernel's 20-22 in five starts of six on a 2-core Xeon VM, and won M = 1 and 2: served
+// from memory it streams at half the skinny kernel's rate (f32 batch-1 decode 29-34 tok/s
+// against 63-68).
+constexpr int64_t kStreamProbeMaxM = 16;
+constexpr size_t kStreamProbeBytes = size_t{16} << 20;
 
 double TimeUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
               const Tensor& out, GemmPath path, int prefetch_blocks, int64_t prefetch_bytes = 0) {
@@ -27,12 +36,26 @@ double TimeUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, cons
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double FastestUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
-                 const Tensor& out, GemmPath path, int prefetch_blocks, int64_t prefetch_bytes) {
-  double best = std::numeric_limits<double>::infinity();
+// The fastest of kRuns timed rounds (after one warm-up round) of each path. Every round times
+// each path once, starting from a different one each round: what one path leaves behind
+// (OpenBLAS's threads spin on the cores for a while after its calls, a pool worker may have
+// gone to sleep) then slows a different path in each round, and the fastest round of each
+// path is one it did not follow the disturber in. Timing each path's runs back to back
+// instead let one such spell decide a probe: the skinny kernel, 1.7x OpenBLAS at M = 1 here,
+// lost M = 1 and 2 to it in half the starts on a 2-core Xeon VM and dropped out (f32 batch-1
+// decode at 29-32 tok/s instead of 63-67).
+std::vector<double> FastestUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x,
+                              const Tensor& w, const Tensor& out,
+                              const std::vector<GemmPath>& paths, int prefetch_blocks,
+                              int64_t prefetch_bytes) {
+  const size_t n = paths.size();
+  std::vector<double> best(n, std::numeric_limits<double>::infinity());
   for (int r = 0; r <= kRuns; ++r) {
-    const double us = TimeUs(pool, kernels, x, w, out, path, prefetch_blocks, prefetch_bytes);
-    if (r > 0) best = std::min(best, us);
+    for (size_t j = 0; j < n; ++j) {
+      const size_t c = (j + static_cast<size_t>(r)) % n;
+      const double us = TimeUs(pool, kernels, x, w, out, paths[c], prefetch_blocks, prefetch_bytes);
+      if (r > 0) best[c] = std::min(best[c], us);
+    }
   }
   return best;
 }
@@ -137,6 +160,14 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   const int64_t k = w.cols, rows = std::min<int64_t>(w.rows, kProbeRows);
   const Tensor wp{w.data, w.dtype, rows, k};
   std::vector<float> xs(static_cast<size_t>(kMaxProbeM * k)), os(kMaxProbeM * rows);
+  // The streamed weights: ones (the values do not matter, the bytes moved do).
+  const size_t elem = DTypeSize(w.dtype);
+  const int64_t stream_rows =
+      std::max<int64_t>(rows, static_cast<int64_t>(kStreamProbeBytes / (elem * k)));
+  std::vector<uint32_t> stream_ws((static_cast<size_t>(stream_rows * k) * elem + 3) / 4,
+                                  elem == 4 ? 0x3f800000u : 0x3f803f80u);
+  std::vector<float> stream_os(static_cast<size_t>(kStreamProbeMaxM * stream_rows));
+  const Tensor ws{stream_ws.data(), w.dtype, stream_rows, k};
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f;
   Plan plan;
   plan.prefetch_blocks = static_cast<int>(PrefetchFor(pool, kernels, w, PrefetchKind::kBlocks));
@@ -147,30 +178,30 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   const bool amx = AmxRuns(kernels.isa, w.dtype);  // a candidate only where it can run
   for (int i = 0; i < kProbes; ++i) {
     const int64_t m = int64_t{1} << i;
-    const Tensor x{xs.data(), DType::kF32, m, k}, out{os.data(), DType::kF32, m, rows};
-    GemmPath best = GemmPath::kBlas;
-    double best_us = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlas, pf, pf_bytes);
-    const double blocked = FastestUs(pool, kernels, x, wp, out, GemmPath::kBlocked, pf, pf_bytes);
-    if (blocked < best_us) best = GemmPath::kBlocked, best_us = blocked;
-    if (amx) {
-      const double tiles = FastestUs(pool, kernels, x, wp, out, GemmPath::kAmx, pf, pf_bytes);
-      if (tiles < best_us) best = GemmPath::kAmx, best_us = tiles;
-    }
-    // Past the last probe only the many-row paths: the AMX stream kernel re-reads all of x
-    // for each 32-row weight panel, which leaves the L2 as M grows (measured on a 2-core
-    // Xeon, k = 768, n = 4096: 0.9x the AMX path's time at M = 128, 1.9-2.1x at M = 2048).
-    plan.beyond = best;
-    if (amx) {
-      const double stream =
-          FastestUs(pool, kernels, x, wp, out, GemmPath::kAmxStream, pf, pf_bytes);
-      if (stream < best_us) best = GemmPath::kAmxStream, best_us = stream;
+    const bool streamed = m <= kStreamProbeMaxM;
+    const Tensor x{xs.data(), DType::kF32, m, k};
+    const Tensor out = streamed ? Tensor{stream_os.data(), DType::kF32, m, stream_rows}
+                                : Tensor{os.data(), DType::kF32, m, rows};
+    // The many-row paths first (the first of equals wins), then the few-row ones.
+    std::vector<GemmPath> paths = {GemmPath::kBlas, GemmPath::kBlocked};
+    if (amx) paths.push_back(GemmPath::kAmx);
+    const size_t many_row_paths = paths.size();
+    if (amx) paths.push_back(GemmPath::kAmxStream);
+    if (skinny_losses < 2) paths.push_back(GemmPath::kSkinny);
+    const std::vector<double> us =
+        FastestUs(pool, kernels, x, streamed ? ws : wp, out, paths, pf, pf_bytes);
+    size_t best = 0;
+    for (size_t c = 1; c < paths.size(); ++c) {
+      if (us[c] < us[best]) best = c;
+      // Past the last probe only the many-row paths: the AMX stream kernel re-reads all of x
+      // for each 32-row weight panel, which leaves the L2 as M grows (measured on a 2-core
+      // Xeon, k = 768, n = 4096: 0.9x the AMX path's time at M = 128, 1.9-2.1x at M = 2048).
+      if (c + 1 == many_row_paths) plan.beyond = paths[best];
     }
     if (skinny_losses < 2) {
-      const double skinny = FastestUs(pool, kernels, x, wp, out, GemmPath::kSkinny, pf, pf_bytes);
-      if (skinny < best_us) best = GemmPath::kSkinny;
-      skinny_losses = best == GemmPath::kSkinny ? 0 : skinny_losses + 1;
+      skinny_losses = paths[best] == GemmPath::kSkinny ? 0 : skinny_losses + 1;
     }
-    plan.at[i] = best;
+    plan.at[i] = paths[best];
   }
   // The skinny kernel's edge (one pass over the weights, no packing) only shrinks as M
   // grows, so a probe it lost below one it won was noise: it runs up to its largest win.
