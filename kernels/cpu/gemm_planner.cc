@@ -19,15 +19,16 @@ namespace {
 
 constexpr int64_t kProbeRows = 512;  // weight rows timed: enough to occupy every thread
 constexpr int kRuns = 3;             // fastest of these (after one warm-up) is kept
-// Up to this M a GEMM streams its weights (bandwidth-bound below the ridge: M / 2 FLOP a byte
-// of f32 weights, M of bf16, against ~15-40 FLOP/byte on the CPUs measured), so the paths are
-// timed on kStreamProbeBytes of weights, which leave the L2 as a decode step's do. On the 512
-// rows alone (1.5 MiB of f32 at k = 768, L2-resident) OpenBLAS's M = 1 GEMV ran 14 us to the
-// skinny kernel's 20-22 in five starts of six on a 2-core Xeon VM, and won M = 1 and 2: served
-// from memory it streams at half the skinny kernel's rate (f32 batch-1 decode 29-34 tok/s
-// against 63-68).
-constexpr int64_t kStreamProbeMaxM = 16;
-constexpr size_t kStreamProbeBytes = size_t{16} << 20;
+// At M = 1 and 2 the paths differ most in how they stream the weights (a GEMV, the skinny
+// kernel's row stream), so there they are timed on kStreamProbeBytes of weights, which leave
+// the L2 as a decode step's do. On the 512 rows alone (1.5 MiB of f32 at k = 768,
+// L2-resident) OpenBLAS's M = 1 GEMV ran 14 us to the skinny kernel's 20-22 in five starts of
+// six on a 2-core Xeon VM and won M = 1 and 2; served from memory it streams at half the
+// skinny kernel's rate (f32 batch-1 decode 29-34 tok/s against 61-69). Streaming every
+// bandwidth-bound M (up to 16) on 16 MiB instead cost each engine start enough to take the
+// sanitizer test pass from ~390 s to 1031 s, so larger M keep the in-cache probe.
+constexpr int64_t kStreamProbeMaxM = 2;
+constexpr size_t kStreamProbeBytes = size_t{8} << 20;
 
 double TimeUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
               const Tensor& out, GemmPath path, int prefetch_blocks, int64_t prefetch_bytes = 0) {
