@@ -200,7 +200,7 @@ class CpuBackend final : public Backend {
   const cpu::IsaKernels& kernels_;
   cpu::GemmPlanner planner_;
   const DType weight_dtype_;
-  const DType kv_dtype_;  // bf16 beside bf16 weights by default: half the bytes attention reads
+  const DType kv_dtype_;
   const std::string device_name_;
 };
 

@@ -30,6 +30,14 @@ constexpr int kRuns = 3;             // fastest of these (after one warm-up) is 
 constexpr int64_t kStreamProbeMaxM = 2;
 constexpr size_t kStreamProbeBytes = size_t{8} << 20;
 
+// Synthetic weights for the probes that stream from memory: `rows` x k ones (f32 or bf16 bit
+// patterns, as `dtype`); the values do not matter, the bytes moved do.
+std::vector<uint32_t> OnesWeights(int64_t rows, int64_t k, DType dtype) {
+  const size_t elem = DTypeSize(dtype);
+  return std::vector<uint32_t>((static_cast<size_t>(rows * k) * elem + 3) / 4,
+                               elem == 4 ? 0x3f800000u : 0x3f803f80u);
+}
+
 double TimeUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
               const Tensor& out, GemmPath path, int prefetch_blocks, int64_t prefetch_bytes = 0) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -92,9 +100,7 @@ int64_t MeasurePrefetch(ThreadPool& pool, const IsaKernels& kernels, const Tenso
   const size_t elem = DTypeSize(w.dtype);
   const int64_t rows =
       std::max<int64_t>(256, static_cast<int64_t>(PrefetchProbeBytes() / (elem * k)));
-  // Ones (f32 or bf16 bit patterns): the values do not matter, the bytes moved do.
-  std::vector<uint32_t> ws((static_cast<size_t>(rows * k) * elem + 3) / 4,
-                           elem == 4 ? 0x3f800000u : 0x3f803f80u);
+  std::vector<uint32_t> ws = OnesWeights(rows, k, w.dtype);
   std::vector<float> xs(static_cast<size_t>(m * k), 1.0f), os(static_cast<size_t>(m * rows));
   const Tensor x{xs.data(), DType::kF32, m, k}, wt{ws.data(), w.dtype, rows, k},
       out{os.data(), DType::kF32, m, rows};
@@ -161,12 +167,9 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   const int64_t k = w.cols, rows = std::min<int64_t>(w.rows, kProbeRows);
   const Tensor wp{w.data, w.dtype, rows, k};
   std::vector<float> xs(static_cast<size_t>(kMaxProbeM * k)), os(kMaxProbeM * rows);
-  // The streamed weights: ones (the values do not matter, the bytes moved do).
-  const size_t elem = DTypeSize(w.dtype);
   const int64_t stream_rows =
-      std::max<int64_t>(rows, static_cast<int64_t>(kStreamProbeBytes / (elem * k)));
-  std::vector<uint32_t> stream_ws((static_cast<size_t>(stream_rows * k) * elem + 3) / 4,
-                                  elem == 4 ? 0x3f800000u : 0x3f803f80u);
+      std::max<int64_t>(rows, static_cast<int64_t>(kStreamProbeBytes / (DTypeSize(w.dtype) * k)));
+  std::vector<uint32_t> stream_ws = OnesWeights(stream_rows, k, w.dtype);
   std::vector<float> stream_os(static_cast<size_t>(kStreamProbeMaxM * stream_rows));
   const Tensor ws{stream_ws.data(), w.dtype, stream_rows, k};
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f;
