@@ -48,15 +48,19 @@ WindowEdges FitWindow(const Engine& engine, std::vector<StepRecord>* steps, doub
   }
   bool idle = steps->empty() && !e.in_flight;  // unless a step overlaps the window's start
   double recent_wall = 0;
+  bool inside_a_step = false;  // the window lies within one recorded step
   const std::vector<StepRecord> last = engine.steps().Last(kMinSteps + 2);
   for (const StepRecord& r : last) {
     if (r.start_us < end_us && r.end_us > *begin_us) idle = false;
+    if (r.start_us <= *begin_us && r.end_us >= end_us) inside_a_step = true;
     recent_wall += r.wall_us();
   }
-  // Short means shorter than a few of the engine's recent steps: a long window in which only
-  // the tail of a step falls (the engine idle after a load) is idle time, not a short window.
+  // Short means shorter than a few of the engine's recent steps (or inside one of them, even
+  // one that ran long beside the others): a long window in which only the tail of a step falls
+  // (the engine idle after a load) is idle time, not a short window.
   const bool short_window =
-      !last.empty() && end_us - *begin_us < kMinSteps * recent_wall / double(last.size());
+      !last.empty() &&
+      (inside_a_step || end_us - *begin_us < kMinSteps * recent_wall / double(last.size()));
   if (steps->size() < kMinSteps && !idle && short_window) {
     // Widen: the last kMinSteps complete steps ending by end_us (the ring permitting).
     std::vector<StepRecord> recent = engine.steps().Last(steps->size() + kMinSteps + 2);
