@@ -50,12 +50,13 @@ InputLayout LayoutFor(int64_t tokens, int64_t seqs, int64_t width) {
 
 }  // namespace
 
+// Every weight lives in one device buffer: one allocation (on the CPU, huge pages for the small
+// per-layer matrices too) and tensors that are views into it.
 struct ModelRunner::DeviceWeights {
   struct Layer {
-    DeviceBuffer attn_norm, wqkv, wo, mlp_norm, w_gate_up, w_down;
     Tensor attn_norm_t, wqkv_t, wo_t, mlp_norm_t, w_gate_up_t, w_down_t;  // wqkv: q, k, v rows
   };
-  DeviceBuffer embedding, final_norm, lm_head;
+  DeviceBuffer arena;
   Tensor embedding_t, final_norm_t, lm_head_t;
   std::vector<Layer> layers;
 };
@@ -118,47 +119,63 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(Backend* backen
 
 absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
   // GEMM matrices in the backend's weight dtype; norms and the embedding table (gathered
-  // into activations) in its compute dtype.
+  // into activations) in its compute dtype. First the layout of the one arena, then the copies.
   const DType act = backend_->compute_dtype(), wdt = backend_->weight_dtype();
-  auto upload_as = [&](DType dt, const std::vector<float>& host, int64_t rows, int64_t cols,
-                       DeviceBuffer* buf, Tensor* view) -> absl::Status {
+  struct Placed {
+    const std::vector<float>* host;
+    Tensor* view;
+    DType dtype;
+    int64_t rows, cols;
+    size_t offset;
+  };
+  std::vector<Placed> placed;
+  size_t arena_bytes = 0;
+  auto place_as = [&](DType dt, const std::vector<float>& host, int64_t rows, int64_t cols,
+                      Tensor* view) -> absl::Status {
     if (static_cast<int64_t>(host.size()) != rows * cols) {
       return absl::InvalidArgumentError(
           absl::StrCat("weights: expected ", rows, "x", cols, " values, got ", host.size()));
     }
-    ASSIGN_OR_RETURN(*buf, backend_->Allocate(static_cast<size_t>(rows * cols) * DTypeSize(dt)));
-    *view = buf->View(dt, rows, cols);
-    weight_bytes_ += view->bytes();
-    RETURN_IF_ERROR(backend_->UploadF32(host.data(), *view));
-    return backend_->Synchronize();  // host vectors may go away after this
+    placed.push_back({&host, view, dt, rows, cols, arena_bytes});
+    constexpr size_t kAlign = 256;  // a cache line on the CPU, cuBLAS's preferred on CUDA
+    arena_bytes +=
+        (static_cast<size_t>(rows * cols) * DTypeSize(dt) + kAlign - 1) / kAlign * kAlign;
+    return absl::OkStatus();
   };
-  auto upload = [&](const std::vector<float>& host, int64_t rows, int64_t cols, DeviceBuffer* buf,
-                    Tensor* view) { return upload_as(wdt, host, rows, cols, buf, view); };
+  auto place = [&](const std::vector<float>& host, int64_t rows, int64_t cols, Tensor* view) {
+    return place_as(wdt, host, rows, cols, view);
+  };
   const ModelConfig& m = model_;
   const int64_t d = m.hidden_size, hq = int64_t{m.num_heads} * m.head_dim,
                 hkv = int64_t{m.num_kv_heads} * m.head_dim, f = m.intermediate_size;
   weights_ = std::make_unique<DeviceWeights>();
   DeviceWeights& dw = *weights_;
-  RETURN_IF_ERROR(upload_as(act, w.embedding, m.vocab_size, d, &dw.embedding, &dw.embedding_t));
-  RETURN_IF_ERROR(upload_as(act, w.final_norm, 1, d, &dw.final_norm, &dw.final_norm_t));
-  if (m.tie_word_embeddings && wdt == act) {
-    dw.lm_head_t = dw.embedding_t;
-  } else {  // untied, or tied but the GEMM wants its own copy in the weight dtype
+  RETURN_IF_ERROR(place_as(act, w.embedding, m.vocab_size, d, &dw.embedding_t));
+  RETURN_IF_ERROR(place_as(act, w.final_norm, 1, d, &dw.final_norm_t));
+  const bool shared_head = m.tie_word_embeddings && wdt == act;
+  if (!shared_head) {  // untied, or tied but the GEMM wants its own copy in the weight dtype
     const std::vector<float>& head = m.tie_word_embeddings ? w.embedding : w.lm_head;
-    RETURN_IF_ERROR(upload(head, m.vocab_size, d, &dw.lm_head, &dw.lm_head_t));
+    RETURN_IF_ERROR(place(head, m.vocab_size, d, &dw.lm_head_t));
   }
   dw.layers.resize(m.num_layers);
   for (int l = 0; l < m.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
     DeviceWeights::Layer& L = dw.layers[l];
-    RETURN_IF_ERROR(upload_as(act, lw.attn_norm, 1, d, &L.attn_norm, &L.attn_norm_t));
-    RETURN_IF_ERROR(upload(lw.wqkv, hq + 2 * hkv, d, &L.wqkv, &L.wqkv_t));
-    RETURN_IF_ERROR(upload(lw.wo, d, hq, &L.wo, &L.wo_t));
-    RETURN_IF_ERROR(upload_as(act, lw.mlp_norm, 1, d, &L.mlp_norm, &L.mlp_norm_t));
-    RETURN_IF_ERROR(upload(lw.w_gate_up, 2 * f, d, &L.w_gate_up, &L.w_gate_up_t));
-    RETURN_IF_ERROR(upload(lw.w_down, d, f, &L.w_down, &L.w_down_t));
+    RETURN_IF_ERROR(place_as(act, lw.attn_norm, 1, d, &L.attn_norm_t));
+    RETURN_IF_ERROR(place(lw.wqkv, hq + 2 * hkv, d, &L.wqkv_t));
+    RETURN_IF_ERROR(place(lw.wo, d, hq, &L.wo_t));
+    RETURN_IF_ERROR(place_as(act, lw.mlp_norm, 1, d, &L.mlp_norm_t));
+    RETURN_IF_ERROR(place(lw.w_gate_up, 2 * f, d, &L.w_gate_up_t));
+    RETURN_IF_ERROR(place(lw.w_down, d, f, &L.w_down_t));
   }
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(dw.arena, backend_->Allocate(std::max<size_t>(arena_bytes, 1)));
+  for (const Placed& p : placed) {
+    *p.view = dw.arena.View(p.dtype, p.rows, p.cols, p.offset);
+    weight_bytes_ += p.view->bytes();
+    RETURN_IF_ERROR(backend_->UploadF32(p.host->data(), *p.view));
+  }
+  if (shared_head) dw.lm_head_t = dw.embedding_t;
+  return backend_->Synchronize();  // host vectors may go away after this
 }
 
 absl::Status ModelRunner::AllocateBuffers() {

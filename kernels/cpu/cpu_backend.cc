@@ -18,6 +18,7 @@
 #include "kernels/clock.h"
 #include "kernels/cpu/gemm_planner.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/stream_memory.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/half_float.h"
 
@@ -75,9 +76,8 @@ class CpuBackend final : public Backend {
   std::string KernelPlan() const override { return planner_.Describe(); }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
-    // aligned_alloc wants a multiple of the alignment; zero bytes still gets a real pointer.
-    const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-    void* p = std::aligned_alloc(64, rounded);
+    // Huge pages for buffers of 2 MiB or more: weights and the KV cache are streamed.
+    void* p = cpu::AllocateStreamed(bytes);
     if (p == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("cpu backend: could not allocate ", bytes, " bytes"));

@@ -1,0 +1,44 @@
+// Host memory that a GEMM streams (weights, the KV cache, the planner's synthetic probes) and
+// its cache state.
+//
+// Buffers of a huge page or more start on a huge-page boundary and ask the kernel for
+// transparent huge pages (madvise(MADV_HUGEPAGE), honoured where
+// /sys/kernel/mm/transparent_hugepage/enabled says "always" or "madvise"). A decode step reads
+// every weight once; on 4 KiB pages that stream walks a page-table entry (two levels of them
+// in a VM) every 4 KiB, on huge pages every 2 MiB. Measured on a 2-core Xeon VM (AVX-512 +
+// AMX), two threads reading 256 MiB, interleaved: 23.5-29.2 GB/s on 4 KiB pages, 31.1-33.2 GB/s
+// on huge pages. Where THP is off the hint is ignored and the buffer is plain memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+
+namespace saturn::cpu {
+
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;  // x86-64 and arm64 with 4 KiB pages
+
+// At least `bytes` (and at least 64) of uninitialised memory: huge-page aligned with the THP
+// hint when bytes >= kHugePageBytes, else 64-byte aligned; nullptr when out of memory. Free
+// with std::free. Pages are committed on first touch, so whoever writes them first decides
+// where they live.
+void* AllocateStreamed(size_t bytes);
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+// AllocateStreamed's buffer as `count` values of T (trivially copyable), uninitialised.
+template <typename T>
+std::unique_ptr<T[], FreeDeleter> StreamedArray(size_t count) {
+  return std::unique_ptr<T[], FreeDeleter>(static_cast<T*>(AllocateStreamed(count * sizeof(T))));
+}
+
+// Writes [p, p + bytes) back and drops it from every cache level, so the next read streams it
+// from memory, as a decode step streams its weights. A probe timed on a buffer that fits in
+// the last-level cache otherwise measures that cache (on the 2-core Xeon VM, whose L3 reports
+// 480 MiB, an M = 1 GEMM over 16-64 MiB ran at 56-58 GB/s and over 256 MiB at 28-29 GB/s).
+// clflushopt where the CPU has it (0.04 ms per MiB there), clflush (13x slower) on older x86,
+// dc civac on arm64; elsewhere nothing.
+void EvictFromCache(const void* p, size_t bytes);
+
+}  // namespace saturn::cpu
