@@ -24,6 +24,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/stream_memory.h"
 #include "kernels/cpu/thread_pool.h"
 
 ABSL_FLAG(int, n, 2048, "output features (weight rows)");
@@ -83,15 +84,22 @@ int Main() {
   const bool bf16 = absl::GetFlag(FLAGS_dtype) == "bf16";
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> xs(size_t(max_m) * k), ws(size_t(n) * k), os(size_t(max_m) * n);
+  // The weights in the memory the backend gives its own (huge pages where granted).
+  const size_t wn = size_t(n) * k;
+  std::vector<float> xs(size_t(max_m) * k), os(size_t(max_m) * n);
+  auto ws = cpu::StreamedArray<float>(wn);
+  auto wb = cpu::StreamedArray<uint16_t>(wn);  // bf16 copy (truncated: random values anyway)
+  if (ws == nullptr || wb == nullptr) {
+    std::fprintf(stderr, "out of memory for %zu weights\n", wn);
+    return 1;
+  }
   for (float& v : xs) v = u(rng);
-  for (float& v : ws) v = u(rng);
+  for (size_t i = 0; i < wn; ++i) ws[i] = u(rng);
   if (!bf16 && absl::GetFlag(FLAGS_dtype) != "f32") {
     std::fprintf(stderr, "--dtype: must be f32 or bf16\n");
     return 2;
   }
-  std::vector<uint16_t> wb(ws.size());  // bf16 copy (truncated: the values are random anyway)
-  for (size_t i = 0; i < ws.size(); ++i) {
+  for (size_t i = 0; i < wn; ++i) {
     uint32_t bits;
     std::memcpy(&bits, &ws[i], 4);
     wb[i] = static_cast<uint16_t>(bits >> 16);
@@ -114,7 +122,7 @@ int Main() {
   for (int m : ms) {
     const Tensor x{xs.data(), DType::kF32, m, k}, o{os.data(), DType::kF32, m, n};
     const Tensor w =
-        bf16 ? Tensor{wb.data(), DType::kBF16, n, k} : Tensor{ws.data(), DType::kF32, n, k};
+        bf16 ? Tensor{wb.get(), DType::kBF16, n, k} : Tensor{ws.get(), DType::kF32, n, k};
     const int reps = absl::GetFlag(FLAGS_repeats);
     const double skinny = TimeMs(pool, x, w, o, cpu::GemmPath::kSkinny, reps);
     const double blocked = TimeMs(pool, x, w, o, cpu::GemmPath::kBlocked, reps);

@@ -7,12 +7,15 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/stream_memory.h"
 
 namespace saturn::cpu {
 namespace {
@@ -20,26 +23,34 @@ namespace {
 constexpr int64_t kProbeRows = 512;  // weight rows timed: enough to occupy every thread
 constexpr int kRuns = 3;             // fastest of these (after one warm-up) is kept
 // At M = 1 and 2 the paths differ most in how they stream the weights (a GEMV, the skinny
-// kernel's row stream), so there they are timed on kStreamProbeBytes of weights, which leave
-// the L2 as a decode step's do. On the 512 rows alone (1.5 MiB of f32 at k = 768,
-// L2-resident) OpenBLAS's M = 1 GEMV ran 14 us to the skinny kernel's 20-22 in five starts of
-// six on a 2-core Xeon VM and won M = 1 and 2; served from memory it streams at half the
-// skinny kernel's rate (f32 batch-1 decode 29-34 tok/s against 61-69). Streaming every
-// bandwidth-bound M (up to 16) on 16 MiB instead cost each engine start enough to take the
-// sanitizer test pass from ~390 s to 1031 s, so larger M keep the in-cache probe.
+// kernel's row stream), so there they are timed on kStreamProbeBytes of weights evicted from
+// the caches before each run, which come from memory as a decode step's do. On the 512 rows alone
+// (1.5 MiB of f32 at k = 768, L2-resident) OpenBLAS's M = 1 GEMV ran 14 us to the skinny kernel's
+// 20-22 in five starts of six on a 2-core Xeon VM and won M = 1 and 2; served from memory it
+// streams at half the skinny kernel's rate (f32 batch-1 decode 29-34 tok/s against 61-69).
+// Streaming every bandwidth-bound M (up to 16) on 16 MiB instead cost each engine start enough to
+// take the sanitizer test pass from ~390 s to 1031 s, so larger M keep the in-cache probe.
 constexpr int64_t kStreamProbeMaxM = 2;
 constexpr size_t kStreamProbeBytes = size_t{8} << 20;
 
 // Synthetic weights for the probes that stream from memory: `rows` x k ones (f32 or bf16 bit
-// patterns, as `dtype`); the values do not matter, the bytes moved do.
-std::vector<uint32_t> OnesWeights(int64_t rows, int64_t k, DType dtype) {
-  const size_t elem = DTypeSize(dtype);
-  return std::vector<uint32_t>((static_cast<size_t>(rows * k) * elem + 3) / 4,
-                               elem == 4 ? 0x3f800000u : 0x3f803f80u);
+// patterns, as `dtype`); the values do not matter, the bytes moved do. In the same kind of
+// memory as the backend's weights (huge pages where the kernel grants them), whose page walks
+// the stream pays too.
+std::unique_ptr<uint32_t[], FreeDeleter> OnesWeights(int64_t rows, int64_t k, DType dtype) {
+  const size_t words = (static_cast<size_t>(rows * k) * DTypeSize(dtype) + 3) / 4;
+  auto w = StreamedArray<uint32_t>(words);
+  if (w == nullptr) throw std::bad_alloc();
+  std::fill_n(w.get(), words, DTypeSize(dtype) == 4 ? 0x3f800000u : 0x3f803f80u);
+  return w;
 }
 
+// One GEMM's time; with `cold`, w's bytes are evicted from the caches first (untimed), so it
+// streams them from memory as a decode step does, whatever the last-level cache holds.
 double TimeUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
-              const Tensor& out, GemmPath path, int prefetch_blocks, int64_t prefetch_bytes = 0) {
+              const Tensor& out, GemmPath path, int prefetch_blocks, int64_t prefetch_bytes,
+              bool cold) {
+  if (cold) EvictFromCache(w.data, w.bytes());
   const auto t0 = std::chrono::steady_clock::now();
   (void)Gemm(pool, kernels, nullptr, x, w, out, path, prefetch_blocks, prefetch_bytes);
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -56,24 +67,26 @@ double TimeUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, cons
 std::vector<double> FastestUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x,
                               const Tensor& w, const Tensor& out,
                               const std::vector<GemmPath>& paths, int prefetch_blocks,
-                              int64_t prefetch_bytes) {
+                              int64_t prefetch_bytes, bool cold) {
   const size_t n = paths.size();
   std::vector<double> best(n, std::numeric_limits<double>::infinity());
   for (int r = 0; r <= kRuns; ++r) {
     for (size_t j = 0; j < n; ++j) {
       const size_t c = (j + static_cast<size_t>(r)) % n;
-      const double us = TimeUs(pool, kernels, x, w, out, paths[c], prefetch_blocks, prefetch_bytes);
+      const double us =
+          TimeUs(pool, kernels, x, w, out, paths[c], prefetch_blocks, prefetch_bytes, cold);
       if (r > 0) best[c] = std::min(best[c], us);
     }
   }
   return best;
 }
 
-// Bytes of synthetic weights the prefetch probe streams: twice the last-level cache (so
-// they come from memory), within [16, 64] MiB.
-size_t PrefetchProbeBytes() {
-  return std::clamp<size_t>(2 * LastLevelCacheBytes(), size_t{16} << 20, size_t{64} << 20);
-}
+// Bytes of synthetic weights the prefetch probe streams, evicted from the caches before each
+// run (so they come from memory however large the last-level cache is). Sizing the probe at
+// twice the last-level cache instead (at most 64 MiB) left it cache-resident on a Xeon VM whose
+// L3 reports 480 MiB: the probe then picked distances at random (0, 4, 16 KiB for bf16 in four
+// starts) where from memory, f32 over 256 MiB, 16 KiB streamed 13-17 % faster than none.
+constexpr size_t kPrefetchProbeBytes = size_t{16} << 20;
 
 // Rows shorter than this many elements are mostly per-row overhead (reductions, k tails):
 // their prefetch distance is not measured (it stays one block).
@@ -99,10 +112,10 @@ int64_t MeasurePrefetch(ThreadPool& pool, const IsaKernels& kernels, const Tenso
   const int64_t k = w.cols, m = kind == PrefetchKind::kBytes ? 1 : 2;
   const size_t elem = DTypeSize(w.dtype);
   const int64_t rows =
-      std::max<int64_t>(256, static_cast<int64_t>(PrefetchProbeBytes() / (elem * k)));
-  std::vector<uint32_t> ws = OnesWeights(rows, k, w.dtype);
+      std::max<int64_t>(256, static_cast<int64_t>(kPrefetchProbeBytes / (elem * k)));
+  const auto ws = OnesWeights(rows, k, w.dtype);
   std::vector<float> xs(static_cast<size_t>(m * k), 1.0f), os(static_cast<size_t>(m * rows));
-  const Tensor x{xs.data(), DType::kF32, m, k}, wt{ws.data(), w.dtype, rows, k},
+  const Tensor x{xs.data(), DType::kF32, m, k}, wt{ws.get(), w.dtype, rows, k},
       out{os.data(), DType::kF32, m, rows};
   std::vector<int64_t> candidates;
   if (kind == PrefetchKind::kBytes) {
@@ -115,8 +128,8 @@ int64_t MeasurePrefetch(ThreadPool& pool, const IsaKernels& kernels, const Tenso
   const int count = static_cast<int>(candidates.size());  // candidates[0] is 0: no prefetch
   auto time = [&](int64_t d) {
     return kind == PrefetchKind::kBytes
-               ? TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny, 0, d)
-               : TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny, static_cast<int>(d));
+               ? TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny, 0, d, true)
+               : TimeUs(pool, kernels, x, wt, out, GemmPath::kSkinny, static_cast<int>(d), 0, true);
   };
   std::vector<std::vector<double>> scores(candidates.size());
   for (int round = 0; round <= kPrefetchRounds; ++round) {
@@ -169,9 +182,9 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   std::vector<float> xs(static_cast<size_t>(kMaxProbeM * k)), os(kMaxProbeM * rows);
   const int64_t stream_rows =
       std::max<int64_t>(rows, static_cast<int64_t>(kStreamProbeBytes / (DTypeSize(w.dtype) * k)));
-  std::vector<uint32_t> stream_ws = OnesWeights(stream_rows, k, w.dtype);
+  const auto stream_ws = OnesWeights(stream_rows, k, w.dtype);
   std::vector<float> stream_os(static_cast<size_t>(kStreamProbeMaxM * stream_rows));
-  const Tensor ws{stream_ws.data(), w.dtype, stream_rows, k};
+  const Tensor ws{stream_ws.get(), w.dtype, stream_rows, k};
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f;
   Plan plan;
   plan.prefetch_blocks = static_cast<int>(PrefetchFor(pool, kernels, w, PrefetchKind::kBlocks));
@@ -193,7 +206,7 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
     if (amx) paths.push_back(GemmPath::kAmxStream);
     if (skinny_losses < 2) paths.push_back(GemmPath::kSkinny);
     const std::vector<double> us =
-        FastestUs(pool, kernels, x, streamed ? ws : wp, out, paths, pf, pf_bytes);
+        FastestUs(pool, kernels, x, streamed ? ws : wp, out, paths, pf, pf_bytes, streamed);
     size_t best = 0;
     for (size_t c = 1; c < paths.size(); ++c) {
       if (us[c] < us[best]) best = c;

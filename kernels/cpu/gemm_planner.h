@@ -10,8 +10,9 @@
 // many-row paths (blocked, BLAS, AMX) there. Before that it takes the skinny kernel's software
 // prefetch distances (SkinnyArgs:: prefetch_blocks for its 8-row blocks, measured at M = 2;
 // prefetch_bytes for its M = 1 row stream), each measured once per process for each kernel level,
-// weight dtype and thread count on a synthetic weight matrix twice the last-level cache, so the
-// rows come from memory as a decode step's do: candidates interleaved over rotated rounds, each
+// weight dtype and thread count on a 16 MiB synthetic weight matrix evicted from the caches
+// before each run, so the rows come from memory as a decode step's do (and with the L2 prefetch
+// hint, gemm_skinny.inc's Stream): candidates interleaved over rotated rounds, each
 // scored against no prefetch in the same round, a distance kept only where it wins clearly
 // (gemm_planner.cc); the path probes then run with those distances. Later calls are a lookup.
 // Thread-safe.

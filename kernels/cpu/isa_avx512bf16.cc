@@ -80,7 +80,8 @@ inline void Block(const SkinnyArgs& a, int64_t i, int64_t j) {
 }
 
 // M = 1: one weight row at a time in address order with a software prefetch
-// a.prefetch_bytes ahead, as gemm_skinny.inc's Stream (why there); 128 products per step.
+// a.prefetch_bytes ahead into L2, as gemm_skinny.inc's Stream (why there); 128 products per
+// step.
 void Stream(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   const uint16_t* w = static_cast<const uint16_t*>(a.w);
   const uint16_t* x = a.x_bf16;
@@ -94,7 +95,7 @@ void Stream(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
     for (; p < k128; p += 128) {
       if (ahead > 0) {
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) __builtin_prefetch(wr + p + 32 * u + ahead, 0, 3);
+        for (int u = 0; u < 4; ++u) __builtin_prefetch(wr + p + 32 * u + ahead, 0, 2);
       }
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u)
