@@ -43,7 +43,7 @@ TEST(PollGovernorTest, PollsWhileTheCoreIsItsOwnAndBacksOffUnderContention) {
   Runnable(10 * kMs, 0.1);
   EXPECT_EQ(gov.SpinUs(t), 200);
   EXPECT_EQ(gov.backoffs(), 0);
-  // 40 % waiting: stops for the first back-off (1 s).
+  // 40 % waiting: stops for the first back-off (kMinBackoffNs).
   t += 25 * kMs;
   Runnable(25 * kMs, 0.4);
   EXPECT_EQ(gov.SpinUs(t), 0);
