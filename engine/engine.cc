@@ -129,25 +129,40 @@ void Engine::Impl::FillFixedInfo(int max_model_len, size_t kv_bytes_per_block,
 }
 
 // One short generation through the whole path, so first-request costs (page faults, thread
-// start-up, lazy library init) stay out of serving. Its step records are dropped.
+// start-up, lazy library init) stay out of serving. It decodes on while the backend still
+// settles a kernel setting on served steps (Backend::TuningOnServedSteps: the CPU backend's
+// M = 1 weight-stream prefetch distance), so serving and calibration start on the settled one;
+// at most kWarmupMaxTokens tokens. Its step records are dropped.
 absl::Status Engine::Impl::Warmup() {
+  constexpr int kPrompt = 8, kMinTokens = 2, kWarmupMaxTokens = 64;
   GenerateRequest req;
   const int vocab = runner_->model().vocab_size;
-  for (int i = 0; i < 8; ++i) req.prompt.push_back((i * 7 + 3) % vocab);
-  req.sampling.max_tokens = 2;
+  for (int i = 0; i < kPrompt; ++i) req.prompt.push_back((i * 7 + 3) % vocab);
+  const int room =
+      std::min(scheduler_->config().max_model_len, num_kv_blocks_ * config_.block_size) - kPrompt;
+  req.sampling.max_tokens = std::clamp(room, kMinTokens, kWarmupMaxTokens);
   req.sampling.ignore_eos = true;
   absl::Status failure;
+  int generated = 0;
   live_[0].on_event = [&](const TokenEvent& ev) {
+    generated += static_cast<int>(ev.token_ids.size());
     if (ev.final && ev.finish_reason == FinishReason::kError)
       failure = absl::InternalError(ev.error);
   };
   scheduler_->Add(0, req);
-  while (scheduler_->HasWork()) Step();
+  while (scheduler_->HasWork()) {
+    Step();
+    if (generated >= kMinTokens && !backend_->TuningOnServedSteps() && scheduler_->Cancel(0)) {
+      live_.erase(0);
+      break;
+    }
+  }
   steps_.Clear();
   step_id_ = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     counters_ = EngineCounters{};  // the warm-up is no request: it must not skew the mix
+    kv_free_ = scheduler_->blocks().num_free();  // a cancelled warm-up released its blocks here
   }
   if (!failure.ok()) {
     return absl::Status(failure.code(), absl::StrCat("warm-up failed: ", failure.message()));

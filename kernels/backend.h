@@ -142,6 +142,10 @@ class Backend {
   // planner's paths per input-row count, e.g. "k768/bf16: ... 1=skinny 8=amx_stream ...
   // more=amx"); empty where the backend does not choose, or before its first GEMM.
   virtual std::string KernelPlan() const { return ""; }
+  // True while the backend is still settling a kernel setting on the steps it serves (CPU: the
+  // M = 1 weight stream's prefetch distance, kernels/cpu/stream_tuner.h), so steps may differ
+  // in speed; the engine's warm-up decodes until it is false (or a cap).
+  virtual bool TuningOnServedSteps() const { return false; }
 
   // --- memory ---------------------------------------------------------------------------
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;

@@ -58,7 +58,9 @@ class CpuBackend final : public Backend {
         kv_dtype_(kv_dtype),
         device_name_(absl::StrCat(CpuModelName(), " (", num_threads, " threads) ",
                                   cpu::IsaName(isa), AmxNote(isa, weight_dtype), ", ",
-                                  DTypeName(weight_dtype), " weights")) {}
+                                  DTypeName(weight_dtype), " weights")) {
+    planner_.set_tuned_dtype(weight_dtype);
+  }
 
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return device_name_; }
@@ -74,6 +76,7 @@ class CpuBackend final : public Backend {
   bool per_op_timing_is_cheap() const override { return true; }
   std::vector<int> HostThreadIds() const override { return pool_.worker_thread_ids(); }
   std::string KernelPlan() const override { return planner_.Describe(); }
+  bool TuningOnServedSteps() const override { return planner_.Tuning(); }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     // Huge pages for buffers of 2 MiB or more: weights and the KV cache are streamed.

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -225,9 +226,13 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
   if (prefetch_blocks < 0) {
     prefetch_blocks = planner != nullptr ? planner->PrefetchBlocks(pool, kernels, w) : 1;
   }
+  // A served M = 1 stream (the distance left to the planner) is timed for its tuner.
+  const bool tuned_stream =
+      planner != nullptr && prefetch_bytes < 0 && path == GemmPath::kSkinny && x.rows == 1;
   if (prefetch_bytes < 0) {
-    prefetch_bytes =
-        planner != nullptr ? planner->PrefetchBytes(pool, kernels, w) : kDefaultPrefetchBytes;
+    prefetch_bytes = tuned_stream         ? planner->StreamPrefetchBytes(pool, kernels, w)
+                     : planner != nullptr ? planner->PrefetchBytes(pool, kernels, w)
+                                          : kDefaultPrefetchBytes;
   }
   // bf16 weights: every path multiplies x rounded to bf16 (exact products, f32 sums), so
   // the result does not depend on which path the planner picked for this M.
@@ -253,7 +258,15 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
   }
   switch (path) {
     case GemmPath::kSkinny:
-      Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes);
+      if (tuned_stream) {
+        const auto t0 = std::chrono::steady_clock::now();
+        Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes);
+        planner->RecordStream(
+            w, prefetch_bytes,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      } else {
+        Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes);
+      }
       break;
     case GemmPath::kBlocked:
       Blocked(pool, kernels, xin, x_bf16, w, parts);

@@ -258,13 +258,39 @@ int64_t GemmPlanner::PrefetchBytes(ThreadPool& pool, const IsaKernels& kernels, 
   return PlanFor(pool, kernels, w).prefetch_bytes;
 }
 
+int64_t GemmPlanner::StreamPrefetchBytes(ThreadPool& pool, const IsaKernels& kernels,
+                                         const Tensor& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t probed = PlanFor(pool, kernels, w).prefetch_bytes;
+  if (w.dtype != tuned_dtype_ || w.bytes() < kMinTunedBytes) return probed;
+  if (tuner_ == nullptr) {
+    tuner_ = std::make_unique<StreamTuner>(std::vector<int64_t>(std::begin(kPrefetchByteCandidates),
+                                                                std::end(kPrefetchByteCandidates)),
+                                           probed);
+  }
+  return tuner_->Next(w.data);
+}
+
+void GemmPlanner::RecordStream(const Tensor& w, int64_t prefetch_bytes, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (tuner_ == nullptr || w.dtype != tuned_dtype_ || w.bytes() < kMinTunedBytes) return;
+  tuner_->Record(prefetch_bytes, static_cast<double>(w.bytes()), seconds);
+}
+
+bool GemmPlanner::Tuning() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tuner_ != nullptr && !tuner_->settled();
+}
+
 std::string GemmPlanner::Describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string s;
   for (const auto& [key, plan] : plans_) {
-    absl::StrAppend(&s, s.empty() ? "" : "; ", "k", key.first, "/",
-                    DTypeName(static_cast<DType>(key.second)), ": prefetch=", plan.prefetch_blocks,
-                    " prefetch_bytes=", plan.prefetch_bytes);
+    const bool tuned = tuner_ != nullptr && key.second == static_cast<int>(tuned_dtype_);
+    absl::StrAppend(
+        &s, s.empty() ? "" : "; ", "k", key.first, "/", DTypeName(static_cast<DType>(key.second)),
+        ": prefetch=", plan.prefetch_blocks,
+        " prefetch_bytes=", tuned ? tuner_->Describe() : absl::StrCat(plan.prefetch_bytes));
     for (int i = 0; i < kProbes; ++i) {
       absl::StrAppend(&s, " ", int64_t{1} << i, "=", GemmPathName(plan.at[i]));
     }

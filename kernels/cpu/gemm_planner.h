@@ -20,12 +20,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/stream_tuner.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/tensor.h"
 
@@ -40,6 +42,18 @@ class GemmPlanner {
   // blocks for its 8-row blocks (M > 1), in bytes for its M = 1 row stream.
   int PrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
   int64_t PrefetchBytes(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
+  // The M = 1 row stream's distance for served GEMMs on w: the probe's, then the StreamTuner's
+  // (stream_tuner.h) for weights of tuned_dtype() of at least kMinTunedBytes (smaller ones stay
+  // in cache, where the distance hardly matters). RecordStream reports how such a GEMM ran.
+  int64_t StreamPrefetchBytes(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
+  void RecordStream(const Tensor& w, int64_t prefetch_bytes, double seconds);
+  // True while the tuner has started on served GEMMs and not settled yet.
+  bool Tuning() const;
+  // The weight dtype whose served M = 1 GEMMs tune the distance (the backend's weights; others,
+  // such as calibration's f32 stream beside bf16 weights, keep the probe's).
+  void set_tuned_dtype(DType dtype) { tuned_dtype_ = dtype; }
+  DType tuned_dtype() const { return tuned_dtype_; }
+  static constexpr size_t kMinTunedBytes = size_t{1} << 20;
   // The measured choices so far, e.g. "k768/f32: prefetch=2 1=skinny ... more=blocked".
   std::string Describe() const;
 
@@ -60,6 +74,8 @@ class GemmPlanner {
 
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, int>, Plan> plans_;  // (k, dtype) -> plan
+  DType tuned_dtype_ = DType::kF32;
+  std::unique_ptr<StreamTuner> tuner_;  // for tuned_dtype_, from its first large M = 1 GEMM
 };
 
 }  // namespace saturn::cpu

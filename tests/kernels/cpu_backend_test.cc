@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/stream_tuner.h"
 #include "tests/kernels/cpu_test_util.h"
 
 namespace saturn::testing {
@@ -73,6 +74,48 @@ TEST(CpuBackendTest, KernelPlanNamesTheChosenPaths) {
   EXPECT_TRUE(absl::StrContains(plan, "k96/bf16:")) << plan;
   EXPECT_TRUE(absl::StrContains(plan, " 1=")) << plan;
   EXPECT_TRUE(absl::StrContains(plan, " more=")) << plan;
+}
+
+// Batch-1 GEMMs on weights of 1 MiB or more settle the M = 1 stream's prefetch distance on
+// passes over them (kernels/cpu/stream_tuner.h): the backend says it is tuning until it has
+// settled, names the outcome in its kernel plan, and every pass computes the same outputs.
+// Smaller weights never start it.
+TEST(CpuBackendTest, BatchOneStreamsSettleThePrefetchDistanceOnServedPasses) {
+  std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::BestIsa(), "f32");
+  std::mt19937 rng(7);
+  const int k = 512, n = 512;  // 1 MiB of f32 each
+  DevTensor x = F32(*b, 1, k, Random(rng, k));
+  std::vector<DevTensor> ws, outs;
+  for (int i = 0; i < 3; ++i) {
+    ws.push_back(F32(*b, n, k, Random(rng, size_t{n} * k)));
+    outs.push_back(Poisoned(*b, 1, n));
+  }
+  DevTensor small = F32(*b, 64, k, Random(rng, size_t{64} * k)), small_out = Poisoned(*b, 1, 64);
+  ASSERT_TRUE(b->Gemm(x.t, small.t, small_out.t).ok());
+  EXPECT_FALSE(b->TuningOnServedSteps()) << "128 KiB of weights started the tuner";
+  if (!absl::StrContains(b->KernelPlan(), " 1=skinny")) {
+    GTEST_SKIP() << "the planner runs M = 1 on another path here: " << b->KernelPlan();
+  }
+  std::vector<std::vector<float>> first;
+  bool tuned_once = false;
+  int pass = 0;
+  for (; pass < 200; ++pass) {
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(b->Gemm(x.t, ws[i].t, outs[i].t).ok());
+      const std::vector<float> got = ToHost<float>(*b, outs[i].t);
+      if (pass == 0) {
+        first.push_back(got);
+      } else {
+        ASSERT_EQ(got, first[i]) << "pass " << pass << ", GEMM " << i;
+      }
+    }
+    tuned_once = tuned_once || b->TuningOnServedSteps();
+    if (tuned_once && !b->TuningOnServedSteps()) break;
+  }
+  EXPECT_TRUE(tuned_once);
+  EXPECT_FALSE(b->TuningOnServedSteps()) << "still tuning after " << pass << " passes";
+  EXPECT_LE(pass, 5 * cpu::StreamTuner::kRounds + 1);  // five candidates a round
+  EXPECT_TRUE(absl::StrContains(b->KernelPlan(), "served steps")) << b->KernelPlan();
 }
 
 // The device name says whether the AMX GEMMs run for these weights (bf16 at the AVX-512 level

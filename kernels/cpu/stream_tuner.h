@@ -1,0 +1,72 @@
+// StreamTuner: the M = 1 weight stream's software prefetch distance, settled on the GEMMs the
+// engine really serves rather than only on a start-up probe.
+//
+// Why: which distance streams fastest depends on where the weights come from, and a probe
+// cannot reproduce that. On a 2-core Xeon VM whose L3 reports 480 MiB, a decode step's 200 MB
+// of bf16 weights come back partly from that cache: there the skinny kernel streamed a
+// decode-like sequence of 49 GEMMs at 39-41 GB/s with 8 KiB of prefetch against 32-33 with
+// 2 KiB (interleaved, four runs), while the planner's probe on 16 MiB evicted from the caches
+// (pure DRAM) ranked 2 KiB first and 8 KiB level with none. f32 weights there stream fastest
+// at 2 KiB in both regimes.
+//
+// How: it starts on the probe's distance (the incumbent). A trial is one pass over the
+// served weights at one candidate: from a GEMM on the first weights the tuner saw until the
+// next GEMM on them, i.e. one batch-1 decode step's M = 1 GEMMs (switching the distance
+// within a pass measured nothing useful: trials of 16-64 MiB rotating mid-step ranked 8 KiB
+// 1.03-1.15x slower than 2 KiB on the same machine where whole steps at 8 KiB decoded
+// 183-187 tok/s against 152-155 at 2 KiB). A round gives every candidate one trial, starting
+// from a different one each round (as the planner's probes do), so drift on a shared machine
+// moves a whole round; a candidate's score in a round is its time per byte over the
+// incumbent's. After kRounds rounds the tuner settles on the candidate with the lowest median
+// score where that median is under kMaxScore and it beat the incumbent in three rounds of four
+// (the probe's sign test), else on the incumbent, and never changes again: 8 rounds of 5
+// candidates are 40 batch-1 steps, which the engine's warm-up decodes before serving
+// (Backend::TuningOnServedSteps), so calibration and the first requests see the settled
+// distance. Not thread-safe (GemmPlanner holds its lock).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace saturn::cpu {
+
+class StreamTuner {
+ public:
+  static constexpr int kRounds = 8;
+  static constexpr double kMaxScore = 0.97;
+
+  // candidates: the distances to try (bytes; the incumbent among them or not).
+  StreamTuner(const std::vector<int64_t>& candidates, int64_t incumbent);
+
+  // The distance for the next M = 1 GEMM, on `weights` (which mark where a pass starts).
+  int64_t Next(const void* weights);
+  // That GEMM ran with `used` and moved `bytes` of weights in `seconds`.
+  void Record(int64_t used, double bytes, double seconds);
+
+  bool settled() const { return settled_; }
+  int64_t incumbent() const { return candidates_[0]; }
+  // e.g. "8192 (tuned on served steps: 0.81x the probe's 2048's time over 8 rounds)" or
+  // "2048 (probe; tuning on served steps, round 3 of 8)".
+  std::string Describe() const;
+
+ private:
+  int64_t Current() const { return settled_ ? chosen_ : candidates_[order_[slot_]]; }
+  void StartRound();
+  void EndTrial();
+  void Settle();
+
+  std::vector<int64_t> candidates_;  // [0] is the incumbent
+  std::vector<int> order_;           // this round's order of candidate indices
+  size_t slot_ = 0;                  // position in order_
+  int round_ = 0;
+  const void* pass_start_ = nullptr;  // the weights a pass starts on
+  double trial_bytes_ = 0, trial_seconds_ = 0;
+  std::vector<double> round_spb_;            // this round's seconds per byte, by candidate
+  std::vector<std::vector<double>> scores_;  // per candidate: spb / incumbent's spb, by round
+  bool settled_ = false;
+  int64_t chosen_ = 0;
+  double chosen_score_ = 1;
+};
+
+}  // namespace saturn::cpu
