@@ -134,7 +134,7 @@ void Engine::Impl::FillFixedInfo(int max_model_len, size_t kv_bytes_per_block,
 // M = 1 weight-stream prefetch distance), so serving and calibration start on the settled one;
 // at most kWarmupMaxTokens tokens. Its step records are dropped.
 absl::Status Engine::Impl::Warmup() {
-  constexpr int kPrompt = 8, kMinTokens = 2, kWarmupMaxTokens = 64;
+  constexpr int kPrompt = 8, kMinTokens = 2, kWarmupMaxTokens = 72;
   GenerateRequest req;
   const int vocab = runner_->model().vocab_size;
   for (int i = 0; i < kPrompt; ++i) req.prompt.push_back((i * 7 + 3) % vocab);

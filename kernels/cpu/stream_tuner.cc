@@ -34,7 +34,14 @@ void StreamTuner::StartRound() {
 int64_t StreamTuner::Next(const void* weights) {
   if (settled_) return chosen_;
   if (pass_start_ == nullptr) pass_start_ = weights;
-  if (weights == pass_start_ && trial_bytes_ > 0) EndTrial();  // a pass is complete
+  if (weights == pass_start_ && trial_bytes_ > 0) {  // a pass is complete
+    if (burn_in_left_ > 0) {
+      --burn_in_left_;
+      trial_bytes_ = trial_seconds_ = 0;
+    } else {
+      EndTrial();
+    }
+  }
   return Current();
 }
 
@@ -74,6 +81,10 @@ void StreamTuner::Settle() {
 }
 
 std::string StreamTuner::Describe() const {
+  if (!settled_ && burn_in_left_ > 0) {
+    return absl::StrCat(incumbent(), " (probe; tuning on served steps after ", burn_in_left_,
+                        " more passes at it)");
+  }
   if (!settled_) {
     return absl::StrCat(incumbent(), " (probe; tuning on served steps, round ", round_ + 1, " of ",
                         kRounds, ")");

@@ -19,8 +19,9 @@
 // moves a whole round; a candidate's score in a round is its time per byte over the
 // incumbent's. After kRounds rounds the tuner settles on the candidate with the lowest median
 // score where that median is under kMaxScore and it beat the incumbent in three rounds of four
-// (the probe's sign test), else on the incumbent, and never changes again: 8 rounds of 5
-// candidates are 40 batch-1 steps, which the engine's warm-up decodes before serving
+// (the probe's sign test), else on the incumbent, and never changes again. The rounds start
+// after kBurnInPasses passes at the incumbent; with 5 candidates that is 56 batch-1 steps,
+// which the engine's warm-up decodes before serving
 // (Backend::TuningOnServedSteps), so calibration and the first requests see the settled
 // distance. Not thread-safe (GemmPlanner holds its lock).
 #pragma once
@@ -33,6 +34,11 @@ namespace saturn::cpu {
 
 class StreamTuner {
  public:
+  // Passes at the incumbent before the first round. On the Xeon VM the distances' scores
+  // drifted over a model's first passes after loading (8 KiB: 0.95-1.02x 2 KiB's time in the
+  // first two rounds, 0.77-0.86x from the third on, in five starts), and serving lives in the
+  // later regime.
+  static constexpr int kBurnInPasses = 16;
   static constexpr int kRounds = 8;
   static constexpr double kMaxScore = 0.97;
 
@@ -61,6 +67,7 @@ class StreamTuner {
   size_t slot_ = 0;                  // position in order_
   int round_ = 0;
   const void* pass_start_ = nullptr;  // the weights a pass starts on
+  int burn_in_left_ = kBurnInPasses;
   double trial_bytes_ = 0, trial_seconds_ = 0;
   std::vector<double> round_spb_;            // this round's seconds per byte, by candidate
   std::vector<std::vector<double>> scores_;  // per candidate: spb / incumbent's spb, by round

@@ -114,7 +114,8 @@ TEST(CpuBackendTest, BatchOneStreamsSettleThePrefetchDistanceOnServedPasses) {
   }
   EXPECT_TRUE(tuned_once);
   EXPECT_FALSE(b->TuningOnServedSteps()) << "still tuning after " << pass << " passes";
-  EXPECT_LE(pass, 5 * cpu::StreamTuner::kRounds + 1);  // five candidates a round
+  // The burn-in, then rounds of five candidates.
+  EXPECT_LE(pass, cpu::StreamTuner::kBurnInPasses + 5 * cpu::StreamTuner::kRounds + 1);
   EXPECT_TRUE(absl::StrContains(b->KernelPlan(), "served steps")) << b->KernelPlan();
 }
 
