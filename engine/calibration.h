@@ -7,9 +7,9 @@
 // contention correction on the CPU backend), the spread reported beside it:
 //  - GEMM peak: the best of a large square GEMM and a GEMM at the model's own prefill shape,
 //    in the compute dtype.
-//  - Memory bandwidth: the best of a read-only weight stream through the backend's GEMM at
-//    M = 1 (what a decode step does, all threads) and a device-to-device copy (bytes read
-//    plus written).
+//  - Memory bandwidth: the best of read-only weight streams through the backend's GEMM at
+//    M = 1 (what a decode step does, all threads; f32 weights and the backend's weight dtype)
+//    and a device-to-device copy (bytes read plus written).
 //  - Op dispatch cost: many tiny ops issued back to back, total time / count (the kernel
 //    launch cost on CUDA, the dispatch cost on the CPU backend).
 //  - On CUDA, the datasheet-style ceilings from the device's properties beside them.
