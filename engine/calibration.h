@@ -78,7 +78,7 @@ struct CalibrationOptions {
 absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions& options = {});
 
 std::string CalibrationToJson(const Calibration& c);
-absl::StatusOr<Calibration> CalibrationFromJson(const std::string& json);
+absl::StatusOr<Calibration> CalibrationFromJson(const std::string& text);
 absl::Status SaveCalibration(const Calibration& c, const std::string& path);
 absl::StatusOr<Calibration> LoadCalibration(const std::string& path);
 
