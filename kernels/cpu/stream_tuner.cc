@@ -35,6 +35,13 @@ int64_t StreamTuner::Next(const void* weights) {
   if (settled_) return chosen_;
   if (pass_start_ == nullptr) pass_start_ = weights;
   if (weights == pass_start_ && trial_bytes_ > 0) {  // a pass is complete
+    if (first_pass_bytes_ == 0) {
+      first_pass_bytes_ = trial_bytes_;
+      if (first_pass_bytes_ < kMinPassBytes) {
+        settled_ = true;  // chosen_ is the incumbent
+        return chosen_;
+      }
+    }
     if (burn_in_left_ > 0) {
       --burn_in_left_;
       trial_bytes_ = trial_seconds_ = 0;
@@ -90,6 +97,11 @@ std::string StreamTuner::Describe() const {
                         kRounds, ")");
   }
   if (candidates_.size() < 2) return absl::StrCat(chosen_);
+  if (first_pass_bytes_ > 0 && first_pass_bytes_ < kMinPassBytes) {
+    return absl::StrCat(chosen_, " (probe; a pass moves ",
+                        absl::StrFormat("%.1f", first_pass_bytes_ / (1 << 20)),
+                        " MiB, which stays in cache: not tuned)");
+  }
   if (chosen_ == incumbent()) {
     return absl::StrCat(chosen_, " (probe; no other distance won on ", kRounds,
                         " rounds of served steps)");

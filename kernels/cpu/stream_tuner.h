@@ -39,6 +39,9 @@ class StreamTuner {
   // first two rounds, 0.77-0.86x from the third on, in five starts), and serving lives in the
   // later regime.
   static constexpr int kBurnInPasses = 16;
+  // A first pass that moved less than this stays in the caches from step to step (the tiny
+  // test model's one 4 MiB matrix): the tuner settles on the incumbent at once.
+  static constexpr double kMinPassBytes = 32.0 * (1 << 20);
   static constexpr int kRounds = 8;
   static constexpr double kMaxScore = 0.97;
 
@@ -68,6 +71,7 @@ class StreamTuner {
   int round_ = 0;
   const void* pass_start_ = nullptr;  // the weights a pass starts on
   int burn_in_left_ = kBurnInPasses;
+  double first_pass_bytes_ = 0;  // 0 until the first pass is complete
   double trial_bytes_ = 0, trial_seconds_ = 0;
   std::vector<double> round_spb_;            // this round's seconds per byte, by candidate
   std::vector<std::vector<double>> scores_;  // per candidate: spb / incumbent's spb, by round

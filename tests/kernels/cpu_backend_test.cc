@@ -79,11 +79,11 @@ TEST(CpuBackendTest, KernelPlanNamesTheChosenPaths) {
 // Batch-1 GEMMs on weights of 1 MiB or more settle the M = 1 stream's prefetch distance on
 // passes over them (kernels/cpu/stream_tuner.h): the backend says it is tuning until it has
 // settled, names the outcome in its kernel plan, and every pass computes the same outputs.
-// Smaller weights never start it.
+// Smaller weights never start it, and a pass that stays in cache is not tuned.
 TEST(CpuBackendTest, BatchOneStreamsSettleThePrefetchDistanceOnServedPasses) {
   std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::BestIsa(), "f32");
   std::mt19937 rng(7);
-  const int k = 512, n = 512;  // 1 MiB of f32 each
+  const int k = 1024, n = 4096;  // 16 MiB of f32 each, 48 MiB a pass
   DevTensor x = F32(*b, 1, k, Random(rng, k));
   std::vector<DevTensor> ws, outs;
   for (int i = 0; i < 3; ++i) {
@@ -117,6 +117,15 @@ TEST(CpuBackendTest, BatchOneStreamsSettleThePrefetchDistanceOnServedPasses) {
   // The burn-in, then rounds of five candidates.
   EXPECT_LE(pass, cpu::StreamTuner::kBurnInPasses + 5 * cpu::StreamTuner::kRounds + 1);
   EXPECT_TRUE(absl::StrContains(b->KernelPlan(), "served steps")) << b->KernelPlan();
+
+  // 2 MiB a pass: settled after the first one, untuned.
+  std::unique_ptr<Backend> c = MakeCpuIsa(2, cpu::BestIsa(), "f32");
+  DevTensor cx = F32(*c, 1, 512, Random(rng, 512)),
+            cw = F32(*c, 1024, 512, Random(rng, 512 * 1024));
+  DevTensor cout = Poisoned(*c, 1, 1024);
+  for (int p = 0; p < 2; ++p) ASSERT_TRUE(c->Gemm(cx.t, cw.t, cout.t).ok());
+  EXPECT_FALSE(c->TuningOnServedSteps());
+  EXPECT_TRUE(absl::StrContains(c->KernelPlan(), "stays in cache: not tuned")) << c->KernelPlan();
 }
 
 // The device name says whether the AMX GEMMs run for these weights (bf16 at the AVX-512 level

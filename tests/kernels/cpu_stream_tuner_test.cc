@@ -17,7 +17,7 @@ const char kWeights[3] = {};  // three GEMMs' weights: only their addresses matt
 constexpr int kBurnIn = StreamTuner::kBurnInPasses;
 constexpr int kTuning = kBurnIn + 4 * StreamTuner::kRounds;  // passes until settled
 
-// Serves `passes` passes of three GEMMs (weights a, b, c of 4 MiB each); a GEMM run with
+// Serves `passes` passes of three GEMMs (weights a, b, c of 16 MiB each); a GEMM run with
 // distance d takes spb(d, pass) seconds per byte. Returns the distances each pass ran with.
 template <typename Spb>
 std::vector<int64_t> Serve(StreamTuner& t, int passes, Spb spb) {
@@ -28,7 +28,7 @@ std::vector<int64_t> Serve(StreamTuner& t, int passes, Spb spb) {
       const int64_t d = t.Next(&w);
       if (first < 0) first = d;
       EXPECT_EQ(d, first) << "the distance changed within pass " << p;
-      const double bytes = 4.0 * (1 << 20);
+      const double bytes = 16.0 * (1 << 20);
       t.Record(d, bytes, bytes * spb(d, p));
     }
     used.push_back(first);
@@ -91,6 +91,19 @@ TEST(StreamTunerTest, IgnoresRunsWithAnotherDistanceAndSettledNeverMoves) {
   EXPECT_NE(chosen, 0);
   Serve(t, 10, [](int64_t dist, int) { return dist == 0 ? 0.1e-10 : 1e-10; });
   EXPECT_EQ(t.Next(&w), chosen);
+}
+
+TEST(StreamTunerTest, APassThatStaysInCacheIsNotTuned) {
+  StreamTuner t(kCandidates, 2048);
+  for (int p = 0; p < 2; ++p) {
+    const int64_t d = t.Next(&kWeights[0]);
+    EXPECT_EQ(d, 2048);
+    t.Record(d, 4.0 * (1 << 20), 1e-4);  // 4 MiB a pass
+  }
+  EXPECT_TRUE(t.settled());
+  EXPECT_NE(t.Describe().find("a pass moves 4.0 MiB, which stays in cache: not tuned"),
+            std::string::npos)
+      << t.Describe();
 }
 
 TEST(StreamTunerTest, ACandidateListOfOneIsSettledAtOnce) {
