@@ -257,17 +257,16 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
     x_bf16 = xbp;
   }
   switch (path) {
-    case GemmPath::kSkinny:
+    case GemmPath::kSkinny: {
+      const auto t0 = std::chrono::steady_clock::now();
+      Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes);
       if (tuned_stream) {
-        const auto t0 = std::chrono::steady_clock::now();
-        Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes);
         planner->RecordStream(
             w, prefetch_bytes,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      } else {
-        Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes);
       }
       break;
+    }
     case GemmPath::kBlocked:
       Blocked(pool, kernels, xin, x_bf16, w, parts);
       break;

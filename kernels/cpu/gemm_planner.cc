@@ -141,20 +141,7 @@ int64_t MeasurePrefetch(ThreadPool& pool, const IsaKernels& kernels, const Tenso
     if (round == 0 || !(us[0] > 0)) continue;  // the warm-up
     for (int c = 1; c < count; ++c) scores[c].push_back(us[c] / us[0]);
   }
-  int best = 0;
-  double best_score = 0.97;
-  for (int c = 1; c < count; ++c) {
-    std::vector<double>& v = scores[c];
-    if (v.empty()) continue;
-    const auto wins = std::count_if(v.begin(), v.end(), [](double r) { return r < 1; });
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    const double median = v[v.size() / 2];
-    if (median < best_score && 4 * wins >= 3 * static_cast<int64_t>(v.size())) {
-      best = c;
-      best_score = median;
-    }
-  }
-  return candidates[best];
+  return candidates[ClearWinner(scores, StreamTuner::kMaxScore)];
 }
 
 // MeasurePrefetch once per process for each (kind, kernel level, weight dtype, threads): the
@@ -262,7 +249,7 @@ int64_t GemmPlanner::StreamPrefetchBytes(ThreadPool& pool, const IsaKernels& ker
                                          const Tensor& w) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t probed = PlanFor(pool, kernels, w).prefetch_bytes;
-  if (w.dtype != tuned_dtype_ || w.bytes() < kMinTunedBytes) return probed;
+  if (!Tuned(w)) return probed;
   if (tuner_ == nullptr) {
     tuner_ = std::make_unique<StreamTuner>(std::vector<int64_t>(std::begin(kPrefetchByteCandidates),
                                                                 std::end(kPrefetchByteCandidates)),
@@ -273,7 +260,7 @@ int64_t GemmPlanner::StreamPrefetchBytes(ThreadPool& pool, const IsaKernels& ker
 
 void GemmPlanner::RecordStream(const Tensor& w, int64_t prefetch_bytes, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (tuner_ == nullptr || w.dtype != tuned_dtype_ || w.bytes() < kMinTunedBytes) return;
+  if (tuner_ == nullptr || !Tuned(w)) return;
   tuner_->Record(prefetch_bytes, static_cast<double>(w.bytes()), seconds);
 }
 

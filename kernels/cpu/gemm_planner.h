@@ -43,8 +43,8 @@ class GemmPlanner {
   int PrefetchBlocks(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
   int64_t PrefetchBytes(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
   // The M = 1 row stream's distance for served GEMMs on w: the probe's, then the StreamTuner's
-  // (stream_tuner.h) for weights of tuned_dtype() of at least kMinTunedBytes (smaller ones stay
-  // in cache, where the distance hardly matters). RecordStream reports how such a GEMM ran.
+  // (stream_tuner.h) for weights of the tuned dtype of at least kMinTunedBytes (smaller ones
+  // stay in cache, where the distance hardly matters). RecordStream reports how such a GEMM ran.
   int64_t StreamPrefetchBytes(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
   void RecordStream(const Tensor& w, int64_t prefetch_bytes, double seconds);
   // True while the tuner has started on served GEMMs and not settled yet.
@@ -52,7 +52,6 @@ class GemmPlanner {
   // The weight dtype whose served M = 1 GEMMs tune the distance (the backend's weights; others,
   // such as calibration's f32 stream beside bf16 weights, keep the probe's).
   void set_tuned_dtype(DType dtype) { tuned_dtype_ = dtype; }
-  DType tuned_dtype() const { return tuned_dtype_; }
   static constexpr size_t kMinTunedBytes = size_t{1} << 20;
   // The measured choices so far, e.g. "k768/f32: prefetch=2 1=skinny ... more=blocked".
   std::string Describe() const;
@@ -71,6 +70,9 @@ class GemmPlanner {
   };
   Plan Probe(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
   const Plan& PlanFor(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);  // mu_ held
+  bool Tuned(const Tensor& w) const {  // whether w's M = 1 streams go through tuner_
+    return w.dtype == tuned_dtype_ && w.bytes() >= kMinTunedBytes;
+  }
 
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, int>, Plan> plans_;  // (k, dtype) -> plan

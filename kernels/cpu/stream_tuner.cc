@@ -9,6 +9,24 @@
 
 namespace saturn::cpu {
 
+int ClearWinner(const std::vector<std::vector<double>>& scores, double max_score, double* median) {
+  int best = 0;
+  double best_median = max_score;
+  for (size_t c = 1; c < scores.size(); ++c) {
+    std::vector<double> v = scores[c];
+    if (v.empty()) continue;
+    const auto wins = std::count_if(v.begin(), v.end(), [](double r) { return r < 1; });
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    const double m = v[v.size() / 2];
+    if (m < best_median && 4 * wins >= 3 * static_cast<int64_t>(v.size())) {
+      best = static_cast<int>(c);
+      best_median = m;
+    }
+  }
+  if (median != nullptr) *median = best == 0 ? 1.0 : best_median;
+  return best;
+}
+
 StreamTuner::StreamTuner(const std::vector<int64_t>& candidates, int64_t incumbent) {
   candidates_.push_back(incumbent);
   for (int64_t c : candidates) {
@@ -74,17 +92,7 @@ void StreamTuner::EndTrial() {
 
 void StreamTuner::Settle() {
   settled_ = true;
-  for (size_t c = 1; c < candidates_.size(); ++c) {
-    std::vector<double> v = scores_[c];
-    const auto wins = std::count_if(v.begin(), v.end(), [](double s) { return s < 1; });
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    const double median = v[v.size() / 2];
-    if (median < std::min(kMaxScore, chosen_score_) &&
-        4 * wins >= 3 * static_cast<int64_t>(v.size())) {
-      chosen_ = candidates_[c];
-      chosen_score_ = median;
-    }
-  }
+  chosen_ = candidates_[ClearWinner(scores_, kMaxScore, &chosen_score_)];
 }
 
 std::string StreamTuner::Describe() const {

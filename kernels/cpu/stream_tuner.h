@@ -32,6 +32,15 @@
 
 namespace saturn::cpu {
 
+// The rule the planner's prefetch probe and StreamTuner both decide by. scores[c] holds
+// candidate c's paired ratios (its time over the incumbent's, one per round; scores[0], the
+// incumbent's, is ignored). The winner is the candidate with the lowest median ratio under
+// max_score that also won (ratio < 1) in at least three rounds of four: a sign test, so one
+// lucky round cannot carry it. Returns 0 (the incumbent) when none qualifies, else the winner's
+// index; *median, where given, gets the winner's median ratio (1 for the incumbent).
+int ClearWinner(const std::vector<std::vector<double>>& scores, double max_score,
+                double* median = nullptr);
+
 class StreamTuner {
  public:
   // Passes at the incumbent before the first round. On the Xeon VM the distances' scores
@@ -43,7 +52,7 @@ class StreamTuner {
   // test model's one 4 MiB matrix): the tuner settles on the incumbent at once.
   static constexpr double kMinPassBytes = 32.0 * (1 << 20);
   static constexpr int kRounds = 8;
-  static constexpr double kMaxScore = 0.97;
+  static constexpr double kMaxScore = 0.97;  // also the planner's probe's (ClearWinner)
 
   // candidates: the distances to try (bytes; the incumbent among them or not).
   StreamTuner(const std::vector<int64_t>& candidates, int64_t incumbent);
