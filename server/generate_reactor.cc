@@ -66,14 +66,7 @@ struct GenerateReactor::Call {
 
   // Engine thread. Never blocks beyond the mutex.
   void OnEvent(const TokenEvent& ev) {
-    if (!ev.token_ids.empty()) {
-      if (metrics != nullptr && last_token_us > 0) {
-        metrics->ObserveInterToken((ev.time_us - last_token_us) * 1e-6,
-                                   static_cast<int>(ev.token_ids.size()));
-      }
-      last_token_us = ev.time_us;
-    }
-    if (ev.final && metrics != nullptr) metrics->ObserveFinal(ev);
+    if (metrics != nullptr) metrics->ObserveEvent(ev, &last_token_us);
     std::lock_guard<std::mutex> lock(mu);
     std::string piece;
     if (tokenizer != nullptr) {

@@ -59,6 +59,11 @@ ABSL_FLAG(std::string, save_calibration, "", "Write the calibration in force to 
 ABSL_FLAG(int, metrics_port, 0,
           "Serve Prometheus metrics at http://HOST:PORT/metrics, HOST being --listen's host "
           "(0: off; -1: any free port, logged)");
+ABSL_FLAG(int, http_port, 0,
+          "Serve the OpenAI-compatible HTTP API (/v1/completions, /v1/models, /health) at "
+          "http://HOST:PORT, HOST being --listen's host (0: off; -1: any free port, logged)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "The model id the HTTP API lists and requests name (empty: --model as given)");
 ABSL_FLAG(double, metrics_window_seconds, 10,
           "Window of the saturn: diagnostics gauges (bottleneck class, MFU, MBU, busy)");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -115,6 +120,8 @@ int main(int argc, char** argv) {
   config.probe_steps_ms = absl::GetFlag(FLAGS_probe_steps_ms);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_window_seconds = absl::GetFlag(FLAGS_metrics_window_seconds);
+  config.http_port = absl::GetFlag(FLAGS_http_port);
+  config.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   config.tls_key = absl::GetFlag(FLAGS_tls_key);
   config.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);

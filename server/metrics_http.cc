@@ -1,5 +1,5 @@
-// MetricsHttpServer and the exposition text. cpp-httplib (Debian libcpp-httplib-dev, built
-// with OpenSSL) is included by this file only.
+// MetricsHttpServer and the exposition text, served by cpp-httplib with the gRPC port's
+// security (server/http_listener.h).
 #include "server/metrics_http.h"
 
 #include <httplib.h>
@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/http_listener.h"
 #include "server/request_metrics.h"
-#include "server/security.h"
 
 namespace saturn {
 namespace {
@@ -101,66 +101,29 @@ MetricsHttpServer::MetricsHttpServer(ServingState* state, DiagnosticsState* diag
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 absl::Status MetricsHttpServer::Start(const std::string& host, int port) {
-  if (http_ != nullptr) return absl::FailedPreconditionError("metrics endpoint started twice");
-  // The gRPC port's security applies here too (server/security.h): HTTPS with the same
-  // certificate (and client CA), and the bearer token under --auth_scope=all.
-  const ServerConfig& config = state_->config();
-  if (!config.tls_cert.empty()) {
-    auto https = std::make_unique<httplib::SSLServer>(
-        config.tls_cert.c_str(), config.tls_key.c_str(),
-        config.tls_client_ca.empty() ? nullptr : config.tls_client_ca.c_str());
-    if (!https->is_valid()) {
-      return absl::InvalidArgumentError(
-          "--tls_cert, --tls_key: the metrics endpoint cannot load them (PEM certificate and "
-          "matching key expected)");
-    }
-    http_ = std::move(https);
-  } else {
-    http_ = std::make_unique<httplib::Server>();
+  if (absl::Status s = listener_.Init(state_->config(), "the metrics endpoint",
+                                      [](httplib::Response& res) {
+                                        res.set_content(
+                                            "saturn-server: send \"Authorization: Bearer "
+                                            "<token>\"\n",
+                                            "text/plain");
+                                      });
+      !s.ok()) {
+    return s;
   }
-  if (config.auth_scope == "all") {
-    absl::StatusOr<std::string> token = ReadAuthToken(config.auth_token_file);
-    if (!token.ok()) {
-      http_.reset();
-      return token.status();
-    }
-    http_->set_pre_routing_handler(
-        [token = *token](const httplib::Request& req, httplib::Response& res) {
-          if (BearerMatches(req.get_header_value("Authorization"), token)) {
-            return httplib::Server::HandlerResponse::Unhandled;
-          }
-          res.status = 401;
-          res.set_header("WWW-Authenticate", "Bearer");
-          res.set_content("saturn-server: send \"Authorization: Bearer <token>\"\n", "text/plain");
-          return httplib::Server::HandlerResponse::Handled;
-        });
-  }
+  httplib::Server& http = listener_.server();
   // Scrapes are rare and cheap: two workers, not httplib's default pool.
-  http_->new_task_queue = [] { return new httplib::ThreadPool(2); };
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(RenderMetrics(state_, diag_, window_seconds_),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
-  http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("saturn-server: metrics at /metrics\n", "text/plain");
   });
-  const int bound =
-      port < 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    http_.reset();
-    return absl::UnavailableError(
-        absl::StrFormat("--metrics_port: cannot listen on %s:%d (address in use?)", host, port));
-  }
-  port_ = bound;
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
-  return absl::OkStatus();
+  return listener_.Listen(host, port, "--metrics_port");
 }
 
-void MetricsHttpServer::Stop() {
-  if (http_ == nullptr) return;
-  http_->stop();
-  if (thread_.joinable()) thread_.join();
-  http_.reset();
-}
+void MetricsHttpServer::Stop() { listener_.Stop(); }
 
 }  // namespace saturn

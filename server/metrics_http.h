@@ -6,17 +6,12 @@
 // calls them in order); scrapes run concurrently with everything else.
 #pragma once
 
-#include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "server/diagnostics_state.h"
+#include "server/http_listener.h"
 #include "server/serving_state.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace saturn {
 
@@ -35,15 +30,13 @@ class MetricsHttpServer {
   absl::Status Start(const std::string& host, int port);
   // Stops serving and joins. Idempotent.
   void Stop();
-  int port() const { return port_; }
+  int port() const { return listener_.port(); }
 
  private:
   ServingState* state_;
   DiagnosticsState* diag_;
   double window_seconds_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
-  int port_ = 0;
+  HttpListener listener_;
 };
 
 }  // namespace saturn

@@ -99,6 +99,17 @@ void RequestMetrics::ObserveFinal(const TokenEvent& ev) {
   }
 }
 
+void RequestMetrics::ObserveEvent(const TokenEvent& ev, double* last_token_us) {
+  if (!ev.token_ids.empty()) {
+    if (*last_token_us > 0) {
+      ObserveInterToken((ev.time_us - *last_token_us) * 1e-6,
+                        static_cast<int>(ev.token_ids.size()));
+    }
+    *last_token_us = ev.time_us;
+  }
+  if (ev.final) ObserveFinal(ev);
+}
+
 void RequestMetrics::ObserveInterToken(double gap_s, int tokens) {
   if (tokens <= 0 || !(gap_s >= 0)) return;
   std::lock_guard<std::mutex> lock(mu_);

@@ -50,6 +50,10 @@ class RequestMetrics {
   // inter-token latency observation of gap_s / tokens per token (vLLM v1's
   // inter_token_latency_seconds). Engine thread.
   void ObserveInterToken(double gap_s, int tokens);
+  // One event of a request's stream, as every front feeds it: the inter-token gap since
+  // `*last_token_us` (the stream's own, updated here; 0 before its first token) and, on the
+  // final event, ObserveFinal. Engine thread.
+  void ObserveEvent(const TokenEvent& ev, double* last_token_us);
   // Adds the steps in `ring` that ended after the last call to the tokens-per-step histogram
   // (steps the ring dropped between two scrapes are not counted).
   void ObserveSteps(const StepRing& ring);

@@ -48,10 +48,12 @@ class SaturnService final : public SaturnRawService {
                                                 const grpc::ByteBuffer* raw,
                                                 grpc::ByteBuffer* response) override;
 
- private:
+  // The server-level request limits for `engine` and a fresh default seed: what every front
+  // (gRPC here, the OpenAI HTTP API) hands ToEngineRequest.
   PromptLimits Limits(const Engine& engine) const;
   int64_t NextSeed();
 
+ private:
   ServingState* state_;
   DiagnosticsState* diag_;
   std::atomic<uint64_t> seed_counter_;

@@ -16,6 +16,7 @@
 #include "server/diagnostics_state.h"
 #include "server/listen_address.h"
 #include "server/metrics_http.h"
+#include "server/openai_http.h"
 #include "server/saturn_service.h"
 #include "server/security.h"
 
@@ -35,8 +36,9 @@ std::string BoundAddress(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
 }
 
-// The metrics endpoint binds the gRPC listen host (brackets of an IPv6 literal removed).
-std::string MetricsHost(const std::string& listen) {
+// The HTTP listeners (metrics, OpenAI API) bind the gRPC listen host (brackets of an IPv6
+// literal removed).
+std::string HttpHost(const std::string& listen) {
   if (listen.rfind("unix:", 0) == 0) return "127.0.0.1";
   std::string host = listen.substr(0, listen.rfind(':'));
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
@@ -58,6 +60,8 @@ ServerApp::ServerApp(ServerConfig config)
 ServerApp::~ServerApp() { Shutdown(); }
 
 int ServerApp::metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
+
+int ServerApp::http_port() const { return openai_ != nullptr ? openai_->port() : 0; }
 
 void ServerApp::AddService(std::unique_ptr<grpc::Service> service) {
   extra_services_.push_back(std::move(service));
@@ -142,12 +146,21 @@ absl::Status ServerApp::LoadEngine() {
   if (config_.metrics_port != 0) {
     metrics_ =
         std::make_unique<MetricsHttpServer>(&state_, diag_.get(), config_.metrics_window_seconds);
-    if (absl::Status s = metrics_->Start(MetricsHost(config_.listen), config_.metrics_port);
-        !s.ok()) {
+    if (absl::Status s = metrics_->Start(HttpHost(config_.listen), config_.metrics_port); !s.ok()) {
       return s;
     }
-    Log(absl::StrCat("metrics at http://", MetricsHost(config_.listen), ":", metrics_->port(),
+    Log(absl::StrCat("metrics at http://", HttpHost(config_.listen), ":", metrics_->port(),
                      "/metrics"));
+  }
+  if (config_.http_port != 0) {
+    openai_ = std::make_unique<OpenAiHttpServer>(
+        &state_, saturn_service_.get(), diag_.get(),
+        config_.served_model_name.empty() ? config_.engine.model : config_.served_model_name);
+    if (absl::Status s = openai_->Start(HttpHost(config_.listen), config_.http_port); !s.ok()) {
+      return s;
+    }
+    Log(absl::StrCat("OpenAI-compatible API at http://", HttpHost(config_.listen), ":",
+                     openai_->port(), "/v1"));
   }
   return absl::OkStatus();
 }
@@ -189,6 +202,7 @@ void ServerApp::Shutdown() {
   if (engine_ != nullptr) engine_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kServerShutdownDeadline));
   server_->Wait();
+  if (openai_ != nullptr) openai_->Stop();
   if (!state_.WaitIdle(absl::Now() + kAbortWait)) {
     // A call still holds the engine; exiting without freeing it beats freeing it under it.
     Log("a call did not end; leaving the engine allocated");

@@ -4,11 +4,12 @@
 //                     Saturn calls answer UNAVAILABLE "model is loading"
 //   LoadEngine():     Engine::Create (load, warm up) -> calibration (measured on the engine
 //                     thread by Engine::Calibrate, or loaded) -> health SERVING -> metrics
-//                     endpoint (--metrics_port)
+//                     endpoint (--metrics_port) -> OpenAI-compatible API (--http_port)
 //   Shutdown():       metrics endpoint stopped, health NOT_SERVING, refuse new calls,
 //                     in-flight streams get shutdown_grace, then the rest are cancelled in the
 //                     engine and end with UNAVAILABLE; Engine::Shutdown; gRPC server shut
-//                     down; engine freed
+//                     down; HTTP API stopped (new requests got 503 since the drain began);
+//                     engine freed
 //
 // The Diagnostics service (server/diagnostics_service.h) is registered by the constructor.
 // Another service is one AddService() line before StartListening; it can
@@ -33,6 +34,7 @@ namespace saturn {
 class SaturnService;
 class DiagnosticsState;
 class MetricsHttpServer;
+class OpenAiHttpServer;
 
 class ServerApp {
  public:
@@ -72,6 +74,8 @@ class ServerApp {
   DiagnosticsState* diagnostics() const { return diag_.get(); }
   // The metrics endpoint's port once LoadEngine started it; 0 when off.
   int metrics_port() const;
+  // The OpenAI-compatible API's port once LoadEngine started it; 0 when off.
+  int http_port() const;
 
  private:
   void SetServing(bool serving);
@@ -85,6 +89,7 @@ class ServerApp {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
+  std::unique_ptr<OpenAiHttpServer> openai_;
   int port_ = 0;
   std::mutex shutdown_mu_;
   bool shut_down_ = false;

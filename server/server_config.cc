@@ -133,6 +133,19 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--metrics_port: must be in [0, 65535] (0: off; -1: any free port), got %d", metrics_port));
   }
+  if (http_port < -1 || http_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--http_port: must be in [0, 65535] (0: off; -1: any free port), got %d", http_port));
+  }
+  if (http_port != 0 && http_port == metrics_port) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--http_port: %d is --metrics_port's too; give each its own", http_port));
+  }
+  if (served_model_name.size() > 256 ||
+      served_model_name.find_first_of("\"\\\n\r") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "--served_model_name: at most 256 bytes, without quotes, backslashes or line breaks");
+  }
   if (!(metrics_window_seconds > 0 && metrics_window_seconds <= 3600)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--metrics_window_seconds: must be in (0, 3600], got %g", metrics_window_seconds));

@@ -31,6 +31,11 @@ struct ServerConfig {
   // binds the host of `listen` (127.0.0.1 for unix: addresses).
   int metrics_port = 0;
   double metrics_window_seconds = 10;  // window of the saturn: diagnostics gauges
+  // The OpenAI-compatible HTTP API (server/openai_http.h): 0 off; -1 any free port (logged);
+  // else the port, on the host of `listen` as the metrics endpoint.
+  int http_port = 0;
+  // The model id /v1/models lists and requests name ("": --model as given).
+  std::string served_model_name;
   // Security (server/security.h, docs/SECURITY.md). PEM files: cert + key turn TLS on (gRPC
   // and metrics); a client CA makes it mutual TLS.
   std::string tls_cert;

@@ -30,6 +30,17 @@ TEST(ServerConfigTest, DefaultsAreValid) {
 
 TEST(ServerConfigTest, BadFlagsNameTheFlag) {
   ServerConfig c = Valid();
+  c.http_port = 70000;
+  ExpectNames(c, "--http_port");
+  c.http_port = -2;
+  ExpectNames(c, "--http_port");
+  c.http_port = 8000;
+  c.metrics_port = 8000;
+  ExpectNames(c, "--http_port");
+  c = Valid();
+  c.served_model_name = "a\"b";
+  ExpectNames(c, "--served_model_name");
+  c = Valid();
   c.probe_steps_ms = -1;
   ExpectNames(c, "--probe_steps_ms");
   c.probe_steps_ms = 1e9;

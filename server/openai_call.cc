@@ -1,0 +1,146 @@
+// OpenAiCall: the engine-thread queue and the worker's text assembly.
+#include "server/openai_call.h"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "server/stop_strings.h"
+#include "server/text_stream.h"
+
+namespace saturn {
+
+struct OpenAiCall::Events {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<TokenEvent> queue;
+  Engine* engine = nullptr;
+  int64_t request_id = 0;  // 0 until Submit returned
+  bool aborted = false;    // shutdown past the grace period
+  RequestMetrics* metrics = nullptr;
+  double last_token_us = 0;  // engine thread only
+
+  void Push(const TokenEvent& ev) {
+    if (metrics != nullptr) metrics->ObserveEvent(ev, &last_token_us);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      queue.push_back(ev);
+    }
+    cv.notify_one();
+  }
+  void Abort() {
+    int64_t id = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      aborted = true;
+      id = request_id;
+    }
+    if (id != 0) engine->Cancel(id);  // before Submit returned, Submit cancels
+  }
+};
+
+absl::StatusOr<std::unique_ptr<OpenAiCall>> OpenAiCall::Admit(ServingState* state) {
+  std::unique_ptr<OpenAiCall> call(new OpenAiCall());
+  call->state_ = state;
+  call->events_ = std::make_shared<Events>();
+  std::weak_ptr<Events> weak = call->events_;
+  std::optional<int64_t> token = state->BeginCall([weak] {
+    if (auto events = weak.lock()) events->Abort();
+  });
+  if (!token.has_value()) return absl::UnavailableError("server shutting down");
+  call->call_token_ = token;
+  call->engine_ = state->engine();
+  if (call->engine_ == nullptr) return absl::UnavailableError("model is loading; retry later");
+  call->events_->engine = call->engine_;
+  return call;
+}
+
+OpenAiCall::~OpenAiCall() {
+  if (!finished_) Cancel();
+  if (call_token_.has_value()) state_->EndCall(*call_token_);
+}
+
+absl::Status OpenAiCall::Submit(GenerateRequest request, std::vector<std::string> stop,
+                                const TextTokenizer* tokenizer, RequestMetrics* metrics) {
+  prompt_tokens_ = static_cast<int>(request.prompt.size());
+  tokenizer_ = tokenizer;
+  text_ = std::make_unique<Utf8Stream>();
+  stop_ = std::make_unique<StopStringFilter>(std::move(stop));
+  events_->metrics = metrics;
+  std::shared_ptr<Events> events = events_;
+  absl::StatusOr<int64_t> id =
+      engine_->Submit(std::move(request), [events](const TokenEvent& ev) { events->Push(ev); });
+  if (!id.ok()) {
+    finished_ = true;
+    return id.status();
+  }
+  request_id_ = *id;
+  bool aborted = false;
+  {
+    std::lock_guard<std::mutex> lock(events_->mu);
+    events_->request_id = *id;
+    aborted = events_->aborted;
+  }
+  if (aborted) engine_->Cancel(*id);
+  return absl::OkStatus();
+}
+
+void OpenAiCall::Cancel() {
+  if (request_id_ != 0) engine_->Cancel(request_id_);
+}
+
+std::optional<OpenAiCall::Piece> OpenAiCall::Next(absl::Duration timeout) {
+  std::deque<TokenEvent> got;
+  bool aborted = false;
+  {
+    std::unique_lock<std::mutex> lock(events_->mu);
+    if (!events_->cv.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                              [&] { return !events_->queue.empty(); })) {
+      return std::nullopt;
+    }
+    got.swap(events_->queue);
+    aborted = events_->aborted;
+  }
+  Piece p;
+  std::string bytes;
+  for (TokenEvent& ev : got) {
+    completion_tokens_ += static_cast<int>(ev.token_ids.size());
+    if (tokenizer_ != nullptr) {
+      for (int id : ev.token_ids) bytes += tokenizer_->TokenBytes(id);
+    }
+    p.out.token_ids.insert(p.out.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    for (PositionLogprobs& lp : ev.logprobs) p.out.logprobs.push_back(std::move(lp));
+    if (!ev.final) continue;
+    p.final = true;
+    p.usage = ev.usage;
+    if (ev.finish_reason == FinishReason::kError) {
+      p.error = absl::InternalError(ev.error);
+    } else if (ev.finish_reason == FinishReason::kCancelled) {
+      p.error = aborted ? absl::UnavailableError(
+                              "server shutting down: request cancelled after the shutdown grace "
+                              "period")
+                        : absl::CancelledError("cancelled");
+    } else {
+      p.finish_reason = ApiFinishReason(ev.finish_reason);
+    }
+    break;  // nothing follows a final event
+  }
+  p.out.text = stop_->Push(text_->Push(bytes));
+  if (p.final) {
+    p.out.text += stop_->Push(text_->Flush());
+    p.out.text += stop_->Flush();
+  }
+  if (stop_->stopped() && !p.final) {
+    // The text reached a stop string: the request ends here, whatever the engine does next.
+    Cancel();
+    p.final = true;
+    p.usage.prompt_tokens = prompt_tokens_;
+    p.usage.completion_tokens = completion_tokens_;
+  }
+  if (stop_->stopped() && p.error.ok()) p.finish_reason = "stop";
+  finished_ = finished_ || p.final;
+  return p;
+}
+
+}  // namespace saturn

@@ -1,0 +1,91 @@
+// The OpenAI-compatible API's wire format (POST /v1/completions, GET /v1/models, errors), as
+// vLLM and llama.cpp's server speak it: request JSON -> the same saturn.v1.GenerateRequest the
+// gRPC front builds (then checked once by ToEngineRequest and Engine::Submit), and the
+// response, chunk, usage and error JSON. Pure functions, no I/O; thread-safe.
+//
+// Accepted (OpenAI): model, prompt (a string, token ids, or a list of one of either),
+// max_tokens, temperature (default 1, as OpenAI and vLLM), top_p, seed, stop (a string or up to
+// kMaxStopStrings), logprobs (0-20), stream, stream_options.include_usage, n = 1, best_of = 1,
+// echo = false, user. vLLM's extensions: top_k (-1 or 0: off), ignore_eos, stop_token_ids,
+// return_token_ids. Fields Saturn cannot honour (echo, n > 1, suffix, penalties, logit_bias,
+// min_tokens) are refused by name; unknown fields are ignored, as vLLM does.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/request.h"
+#include "saturn/v1/saturn.pb.h"
+
+namespace saturn {
+
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr int kMaxStopStringBytes = 256;
+
+struct CompletionRequest {
+  v1::GenerateRequest generate;  // server-level fields; ToEngineRequest checks them
+  std::string model;             // "" when the request named none
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool return_token_ids = false;  // choices carry token_ids (vLLM's extension)
+  std::vector<std::string> stop;  // stop strings
+};
+
+// Parses a /v1/completions body. INVALID_ARGUMENT names the field and the limit.
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body);
+
+// What ToEngineRequest and the engine call the prompt, renamed to the API's field ("prompt").
+absl::Status InApiTerms(const absl::Status& status);
+
+// The HTTP status for an error (400 bad field, 401, 404, 429 overload, 503 loading or
+// draining, 500 otherwise).
+int HttpStatus(const absl::Status& status);
+// {"error": {"message", "type", "param", "code"}}, OpenAI's error shape.
+std::string ErrorJson(const absl::Status& status);
+
+// One choice's worth of output: text, the tokens behind it and their logprobs.
+struct CompletionPiece {
+  std::string text;
+  std::vector<int> token_ids;
+  std::vector<PositionLogprobs> logprobs;
+};
+
+struct CompletionHeader {
+  std::string id;  // "cmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+// `token_text` gives a token's text for logprobs; `text_offset` is the length of the text
+// returned before `piece` (logprobs.text_offset). `finish_reason` "" -> null.
+std::string CompletionJson(const CompletionHeader& h, const CompletionPiece& piece,
+                           const std::function<std::string(int)>& token_text, bool with_logprobs,
+                           bool return_token_ids, const std::string& finish_reason,
+                           const Usage* usage, int64_t text_offset);
+// One server-sent event ("data: ...\n\n") of a stream: a chunk, its usage (null until the
+// last chunk when include_usage), the usage-only chunk (choices []), and the end.
+std::string CompletionChunkEvent(const CompletionHeader& h, const CompletionPiece& piece,
+                                 const std::function<std::string(int)>& token_text,
+                                 bool with_logprobs, bool return_token_ids,
+                                 const std::string& finish_reason, bool include_usage,
+                                 int64_t text_offset);
+std::string UsageChunkEvent(const CompletionHeader& h, const Usage& usage);
+std::string ErrorEvent(const absl::Status& status);
+inline constexpr std::string_view kDoneEvent = "data: [DONE]\n\n";
+
+// GET /v1/models: the one model this server serves.
+std::string ModelsJson(const std::string& model, int64_t created, int max_model_len);
+
+// "length" or "stop" (the API's finish_reason).
+std::string ApiFinishReason(FinishReason reason);
+
+// Why /v1/chat/completions cannot serve `model` (a preset name or a checkpoint directory):
+// Saturn renders no Jinja chat templates, so it cannot apply one faithfully.
+absl::Status ChatTemplateRefusal(const std::string& model);
+
+}  // namespace saturn

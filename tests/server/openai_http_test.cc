@@ -1,0 +1,307 @@
+// The OpenAI-compatible HTTP API against a real in-process server (tiny model, CPU), through
+// cpp-httplib's client: the same tokens as gRPC Generate, streams and their framing, stop
+// strings, errors by field, auth, overload, and a client that disconnects.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <cstdio>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/server/server_test_util.h"
+
+namespace saturn::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+ServerConfig HttpConfig() {
+  ServerConfig c = TinyConfig();
+  c.http_port = -1;
+  return c;
+}
+
+std::unique_ptr<httplib::Client> Client(const ServerApp& app) {
+  auto cli = std::make_unique<httplib::Client>("127.0.0.1", app.http_port());
+  cli->set_read_timeout(60, 0);
+  return cli;
+}
+
+// The `data:` payloads of a server-sent event stream, in order.
+std::vector<std::string> Events(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    const std::string event = body.substr(pos, end - pos);
+    if (event.rfind("data: ", 0) == 0) out.push_back(event.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+Json Completion(httplib::Client& cli, const Json& body, int* status = nullptr) {
+  httplib::Result r = cli.Post("/v1/completions", body.dump(), "application/json");
+  EXPECT_TRUE(r) << httplib::to_string(r.error());
+  if (!r) return Json();
+  if (status != nullptr) *status = r->status;
+  return Json::parse(r->body);
+}
+
+using OpenAiHttpTest = SharedServerTestWith<HttpConfig>;
+
+TEST_F(OpenAiHttpTest, GreedyCompletionGivesGenerateTokens) {
+  const std::vector<int> prompt = {1, 17, 42, 99};
+  StreamResult grpc = RunStream(server_->stub.get(), IdsRequest(prompt, 12));
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
+  auto cli = Client(*server_->app);
+  int status = 0;
+  const Json r = Completion(*cli,
+                            {{"model", "tiny"},
+                             {"prompt", prompt},
+                             {"max_tokens", 12},
+                             {"temperature", 0},
+                             {"ignore_eos", true},
+                             {"return_token_ids", true}},
+                            &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["model"], "tiny");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["choices"][0]["token_ids"].get<std::vector<int>>(), grpc.tokens);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(r["usage"]["total_tokens"], 16);
+}
+
+TEST_F(OpenAiHttpTest, StreamIsServerSentEventsEndingInDone) {
+  auto cli = Client(*server_->app);
+  const Json body = {{"prompt", {3, 4, 5}},
+                     {"max_tokens", 9},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"stream", true},
+                     {"return_token_ids", true},
+                     {"stream_options", {{"include_usage", true}}},
+                     {"logprobs", 1}};
+  httplib::Result r = cli->Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/event-stream", 0), 0u);
+  const std::vector<std::string> events = Events(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::vector<int> tokens;
+  int logprobs = 0;
+  std::string finish;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const Json c = Json::parse(events[i]);
+    EXPECT_TRUE(c["usage"].is_null());
+    ASSERT_EQ(c["choices"].size(), 1u);
+    for (int t : c["choices"][0]["token_ids"]) tokens.push_back(t);
+    logprobs += static_cast<int>(c["choices"][0]["logprobs"]["token_logprobs"].size());
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(tokens.size(), 9u);
+  EXPECT_EQ(logprobs, 9);
+  const Json usage = Json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 9);
+  StreamResult grpc = RunStream(server_->stub.get(), IdsRequest({3, 4, 5}, 9));
+  EXPECT_EQ(tokens, grpc.tokens);
+}
+
+TEST_F(OpenAiHttpTest, StopStringEndsTheTextBeforeIt) {
+  auto cli = Client(*server_->app);
+  // Sampled with a fixed seed (the same tokens every time): the tiny random model's greedy
+  // choices are mostly ids without text.
+  const Json base = {{"prompt", "Once upon a time"},
+                     {"max_tokens", 300},
+                     {"temperature", 1},
+                     {"seed", 7},
+                     {"ignore_eos", true}};
+  const Json plain = Completion(*cli, base);
+  const std::string text = plain["choices"][0]["text"];
+  // The stop: the text's second character (whole UTF-8 sequence).
+  size_t start = 0;
+  do ++start;
+  while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80);
+  size_t end = start + 1;
+  while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
+  if (end > text.size()) GTEST_SKIP() << "the random model's text is under two characters";
+  const std::string stop = text.substr(start, end - start);
+  Json with_stop = base;
+  with_stop["stop"] = {stop};
+  int status = 0;
+  const Json r = Completion(*cli, with_stop, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 300);
+  EXPECT_TRUE(WaitForKvFree(*server_->engine()));
+}
+
+TEST_F(OpenAiHttpTest, BadRequestsNameTheField) {
+  auto cli = Client(*server_->app);
+  struct Case {
+    Json body;
+    int status;
+    std::string param;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"prompt", {1, 2}}, {"max_tokens", 0}}, 400, "max_tokens"},
+           {{{"prompt", {1, 2}}, {"max_tokens", 600}}, 400, ""},  // past max_model_len
+           {{{"prompt", std::vector<int>(600, 1)}}, 400, "prompt"},
+           {{{"prompt", {1, 5000}}}, 400, "prompt[1]"},
+           {{{"prompt", {1, 2}}, {"n", 3}}, 400, "n"},
+           {{{"prompt", {1, 2}}, {"echo", true}}, 400, "echo"},
+           {{{"prompt", {1, 2}}, {"temperature", -1}}, 400, "temperature"},
+           {{{"prompt", {1, 2}}, {"model", "gpt-4"}}, 404, ""}}) {
+    int status = 0;
+    const Json r = Completion(*cli, c.body, &status);
+    EXPECT_EQ(status, c.status) << c.body.dump() << " -> " << r.dump();
+    ASSERT_TRUE(r.contains("error")) << r.dump();
+    EXPECT_FALSE(r["error"]["message"].get<std::string>().empty());
+    if (!c.param.empty()) EXPECT_EQ(r["error"]["param"], c.param) << r.dump();
+  }
+  httplib::Result bad = cli->Post("/v1/completions", "{", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  httplib::Result chat =
+      cli->Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})",
+                "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(chat->status, 400);
+  EXPECT_NE(chat->body.find("chat template"), std::string::npos) << chat->body;
+  EXPECT_TRUE(WaitForKvFree(*server_->engine()));
+}
+
+TEST_F(OpenAiHttpTest, ModelsAndHealth) {
+  auto cli = Client(*server_->app);
+  httplib::Result health = cli->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  httplib::Result models = cli->Get("/v1/models");
+  ASSERT_TRUE(models);
+  const Json m = Json::parse(models->body);
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 512);
+}
+
+TEST_F(OpenAiHttpTest, ClientThatDisconnectsMidStreamFreesItsKvBlocks) {
+  auto cli = Client(*server_->app);
+  const Json body = {
+      {"prompt", {1, 2, 3}}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}};
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string got;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    got.append(data, n);
+    return got.find("data: {") == std::string::npos;  // stop reading after the first event
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  EXPECT_FALSE(cli->send(req, res, error));  // the client cancelled
+  ASSERT_NE(got.find("data: {"), std::string::npos);
+  EXPECT_TRUE(WaitForKvFree(*server_->engine()));
+  // The server keeps serving.
+  int status = 0;
+  Completion(*cli, {{"prompt", {1}}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 200);
+}
+
+// One running sequence and one waiting: the next request is 429, and the running ones finish.
+ServerConfig OneSlotConfig() {
+  ServerConfig c = HttpConfig();
+  c.engine.options.max_num_seqs = 1;
+  c.engine.max_queued_requests = 1;
+  return c;
+}
+using OpenAiOverloadTest = SharedServerTestWith<OneSlotConfig>;
+
+TEST_F(OpenAiOverloadTest, FullQueueIs429) {
+  Engine* engine = server_->engine();
+  std::atomic<bool> release{false};
+  std::promise<void> first_event;
+  std::thread running([&] {
+    auto cli = Client(*server_->app);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body =
+        Json({{"prompt", {1, 2}}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}})
+            .dump();
+    bool signalled = false;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (!signalled) first_event.set_value();
+      signalled = true;
+      return !release.load();  // disconnect once released
+    };
+    httplib::Response res;
+    httplib::Error error = httplib::Error::Success;
+    cli->send(req, res, error);
+  });
+  first_event.get_future().wait();
+  std::future<int> waiting = std::async(std::launch::async, [&] {
+    auto cli = Client(*server_->app);
+    int status = 0;
+    Completion(*cli, {{"prompt", {3}}, {"max_tokens", 2}}, &status);
+    return status;
+  });
+  for (int i = 0; i < 6000 && engine->counters().num_waiting < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(engine->counters().num_waiting, 1);
+  auto cli = Client(*server_->app);
+  int status = 0;
+  const Json r = Completion(*cli, {{"prompt", {4}}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 429) << r.dump();
+  EXPECT_EQ(r["error"]["type"], "rate_limit_error");
+  release = true;
+  running.join();
+  EXPECT_EQ(waiting.get(), 200);
+  EXPECT_TRUE(WaitForKvFree(*engine));
+}
+
+// --auth_scope=all: the token guards the HTTP API as it guards every RPC.
+TEST(OpenAiHttpAuthTest, WrongOrMissingTokenIs401) {
+  const std::string token_file = ::testing::TempDir() + "/openai_token_" + std::to_string(getpid());
+  {
+    std::FILE* f = std::fopen(token_file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("s3cret-token\n", f);
+    std::fclose(f);
+  }
+  ServerConfig c = HttpConfig();
+  c.auth_token_file = token_file;
+  c.auth_scope = "all";
+  std::unique_ptr<TestServer> s = StartServer(c);
+  ASSERT_NE(s, nullptr);
+  auto cli = Client(*s->app);
+  const std::string body = Json({{"prompt", {1}}, {"max_tokens", 2}}).dump();
+  httplib::Result none = cli->Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(Json::parse(none->body)["error"]["type"], "authentication_error");
+  httplib::Result wrong =
+      cli->Post("/v1/completions", {{"Authorization", "Bearer nope"}}, body, "application/json");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  httplib::Result right = cli->Post("/v1/completions", {{"Authorization", "Bearer s3cret-token"}},
+                                    body, "application/json");
+  ASSERT_TRUE(right);
+  EXPECT_EQ(right->status, 200) << right->body;
+  std::remove(token_file.c_str());
+}
+
+}  // namespace
+}  // namespace saturn::testing
