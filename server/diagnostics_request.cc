@@ -98,7 +98,7 @@ void FillReport(const Engine& engine, DiagnosticsState* diag, const DiagWindow& 
   ReportProtoOptions o;
   o.include_json = include_json;
   o.max_step_points = max_step_points;
-  o.nvml_utilization = engine.device_utilization();
+  o.nvml_utilization = diag->device_utilization_percent(window.begin_us, window.end_us);
   ToProto(r, steps, o, out);
 }
 

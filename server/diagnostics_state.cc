@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/diag/engine_context.h"
+#include "server/diagnostics_request.h"
 
 namespace saturn {
 namespace {
@@ -300,6 +301,23 @@ void DiagnosticsState::OnOptionsApplied(const EngineOptions& before, const Engin
     }
   }
   tracker_.Clear();
+}
+
+void DiagnosticsState::StartSampling(const Engine* engine) {
+  // One reading every 200 ms, for the longest window a report may ask.
+  constexpr absl::Duration kInterval = absl::Milliseconds(200);
+  const size_t capacity = static_cast<size_t>(kMaxWindowSeconds * 1000 / 200) + 1;
+  utilization_ = std::make_unique<UtilizationSampler>(
+      [engine] { return engine->device_utilization(); }, kInterval, capacity);
+  utilization_->Start();
+}
+
+void DiagnosticsState::StopSampling() {
+  if (utilization_ != nullptr) utilization_->Stop();
+}
+
+double DiagnosticsState::device_utilization_percent(double begin_us, double end_us) const {
+  return utilization_ != nullptr ? utilization_->MeanPercent(begin_us, end_us) : -1;
 }
 
 }  // namespace saturn

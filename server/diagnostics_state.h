@@ -7,6 +7,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "engine/engine.h"
 #include "server/request_metrics.h"
 #include "server/server_config.h"
+#include "server/utilization_sampler.h"
 
 namespace saturn {
 
@@ -71,6 +73,14 @@ class DiagnosticsState {
 
   RequestMetrics* request_metrics() { return &request_metrics_; }
 
+  // Samples the device's own busy figure (NVML's utilization.gpu) every 200 ms where the
+  // backend has one (server/utilization_sampler.h); call once, before the engine serves.
+  // StopSampling before the engine goes.
+  void StartSampling(const Engine* engine);
+  void StopSampling();
+  // That figure averaged over [begin_us, end_us], as a percentage; -1 without readings.
+  double device_utilization_percent(double begin_us, double end_us) const;
+
  private:
   StepProbeOptions ProbeOptions(const Engine& engine) const;
   // Runs `o` and logs what the probe now covers (`why` names a re-probe's reason).
@@ -93,6 +103,7 @@ class DiagnosticsState {
   std::deque<RecentPlan> recent_;           // newest first; guarded by mu_
   PlanTracker tracker_;
   RequestMetrics request_metrics_;
+  std::unique_ptr<UtilizationSampler> utilization_;  // set once by StartSampling, never reset
 };
 
 }  // namespace saturn

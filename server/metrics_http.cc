@@ -54,6 +54,13 @@ void EngineMetrics(const Engine& engine, DiagnosticsState* diag, double window_s
         p.tokens_per_s, out);
   Gauge("saturn:mean_batch_seqs", "Mean sequences per step over the window.", p.mean_batch_seqs,
         out);
+  if (const double nvml = diag->device_utilization_percent(now - window_seconds * 1e6, now);
+      nvml >= 0) {
+    Gauge("saturn:nvml_gpu_utilization_percent",
+          "NVML's utilization.gpu (what nvidia-smi shows), mean over the window of readings "
+          "every 200 ms.",
+          nvml, out);
+  }
   Gauge("saturn:cpu_run_share",
         "Of the time the threads running the window's steps were runnable, the share they had a "
         "core (schedstat; under 1: other processes held the cores).",

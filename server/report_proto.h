@@ -15,9 +15,9 @@
 namespace saturn {
 
 struct ReportProtoOptions {
-  bool include_json = false;  // fill `json` with ReportJson (proto/render/report_json.h)
-  int max_step_points = 0;    // fill `step_points` with up to this many of `steps`
-  double nvml_utilization = -1;
+  bool include_json = false;     // fill `json` with ReportJson (proto/render/report_json.h)
+  int max_step_points = 0;       // fill `step_points` with up to this many of `steps`
+  double nvml_utilization = -1;  // percent over the window (-1: none)
 };
 
 v1::Bottleneck ToProto(Bottleneck b);

@@ -133,6 +133,7 @@ absl::Status ServerApp::LoadEngine() {
   if (!engine.ok()) return engine.status();
   engine_ = std::move(*engine);
   if (absl::Status s = diag_->InitCalibration(engine_.get(), config_); !s.ok()) return s;
+  diag_->StartSampling(engine_.get());
   state_.set_text_tokenizer(tokenizer_.get());
   state_.set_engine(engine_.get());
   const EngineInfo info = engine_->info();
@@ -200,6 +201,7 @@ void ServerApp::Shutdown() {
   }
   // Every request still in the engine gets its final event here.
   if (engine_ != nullptr) engine_->Shutdown();
+  diag_->StopSampling();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kServerShutdownDeadline));
   server_->Wait();
   if (openai_ != nullptr) openai_->Stop();
