@@ -137,7 +137,7 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--http_port: must be in [0, 65535] (0: off; -1: any free port), got %d", http_port));
   }
-  if (http_port != 0 && http_port == metrics_port) {
+  if (http_port > 0 && http_port == metrics_port) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--http_port: %d is --metrics_port's too; give each its own", http_port));
   }

@@ -37,6 +37,9 @@ TEST(ServerConfigTest, BadFlagsNameTheFlag) {
   c.http_port = 8000;
   c.metrics_port = 8000;
   ExpectNames(c, "--http_port");
+  c.http_port = -1;  // two "any free port"s never collide
+  c.metrics_port = -1;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
   c = Valid();
   c.served_model_name = "a\"b";
   ExpectNames(c, "--served_model_name");
