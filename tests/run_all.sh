@@ -11,6 +11,10 @@ bash "$root/.ci/deps.sh"
 # Test-only, best effort: a real Prometheus (about 19 MB) for tests/server/prometheus_e2e_test.cc,
 # which skips with a message where it is missing.
 bash "$root/.ci/deps.sh" prometheus || echo "saturn: prometheus not installed; its test will skip"
+# Test-only: the balancer of tests/e2e/fleet_nginx.sh (Debian's nginx has the gRPC module) and
+# curl for the HTTP API's wire checks. In CI their tests fail without them; elsewhere they skip.
+bash "$root/.ci/deps.sh" nginx curl || [ "${CI:-}" != "true" ] ||
+  { echo "saturn: cannot install nginx and curl" >&2; exit 1; }
 jobs="$(nproc)"
 # Hugging Face `tokenizers`, the reference the tokenizer.json reader's test compares against;
 # without network access the test skips and says so.
