@@ -1,6 +1,7 @@
-// RooflineSvg (see roofline_svg.h). Layout, outside in: title and subtitle on top, the plot
-// area with decade grid lines, the roof (slope up to the ridge, then the ceiling), the step
-// dots under the op-class points, a legend in the plot's top-left corner, axis titles.
+// RooflineSvg (see roofline_svg.h). Layout, outside in: title and subtitle on top (wrapped
+// when too wide, the plot moving down by the extra lines), the plot area with decade grid
+// lines, the roof (slope up to the ridge, then the ceiling), the step dots under the op-class
+// points, a legend in the plot's top-left corner, axis titles.
 #include "clients/diag/roofline_svg.h"
 
 #include <algorithm>
@@ -16,6 +17,28 @@ namespace saturn::clients {
 namespace {
 
 constexpr double kLeft = 90, kRight = 30, kTop = 78, kBottom = 64;
+// The title's font size, the smallest it shrinks to, and the space kept clear at each side of
+// the title and subtitle lines.
+constexpr double kTitleSize = 17, kMinTitleSize = 11, kTextMargin = 12;
+
+// Helvetica's advance widths (1/1000 em, from its AFM files) of ASCII 32..126, 16 a row:
+//  !"#$%&'()*+,-./  0-9:;<=>?  @A-O  P-Z[\]^_  `a-o  p-z{|}~
+// clang-format off
+constexpr int kHelvetica[95] = {
+    278, 278, 355, 556, 556, 889, 667, 191, 333, 333, 389, 584, 278, 333, 278, 278,
+    556, 556, 556, 556, 556, 556, 556, 556, 556, 556, 278, 278, 584, 584, 584, 556,
+    1015, 667, 667, 722, 722, 667, 611, 778, 722, 278, 500, 667, 556, 833, 722, 778,
+    667, 778, 722, 667, 611, 722, 667, 944, 667, 667, 611, 278, 278, 278, 469, 556,
+    333, 556, 556, 500, 556, 556, 278, 556, 556, 222, 222, 500, 222, 833, 556, 556,
+    556, 556, 333, 500, 278, 556, 500, 722, 500, 500, 500, 334, 260, 334, 584};
+constexpr int kHelveticaBold[95] = {
+    278, 333, 474, 556, 556, 889, 722, 238, 333, 333, 389, 584, 278, 333, 278, 278,
+    556, 556, 556, 556, 556, 556, 556, 556, 556, 556, 333, 333, 584, 584, 584, 611,
+    975, 722, 722, 722, 722, 667, 611, 778, 722, 278, 556, 722, 611, 833, 722, 778,
+    667, 778, 722, 667, 611, 722, 667, 944, 667, 667, 611, 333, 278, 333, 584, 556,
+    333, 556, 611, 556, 611, 556, 333, 611, 611, 278, 278, 556, 278, 889, 611, 611,
+    611, 611, 389, 556, 333, 611, 556, 778, 556, 556, 500, 389, 280, 389, 584};
+// clang-format on
 
 // A log10 axis from decade lo to decade hi onto pixels p0 .. p1.
 struct Axis {
@@ -71,15 +94,21 @@ struct Box {
   bool Overlaps(const Box& o) const { return x0 < o.x1 && o.x0 < x1 && y0 < o.y1 && o.y0 < y1; }
 };
 
-// A label position near (x, y) that overlaps none of `taken` (else the first candidate).
-Box PlaceLabel(double x, double y, double w, std::vector<Box>* taken) {
+// A label position near (x, y) inside `page` that overlaps none of `taken` (else the first
+// candidate, moved inside `page`).
+Box PlaceLabel(double x, double y, double w, const Box& page, std::vector<Box>* taken) {
   const double h = 13;
   const double cand[][2] = {{9, -8},      {9, 14},      {-w / 2, 24}, {-w / 2, -14},
                             {-9 - w, -8}, {-9 - w, 14}, {9, 28},      {9, -22}};
   Box pick{x + cand[0][0], y + cand[0][1] - h + 3, x + cand[0][0] + w, y + cand[0][1] + 3};
+  const double dx = std::max(page.x0 - pick.x0, std::min(0.0, page.x1 - pick.x1));
+  const double dy = std::max(page.y0 - pick.y0, std::min(0.0, page.y1 - pick.y1));
+  pick = {pick.x0 + dx, pick.y0 + dy, pick.x1 + dx, pick.y1 + dy};
   for (const auto& c : cand) {
     Box b{x + c[0], y + c[1] - h + 3, x + c[0] + w, y + c[1] + 3};
-    if (std::none_of(taken->begin(), taken->end(), [&b](const Box& t) { return t.Overlaps(b); })) {
+    const bool inside = b.x0 >= page.x0 && b.x1 <= page.x1 && b.y0 >= page.y0 && b.y1 <= page.y1;
+    if (inside &&
+        std::none_of(taken->begin(), taken->end(), [&b](const Box& t) { return t.Overlaps(b); })) {
       pick = b;
       break;
     }
@@ -88,12 +117,114 @@ Box PlaceLabel(double x, double y, double w, std::vector<Box>* taken) {
   return pick;
 }
 
+// The title's lines and font size: one line at (almost) full size when it fits; else the head
+// (device and backend) and the tail (verdict) on lines of their own, shrinking the font until
+// they take two lines, down to kMinTitleSize (then as many lines as they need).
+std::vector<std::string> FitTitle(const std::string& head, const std::string& tail, double width,
+                                  double* font_size) {
+  const std::string full = absl::StrCat(head, " | ", tail);
+  for (double size = kTitleSize; size >= kTitleSize - 2; size -= 1) {
+    if (EstimateTextWidth(full, size, true) <= width) {
+      *font_size = size;
+      return {full};
+    }
+  }
+  for (double size = kTitleSize;; size -= 1) {
+    std::vector<std::string> lines = WrapText(head, size, true, width);
+    for (std::string& l : WrapText(tail, size, true, width)) lines.push_back(std::move(l));
+    if (lines.size() <= 2 || size <= kMinTitleSize) {
+      *font_size = size;
+      return lines;
+    }
+  }
+}
+
 std::string Text(double x, double y, const std::string& s, const std::string& attrs = "") {
   return absl::StrCat("<text x=\"", P(x), "\" y=\"", P(y), "\"", attrs.empty() ? "" : " ", attrs,
                       ">", XmlEscape(s), "</text>\n");
 }
 
+// `lines` centred on x from baseline `y` on, `line_height` apart, each with `attrs`; returns
+// the baseline of the last line.
+double CenteredLines(const std::vector<std::string>& lines, double x, double y, double line_height,
+                     const std::string& attrs, std::string* out) {
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) y += line_height;
+    *out += Text(x, y, lines[i], attrs);
+  }
+  return y;
+}
+
+// The bytes of the UTF-8 character starting at text[i] (1 for ASCII or a stray byte).
+size_t CharBytes(const std::string& text, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(text[i]);
+  size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  size_t k = 1;
+  while (k < n && i + k < text.size() && (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80) {
+    ++k;
+  }
+  return k;
+}
+
 }  // namespace
+
+double EstimateTextWidth(const std::string& text, double font_size, bool bold) {
+  const int* widths = bold ? kHelveticaBold : kHelvetica;
+  double units = 0;
+  for (size_t i = 0; i < text.size(); i += CharBytes(text, i)) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 32 && c < 127) {
+      units += widths[c - 32];
+    } else if (c < 32) {
+      units += widths[0];  // tab, newline: the writer turns them into spaces at most
+    } else {
+      units += 1000;
+    }
+  }
+  return units / 1000 * font_size * 1.2;
+}
+
+std::vector<std::string> WrapText(const std::string& text, double font_size, bool bold,
+                                  double max_width) {
+  auto fits = [&](const std::string& s) {
+    return EstimateTextWidth(s, font_size, bold) <= max_width;
+  };
+  std::vector<std::string> lines;
+  std::string line;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t end = text.find(' ', i);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(i, end - i);
+    i = end + 1;
+    if (word.empty()) {
+      if (!line.empty()) line += ' ';  // a run of spaces stays inside its line
+      continue;
+    }
+    const std::string joined = line.empty() ? word : absl::StrCat(line, " ", word);
+    if (fits(joined)) {
+      line = joined;
+      continue;
+    }
+    if (!line.empty()) lines.push_back(line);
+    line.clear();
+    // A word wider than a line: as many characters as fit on each line.
+    while (!fits(word)) {
+      size_t cut = 0;
+      while (cut < word.size()) {
+        const size_t next = cut + CharBytes(word, cut);
+        if (!fits(word.substr(0, next))) break;
+        cut = next;
+      }
+      if (cut == 0) cut = CharBytes(word, 0);  // not even one character fits: one per line
+      lines.push_back(word.substr(0, cut));
+      word = word.substr(cut);
+    }
+    line = word;
+  }
+  if (!line.empty() || lines.empty()) lines.push_back(line);
+  return lines;
+}
 
 std::string XmlEscape(const std::string& text) {
   std::string out;
@@ -153,16 +284,13 @@ std::string RooflineSvg(const v1::DiagnosticsReport& r, const RooflineOptions& o
   Decades(xs, 3, &ax.lo, &ax.hi);
   Decades(ys, 3, &ay.lo, &ay.hi);
   const double w = opt.width, h = opt.height;
-  ax.p0 = kLeft;
-  ax.p1 = w - kRight;
-  ay.p0 = h - kBottom;
-  ay.p1 = kTop;
 
   const std::string device = !cal.device().empty() ? cal.device() : opt.device_fallback;
-  const std::string title = absl::StrCat(
+  const std::string title_head = absl::StrCat(
       "Saturn roofline: ", device.empty() ? "unknown device" : device,
-      cal.backend().empty() ? "" : absl::StrCat(" (", cal.backend(), ", ", cal.dtype(), ")"),
-      " | verdict ", BottleneckName(r.bottleneck()));
+      cal.backend().empty() ? "" : absl::StrCat(" (", cal.backend(), ", ", cal.dtype(), ")"));
+  const std::string title_tail = absl::StrCat("verdict ", BottleneckName(r.bottleneck()));
+  const std::string title = absl::StrCat(title_head, " | ", title_tail);
   std::string sub = absl::StrFormat("window %.2f s, %d steps; steps are %s; ", prof.window_s(),
                                     prof.steps(), BottleneckName(r.step_bound()));
   absl::StrAppend(&sub, roof ? absl::StrFormat("peak %s, bandwidth %s, ridge %.2f FLOP/B",
@@ -176,8 +304,24 @@ std::string RooflineSvg(const v1::DiagnosticsReport& r, const RooflineOptions& o
                   "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n");
   absl::StrAppend(&s, "<title>", XmlEscape(title), "</title>\n<desc>", XmlEscape(sub),
                   "</desc>\n<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n");
-  s += Text(w / 2, 26, title, "text-anchor=\"middle\" font-size=\"17\" font-weight=\"bold\"");
-  s += Text(w / 2, 46, sub, "text-anchor=\"middle\" fill=\"#444444\"");
+  // Title and subtitle, wrapped to the page; the plot starts below their last line.
+  const double text_width = w - 2 * kTextMargin;
+  double title_size = kTitleSize;
+  const std::vector<std::string> title_lines =
+      FitTitle(title_head, title_tail, text_width, &title_size);
+  double y = CenteredLines(
+      title_lines, w / 2, 26 - (kTitleSize - title_size) / 2, title_size * 1.25,
+      absl::StrFormat(
+          "class=\"title\" text-anchor=\"middle\" font-size=\"%g\" font-weight=\"bold\"",
+          title_size),
+      &s);
+  y = CenteredLines(WrapText(sub, 12, false, text_width), w / 2, y + 20, 15,
+                    "class=\"subtitle\" text-anchor=\"middle\" fill=\"#444444\"", &s);
+  ax.p0 = kLeft;
+  ax.p1 = w - kRight;
+  ay.p0 = h - kBottom;
+  // (A device name of several hundred characters still leaves a plot 120 px high.)
+  ay.p1 = std::min(kTop + std::max(0.0, y - 46), ay.p0 - 120);
 
   // Grid, ticks and the plot frame.
   s += "<g id=\"grid\" stroke=\"#e3e3e3\" stroke-width=\"1\">\n";
@@ -208,6 +352,7 @@ std::string RooflineSvg(const v1::DiagnosticsReport& r, const RooflineOptions& o
             absl::StrCat("text-anchor=\"middle\" transform=\"rotate(-90 24 ", P(ymid), ")\""));
 
   std::vector<Box> taken;
+  const Box page{2, 2, w - 2, h - 2};
   if (roof) {
     // The slope starts where it enters the plot (bottom edge or left edge).
     const double x_start = std::max(std::pow(10, ax.lo), std::pow(10, ay.lo) / bw);
@@ -226,8 +371,9 @@ std::string RooflineSvg(const v1::DiagnosticsReport& r, const RooflineOptions& o
                     "\" stroke=\"#222222\" stroke-dasharray=\"5,4\" stroke-width=\"1.2\"/>\n");
     absl::StrAppend(&s, "<circle cx=\"", P(rx), "\" cy=\"", P(ry),
                     "\" r=\"4.5\" fill=\"#ffffff\" stroke=\"#222222\" stroke-width=\"2\"/>\n");
-    s += Text(rx + 8, ry + 16, absl::StrFormat("ridge %.2f FLOP/B", ridge), "font-weight=\"bold\"");
-    taken.push_back({rx + 8, ry + 4, rx + 130, ry + 19});
+    const std::string ridge_label = absl::StrFormat("ridge %.2f FLOP/B", ridge);
+    s += Text(rx + 8, ry + 16, ridge_label, "font-weight=\"bold\"");
+    taken.push_back({rx + 8, ry + 4, rx + 8 + EstimateTextWidth(ridge_label, 12, true), ry + 19});
     s += Text(
         ax.p1 - 6, ry - 7,
         absl::StrCat("compute ceiling ", FormatSi(peak, "FLOP/s"), " (GEMM, ", cal.dtype(), ")"),
@@ -281,7 +427,7 @@ std::string RooflineSvg(const v1::DiagnosticsReport& r, const RooflineOptions& o
                                   c.intensity(), FormatSi(c.flops_per_s(), "FLOP/s"), 100 * c.mfu(),
                                   100 * c.mbu())),
         "</title></circle>\n");
-    const Box b = PlaceLabel(x, y, 7.0 * label.size(), &taken);
+    const Box b = PlaceLabel(x, y, EstimateTextWidth(label, 12, false), page, &taken);
     s += Text(b.x0, b.y1 - 3, label, absl::StrCat("fill=\"", ClassColor(c.op_class()), "\""));
   }
   if (Positive(prof.intensity()) && Positive(prof.flops_per_s())) {
@@ -289,32 +435,38 @@ std::string RooflineSvg(const v1::DiagnosticsReport& r, const RooflineOptions& o
     absl::StrAppend(&s, "<path id=\"window-point\" d=\"M ", P(x), " ", P(y - 8), " L ", P(x + 8),
                     " ", P(y), " L ", P(x), " ", P(y + 8), " L ", P(x - 8), " ", P(y),
                     " Z\" fill=\"#ffd700\" stroke=\"#000000\" stroke-width=\"1\"/>\n");
-    const Box b = PlaceLabel(x, y, 7.0 * 12, &taken);
+    const Box b = PlaceLabel(x, y, EstimateTextWidth("whole window", 12, true), page, &taken);
     s += Text(b.x0, b.y1 - 3, "whole window", "font-weight=\"bold\"");
   }
   s += "</g>\n";
 
-  // Legend, top-left inside the plot.
+  // Legend, top-left inside the plot, as wide as its longest line.
   const double lx = ax.p0 + 12, ly = ay.p1 + 16;
+  std::vector<std::string> legend = {absl::StrFormat("one step (%d shown)", placed_steps),
+                                     "op class (label: share of op time)",
+                                     "whole window (all ops over its span, idle included)",
+                                     "roof = min(peak, bandwidth x intensity)"};
+  if (!unplaced.empty()) {
+    legend.push_back(absl::StrCat("not placed (no FLOPs): ", absl::StrJoin(unplaced, ", ")));
+  }
+  double legend_w = 320;
+  for (const std::string& l : legend)
+    legend_w = std::max(legend_w, 30 + EstimateTextWidth(l, 12, false));
   s += "<g id=\"legend\">\n";
-  absl::StrAppend(&s, "<rect x=\"", P(lx - 6), "\" y=\"", P(ly - 12), "\" width=\"320\" height=\"",
-                  unplaced.empty() ? 70 : 86,
+  absl::StrAppend(&s, "<rect x=\"", P(lx - 6), "\" y=\"", P(ly - 12), "\" width=\"", P(legend_w),
+                  "\" height=\"", unplaced.empty() ? 70 : 86,
                   "\" fill=\"#ffffff\" fill-opacity=\"0.85\" stroke=\"#bbbbbb\"/>\n");
   absl::StrAppend(&s, "<circle cx=\"", P(lx + 4), "\" cy=\"", P(ly - 4),
                   "\" r=\"2\" fill=\"#7f7f7f\"/>\n");
-  s += Text(lx + 16, ly, absl::StrFormat("one step (%d shown)", placed_steps));
+  s += Text(lx + 16, ly, legend[0]);
   absl::StrAppend(&s, "<circle cx=\"", P(lx + 4), "\" cy=\"", P(ly + 12),
                   "\" r=\"5\" fill=\"#1f77b4\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n");
-  s += Text(lx + 16, ly + 16, "op class (label: share of op time)");
+  s += Text(lx + 16, ly + 16, legend[1]);
   absl::StrAppend(&s, "<path d=\"M ", P(lx + 4), " ", P(ly + 22), " l 6 6 l -6 6 l -6 -6 Z\" ",
                   "fill=\"#ffd700\" stroke=\"#000000\"/>\n");
-  s += Text(lx + 16, ly + 32, "whole window (all ops over its span, idle included)");
-  s += Text(lx + 16, ly + 48, "roof = min(peak, bandwidth x intensity)", "fill=\"#444444\"");
-  if (!unplaced.empty()) {
-    s += Text(lx + 16, ly + 64,
-              absl::StrCat("not placed (no FLOPs): ", absl::StrJoin(unplaced, ", ")),
-              "fill=\"#444444\"");
-  }
+  s += Text(lx + 16, ly + 32, legend[2]);
+  s += Text(lx + 16, ly + 48, legend[3], "fill=\"#444444\"");
+  if (!unplaced.empty()) s += Text(lx + 16, ly + 64, legend[4], "fill=\"#444444\"");
   s += "</g>\n</svg>\n";
   return s;
 }
