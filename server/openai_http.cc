@@ -121,6 +121,9 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   http.set_payload_max_length(kMaxBodyBytes);
   http.set_keep_alive_max_count(1000);
+  // Each event is one small write: without TCP_NODELAY, Nagle holds it until the client's
+  // delayed ACK (about 40 ms) on a kept-alive connection, and a stream arrives in one burst.
+  http.set_tcp_nodelay(true);
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
         SendError(res, absl::InternalError("the server failed on this request"));
