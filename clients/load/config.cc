@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "clients/common/connection.h"
 #include "clients/load/arrivals.h"
+#include "clients/load/openai_wire.h"
 
 namespace saturn::clients {
 namespace {
@@ -22,6 +24,66 @@ std::vector<std::string> Items(const std::string& text) {
     out.emplace_back(absl::StripAsciiWhitespace(part));
   }
   return out;
+}
+
+// The --api, target and comparison flags together (TLS flag combinations are
+// ChannelSecurityFlags::Validate's).
+absl::Status ValidateApi(const LoadConfig& c) {
+  if (c.api != "grpc" && c.api != "openai") {
+    return Bad("--api", absl::StrCat("expected grpc or openai, got \"", c.api, "\""));
+  }
+  for (const std::string& t : c.target) {
+    if (c.openai()) {
+      if (absl::Status s = ParseHttpTarget("--target", t).status(); !s.ok()) {
+        return Bad("--target", absl::StrCat("with --api openai each target is a URL: ",
+                                            absl::StripPrefix(s.message(), "--target: ")));
+      }
+    } else if (LooksLikeUrl(t)) {
+      return Bad("--target", absl::StrCat("\"", t,
+                                          "\" is a URL, but gRPC targets are host:port (add --api "
+                                          "openai to drive an OpenAI-compatible server)"));
+    }
+  }
+  for (const std::string& t : c.openai_target) {
+    if (absl::Status s = ParseHttpTarget("--openai_target", t).status(); !s.ok()) return s;
+  }
+  std::vector<std::string> urls = c.openai() ? c.target : c.openai_target;
+  if (c.security.tls()) {
+    for (const std::string& u : urls) {
+      if (!ParseHttpTarget("", u)->https) {
+        return Bad("--tls_ca",
+                   absl::StrCat("TLS is on, but ", u, " is plain http://; use https://"));
+      }
+    }
+  }
+  if (c.compare_api()) {
+    if (c.openai()) {
+      return Bad("--compare",
+                 "api compares Saturn's gRPC --target with its --openai_target; "
+                 "leave --api at grpc");
+    }
+    if (c.openai_target.empty()) {
+      return Bad("--openai_target",
+                 "--compare api needs Saturn's OpenAI-compatible front, "
+                 "http://host:port (saturn-server --http_port)");
+    }
+  } else if (!c.openai_target.empty()) {
+    return Bad("--openai_target", "is only used with --compare api");
+  }
+  if (!c.diag_target.empty()) {
+    if (!c.openai()) {
+      return Bad("--diag_target",
+                 "is only for --api openai (with --api grpc the diagnosis comes from --target)");
+    }
+    if (LooksLikeUrl(c.diag_target) || !SplitHostPort(c.diag_target).ok()) {
+      return Bad("--diag_target",
+                 absl::StrCat("expected Saturn's gRPC host:port, got \"", c.diag_target, "\""));
+    }
+  }
+  if (!c.model_name.empty() && !c.openai() && !c.compare_api()) {
+    return Bad("--model_name", "names the model of an OpenAI-compatible server: add --api openai");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -64,6 +126,7 @@ absl::StatusOr<std::vector<std::string>> ParseTargetList(const std::string& flag
 absl::Status LoadConfig::Validate() const {
   if (target.empty()) return Bad("--target", "at least one host:port is needed");
   if (absl::Status s = security.Validate(); !s.ok()) return s;
+  if (absl::Status s = ValidateApi(*this); !s.ok()) return s;
   if (!open_loop() && concurrency.empty()) return Bad("--concurrency", "at least one value");
   for (int c : concurrency) {
     if (c < 1 || c > 100000)
@@ -96,9 +159,12 @@ absl::Status LoadConfig::Validate() const {
     return Bad("--slo_ttft_ms", absl::StrCat("must be >= 0, got ", slo_ttft_ms));
   if (!(slo_tpot_ms >= 0))
     return Bad("--slo_tpot_ms", absl::StrCat("must be >= 0, got ", slo_tpot_ms));
-  if (!compare.empty() && compare != "cuda_graphs") {
+  if (!compare.empty() && compare != "cuda_graphs" && compare != "api") {
+    return Bad("--compare", absl::StrCat("expected cuda_graphs or api, got \"", compare, "\""));
+  }
+  if (compare == "cuda_graphs" && openai()) {
     return Bad("--compare",
-               absl::StrCat("the only comparison is cuda_graphs, got \"", compare, "\""));
+               "cuda_graphs switches graphs over Saturn's gRPC API: leave --api at grpc");
   }
   if (!(connect_timeout_s > 0)) {
     return Bad("--connect_timeout", absl::StrCat("must be > 0, got ", connect_timeout_s, " s"));

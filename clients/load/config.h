@@ -15,7 +15,17 @@
 namespace saturn::clients {
 
 struct LoadConfig {
+  // "grpc": saturn.v1.Saturn/Generate at host:port targets; "openai": POST /v1/completions at
+  // http(s)://host:port targets (any OpenAI-compatible server: vLLM, llama.cpp, TGI, Saturn).
+  std::string api = "grpc";
   std::vector<std::string> target = {"127.0.0.1:50051"};
+  // --api openai: the model to ask for ("": the first id GET /v1/models lists).
+  std::string model_name;
+  // --api openai: Saturn's gRPC host:port, for the server's diagnosis and model limits ("": the
+  // server may not be Saturn, so the diagnosis is skipped).
+  std::string diag_target;
+  // --compare api: the OpenAI HTTP front(s) of the --target servers, http(s)://host:port.
+  std::vector<std::string> openai_target;
   // Closed loop: one phase per value (a sweep). Ignored in the open loop.
   std::vector<int> concurrency = {1};
   // Open loop when non-empty: one phase per rate (req/s; inf = all at once).
@@ -36,7 +46,7 @@ struct LoadConfig {
   int warmup_requests = -1;
   double slo_ttft_ms = 0;  // 0: none
   double slo_tpot_ms = 0;  // 0: none
-  std::string compare;     // "" or "cuda_graphs"
+  std::string compare;     // "", "cuda_graphs" or "api"
   double connect_timeout_s = 10;
   double request_timeout_s = 600;
   int64_t max_errors = 100;  // 0: never stop early for errors
@@ -46,6 +56,8 @@ struct LoadConfig {
   ChannelSecurityFlags security;  // TLS, client certificate, bearer token on every channel
 
   bool open_loop() const { return !request_rate.empty(); }
+  bool openai() const { return api == "openai"; }
+  bool compare_api() const { return compare == "api"; }
   absl::Status Validate() const;
 };
 

@@ -25,9 +25,13 @@ absl::StatusOr<std::string> FetchDiagnosis(const Connection& conn, const ServerW
   std::unique_ptr<v1::Diagnostics::Stub> stub =
       v1::Diagnostics::NewStub(conn.target_channel(window.target_index));
   v1::GetDiagnosticsRequest req;
-  req.set_window_begin_us(static_cast<double>(window.start_us));
-  // The server wants begin < end; a one-request window of zero length still gets its step.
-  req.set_window_end_us(static_cast<double>(std::max(window.end_us, window.start_us + 1)));
+  if (window.last_s > 0) {
+    req.set_window_seconds(window.last_s);
+  } else {
+    req.set_window_begin_us(static_cast<double>(window.start_us));
+    // The server wants begin < end; a one-request window of zero length still gets its step.
+    req.set_window_end_us(static_cast<double>(std::max(window.end_us, window.start_us + 1)));
+  }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6)));

@@ -23,6 +23,10 @@ struct ServerWindow {
   std::string peer;         // as gRPC reported it
   int64_t start_us = 0;     // earliest arrival of a measured request
   int64_t end_us = 0;       // latest finish of a measured request
+  // When > 0, the window is instead the last last_s seconds before the fetch: for load that
+  // went through the HTTP front, whose answers carry no server clock (the span reaches back to
+  // the first measured send).
+  double last_s = 0;
 };
 
 // The diagnosis of `window` as JSON text, or the reason there is none (a server without the

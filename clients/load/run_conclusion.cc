@@ -30,6 +30,10 @@ std::string PlainConclusion(const SessionResult& res) {
     if (!p.diagnoses.empty()) last = &p;
   }
   std::string out = "\n== in plain words ==\n";
+  if (last == nullptr && !res.diagnosis_skipped.empty()) {
+    absl::StrAppend(&out, "No phase has a server diagnosis, so there is no verdict.\n");
+    return out;
+  }
   if (last == nullptr) {
     absl::StrAppend(&out, "No phase has a server diagnosis",
                     res.phases.empty() || res.phases.back().diagnosis_note.empty()

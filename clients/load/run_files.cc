@@ -1,5 +1,6 @@
 // JSON and CSV writers (see run_table.h). The JSON holds the settings, the servers, every
-// per-phase figure the table shows (same names as RunMetrics), the comparison rows, each
+// per-phase figure the table shows (same names as RunMetrics), the API each phase drove, the
+// comparison rows (CUDA graphs, or gRPC vs HTTP with the TPOT and throughput ratios), each
 // request's record (without its per-token times) and the outcome.
 #include <cmath>
 #include <fstream>
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "clients/load/run_table.h"
 
 namespace saturn::clients {
@@ -24,7 +26,11 @@ json SummaryJson(const Summary& s) {
 json SettingsJson(const LoadConfig& c) {
   json rates = json::array();
   for (double r : c.request_rate) rates.push_back(RateJson(r));
-  return {{"target", c.target},
+  return {{"api", c.api},
+          {"target", c.target},
+          {"model_name", c.model_name},
+          {"diag_target", c.diag_target},
+          {"openai_target", c.openai_target},
           {"mode", c.open_loop() ? "open" : "closed"},
           {"concurrency", c.open_loop() ? json::array() : json(c.concurrency)},
           {"request_rate", rates},
@@ -56,7 +62,8 @@ json PhaseJson(const PhaseReport& p) {
     windows.push_back({{"target_index", w.target_index},
                        {"peer", w.peer},
                        {"start_us", w.start_us},
-                       {"end_us", w.end_us}});
+                       {"end_us", w.end_us},
+                       {"last_s", w.last_s}});
   }
   json diagnoses = json::array();
   for (const std::string& d : p.diagnoses) {
@@ -80,6 +87,8 @@ json PhaseJson(const PhaseReport& p) {
   }
   return {
       {"label", p.label},
+      {"api", p.api},
+      {"target", p.target},
       {"mode", p.open_loop ? "open" : "closed"},
       {"concurrency", p.open_loop ? json() : json(p.concurrency)},
       {"request_rate", p.open_loop ? RateJson(p.request_rate) : json()},
@@ -168,17 +177,40 @@ json SessionToJson(const SessionResult& res) {
                        {"max_model_len", i.limits().max_model_len()},
                        {"kv_blocks", i.kv_cache().num_blocks()}});
   }
+  json http_targets = json::array();
+  for (const HttpTargetReport& t : res.http_targets) {
+    http_targets.push_back(
+        {{"url", t.url}, {"model", t.model}, {"max_model_len", t.max_model_len}});
+  }
   json phases = json::array();
   for (const PhaseReport& p : res.phases) phases.push_back(PhaseJson(p));
   json comparison = json::array();
+  for (size_t i = 0; res.config.compare_api() && i + 1 < res.phases.size(); i += 2) {
+    const PhaseReport& grpc = res.phases[i];
+    const PhaseReport& http = res.phases[i + 1];
+    if (!IsApiPair(grpc, http)) continue;
+    json rows = json::array();
+    for (const CompareRow& r : CompareRows(grpc, http)) {
+      rows.push_back({{"metric", r.name}, {"grpc", r.off}, {"openai", r.on}, {"ratio", r.ratio}});
+    }
+    const ApiRatios q = ApiCompareRatios(grpc, http);
+    comparison.push_back({{"kind", "api"},
+                          {"grpc", grpc.label},
+                          {"openai", http.label},
+                          {"tpot_p50_ratio", q.tpot_p50},
+                          {"output_token_throughput_ratio", q.output_throughput},
+                          {"rows", rows}});
+  }
   for (size_t i = 0; res.compare && i + 1 < res.phases.size(); i += 2) {
     if (res.phases[i].cuda_graphs != 0 || res.phases[i + 1].cuda_graphs != 1) continue;
     json rows = json::array();
     for (const CompareRow& r : CompareRows(res.phases[i], res.phases[i + 1])) {
       rows.push_back({{"metric", r.name}, {"off", r.off}, {"on", r.on}, {"ratio", r.ratio}});
     }
-    comparison.push_back(
-        {{"off", res.phases[i].label}, {"on", res.phases[i + 1].label}, {"rows", rows}});
+    comparison.push_back({{"kind", "cuda_graphs"},
+                          {"off", res.phases[i].label},
+                          {"on", res.phases[i + 1].label},
+                          {"rows", rows}});
   }
   return {{"tool", "saturn-load"},
           {"format_version", 1},
@@ -187,6 +219,8 @@ json SessionToJson(const SessionResult& res) {
           {"workload_adjustment", res.workload_adjustment},
           {"balanced_uri", res.balanced_uri},
           {"targets", targets},
+          {"http_targets", http_targets},
+          {"diagnosis_skipped", res.diagnosis_skipped},
           {"phases", phases},
           {"comparison", comparison},
           {"exit_code", res.exit_code},
@@ -204,6 +238,7 @@ std::string FormatCsv(const SessionResult& res) {
                                    "concurrency",
                                    "request_rate",
                                    "cuda_graphs",
+                                   "api",
                                    "target",
                                    "input_len",
                                    "output_len",
@@ -245,7 +280,8 @@ std::string FormatCsv(const SessionResult& res) {
         p.open_loop ? "" : absl::StrCat(p.concurrency),
         p.open_loop ? (std::isinf(p.request_rate) ? "inf" : N(p.request_rate)) : "",
         p.cuda_graphs < 0 ? "" : (p.cuda_graphs ? "on" : "off"),
-        Csv(absl::StrJoin(c.target, " ")),
+        p.api,
+        Csv(absl::StrJoin(absl::StrSplit(p.target, ','), " ")),
         c.prompts.empty() ? c.input_len.ToString() : "",
         c.output_len.ToString(),
         Csv(c.prompts),

@@ -18,7 +18,8 @@ std::string F(double x) { return absl::StrFormat("%.2f", x); }
 
 // The server's diagnosis of the phase's window, three lines per server (diagnosis.h
 // ShortDiagnosis).
-void Diagnosis(const PhaseReport& p, std::string* out) {
+void Diagnosis(const SessionResult& res, const PhaseReport& p, std::string* out) {
+  if (!res.diagnosis_skipped.empty()) return;  // said once, above the phases
   if (p.diagnoses.empty()) {
     absl::StrAppend(out, "  diagnosis    not available: ", p.diagnosis_note, "\n");
     return;
@@ -50,6 +51,11 @@ void Block(const SessionResult& res, const PhaseReport& p, std::string* out) {
   const RunMetrics& m = p.metrics;
   absl::StrAppend(out, "\n== ", p.label, " (",
                   p.open_loop ? "open loop, Poisson arrivals" : "closed loop", ") ==\n");
+  if (res.config.openai() || res.config.compare_api()) {
+    // The target itself is in the header (its port would be a figure the JSON holds as text).
+    absl::StrAppend(out, "  api          ", p.api,
+                    p.api == "openai" ? " (POST /v1/completions, streamed)" : " (Generate)", "\n");
+  }
   absl::StrAppendFormat(out,
                         "  requests     sent %d  completed %d  errors %d  measured %d  "
                         "warm-up excluded %d\n",
@@ -98,7 +104,7 @@ void Block(const SessionResult& res, const PhaseReport& p, std::string* out) {
   row("ITL", m.itl_ms);
   row("E2E", m.e2e_ms);
   row("queue (server)", m.queue_ms);
-  Diagnosis(p, out);
+  Diagnosis(res, p, out);
 }
 
 void Sweep(const SessionResult& res, std::string* out) {
@@ -115,7 +121,27 @@ void Sweep(const SessionResult& res, std::string* out) {
   }
 }
 
+void CompareApi(const SessionResult& res, std::string* out) {
+  for (size_t i = 0; i + 1 < res.phases.size(); i += 2) {
+    const PhaseReport& grpc = res.phases[i];
+    const PhaseReport& http = res.phases[i + 1];
+    if (!IsApiPair(grpc, http)) continue;
+    absl::StrAppend(out, "\n== API: ", grpc.label, " vs ", http.label, " ==\n");
+    absl::StrAppendFormat(out, "  %-28s %12s %12s %10s\n", "", "gRPC", "HTTP", "HTTP/gRPC");
+    for (const CompareRow& r : CompareRows(grpc, http)) {
+      absl::StrAppendFormat(out, "  %-28s %12s %12s %9sx\n", r.name, F(r.off), F(r.on), F(r.ratio));
+    }
+    const ApiRatios q = ApiCompareRatios(grpc, http);
+    absl::StrAppend(out, "  HTTP/gRPC    TPOT p50 ", F(q.tpot_p50), "x, output tok/s ",
+                    F(q.output_throughput), "x\n");
+  }
+}
+
 void Compare(const SessionResult& res, std::string* out) {
+  if (res.config.compare_api()) {
+    CompareApi(res, out);
+    return;
+  }
   for (size_t i = 0; i + 1 < res.phases.size(); i += 2) {
     const PhaseReport& off = res.phases[i];
     const PhaseReport& on = res.phases[i + 1];
@@ -156,6 +182,17 @@ std::vector<CompareRow> CompareRows(const PhaseReport& off, const PhaseReport& o
   return rows;
 }
 
+bool IsApiPair(const PhaseReport& grpc, const PhaseReport& http) {
+  return grpc.api == "grpc" && http.api == "openai" && grpc.open_loop == http.open_loop &&
+         grpc.concurrency == http.concurrency && grpc.request_rate == http.request_rate;
+}
+
+ApiRatios ApiCompareRatios(const PhaseReport& grpc, const PhaseReport& http) {
+  auto ratio = [](double a, double b) { return a != 0 ? b / a : 0; };
+  return {ratio(grpc.metrics.tpot_ms.p50, http.metrics.tpot_ms.p50),
+          ratio(grpc.metrics.output_token_throughput, http.metrics.output_token_throughput)};
+}
+
 std::string FormatTable(const SessionResult& res) {
   std::string out;
   absl::StrAppend(&out, "saturn-load: ", res.workload.empty() ? "no workload" : res.workload, "\n");
@@ -166,6 +203,10 @@ std::string FormatTable(const SessionResult& res) {
     absl::StrAppend(&out, "  target ", t.target, ": model ", t.info.model().name(), ", backend ",
                     t.info.backend().name(), " (", t.info.backend().device_name(), ")\n");
   }
+  for (const HttpTargetReport& t : res.http_targets) {
+    absl::StrAppend(&out, "  target ", t.url, " (OpenAI-compatible API): model ", t.model, "\n");
+  }
+  if (!res.diagnosis_skipped.empty()) absl::StrAppend(&out, "  ", res.diagnosis_skipped, "\n");
   for (const PhaseReport& p : res.phases) Block(res, p, &out);
   if (res.phases.size() > 1) Sweep(res, &out);
   if (res.compare) Compare(res, &out);

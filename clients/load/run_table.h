@@ -1,7 +1,7 @@
 // How a saturn-load run is shown and saved: the end-of-run table (one block per phase, a
-// sweep summary, the CUDA-graphs comparison with ratios), the JSON and CSV files (every
-// figure the table shows, plus the settings and per-request records), and the progress
-// display (a bar on a terminal, plain lines otherwise). Formatting only: never talks to a
+// sweep summary, the CUDA-graphs or gRPC-vs-HTTP comparison with ratios), the JSON and CSV
+// files (every figure the table shows, plus the settings and per-request records), and the
+// progress display (a bar on a terminal, plain lines otherwise). Formatting only: never talks to a
 // server, never decides an exit code.
 //
 // Every number the table prints is printed with "%.2f" (or as an integer) from a field that
@@ -19,12 +19,22 @@
 
 namespace saturn::clients {
 
-// One line of the graphs-off / graphs-on comparison. ratio = on / off (0 when off is 0).
+// One line of a comparison: graphs off / on, or gRPC (off) / HTTP (on) for --compare api.
+// ratio = on / off (0 when off is 0).
 struct CompareRow {
   std::string name;
   double off = 0, on = 0, ratio = 0;
 };
 std::vector<CompareRow> CompareRows(const PhaseReport& off, const PhaseReport& on);
+
+// --compare api: a point's gRPC phase and its HTTP twin (same point, gRPC first), and the two
+// figures the comparison is for, HTTP / gRPC (0 when the gRPC figure is 0).
+bool IsApiPair(const PhaseReport& grpc, const PhaseReport& http);
+struct ApiRatios {
+  double tpot_p50 = 0;
+  double output_throughput = 0;
+};
+ApiRatios ApiCompareRatios(const PhaseReport& grpc, const PhaseReport& http);
 
 std::string FormatTable(const SessionResult& result);
 // The table's last section, "== in plain words ==": the verdict on the most loaded phase

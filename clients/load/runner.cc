@@ -1,14 +1,11 @@
-// The dispatcher loop and the Generate stream reactor (see runner.h).
+// The dispatcher loop (see runner.h).
 //
-// Ownership: each GenerateCall is held by a shared_ptr in Phase::live_ until its OnDone,
+// Ownership: each StreamCall is held by a shared_ptr in Phase::live_ until its done callback,
 // which hands the record to the phase and moves the call to Phase::ended_ (the phase's lock
-// is never held while calling into gRPC, so a callback that runs inline cannot deadlock).
-// Calls are destroyed on the dispatcher's thread, never inside OnDone: that is the pattern
-// of gRPC's callback examples (OnDone signals, the owner destroys), and it means no gRPC
-// thread is still tearing down a ClientContext after the phase returns and the caller goes
-// on to drop the channels (a race that aborted a test process at exit with gRPC's
-// "ref_counted.h: assertion failed: prior > 0"). The phase waits until nothing is live
-// before it returns, so calls never outlive it.
+// is never held while calling into the transport, so a callback that runs inline cannot
+// deadlock). Calls are destroyed on the dispatcher's thread, never inside their callback
+// (grpc_transport.cc says why for gRPC; an HTTP call joins its thread). The phase waits until
+// nothing is live before it returns, so calls never outlive it.
 #include "clients/load/runner.h"
 
 #include <algorithm>
@@ -28,131 +25,54 @@
 namespace saturn::clients {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = LoadClock;
 
 double Since(Clock::time_point t0, Clock::time_point t) {
   return std::chrono::duration<double>(t - t0).count();
 }
 
-class Phase;
-
-std::atomic<int64_t> g_live_calls{0};
-
-class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
- public:
-  GenerateCall(Phase* phase, int64_t index, v1::GenerateRequest req, Clock::time_point t0)
-      : phase_(phase), req_(std::move(req)), t0_(t0) {
-    rec_.index = index;
-    g_live_calls.fetch_add(1);
-  }
-  ~GenerateCall() override { g_live_calls.fetch_sub(1); }
-  void Start(v1::Saturn::Stub* stub, double timeout_s) {
-    ctx_.set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6)));
-    stub->async()->Generate(&ctx_, &req_, this);
-    StartRead(&msg_);
-    rec_.send_s = Since(t0_, Clock::now());
-    StartCall();
-  }
-  void Cancel() { ctx_.TryCancel(); }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // the stream is over; OnDone follows
-    const double now = Since(t0_, Clock::now());
-    if (msg_.has_delta() && msg_.delta().token_ids_size() > 0) {
-      rec_.token_times_s.push_back(now);
-      rec_.token_counts.push_back(msg_.delta().token_ids_size());
-      rec_.output_tokens += msg_.delta().token_ids_size();
-    } else if (msg_.has_final()) {
-      const v1::GenerateFinal& f = msg_.final();
-      rec_.has_final = true;
-      rec_.final_s = now;
-      rec_.prompt_tokens = f.usage().prompt_tokens();
-      rec_.server_queue_ms = static_cast<double>(f.timings().queue_time_us()) / 1e3;
-      rec_.server_arrival_us = f.timings().arrival_us();
-      rec_.server_finished_us = f.timings().finished_us();
-      if (f.finish_reason() == v1::FINISH_REASON_ERROR) {
-        rec_.status = "FINISH_ERROR";
-        rec_.error_message = f.error();
-      } else if (f.finish_reason() == v1::FINISH_REASON_CANCELLED) {
-        rec_.status = "FINISH_CANCELLED";
-        rec_.error_message = "the server cancelled the request";
-      }
-    }
-    StartRead(&msg_);
-  }
-
-  void OnDone(const grpc::Status& s) override;
-
- private:
-  Phase* phase_;
-  v1::GenerateRequest req_;
-  Clock::time_point t0_;
-  grpc::ClientContext ctx_;
-  v1::GenerateResponse msg_;
-  RequestRecord rec_;
-};
-
 class Phase {
  public:
-  Phase(const Connection& conn, const Workload& workload, const PhaseSettings& s)
-      : conn_(conn), workload_(workload), s_(s) {}
+  Phase(const Transport& transport, const Workload& workload, const PhaseSettings& s)
+      : transport_(transport), workload_(workload), s_(s) {}
 
   PhaseOutcome Run(const ProgressFn& progress, const std::atomic<bool>* interrupt);
-  void Finished(GenerateCall* call, RequestRecord rec);
+  void Finished(StreamCall* call, RequestRecord rec);
 
  private:
-  v1::GenerateRequest MakeRequest(int64_t i) const;
+  CallRequest MakeRequest(int64_t i) const;
   Progress Snapshot(Clock::time_point now) const;  // needs mu_
   void CancelAll();
   void ReapEnded();  // destroys the calls whose OnDone has run, on the calling thread
 
-  const Connection& conn_;
+  const Transport& transport_;
   const Workload& workload_;
   const PhaseSettings s_;
   Clock::time_point t0_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_map<GenerateCall*, std::shared_ptr<GenerateCall>> live_;
-  std::vector<std::shared_ptr<GenerateCall>> ended_;  // OnDone ran; not yet destroyed
+  std::unordered_map<StreamCall*, std::shared_ptr<StreamCall>> live_;
+  std::vector<std::shared_ptr<StreamCall>> ended_;  // OnDone ran; not yet destroyed
   std::vector<RequestRecord> done_;
   int64_t sent_ = 0, completed_ = 0, errors_ = 0;
   Clock::time_point warmup_end_ = Clock::time_point::max();  // max: warm-up not over
   std::string stop_reason_;
 };
 
-void GenerateCall::OnDone(const grpc::Status& s) {
-  rec_.end_s = Since(t0_, Clock::now());
-  rec_.peer = ctx_.peer();
-  if (!s.ok()) {
-    rec_.status = GrpcCodeName(s.error_code());
-    rec_.error_message = s.error_message();
-  } else if (!rec_.has_final && rec_.ok()) {
-    rec_.status = "NO_FINAL";
-    rec_.error_message = "the stream ended OK without a final message";
-  }
-  phase_->Finished(this, std::move(rec_));  // *this must not be touched after this line
+CallRequest Phase::MakeRequest(int64_t i) const {
+  CallRequest r;
+  r.index = i;
+  r.item = workload_.Get(s_.first_item + i);
+  r.temperature = s_.temperature;
+  r.seed = static_cast<int64_t>(s_.seed + static_cast<uint64_t>(i));
+  r.ignore_eos = s_.ignore_eos;
+  r.client_request_id = absl::StrCat("saturn-load/", s_.label, "/", i);
+  r.timeout_s = s_.request_timeout_s;
+  return r;
 }
 
-v1::GenerateRequest Phase::MakeRequest(int64_t i) const {
-  const WorkItem item = workload_.Get(s_.first_item + i);
-  v1::GenerateRequest req;
-  if (!item.prompt_text.empty()) {
-    req.set_prompt_text(item.prompt_text);
-  } else {
-    req.mutable_prompt_token_ids()->Add(item.prompt_token_ids.begin(), item.prompt_token_ids.end());
-  }
-  req.set_max_tokens(item.max_tokens);
-  req.set_temperature(s_.temperature);
-  req.set_seed(static_cast<int64_t>(s_.seed + static_cast<uint64_t>(i)));
-  req.set_ignore_eos(s_.ignore_eos);
-  req.set_output_format(v1::OUTPUT_FORMAT_TOKENS);
-  req.set_client_request_id(absl::StrCat("saturn-load/", s_.label, "/", i));
-  return req;
-}
-
-void Phase::Finished(GenerateCall* call, RequestRecord rec) {
+void Phase::Finished(StreamCall* call, RequestRecord rec) {
   std::lock_guard<std::mutex> lock(mu_);
   if (rec.ok()) {
     ++completed_;
@@ -177,7 +97,7 @@ void Phase::Finished(GenerateCall* call, RequestRecord rec) {
 }
 
 void Phase::ReapEnded() {
-  std::vector<std::shared_ptr<GenerateCall>> ended;
+  std::vector<std::shared_ptr<StreamCall>> ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ended.swap(ended_);
@@ -196,7 +116,7 @@ Progress Phase::Snapshot(Clock::time_point now) const {
 }
 
 void Phase::CancelAll() {
-  std::vector<std::shared_ptr<GenerateCall>> calls;
+  std::vector<std::shared_ptr<StreamCall>> calls;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [ptr, call] : live_) calls.push_back(call);
@@ -290,10 +210,12 @@ PhaseOutcome Phase::Run(const ProgressFn& progress, const std::atomic<bool>* int
       continue;
     }
     const int64_t i = sent_++;
-    auto call = std::make_shared<GenerateCall>(this, i, MakeRequest(i), t0_);
+    std::shared_ptr<StreamCall> call = transport_.NewCall(
+        MakeRequest(i), t0_,
+        [this](StreamCall* c, RequestRecord rec) { Finished(c, std::move(rec)); });
     live_.emplace(call.get(), call);
     lock.unlock();
-    call->Start(conn_.stub(), s_.request_timeout_s);  // the map keeps it alive
+    call->Start();  // the map keeps it alive
     if (s_.open_loop) {
       next_send = t0_ + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(arrivals.Next()));
@@ -329,18 +251,18 @@ PhaseOutcome Phase::Run(const ProgressFn& progress, const std::atomic<bool>* int
 
 }  // namespace
 
-int64_t LiveGenerateCalls() { return g_live_calls.load(); }
-
 bool IsPermanentRejection(const std::string& status) {
   return status == "INVALID_ARGUMENT" || status == "FAILED_PRECONDITION" ||
          status == "UNIMPLEMENTED" || status == "PERMISSION_DENIED" ||
-         status == "UNAUTHENTICATED" || status == "NOT_FOUND" || status == "OUT_OF_RANGE";
+         status == "UNAUTHENTICATED" || status == "NOT_FOUND" || status == "OUT_OF_RANGE" ||
+         status == "HTTP_400" || status == "HTTP_401" || status == "HTTP_403" ||
+         status == "HTTP_404" || status == "HTTP_422";
 }
 
-PhaseOutcome RunPhase(const Connection& conn, const Workload& workload,
+PhaseOutcome RunPhase(const Transport& transport, const Workload& workload,
                       const PhaseSettings& settings, const ProgressFn& progress,
                       const std::atomic<bool>* interrupt) {
-  Phase phase(conn, workload, settings);
+  Phase phase(transport, workload, settings);
   return phase.Run(progress, interrupt);
 }
 

@@ -1,16 +1,16 @@
 // One load phase: sends a workload's requests to the server(s) in a closed loop (a fixed
 // number in flight) or an open loop (Poisson arrivals), and records each stream's timings
-// on the client's steady clock. Streams use gRPC's callback API (ClientReadReactor), so
-// hundreds of concurrent streams run on gRPC's few threads; one dispatcher thread (the
+// on the client's steady clock. The streams go through a Transport (transport.h: gRPC or an
+// OpenAI-compatible HTTP API), which the phase does not look into; one dispatcher thread (the
 // caller's) decides when to send. Computes no statistics (stats.h does).
 //
 // Bounds: the phase stops sending after num_requests requests and/or once duration has
 // passed, extended until min_measure_s of load after warm-up (PhaseSettings); requests already in
 // flight then run to their end (each has request_timeout). It also stops sending when a request is
 // rejected for good (INVALID_ARGUMENT, FAILED_PRECONDITION, UNIMPLEMENTED, PERMISSION_DENIED,
-// UNAUTHENTICATED, NOT_FOUND, OUT_OF_RANGE), after max_errors failures, or when *interrupt turns
-// true (in-flight streams are then cancelled). Every request sent has a record: sent ==
-// records.size().
+// UNAUTHENTICATED, NOT_FOUND, OUT_OF_RANGE; HTTP 400, 401, 403, 404, 422), after max_errors
+// failures, or when *interrupt turns true (in-flight streams are then cancelled). Every request
+// sent has a record: sent == records.size().
 #pragma once
 
 #include <atomic>
@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "clients/common/connection.h"
 #include "clients/common/stats.h"
+#include "clients/load/transport.h"
 #include "clients/load/workload.h"
 
 namespace saturn::clients {
@@ -68,14 +68,15 @@ struct PhaseOutcome {
 using ProgressFn = std::function<void(const Progress&)>;
 
 // Runs one phase and returns when every request sent has ended and its stream object (with
-// its gRPC ClientContext) has been destroyed on the calling thread. `progress` (optional) is
-// called from the calling thread about every 100 ms and once at the end.
-PhaseOutcome RunPhase(const Connection& conn, const Workload& workload,
+// its gRPC ClientContext or HTTP thread) has been destroyed on the calling thread. `progress`
+// (optional) is called from the calling thread about every 100 ms and once at the end.
+PhaseOutcome RunPhase(const Transport& transport, const Workload& workload,
                       const PhaseSettings& settings, const ProgressFn& progress,
                       const std::atomic<bool>* interrupt);
 
-// Stream objects alive in this process (all phases): 0 whenever no RunPhase is running.
-int64_t LiveGenerateCalls();
+// Stream objects alive in this process (all phases, both transports): 0 whenever no RunPhase
+// is running.
+inline int64_t LiveGenerateCalls() { return LiveStreamCalls(); }
 
 // Whether a failed request's status means the server will reject every such request.
 bool IsPermanentRejection(const std::string& status);

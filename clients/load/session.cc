@@ -1,8 +1,9 @@
-// RunSession (see session.h): the order of phases, the CUDA-graphs switching, and the
-// exit-code policy.
+// RunSession (see session.h): the order of phases, the CUDA-graphs switching, the API
+// comparison's twin phases, and the exit-code policy.
 #include "clients/load/session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "clients/load/session_targets.h"
 
 namespace saturn::clients {
 namespace {
@@ -19,13 +21,44 @@ constexpr double kControlTimeoutS = 30;
 std::string RateText(double r) { return std::isinf(r) ? "inf" : absl::StrCat(r); }
 
 absl::StatusOr<std::unique_ptr<Workload>> BuildWorkload(const LoadConfig& c,
-                                                        const v1::ServerInfo& info) {
-  ModelLimits limits;
-  limits.vocab_size = info.model().vocab_size();
-  limits.max_model_len = info.limits().max_model_len();
-  limits.avoid_token_ids = {info.model().bos_token_id(), info.model().eos_token_id()};
+                                                        const ModelLimits& limits) {
   if (!c.prompts.empty()) return LoadJsonlWorkload(c.prompts, c.output_len, limits, c.seed);
   return MakeSyntheticWorkload(c.input_len, c.output_len, limits, c.seed);
+}
+
+// One run of a sweep point: how it differs from its twin in a comparison.
+struct Variant {
+  int graphs = -1;  // -1: as the server has it; 0 off; 1 on
+  const Transport* transport = nullptr;
+  std::string suffix;  // of the label
+};
+
+std::vector<Variant> Variants(const LoadConfig& c, const RunTargets& t) {
+  if (c.compare == "cuda_graphs") {
+    return {{0, t.grpc.get(), " graphs=off"}, {1, t.grpc.get(), " graphs=on"}};
+  }
+  if (c.compare_api()) {
+    return {{-1, t.grpc.get(), " api=grpc"}, {-1, t.openai.get(), " api=openai"}};
+  }
+  return {{-1, c.openai() ? static_cast<const Transport*>(t.openai.get()) : t.grpc.get(), ""}};
+}
+
+// The windows to diagnose for a phase whose load went through the HTTP front: each Saturn
+// server's last seconds, back to the first measured send (its answers carry no server clock).
+std::vector<ServerWindow> RecentWindows(const Connection& conn, const PhaseReport& rep) {
+  std::vector<ServerWindow> out;
+  if (rep.metrics.measured == 0) return out;
+  const double now_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double last_s = now_unix_s - rep.outcome.start_unix_s - rep.metrics.window_start_s;
+  for (size_t i = 0; i < conn.targets().size(); ++i) {
+    ServerWindow w;
+    w.target_index = i;
+    w.peer = conn.targets()[i].target;
+    w.last_s = std::max(last_s, 1e-3);
+    out.push_back(w);
+  }
+  return out;
 }
 
 std::string ErrorSummary(const std::vector<PhaseReport>& phases) {
@@ -82,7 +115,7 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
                          const std::atomic<bool>* interrupt) {
   SessionResult res;
   res.config = config;
-  res.compare = config.compare == "cuda_graphs";
+  res.compare = !config.compare.empty();
   auto fail = [&res](int code, std::string msg) {
     res.exit_code = code;
     res.error = std::move(msg);
@@ -90,36 +123,50 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
   };
   if (absl::Status s = config.Validate(); !s.ok()) return fail(2, std::string(s.message()));
 
-  absl::StatusOr<std::shared_ptr<const ChannelSecurity>> security =
-      ChannelSecurity::Load(config.security);
-  if (!security.ok()) return fail(2, std::string(security.status().message()));
-  absl::StatusOr<std::unique_ptr<Connection>> conn =
-      Connection::Connect(config.target, config.connect_timeout_s, *std::move(security));
-  if (!conn.ok()) {
-    return fail(conn.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1,
-                std::string(conn.status().message()));
+  absl::StatusOr<RunTargets> connected = ConnectTargets(config);
+  if (!connected.ok()) {
+    return fail(connected.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1,
+                std::string(connected.status().message()));
   }
-  res.targets = (*conn)->targets();
-  res.balanced_uri = (*conn)->balanced_uri();
-  const v1::ServerInfo& info0 = res.targets[0].info;
-  for (const TargetInfo& t : res.targets) {
-    if (t.info.model().vocab_size() != info0.model().vocab_size()) {
-      return fail(
-          2, absl::StrCat("--target: ", t.target, " serves a model with vocab_size ",
-                          t.info.model().vocab_size(), " but ", res.targets[0].target, " one with ",
-                          info0.model().vocab_size(), "; one run needs one model"));
+  RunTargets& targets = *connected;
+  res.connected = true;
+  res.diagnosis_skipped = targets.diagnosis_skipped;
+  if (targets.saturn != nullptr) {
+    res.targets = targets.saturn->targets();
+    res.balanced_uri = targets.saturn->balanced_uri();
+    const v1::ServerInfo& info0 = res.targets[0].info;
+    for (const TargetInfo& t : res.targets) {
+      if (t.info.model().vocab_size() != info0.model().vocab_size()) {
+        return fail(
+            2, absl::StrCat("--target: ", t.target, " serves a model with vocab_size ",
+                            t.info.model().vocab_size(), " but ", res.targets[0].target,
+                            " one with ", info0.model().vocab_size(), "; one run needs one model"));
+      }
     }
   }
-  absl::StatusOr<std::unique_ptr<Workload>> workload = BuildWorkload(config, info0);
+  if (targets.openai != nullptr) {
+    for (const HttpTarget& t : targets.openai->targets()) {
+      res.http_targets.push_back(
+          {t.Url(), targets.openai->model(), targets.openai->max_model_len()});
+    }
+  }
+  std::string limits_note;
+  const ModelLimits limits = WorkloadLimits(targets, &limits_note);
+  absl::StatusOr<std::unique_ptr<Workload>> workload = BuildWorkload(config, limits);
   if (!workload.ok()) return fail(2, std::string(workload.status().message()));
   res.workload = (*workload)->Describe();
   res.workload_adjustment = (*workload)->Adjustment();
+  if (!limits_note.empty() && config.prompts.empty()) {
+    res.workload_adjustment = res.workload_adjustment.empty()
+                                  ? limits_note
+                                  : absl::StrCat(res.workload_adjustment, "; ", limits_note);
+  }
 
   // Graphs: ask for them once before any load, so a server without them costs nothing.
-  std::vector<int> graph_settings = {-1};
-  const bool graphs_before = info0.options().cuda_graphs();
-  if (res.compare) {
-    if (absl::Status s = (*conn)->SetCudaGraphs(true, kControlTimeoutS); !s.ok()) {
+  const bool graphs = config.compare == "cuda_graphs";
+  const bool graphs_before = graphs && res.targets[0].info.options().cuda_graphs();
+  if (graphs) {
+    if (absl::Status s = targets.saturn->SetCudaGraphs(true, kControlTimeoutS); !s.ok()) {
       if (s.code() == absl::StatusCode::kFailedPrecondition) {
         return fail(1, absl::StrCat("--compare=cuda_graphs: this server cannot use CUDA graphs, so "
                                     "there is nothing to compare; nothing was measured (",
@@ -127,7 +174,6 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
       }
       return fail(1, absl::StrCat("--compare=cuda_graphs: ", s.message()));
     }
-    graph_settings = {0, 1};
   }
 
   struct Point {
@@ -143,18 +189,21 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
   }
 
   for (const Point& pt : points) {
-    for (int graphs : graph_settings) {
+    for (const Variant& v : Variants(config, targets)) {
       if (interrupt != nullptr && interrupt->load()) break;
       PhaseReport rep;
       rep.open_loop = pt.open;
       rep.concurrency = pt.concurrency;
       rep.request_rate = pt.rate;
-      rep.cuda_graphs = graphs;
-      rep.label =
-          pt.open ? absl::StrCat("rate=", RateText(pt.rate)) : absl::StrCat("c=", pt.concurrency);
-      if (graphs >= 0) absl::StrAppend(&rep.label, graphs ? " graphs=on" : " graphs=off");
-      if (graphs >= 0) {
-        if (absl::Status s = (*conn)->SetCudaGraphs(graphs == 1, kControlTimeoutS); !s.ok()) {
+      rep.cuda_graphs = v.graphs;
+      rep.api = v.transport->api();
+      rep.target = v.transport->target();
+      rep.label = absl::StrCat(
+          pt.open ? absl::StrCat("rate=", RateText(pt.rate)) : absl::StrCat("c=", pt.concurrency),
+          v.suffix);
+      if (v.graphs >= 0) {
+        if (absl::Status s = targets.saturn->SetCudaGraphs(v.graphs == 1, kControlTimeoutS);
+            !s.ok()) {
           res.error = absl::StrCat("--compare=cuda_graphs: ", s.message());
           res.exit_code = 1;
           break;
@@ -180,7 +229,7 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
       if (observer.progress) {
         progress = [&observer, &rep](const Progress& p) { observer.progress(rep, p); };
       }
-      rep.outcome = RunPhase(**conn, **workload, ps, progress, interrupt);
+      rep.outcome = RunPhase(*v.transport, **workload, ps, progress, interrupt);
 
       MetricsOptions mo;
       rep.warmup_requests =
@@ -189,16 +238,22 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
       mo.slo_ttft_ms = config.slo_ttft_ms;
       mo.slo_tpot_ms = config.slo_tpot_ms;
       rep.metrics = ComputeMetrics(rep.outcome.records, mo);
-      rep.windows = ServerWindows(**conn, rep.outcome.records, rep.metrics);
-      for (const ServerWindow& w : rep.windows) {
-        absl::StatusOr<std::string> d = FetchDiagnosis(**conn, w, kControlTimeoutS);
-        if (d.ok()) {
-          rep.diagnoses.push_back(*d);
-        } else if (rep.diagnosis_note.empty()) {
-          rep.diagnosis_note = std::string(d.status().message());
+      if (targets.saturn == nullptr) {
+        rep.diagnosis_note = res.diagnosis_skipped;
+      } else {
+        rep.windows = rep.api == "grpc"
+                          ? ServerWindows(*targets.saturn, rep.outcome.records, rep.metrics)
+                          : RecentWindows(*targets.saturn, rep);
+        for (const ServerWindow& w : rep.windows) {
+          absl::StatusOr<std::string> d = FetchDiagnosis(*targets.saturn, w, kControlTimeoutS);
+          if (d.ok()) {
+            rep.diagnoses.push_back(*d);
+          } else if (rep.diagnosis_note.empty()) {
+            rep.diagnosis_note = std::string(d.status().message());
+          }
         }
+        if (rep.windows.empty()) rep.diagnosis_note = "no measured requests, so no window";
       }
-      if (rep.windows.empty()) rep.diagnosis_note = "no measured requests, so no window";
       if (observer.phase_finished) observer.phase_finished(rep);
       const std::string stop = rep.outcome.stop_reason;
       const bool interrupted = rep.outcome.interrupted;
@@ -217,9 +272,9 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
     if (res.exit_code != 0) break;
   }
 
-  if (res.compare) {
+  if (graphs) {
     // Put the server back as it was; a failure here only earns a note.
-    if (absl::Status s = (*conn)->SetCudaGraphs(graphs_before, kControlTimeoutS); !s.ok()) {
+    if (absl::Status s = targets.saturn->SetCudaGraphs(graphs_before, kControlTimeoutS); !s.ok()) {
       if (res.error.empty())
         res.error = absl::StrCat("could not restore cuda_graphs: ", s.message());
     }

@@ -1,7 +1,10 @@
-// A whole saturn-load run: connect, build the workload, run one phase per sweep point (and,
-// with --compare=cuda_graphs, each point twice: graphs off, then on), compute each phase's
-// figures, ask for the server's diagnosis of each phase's window, and decide the exit code.
-// Printing and files are run_table.h's job; this file never writes to stdout or files.
+// A whole saturn-load run: connect (session_targets.h), build the workload, run one phase per
+// sweep point (and, with --compare=cuda_graphs, each point twice: graphs off, then on; with
+// --compare=api, each point over gRPC, then over the OpenAI HTTP front, same workload and
+// seeds), compute each phase's figures, ask for the server's diagnosis of each phase's window
+// (skipped, with one line saying why, for --api openai without --diag_target), and decide the
+// exit code. Printing and files are run_table.h's job; this file never writes to stdout or
+// files.
 //
 // Exit codes: 0 every request completed; 1 the run could not be done as asked or requests
 // failed (unreachable target, rejected requests, a server without CUDA graphs for
@@ -22,7 +25,9 @@
 namespace saturn::clients {
 
 struct PhaseReport {
-  std::string label;  // e.g. "c=4", "rate=2", "c=4 graphs=on"
+  std::string label;         // e.g. "c=4", "rate=2", "c=4 graphs=on", "c=4 api=openai"
+  std::string api = "grpc";  // the API the phase drove ("grpc" or "openai")
+  std::string target;        // and where (host:port or URLs, comma-separated)
   bool open_loop = false;
   int concurrency = 0;      // closed loop
   double request_rate = 0;  // open loop
@@ -35,15 +40,25 @@ struct PhaseReport {
   std::string diagnosis_note;          // why there is none
 };
 
+// An OpenAI-compatible server the run drove.
+struct HttpTargetReport {
+  std::string url;
+  std::string model;      // the model asked for
+  int max_model_len = 0;  // as GET /v1/models gave it (0: not given)
+};
+
 struct SessionResult {
   LoadConfig config;
+  bool connected = false;  // the run got as far as connecting (then the reports are written)
   std::string workload;
   std::string workload_adjustment;  // Workload::Adjustment(): lengths changed to fit, and why
   std::string balanced_uri;
-  std::vector<TargetInfo> targets;
+  std::vector<TargetInfo> targets;             // Saturn's gRPC servers (load or diagnosis)
+  std::vector<HttpTargetReport> http_targets;  // the OpenAI-compatible servers
+  std::string diagnosis_skipped;               // why no phase has a diagnosis ("": none skipped)
   std::vector<PhaseReport> phases;
-  bool compare = false;
-  std::string error;  // what went wrong, "" when nothing did
+  bool compare = false;  // --compare cuda_graphs or api: phases come in pairs
+  std::string error;     // what went wrong, "" when nothing did
   int exit_code = 0;
 };
 

@@ -29,14 +29,16 @@ std::mt19937_64 ItemRng(uint64_t seed, int64_t i, uint64_t stream) {
 }
 
 std::vector<int> RandomTokens(std::mt19937_64& rng, int n, const ModelLimits& limits) {
-  std::uniform_int_distribution<int> dist(0, std::max(0, limits.vocab_size - 1));
+  const int limit = limits.random_id_limit > 0 ? std::min(limits.random_id_limit, limits.vocab_size)
+                                               : limits.vocab_size;
+  std::uniform_int_distribution<int> dist(0, std::max(0, limit - 1));
   std::vector<int> ids;
   ids.reserve(n);
   while (static_cast<int>(ids.size()) < n) {
     const int id = dist(rng);
     if (std::find(limits.avoid_token_ids.begin(), limits.avoid_token_ids.end(), id) ==
             limits.avoid_token_ids.end() ||
-        static_cast<int>(limits.avoid_token_ids.size()) >= limits.vocab_size) {
+        static_cast<int>(limits.avoid_token_ids.size()) >= limit) {
       ids.push_back(id);
     }
   }

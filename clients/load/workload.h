@@ -43,6 +43,9 @@ struct ModelLimits {
   int vocab_size = 256;
   int max_model_len = 512;
   std::vector<int> avoid_token_ids;  // e.g. BOS and EOS, never put in synthetic prompts
+  // Synthetic ids are drawn below this (0: vocab_size): for a server whose vocabulary is not
+  // known, the byte tokens every vocabulary has.
+  int random_id_limit = 0;
 };
 
 class Workload {

@@ -6,6 +6,8 @@
 //   saturn-load --request_rate 2 --duration 60 --slo_ttft_ms 200 --json out.json
 //   saturn-load --concurrency 8 --num_requests 200 --compare cuda_graphs
 //   saturn-load --target host:50051 --tls_ca ca.pem --auth_token_file token
+//   saturn-load --api openai --target http://127.0.0.1:8000 --concurrency 1,16   (vLLM, llama.cpp)
+//   saturn-load --target 127.0.0.1:50051 --compare api --openai_target http://127.0.0.1:8080
 #include <unistd.h>
 
 #include <atomic>
@@ -24,8 +26,21 @@
 #include "clients/load/session.h"
 #include "engine/flags_help.h"
 
+ABSL_FLAG(std::string, api, "grpc",
+          "grpc: Saturn's gRPC API (saturn.v1.Saturn/Generate); openai: any OpenAI-compatible "
+          "server (vLLM, llama.cpp's server, TGI, Saturn's --http_port) through POST "
+          "/v1/completions, streamed");
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
-          "Server(s) host:port, comma-separated; several are balanced round-robin by gRPC");
+          "Server(s), comma-separated, taking requests in turn (round-robin): host:port for "
+          "--api grpc, http://host:port or https://host:port for --api openai");
+ABSL_FLAG(std::string, model_name, "",
+          "--api openai: the model to ask for (default: the first id GET /v1/models lists)");
+ABSL_FLAG(std::string, diag_target, "",
+          "--api openai against Saturn's HTTP front: Saturn's gRPC host:port, for the server's "
+          "diagnosis of each phase and the model's limits (without it the diagnosis is skipped)");
+ABSL_FLAG(std::string, openai_target, "",
+          "--compare api: the OpenAI-compatible HTTP front(s) of the --target servers, "
+          "http://host:port (saturn-server --http_port), comma-separated in --target's order");
 ABSL_FLAG(std::string, concurrency, "1",
           "Closed loop: requests in flight; a comma-separated list runs a sweep");
 ABSL_FLAG(std::string, request_rate, "",
@@ -44,14 +59,18 @@ ABSL_FLAG(std::string, prompts, "",
           "JSONL file of prompts (prompt | prompt_token_ids | input_len, optional max_tokens)");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the synthetic prompts, lengths, arrivals and sampling");
 ABSL_FLAG(double, temperature, 0, "Sampling temperature (0: greedy)");
-ABSL_FLAG(bool, ignore_eos, true, "Generate exactly max_tokens (ignore EOS)");
+ABSL_FLAG(bool, ignore_eos, true,
+          "Generate exactly max_tokens (ignore EOS); with --api openai sent as vLLM's ignore_eos "
+          "field, which vLLM and Saturn take: a server without it may stop early at EOS");
 ABSL_FLAG(int, warmup_requests, -1,
           "Requests sent before this many completions are not measured (-1: auto = the "
           "concurrency, or 10% of the requests in the open loop)");
 ABSL_FLAG(double, slo_ttft_ms, 0, "Goodput SLO on time to first token (0: none)");
 ABSL_FLAG(double, slo_tpot_ms, 0, "Goodput SLO on time per output token (0: none)");
 ABSL_FLAG(std::string, compare, "",
-          "cuda_graphs: run each phase with CUDA graphs off, then on, and compare");
+          "cuda_graphs: run each phase with CUDA graphs off, then on, and compare; api: run each "
+          "phase through --target's gRPC, then through --openai_target's HTTP front (same "
+          "workload and seeds) and give the HTTP/gRPC ratios of TPOT p50 and output tok/s");
 ABSL_FLAG(double, connect_timeout, 10, "Seconds to wait for each target to be up and ready");
 ABSL_FLAG(double, request_timeout, 600, "Deadline of each request, seconds");
 ABSL_FLAG(int64_t, max_errors, 100, "Stop sending after this many failed requests (0: never)");
@@ -74,9 +93,18 @@ int Usage(const std::string& what) {
 // The run, once the flags are parsed.
 int Run() {
   LoadConfig c;
+  c.api = absl::GetFlag(FLAGS_api);
   auto targets = ParseTargetList("--target", absl::GetFlag(FLAGS_target));
   if (!targets.ok()) return Usage(std::string(targets.status().message()));
   c.target = *targets;
+  c.model_name = absl::GetFlag(FLAGS_model_name);
+  c.diag_target = absl::GetFlag(FLAGS_diag_target);
+  const std::string openai_target = absl::GetFlag(FLAGS_openai_target);
+  if (!openai_target.empty()) {
+    auto urls = ParseTargetList("--openai_target", openai_target);
+    if (!urls.ok()) return Usage(std::string(urls.status().message()));
+    c.openai_target = *urls;
+  }
   const std::string rate = absl::GetFlag(FLAGS_request_rate);
   if (!rate.empty()) {
     auto rates = ParseRateList("--request_rate", rate);
@@ -130,7 +158,7 @@ int Run() {
 
   // Output files are written whenever the run got as far as connecting, failed or not.
   int code = res.exit_code;
-  if (!res.targets.empty()) {
+  if (res.connected) {
     std::cout << FormatTable(res) << std::flush;
     if (!c.json.empty()) {
       if (absl::Status s = WriteJson(res, c.json); !s.ok()) {
@@ -154,7 +182,9 @@ int Run() {
 
 int main(int argc, char** argv) {
   std::vector<char*> positional = saturn::ParseCommandLineWithHelp(
-      argc, argv, "Load generator for Saturn (saturn.v1.Saturn/Generate)");
+      argc, argv,
+      "Load generator for Saturn (saturn.v1.Saturn/Generate) and any OpenAI-compatible server "
+      "(--api openai)");
   if (positional.size() > 1)
     return saturn::clients::Usage(absl::StrCat("unexpected argument \"", positional[1], "\""));
 

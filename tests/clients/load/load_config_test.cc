@@ -57,6 +57,63 @@ TEST(LoadConfigTest, EachBadValueNamesItsFlag) {
   ExpectBad(c, "--temperature");
 }
 
+TEST(LoadConfigTest, ApiFlagsAreCheckedTogether) {
+  LoadConfig c = Good();
+  c.api = "http";
+  ExpectBad(c, "--api");
+  c = Good();
+  c.api = "openai";
+  c.target = {"127.0.0.1:8000"};  // no scheme
+  ExpectBad(c, "--target");
+  EXPECT_NE(std::string(c.Validate().message()).find("http://"), std::string::npos);
+  c.target = {"http://127.0.0.1:8000", "https://b:8001"};
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c = Good();
+  c.target = {"http://127.0.0.1:8000"};  // a URL for the gRPC API
+  ExpectBad(c, "--target");
+  EXPECT_NE(std::string(c.Validate().message()).find("--api openai"), std::string::npos);
+
+  c = Good();
+  c.api = "openai";
+  c.target = {"http://a:1"};
+  c.diag_target = "a:50051";
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c.diag_target = "http://a:50051";
+  ExpectBad(c, "--diag_target");
+  c = Good();
+  c.diag_target = "a:50051";  // --api grpc diagnoses --target
+  ExpectBad(c, "--diag_target");
+  c = Good();
+  c.model_name = "m";
+  ExpectBad(c, "--model_name");
+
+  c = Good();
+  c.compare = "api";
+  ExpectBad(c, "--openai_target");  // needed
+  c.openai_target = {"http://127.0.0.1:8080"};
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c.openai_target = {"127.0.0.1:8080"};
+  ExpectBad(c, "--openai_target");
+  c = Good();
+  c.openai_target = {"http://127.0.0.1:8080"};  // without --compare api
+  ExpectBad(c, "--openai_target");
+  c = Good();
+  c.api = "openai";
+  c.target = {"http://a:1"};
+  c.compare = "api";
+  ExpectBad(c, "--compare");
+  c.compare = "cuda_graphs";
+  ExpectBad(c, "--compare");
+
+  c = Good();
+  c.api = "openai";
+  c.target = {"http://a:1"};
+  c.security.tls_ca = "ca.pem";  // TLS over plain http
+  ExpectBad(c, "--tls_ca");
+  c.target = {"https://a:1"};
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+}
+
 TEST(LoadConfigTest, ListsParse) {
   EXPECT_EQ(*ParseConcurrencyList("--concurrency", "1, 4,16"), (std::vector<int>{1, 4, 16}));
   EXPECT_FALSE(ParseConcurrencyList("--concurrency", "1,,2").ok());
