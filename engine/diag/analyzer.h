@@ -289,6 +289,10 @@ DiagnosticsReport Analyze(const std::vector<StepRecord>& steps, double window_be
                           const AnalyzerThresholds& th = {});
 
 // The pieces, for tests and for callers that want one part.
+// What a recorded step paid to launch its work at the calibrated costs: one dispatch per op
+// issued one by one, and one graph launch for all the ops a replay issued (a calibration
+// without graph_launch_us counts a replay as one dispatch).
+double LaunchUs(const StepRecord& step, const Calibration& cal);
 Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin_us,
                        double window_end_us, const Calibration& cal, const AnalyzerContext& ctx,
                        const AnalyzerThresholds& th = {});
