@@ -74,6 +74,10 @@ struct AnalyzerContext {
   double edge_busy_us = 0;
   bool step_in_flight = false;  // a step was still running at the window's end
   double widened_from_s = 0;    // > 0: the window asked for was this long and held too few steps
+  // > 0: the window asked for was this long, but the step ring no longer held its start (the
+  // report covers the ring's steps only); `ring_steps` is the ring's capacity.
+  double truncated_from_s = 0;
+  size_t ring_steps = 0;
   // Share of runnable time the server's threads ran since the previous report (schedstat;
   // 1: no contention seen): under 1, other processes held the cores.
   double run_share = 1;

@@ -256,6 +256,10 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
     v.window_note = absl::StrFormat(
         "the %.1f s window asked for held fewer than %d complete steps: widened to %.1f s",
         ctx.widened_from_s, th.min_window_steps, p.window_s);
+  } else if (ctx.truncated_from_s > 0) {
+    v.window_note = absl::StrFormat(
+        "covers the last %.1f s of the %.1f s asked: the step ring holds the last %zu steps",
+        p.window_s, ctx.truncated_from_s, ctx.ring_steps);
   } else if (ctx.step_in_flight && p.edge_busy_us > 0.05 * p.window_s * 1e6) {
     v.window_note = absl::StrFormat(
         "a step was in flight at the window's edge: its %.0f ms inside the window count as busy",

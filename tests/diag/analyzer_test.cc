@@ -122,6 +122,23 @@ TEST(AnalyzerTest, GraphReplayPaysOneLaunchNotOnePerOp) {
   EXPECT_GT(e.profile.launch_share, 0.8);
 }
 
+// The step ring forgot the window's start (4096 steps last 2.9-5.7 s on an H200): the report
+// says it covers less than was asked.
+TEST(AnalyzerTest, AWindowCutShortByTheRingSaysSo) {
+  StepSpec s;
+  s.queue_depth = 1;
+  s.max_num_seqs = 1;
+  const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 20);
+  AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 1);
+  ctx.truncated_from_s = 8;
+  ctx.ring_steps = 20;
+  const DiagnosticsReport r =
+      Analyze(steps, 0, steps.back().end_us, testing_diag::TestCalibration(), ctx);
+  EXPECT_NE(r.verdict.window_note.find("of the 8.0 s asked"), std::string::npos)
+      << r.verdict.window_note;
+  EXPECT_NE(r.verdict.window_note.find("20 steps"), std::string::npos) << r.verdict.window_note;
+}
+
 TEST(AnalyzerTest, LaunchCostCountsEagerOpsAndOneLaunchPerReplay) {
   Calibration cal = testing_diag::TestCalibration();
   cal.op_dispatch_us = 5;
