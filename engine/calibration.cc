@@ -65,6 +65,47 @@ absl::StatusOr<TrialSeries> TimeGemm(Backend* b, int64_t m, int64_t k, int64_t n
       2.0 * double(m) * double(n) * double(k), topt);
 }
 
+// One tiny add captured as a graph, the graph replayed back to back with one sync: the best
+// time per replay of `repeats` runs (the first run warms up). The graph is released after.
+absl::StatusOr<double> GraphLaunchUs(Backend* backend, const CalibrationOptions& opt,
+                                     std::string* method) {
+  const DType dt = backend->compute_dtype();
+  ASSIGN_OR_RETURN(DeviceBuffer x, backend->Allocate(64 * 4));
+  const Tensor t = x.View(dt, 1, 16);
+  RETURN_IF_ERROR(FillRandom(backend, t, 8));
+  backend->BeginStep(false);
+  RETURN_IF_ERROR(backend->BeginGraphCapture());
+  if (absl::Status s = backend->Add(t, t, t); !s.ok()) {
+    (void)backend->AbortGraphCapture();
+    (void)backend->EndStep();
+    return s;
+  }
+  absl::StatusOr<int> graph = backend->EndGraphCapture();
+  RETURN_IF_ERROR(backend->EndStep().status());
+  RETURN_IF_ERROR(graph.status());
+  const int launches = opt.quick ? opt.dispatch_ops / 4 : opt.dispatch_ops;
+  std::vector<double> per_launch;
+  absl::Status run = [&]() -> absl::Status {
+    for (int r = 0; r < opt.repeats + 1; ++r) {
+      backend->BeginStep(false);
+      const double t0 = NowSeconds();
+      for (int i = 0; i < launches; ++i) RETURN_IF_ERROR(backend->ReplayGraph(*graph));
+      RETURN_IF_ERROR(backend->Synchronize());
+      const double total = NowSeconds() - t0;
+      RETURN_IF_ERROR(backend->EndStep().status());
+      if (r > 0) per_launch.push_back(total / launches * 1e6);
+    }
+    return absl::OkStatus();
+  }();
+  const absl::Status released = backend->ReleaseGraph(*graph);
+  RETURN_IF_ERROR(run);
+  RETURN_IF_ERROR(released);
+  absl::StrAppend(method, "; graph launch: a one-add graph replayed ", launches,
+                  " times back to back, one sync; time per replay, best of ", opt.repeats,
+                  absl::StrFormat(" (median %.2f us)", Median(per_launch)));
+  return *std::min_element(per_launch.begin(), per_launch.end());
+}
+
 int BackendThreads(const Backend& b) {
   const std::string name = b.device_name();  // the CPU backend: "<model> (N threads)"
   const size_t open = name.rfind('(');
@@ -94,6 +135,7 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
   topt.correct_contention = cpu;  // a GPU is not time-shared with the host's other work
   topt.threads = opt.threads > 0 ? opt.threads : BackendThreads(*backend);
   topt.max_series_s = opt.quick ? 0.3 : 1.0;
+  topt.warmup_s = backend->clock_warmup_s();
   double run_share_min = 1;
 
   // GEMM peak: the square GEMM and the model's own prefill shape; the ceiling is the better.
@@ -225,6 +267,9 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
                      " best of ",
                      opt.repeats, absl::StrFormat(" (median %.2f us)", Median(per_op)));
   }
+  if (backend->SupportsGraphs()) {
+    ASSIGN_OR_RETURN(c.graph_launch_us, GraphLaunchUs(backend, opt, &c.dispatch_method));
+  }
   return c;
 }
 
@@ -236,6 +281,7 @@ std::string CalibrationToJson(const Calibration& c) {
                       {"bandwidth_bytes_per_s", c.bandwidth_bytes_per_s},
                       {"op_dispatch_us", c.op_dispatch_us},
                       {"op_issue_us", c.op_issue_us},
+                      {"graph_launch_us", c.graph_launch_us},
                       {"ridge_flops_per_byte", c.ridge_flops_per_byte()},
                       {"gemm_method", c.gemm_method},
                       {"bandwidth_method", c.bandwidth_method},
@@ -271,6 +317,7 @@ absl::StatusOr<Calibration> CalibrationFromJson(const std::string& text) {
     c.bandwidth_bytes_per_s = j.at("bandwidth_bytes_per_s").get<double>();
     c.op_dispatch_us = j.at("op_dispatch_us").get<double>();
     c.op_issue_us = j.value("op_issue_us", c.op_dispatch_us);
+    c.graph_launch_us = j.value("graph_launch_us", 0.0);
     c.gemm_method = j.value("gemm_method", "");
     c.bandwidth_method = j.value("bandwidth_method", "");
     c.dispatch_method = j.value("dispatch_method", "");

@@ -11,7 +11,10 @@
 //    M = 1 (what a decode step does, all threads; f32 weights and the backend's weight dtype)
 //    and a device-to-device copy (bytes read plus written).
 //  - Op dispatch cost: many tiny ops issued back to back, total time / count (the kernel
-//    launch cost on CUDA, the dispatch cost on the CPU backend).
+//    launch cost on CUDA, the dispatch cost on the CPU backend); where the backend has graphs,
+//    the cost of one graph launch the same way.
+//  - Clocks that idle low (a GPU's) are warmed before the timed trials
+//    (Backend::clock_warmup_s).
 //  - On CUDA, the datasheet-style ceilings from the device's properties beside them.
 #pragma once
 
@@ -31,6 +34,10 @@ struct Calibration {
   double bandwidth_bytes_per_s = 0;
   double op_dispatch_us = 0;  // wall time per tiny op, issue to completion amortised
   double op_issue_us = 0;     // host time per tiny op issue call
+  // Wall time per graph replay (a captured one-op graph launched back to back, issue to
+  // completion amortised): what a replayed step pays once instead of op_dispatch_us per op.
+  // 0 where the backend has no graphs (and in files written before it existed).
+  double graph_launch_us = 0;
   std::string gemm_method;    // how each was measured, in words
   std::string bandwidth_method;
   std::string dispatch_method;

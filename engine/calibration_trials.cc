@@ -15,20 +15,25 @@ SchedTimes ReadSchedTimes() {
 }
 
 std::string TrialSeries::Describe() const {
-  return absl::StrFormat("best of %d trials (%s, spread %.1f%%%s)", trials,
-                         stable ? "stable" : "NOT stable", 100 * spread,
-                         run_share < 0.97
-                             ? absl::StrFormat(", threads ran %.0f%% of their runnable time: "
-                                               "rated by their CPU time, wall-clock best %.3g",
-                                               100 * run_share, best_wall)
-                             : std::string());
+  return absl::StrFormat(
+      "best of %d trials (%s, spread %.1f%%%s%s)", trials, stable ? "stable" : "NOT stable",
+      100 * spread,
+      warmup_s >= 0.05 ? absl::StrFormat(", after %.1f s warm-up", warmup_s) : std::string(),
+      run_share < 0.97 ? absl::StrFormat(", threads ran %.0f%% of their runnable time: "
+                                         "rated by their CPU time, wall-clock best %.3g",
+                                         100 * run_share, best_wall)
+                       : std::string());
 }
 
 absl::StatusOr<TrialSeries> RunTrials(const std::function<absl::Status()>& unit,
                                       double work_per_unit, const TrialOptions& opt) {
-  if (absl::Status s = unit(); !s.ok()) return s;  // warm-up
-  std::vector<double> rates;
   TrialSeries out;
+  const double warmup_start = NowSeconds();
+  do {
+    if (absl::Status s = unit(); !s.ok()) return s;  // warm-up
+    out.warmup_s = NowSeconds() - warmup_start;
+  } while (out.warmup_s < opt.warmup_s);
+  std::vector<double> rates;
   double share_sum = 0;
   const int max_trials = std::max(opt.max_trials, std::max(opt.min_trials, 1));
   const double series_start = NowSeconds();

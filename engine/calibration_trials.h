@@ -35,6 +35,7 @@ struct TrialOptions {
   bool correct_contention = true;  // rate from the threads' CPU time (CPU backends)
   int threads = 1;                 // threads that do the unit's work (the backend's pool)
   double max_series_s = 1.5;       // stop adding trials once a series has run this long
+  double warmup_s = 0;             // run the unit untimed this long first (clocks ramping)
 };
 
 struct TrialSeries {
@@ -45,6 +46,7 @@ struct TrialSeries {
   double run_share = 1;  // mean share of runnable time the threads ran (1: uncontended)
   int trials = 0;
   bool stable = false;           // the best two agreed within the tolerance
+  double warmup_s = 0;           // how long the unit ran untimed before the trials
   std::string Describe() const;  // "best of 5 (stable, spread 2.1%, threads ran 64% ...)"
 };
 

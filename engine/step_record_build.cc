@@ -13,6 +13,7 @@ void RecordStepWork(const StepPlan& plan, RunnerOutput* out, StepRecord* rec) {
   rec->device_span_us = t.device_span_us;
   rec->per_op_timed = t.per_op_device_times;
   rec->op_count = static_cast<int>(t.ops.size());
+  rec->replayed_ops = t.replayed_ops;
   rec->gap_us = std::max(0.0, rec->device_span_us - rec->device_busy_us);
   rec->num_seqs = static_cast<int>(plan.seqs.size());
   rec->num_prefill_tokens = plan.num_prefill_tokens;

@@ -249,10 +249,12 @@ void Backend::AppendReplayedOps(const std::vector<OpRecord>& ops, double issue_b
     ops_.push_back(op);
     first = false;
   }
+  replayed_ops_ += static_cast<int>(ops.size());
 }
 
 void Backend::BeginStep(bool per_op_device_times) {
   ops_.clear();
+  replayed_ops_ = 0;
   per_op_device_times_ = per_op_device_times;
   step_host_start_us_ = NowUs();
 }
@@ -262,6 +264,7 @@ absl::StatusOr<StepTiming> Backend::EndStep() {
   RETURN_IF_ERROR(ResolveDeviceTimes(&timing));
   timing.ops = ops_;
   timing.per_op_device_times = per_op_device_times_;
+  timing.replayed_ops = replayed_ops_;
   for (const OpRecord& op : timing.ops) timing.issue_us += op.issue_end_us - op.issue_begin_us;
   if (per_op_device_times_) {
     // Union of device intervals (ops on one stream do not overlap, but be safe).
@@ -294,5 +297,6 @@ absl::Status Backend::BeginGraphCapture() {
 absl::StatusOr<int> Backend::EndGraphCapture() { return BeginGraphCapture(); }
 absl::Status Backend::AbortGraphCapture() { return BeginGraphCapture(); }
 absl::Status Backend::ReplayGraph(int) { return BeginGraphCapture(); }
+absl::Status Backend::ReleaseGraph(int) { return BeginGraphCapture(); }
 
 }  // namespace saturn

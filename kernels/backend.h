@@ -99,6 +99,7 @@ struct StepTiming {
   double device_span_us = 0;         // first op device start .. last op device end
   bool per_op_device_times = false;  // false: only the step span was timed
   bool graph_replayed = false;
+  int replayed_ops = 0;  // of `ops`, those a graph replay issued (one launch for all of them)
 };
 
 // Datasheet-style ceilings computed from the device's own properties (calibration reports
@@ -126,6 +127,9 @@ class Backend {
   // K and V in bf16 beside bf16 weights, as a bf16 model's cache is on other engines).
   virtual DType kv_cache_dtype() const { return compute_dtype(); }
   virtual size_t device_memory_bytes() const = 0;  // total memory the backend may use
+  // How long calibration keeps the device busy before its timed trials, so that clocks that
+  // idle low (a GPU's, from hundreds of MHz) have ramped up: 0 where they need no ramp.
+  virtual double clock_warmup_s() const { return 0; }
   // One-op dispatch cost is measured by the calibrator; this says whether per-op device
   // timing perturbs the device enough that it should be sampled rather than always on.
   virtual bool per_op_timing_is_cheap() const = 0;
@@ -229,6 +233,8 @@ class Backend {
   // Ends a capture whose ops failed: the partial graph is destroyed, never instantiated.
   virtual absl::Status AbortGraphCapture();
   virtual absl::Status ReplayGraph(int handle);
+  // Frees a captured graph; its handle is invalid from then on.
+  virtual absl::Status ReleaseGraph(int handle);
   virtual size_t graph_memory_bytes() const { return 0; }
 
   // Called by DeviceBuffer only.
@@ -273,6 +279,7 @@ class Backend {
   // Current step's ops, appended by the op wrappers.
   std::vector<OpRecord> ops_;
   bool per_op_device_times_ = true;
+  int replayed_ops_ = 0;  // this step's ops that came from AppendReplayedOps
   double step_host_start_us_ = 0;
 
  private:

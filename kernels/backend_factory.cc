@@ -1,10 +1,12 @@
 // CreateBackend: "cpu", "cuda" or "auto". Auto picks CUDA when a usable device exists and
-// otherwise falls back to the CPU backend with one log line saying why.
+// otherwise falls back to the CPU backend with one log line saying why. "null" (benches):
+// kernels/null_backend.h.
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/null_backend.h"
 #if defined(SATURN_WITH_CUDA)
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -28,9 +30,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
                                                        const std::string& dtype,
                                                        const std::string& kv_cache_dtype) {
   if (kind == "cpu") return Cpu(num_threads, dtype, kv_cache_dtype);
+  if (kind == "null") return CreateNullBackend();
   if (kind != "cuda" && kind != "auto") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend: unknown value \"", kind, "\" (expected auto, cpu or cuda)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backend: unknown value \"", kind, "\" (expected auto, cpu or cuda; null for benches)"));
   }
 #if defined(SATURN_WITH_CUDA)
   absl::StatusOr<std::unique_ptr<Backend>> cuda = CreateCudaBackend(/*device=*/0);

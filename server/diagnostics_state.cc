@@ -248,12 +248,17 @@ DiagnosticsReport DiagnosticsState::BuildReport(const Engine& engine, double beg
   std::vector<StepRecord> steps = engine.steps().Since(begin_us);
   // The ring forgot the window's start: analyse only what it still holds, rather than count
   // the forgotten steps as idle time.
+  double truncated_from_s = 0;
   if (engine.steps().total_steps() > static_cast<int64_t>(engine.steps().capacity()) &&
-      steps.size() >= engine.steps().capacity() && !steps.empty()) {
-    begin_us = std::max(begin_us, steps.front().start_us);
+      steps.size() >= engine.steps().capacity() && !steps.empty() &&
+      steps.front().start_us > begin_us) {
+    truncated_from_s = (end_us - begin_us) * 1e-6;
+    begin_us = steps.front().start_us;
   }
   const WindowEdges edges = FitWindow(engine, &steps, &begin_us, end_us);
   AnalyzerContext ctx = ContextFromEngine(engine);
+  ctx.truncated_from_s = truncated_from_s;
+  ctx.ring_steps = engine.steps().capacity();
   ctx.edge_busy_us = edges.busy_us;
   ctx.step_in_flight = edges.in_flight;
   ctx.widened_from_s = edges.widened_from_s;

@@ -164,6 +164,7 @@ void ToProto(const Calibration& c, double calibration_ms, v1::Calibration* out) 
   out->set_bandwidth_bytes_per_s(c.bandwidth_bytes_per_s);
   out->set_op_dispatch_us(c.op_dispatch_us);
   out->set_op_issue_us(c.op_issue_us);
+  out->set_graph_launch_us(c.graph_launch_us);
   out->set_ridge_flops_per_byte(c.ridge_flops_per_byte());
   out->set_gemm_method(c.gemm_method);
   out->set_bandwidth_method(c.bandwidth_method);

@@ -50,6 +50,10 @@ std::string RenderCalibration(const v1::Calibration& c) {
                         FormatSi(c.bandwidth_bytes_per_s(), "B/s"), c.bandwidth_method());
   absl::StrAppendFormat(&out, "%-12s per op     %.2f us dispatch, %.2f us issue   (%s)\n", "",
                         c.op_dispatch_us(), c.op_issue_us(), c.dispatch_method());
+  if (c.graph_launch_us() > 0) {
+    absl::StrAppendFormat(&out, "%-12s per graph  %.2f us launch (one replay, however many ops)\n",
+                          "", c.graph_launch_us());
+  }
   absl::StrAppendFormat(&out, "%-12s ridge      %.2f FLOP/byte\n", "", c.ridge_flops_per_byte());
   if (c.spec_flops_per_s() > 0 || c.spec_bandwidth_bytes_per_s() > 0) {
     absl::StrAppendFormat(&out, "%-12s spec       %s, %s   (%s)\n", "",

@@ -74,6 +74,10 @@ struct AnalyzerContext {
   double edge_busy_us = 0;
   bool step_in_flight = false;  // a step was still running at the window's end
   double widened_from_s = 0;    // > 0: the window asked for was this long and held too few steps
+  // > 0: the window asked for was this long, but the step ring no longer held its start (the
+  // report covers the ring's steps only); `ring_steps` is the ring's capacity.
+  double truncated_from_s = 0;
+  size_t ring_steps = 0;
   // Share of runnable time the server's threads ran since the previous report (schedstat;
   // 1: no contention seen): under 1, other processes held the cores.
   double run_share = 1;
@@ -289,6 +293,10 @@ DiagnosticsReport Analyze(const std::vector<StepRecord>& steps, double window_be
                           const AnalyzerThresholds& th = {});
 
 // The pieces, for tests and for callers that want one part.
+// What a recorded step paid to launch its work at the calibrated costs: one dispatch per op
+// issued one by one, and one graph launch for all the ops a replay issued (a calibration
+// without graph_launch_us counts a replay as one dispatch).
+double LaunchUs(const StepRecord& step, const Calibration& cal);
 Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin_us,
                        double window_end_us, const Calibration& cal, const AnalyzerContext& ctx,
                        const AnalyzerThresholds& th = {});

@@ -114,7 +114,7 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   bool graphs = false;
   for (const StepRecord& r : steps) {
     wall += r.wall_us();
-    launch += r.op_count * cal.op_dispatch_us;
+    launch += LaunchUs(r, cal);
     host += r.schedule_us + r.prepare_us + r.postprocess_us;
     busy += std::min(r.device_busy_us, r.wall_us());
     graphs = graphs || r.graph_replayed;
@@ -130,15 +130,18 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   const double overhead = launch + host;
   Signal over =
       Above("overhead_vs_roofline_floor", floor > 0 ? overhead / floor : 1e9, 1.0, kCalibrated,
-            "op count x dispatch cost + host phases exceed the time the step's "
+            "launch cost (ops issued x dispatch cost, graph replays x graph launch cost) + "
+            "host phases exceed the time the step's "
             "FLOPs and bytes need at the calibrated ceilings");
   // The dispatch cost was calibrated on a core of its own; under contention the steps' wall
   // time also holds the time their threads waited for a core, so the share is of the time
   // they ran (wall x run share).
   Signal ls = Above("launch_share", launch / (wall * v.run_share), th.launch_share, kTrtllm,
-                    v.run_share < 1 ? "op dispatch (op count x calibrated cost) / the step time "
-                                      "the engine's threads had a core (wall x cpu_run_share)"
-                                    : "op dispatch (op count x calibrated cost) / step time");
+                    v.run_share < 1 ? "launch cost (ops issued x dispatch cost, graph replays x "
+                                      "graph launch cost) / the step time the engine's threads "
+                                      "had a core (wall x cpu_run_share)"
+                                    : "launch cost (ops issued x dispatch cost, graph replays x "
+                                      "graph launch cost) / step time");
   Signal hs = Above("host_share", host / wall, th.host_share, kTrtllm,
                     "schedule + prepare + postprocess + loop gaps / step time");
   const double gap_th = graphs ? th.device_gap_share_graphs : th.device_gap_share;
@@ -253,6 +256,10 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
     v.window_note = absl::StrFormat(
         "the %.1f s window asked for held fewer than %d complete steps: widened to %.1f s",
         ctx.widened_from_s, th.min_window_steps, p.window_s);
+  } else if (ctx.truncated_from_s > 0) {
+    v.window_note = absl::StrFormat(
+        "covers the last %.1f s of the %.1f s asked: the step ring holds the last %zu steps",
+        p.window_s, ctx.truncated_from_s, ctx.ring_steps);
   } else if (ctx.step_in_flight && p.edge_busy_us > 0.05 * p.window_s * 1e6) {
     v.window_note = absl::StrFormat(
         "a step was in flight at the window's edge: its %.0f ms inside the window count as busy",

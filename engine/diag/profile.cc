@@ -6,6 +6,12 @@
 
 namespace saturn {
 
+double LaunchUs(const StepRecord& step, const Calibration& cal) {
+  const int replayed = std::clamp(step.replayed_ops, 0, step.op_count);
+  const double graph = cal.graph_launch_us > 0 ? cal.graph_launch_us : cal.op_dispatch_us;
+  return (step.op_count - replayed) * cal.op_dispatch_us + (replayed > 0 ? graph : 0.0);
+}
+
 Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin_us,
                        double window_end_us, const Calibration& cal, const AnalyzerContext& ctx,
                        const AnalyzerThresholds& th) {
@@ -38,7 +44,7 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
     wall += r.wall_us();
     busy += r.device_busy_us;
     host += r.schedule_us + r.prepare_us + r.postprocess_us;
-    launch += r.op_count * cal.op_dispatch_us;
+    launch += LaunchUs(r, cal);
     flops += r.total_flops();
     bytes += r.total_bytes();
     prefill += r.num_prefill_tokens;

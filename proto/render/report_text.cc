@@ -85,10 +85,13 @@ void Profile(const v1::DiagnosticsReport& r, std::string* out) {
                         p.mean_batch_tokens(), p.mean_step_ms(), p.mean_decode_step_ms());
   absl::StrAppendFormat(out,
                         "%-10s intensity %.2f FLOP/B vs ridge %.2f; achieved %s, %s; peak %s, "
-                        "%s, dispatch %.2f us/op\n",
+                        "%s, dispatch %.2f us/op%s\n",
                         "", p.intensity(), p.ridge(), FormatSi(p.flops_per_s(), "FLOP/s"),
                         FormatSi(p.bytes_per_s(), "B/s"), FormatSi(c.gemm_flops_per_s(), "FLOP/s"),
-                        FormatSi(c.bandwidth_bytes_per_s(), "B/s"), c.op_dispatch_us());
+                        FormatSi(c.bandwidth_bytes_per_s(), "B/s"), c.op_dispatch_us(),
+                        c.graph_launch_us() > 0
+                            ? absl::StrFormat(", %.2f us/graph launch", c.graph_launch_us())
+                            : std::string());
   absl::StrAppendFormat(out,
                         "%-10s waiting %.1f (max %d)  running %.1f  context %.0f  KV %.0f%% (max "
                         "%.0f%%)  preemptions %d  graphs %.0f%% hit, %.0f%% padding\n",

@@ -72,6 +72,86 @@ TEST(AnalyzerTest, TinyModelWithBigOverheadIsLaunchBound) {
   EXPECT_GT(r.profile.launch_share, 0.2);
 }
 
+// The first H200 run, in miniature: `small` at batch 1, 126 kernels a step, each with a few
+// us of fixed device latency. Eagerly every kernel is a launch (5 us each: the host cannot
+// keep up); replayed as a graph the step pays one launch (8 us), so graphs on is not
+// LAUNCH_BOUND, though the op count is the same (the H200 run said LAUNCH_BOUND for every
+// graphs-on phase, charging op count x dispatch cost to replayed steps).
+TEST(AnalyzerTest, GraphReplayPaysOneLaunchNotOnePerOp) {
+  TrueModel t;
+  t.host_us = 40;
+  t.op_overhead_us = 4;
+  t.bytes_per_us = 4.2e6;  // 4.2 TB/s
+  t.flops_per_us = 7.9e8;
+  Calibration cal = testing_diag::TestCalibration();
+  cal.backend = "cuda";
+  cal.gemm_flops_per_s = 7.93e14;
+  cal.bandwidth_bytes_per_s = 4.2e12;
+  cal.op_dispatch_us = 5;
+  cal.graph_launch_us = 8;
+  StepSpec s;
+  s.queue_depth = 2;  // requests wait: demand is not what limits
+  s.max_num_seqs = 1;
+  AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 1);
+  ctx.backend = "cuda";
+  std::vector<StepRecord> eager = testing_diag::Steps(testing_diag::Small(), t, s, 50);
+  // Eager launches: the host issues each op for as long as its dispatch takes, and the
+  // device waits between kernels.
+  double at = 0;
+  for (StepRecord& r : eager) {
+    const double wall = r.op_count * cal.op_dispatch_us + t.host_us;
+    r.start_us = at;
+    r.end_us = at + wall;
+    r.device_span_us = r.op_count * cal.op_dispatch_us;
+    at = r.end_us;
+  }
+  std::vector<StepRecord> graphs = testing_diag::Steps(testing_diag::Small(), t, s, 50);
+  for (StepRecord& r : graphs) {
+    r.graph_replayed = true;
+    r.replayed_ops = r.op_count;
+    r.per_op_timed = false;
+  }
+  const DiagnosticsReport e = Analyze(eager, 0, eager.back().end_us, cal, ctx);
+  const DiagnosticsReport g = Analyze(graphs, 0, graphs.back().end_us, cal, ctx);
+  EXPECT_EQ(e.verdict.bottleneck, Bottleneck::kLaunchBound) << e.verdict.summary;
+  EXPECT_NE(g.verdict.step_bound, Bottleneck::kLaunchBound) << g.verdict.summary;
+  EXPECT_NE(g.verdict.bottleneck, Bottleneck::kLaunchBound) << g.verdict.summary;
+  EXPECT_FALSE(Find(g.verdict, "launch_share").crossed);
+  // One launch of 8 us in a step of about 650 us.
+  EXPECT_NEAR(g.profile.launch_share, 8.0 / (graphs[0].wall_us()), 1e-6);
+  EXPECT_GT(e.profile.launch_share, 0.8);
+}
+
+// The step ring forgot the window's start (4096 steps last 2.9-5.7 s on an H200): the report
+// says it covers less than was asked.
+TEST(AnalyzerTest, AWindowCutShortByTheRingSaysSo) {
+  StepSpec s;
+  s.queue_depth = 1;
+  s.max_num_seqs = 1;
+  const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 20);
+  AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 1);
+  ctx.truncated_from_s = 8;
+  ctx.ring_steps = 20;
+  const DiagnosticsReport r =
+      Analyze(steps, 0, steps.back().end_us, testing_diag::TestCalibration(), ctx);
+  EXPECT_NE(r.verdict.window_note.find("of the 8.0 s asked"), std::string::npos)
+      << r.verdict.window_note;
+  EXPECT_NE(r.verdict.window_note.find("20 steps"), std::string::npos) << r.verdict.window_note;
+}
+
+TEST(AnalyzerTest, LaunchCostCountsEagerOpsAndOneLaunchPerReplay) {
+  Calibration cal = testing_diag::TestCalibration();
+  cal.op_dispatch_us = 5;
+  cal.graph_launch_us = 8;
+  StepRecord r;
+  r.op_count = 130;
+  EXPECT_DOUBLE_EQ(LaunchUs(r, cal), 650);
+  r.replayed_ops = 126;  // 4 ops issued one by one around one replay
+  EXPECT_DOUBLE_EQ(LaunchUs(r, cal), 4 * 5 + 8);
+  cal.graph_launch_us = 0;  // a calibration from before graph launches were measured
+  EXPECT_DOUBLE_EQ(LaunchUs(r, cal), 4 * 5 + 5);
+}
+
 // Other processes held the cores: every step of a launch-bound window took 12x as long, its
 // threads waiting for a core 11/12 of the time they were runnable (schedstat). The calibrated
 // dispatch cost is judged on the time they ran, so the class stands, and the verdict says

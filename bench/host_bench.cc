@@ -1,0 +1,174 @@
+// saturn-bench-host: the engine's host path per step, on the null backend (every op issued and
+// recorded as usual, none run: kernels/null_backend.h), so a step takes only the host's time.
+// A GPU step shorter than this leaves the device waiting for the host. For each batch size,
+// `batch` requests decode together; the decode steps where all of them ran give the host µs
+// per step (wall time plus the loop's gap before the next step), split into the recorded
+// phases: schedule, prepare (inputs packed and uploaded), issue (op calls), postprocess
+// (scheduler update, token events), gap. Token events go to a callback that only counts them,
+// so a server's stream writes are not in these figures.
+//
+//   saturn-bench-host --model=small --batches=1,64,256 --decode_tokens=64 --json=host.json
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "engine/engine.h"
+#include "engine/flags_help.h"
+
+ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
+ABSL_FLAG(std::string, batches, "1,64,256", "comma-separated decode batch sizes");
+ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
+ABSL_FLAG(int, decode_tokens, 64, "tokens generated per request");
+ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
+
+namespace saturn {
+namespace {
+
+struct Row {
+  int batch = 0;
+  int steps = 0;
+  double host_us = 0, host_p50_us = 0;  // per step: wall + gap to the next step
+  double schedule_us = 0, prepare_us = 0, issue_us = 0, postprocess_us = 0, gap_us = 0;
+  double other_us = 0;  // wall time outside the four phases (sampling's read-back, records)
+  int ops_per_step = 0;
+};
+
+// Runs `batch` requests to the end; the decode steps that carried all of them.
+absl::StatusOr<Row> RunBatch(Engine* engine, int batch, int prompt_len, int decode_tokens) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int finished = 0;
+  const double begin = NowUs();
+  for (int i = 0; i < batch; ++i) {
+    absl::StatusOr<int64_t> id =
+        engine->Submit(bench::SyntheticRequest(i * 7919, 31, prompt_len, decode_tokens),
+                       [&](const TokenEvent& ev) {
+                         if (!ev.final) return;
+                         std::lock_guard<std::mutex> lock(mu);
+                         ++finished;
+                         cv.notify_all();
+                       });
+    if (!id.ok()) return id.status();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return finished == batch; });
+  }
+  std::vector<StepRecord> steps = bench::StepsIn(*engine, begin, NowUs());
+  Row row;
+  row.batch = batch;
+  std::vector<double> host;
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    const StepRecord& r = steps[i];
+    if (r.num_prefill_tokens > 0 || r.num_decode_tokens != batch) continue;
+    const double gap = std::max(0.0, steps[i + 1].start_us - r.end_us);
+    host.push_back(r.wall_us() + gap);
+    row.schedule_us += r.schedule_us;
+    row.prepare_us += r.prepare_us;
+    row.issue_us += r.issue_us;
+    row.postprocess_us += r.postprocess_us;
+    row.gap_us += gap;
+    row.ops_per_step = r.op_count;
+  }
+  if (host.empty()) return absl::InternalError("no decode step carried the whole batch");
+  row.steps = static_cast<int>(host.size());
+  const double n = row.steps;
+  for (double* f :
+       {&row.schedule_us, &row.prepare_us, &row.issue_us, &row.postprocess_us, &row.gap_us}) {
+    *f /= n;
+  }
+  for (double h : host) row.host_us += h / n;
+  std::sort(host.begin(), host.end());
+  row.host_p50_us = host[host.size() / 2];
+  row.other_us = std::max(0.0, row.host_us - row.schedule_us - row.prepare_us - row.issue_us -
+                                   row.postprocess_us - row.gap_us);
+  return row;
+}
+
+int Main() {
+  std::vector<int> batches;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
+    int b = 0;
+    if (!absl::SimpleAtoi(s, &b) || b < 1 || b > 4096) {
+      std::fprintf(stderr, "--batches: each must be an integer in [1, 4096], got \"%s\"\n",
+                   std::string(s).c_str());
+      return 2;
+    }
+    batches.push_back(b);
+  }
+  const int prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  const int decode_tokens = absl::GetFlag(FLAGS_decode_tokens);
+  if (prompt_len < 1 || decode_tokens < 2) {
+    std::fprintf(stderr, "--prompt_len must be >= 1 and --decode_tokens >= 2\n");
+    return 2;
+  }
+  EngineConfig config;
+  config.model = absl::GetFlag(FLAGS_model);
+  config.backend = "null";
+  const int most = *std::max_element(batches.begin(), batches.end());
+  config.max_num_seqs_limit = std::max(config.max_num_seqs_limit, most);
+  config.options.max_num_seqs = most;
+  config.max_num_batched_tokens_limit =
+      std::max(config.max_num_batched_tokens_limit, most * prompt_len);
+  config.options.max_num_batched_tokens = std::max(2048, most * prompt_len);
+  config.max_model_len = std::max(512, prompt_len + decode_tokens + 1);
+  config.max_queued_requests = 0;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "cannot start the engine: %s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("host path per decode step, null backend (ops issued, none run), model %s\n",
+              config.model.c_str());
+  std::printf("%6s %6s %9s %9s %9s %9s %9s %9s %9s %9s %5s\n", "batch", "steps", "host us", "p50",
+              "schedule", "prepare", "issue", "postproc", "gap", "other", "ops");
+  nlohmann::json rows = nlohmann::json::array();
+  for (int b : batches) {
+    absl::StatusOr<Row> r = RunBatch(engine->get(), b, prompt_len, decode_tokens);
+    if (!r.ok()) {
+      std::fprintf(stderr, "batch %d: %s\n", b, r.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%6d %6d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %5d\n", r->batch, r->steps,
+                r->host_us, r->host_p50_us, r->schedule_us, r->prepare_us, r->issue_us,
+                r->postprocess_us, r->gap_us, r->other_us, r->ops_per_step);
+    rows.push_back({{"batch", r->batch},
+                    {"steps", r->steps},
+                    {"host_us_per_step", r->host_us},
+                    {"host_us_per_step_p50", r->host_p50_us},
+                    {"schedule_us", r->schedule_us},
+                    {"prepare_us", r->prepare_us},
+                    {"issue_us", r->issue_us},
+                    {"postprocess_us", r->postprocess_us},
+                    {"gap_us", r->gap_us},
+                    {"other_us", r->other_us},
+                    {"ops_per_step", r->ops_per_step}});
+  }
+  (*engine)->Shutdown();
+  return bench::WriteJson({{"tool", "saturn-bench-host"},
+                           {"model", config.model},
+                           {"prompt_len", prompt_len},
+                           {"decode_tokens", decode_tokens},
+                           {"rows", rows}},
+                          absl::GetFlag(FLAGS_json));
+}
+
+}  // namespace
+}  // namespace saturn
+
+int main(int argc, char** argv) {
+  saturn::ParseCommandLineWithHelp(argc, argv,
+                                   "Host microseconds per engine step on the null backend");
+  return saturn::Main();
+}

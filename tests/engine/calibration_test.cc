@@ -1,0 +1,90 @@
+// Calibration's own rules on the host: a graph launch is measured where the backend captures
+// graphs (through the capturing test backend) and released after, not where it cannot; the
+// figure survives the JSON file; trials warm the device up first when asked.
+#include "engine/calibration.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/calibration_trials.h"
+#include "tests/engine/capturing_backend.h"
+
+namespace saturn {
+namespace {
+
+CalibrationOptions Small() {
+  CalibrationOptions o;
+  o.gemm_size = 64;
+  o.copy_bytes = size_t{1} << 20;
+  o.dispatch_ops = 100;
+  o.repeats = 2;
+  o.min_trial_s = 0.002;
+  o.min_trials = 2;
+  o.max_trials = 2;
+  return o;
+}
+
+TEST(CalibrationTest, GraphLaunchIsMeasuredWhereTheBackendHasGraphs) {
+  absl::StatusOr<std::unique_ptr<Backend>> cpu = CreateBackend("cpu", 1, "f32");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  testing_runner::CapturingBackend backend(std::move(*cpu));
+  absl::StatusOr<Calibration> c = Calibrate(&backend, Small());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_GT(c->graph_launch_us, 0.0);
+  EXPECT_NE(c->dispatch_method.find("graph launch"), std::string::npos) << c->dispatch_method;
+  EXPECT_EQ(backend.num_graphs(), 1u);
+  EXPECT_EQ(backend.live_graphs(), 0);  // released after measuring
+  absl::StatusOr<Calibration> back = CalibrationFromJson(CalibrationToJson(*c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_DOUBLE_EQ(back->graph_launch_us, c->graph_launch_us);
+}
+
+TEST(CalibrationTest, NoGraphLaunchWithoutGraphs) {
+  absl::StatusOr<std::unique_ptr<Backend>> cpu = CreateBackend("cpu", 1, "f32");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  absl::StatusOr<Calibration> c = Calibrate(cpu->get(), Small());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->graph_launch_us, 0.0);
+  EXPECT_EQ(c->dispatch_method.find("graph launch"), std::string::npos);
+  // A file from before graph launches were measured still loads, with none.
+  std::string json = CalibrationToJson(*c);
+  const size_t at = json.find("\"graph_launch_us\"");
+  ASSERT_NE(at, std::string::npos);
+  json.erase(at, json.find('\n', at) - at + 1);
+  absl::StatusOr<Calibration> old = CalibrationFromJson(json);
+  ASSERT_TRUE(old.ok()) << old.status() << json;
+  EXPECT_EQ(old->graph_launch_us, 0.0);
+}
+
+TEST(CalibrationTest, TrialsWarmTheDeviceUpFirstWhenAsked) {
+  int calls = 0;
+  TrialOptions opt;
+  opt.min_trial_s = 0.001;
+  opt.min_trials = 1;
+  opt.max_trials = 1;
+  opt.correct_contention = false;
+  opt.warmup_s = 0.05;
+  absl::StatusOr<TrialSeries> s = RunTrials(
+      [&] {
+        ++calls;
+        return absl::OkStatus();
+      },
+      1.0, opt);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_GE(s->warmup_s, 0.05);
+  EXPECT_NE(s->Describe().find("warm-up"), std::string::npos) << s->Describe();
+  opt.warmup_s = 0;
+  const int before = calls;
+  s = RunTrials(
+      [&] {
+        ++calls;
+        return absl::OkStatus();
+      },
+      1.0, opt);
+  ASSERT_TRUE(s.ok());
+  EXPECT_LT(s->warmup_s, 0.05);
+  EXPECT_EQ(s->Describe().find("warm-up"), std::string::npos);
+  EXPECT_GT(calls, before);
+}
+
+}  // namespace
+}  // namespace saturn
