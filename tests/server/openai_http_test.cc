@@ -272,6 +272,50 @@ TEST_F(OpenAiOverloadTest, FullQueueIs429) {
   EXPECT_TRUE(WaitForKvFree(*engine));
 }
 
+// A draining server answers new requests 503 (and /health 503) while a stream in flight runs
+// on; the stream's client leaving lets the shutdown finish.
+TEST(OpenAiHttpDrainTest, NewRequestsAre503WhileDraining) {
+  std::unique_ptr<TestServer> s = StartServer(HttpConfig());
+  ASSERT_NE(s, nullptr);
+  const int port = s->app->http_port();
+  std::atomic<bool> leave{false};
+  std::promise<void> streaming;
+  std::thread stream([&] {
+    httplib::Client cli("127.0.0.1", port);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body =
+        Json({{"prompt", {1, 2}}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}})
+            .dump();
+    bool signalled = false;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (!signalled) streaming.set_value();
+      signalled = true;
+      return !leave.load();
+    };
+    httplib::Response res;
+    httplib::Error error = httplib::Error::Success;
+    cli.send(req, res, error);
+  });
+  streaming.get_future().wait();
+  std::thread shutdown([&] { s->app->Shutdown(); });
+  httplib::Client cli("127.0.0.1", port);
+  int status = 0;
+  for (int i = 0; i < 2000 && status != 503; ++i) {  // until the drain has begun
+    httplib::Result h = cli.Get("/health");
+    status = h ? h->status : 0;
+    if (status != 503) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(status, 503);
+  const Json r = Completion(cli, {{"prompt", {1}}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 503) << r.dump();
+  EXPECT_EQ(r["error"]["type"], "service_unavailable");
+  leave = true;
+  stream.join();
+  shutdown.join();
+}
+
 // --auth_scope=all: the token guards the HTTP API as it guards every RPC.
 TEST(OpenAiHttpAuthTest, WrongOrMissingTokenIs401) {
   const std::string token_file = ::testing::TempDir() + "/openai_token_" + std::to_string(getpid());

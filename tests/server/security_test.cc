@@ -130,6 +130,7 @@ TEST(SecurityTest, ScopeAllGuardsEveryRpcAndMetrics) {
   config.auth_token_file = TokenFile("s3cret-all");
   config.auth_scope = "all";
   config.metrics_port = -1;
+  config.http_port = -1;
   auto server = std::make_unique<ServerApp>(config);
   ASSERT_TRUE(server->StartListening().ok());
   auto channel = TlsChannel(server->address(), false);
@@ -157,6 +158,25 @@ TEST(SecurityTest, ScopeAllGuardsEveryRpcAndMetrics) {
   httplib::Client insecure("127.0.0.1", server->metrics_port());
   httplib::Result no = insecure.Get("/metrics", {{"Authorization", "Bearer s3cret-all"}});
   EXPECT_TRUE(!no || no->status != 200);
+
+  // The OpenAI-compatible API: HTTPS with the same certificate, the same token.
+  httplib::SSLClient api("127.0.0.1", server->http_port());
+  api.set_ca_cert_path(kData + "ca.pem");
+  api.enable_server_certificate_verification(true);
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 2})";
+  httplib::Result refused = api.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(refused) << httplib::to_string(refused.error());
+  EXPECT_EQ(refused->status, 401);
+  EXPECT_NE(refused->body.find("authentication_error"), std::string::npos) << refused->body;
+  httplib::Result done = api.Post("/v1/completions", {{"Authorization", "Bearer s3cret-all"}}, body,
+                                  "application/json");
+  ASSERT_TRUE(done) << httplib::to_string(done.error());
+  EXPECT_EQ(done->status, 200) << done->body;
+  EXPECT_NE(done->body.find("\"completion_tokens\":2"), std::string::npos) << done->body;
+  httplib::Client plain_api("127.0.0.1", server->http_port());
+  httplib::Result plain_no = plain_api.Post(
+      "/v1/completions", {{"Authorization", "Bearer s3cret-all"}}, body, "application/json");
+  EXPECT_TRUE(!plain_no || plain_no->status != 200);
 }
 
 TEST(SecurityTest, TheAdminListCoversRecalibrate) {
