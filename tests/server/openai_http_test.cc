@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,6 +52,28 @@ Json Completion(httplib::Client& cli, const Json& body, int* status = nullptr) {
   if (!r) return Json();
   if (status != nullptr) *status = r->status;
   return Json::parse(r->body);
+}
+
+// A long greedy stream (500 tokens, EOS ignored) read until `keep_reading(bytes so far)` says
+// stop; the client then drops the connection. Returns whether the response ended by itself.
+bool StreamUntil(int port, const std::function<bool(const std::string&)>& keep_reading) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(60, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body =
+      Json({{"prompt", {1, 2, 3}}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}})
+          .dump();
+  std::string got;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    got.append(data, n);
+    return keep_reading(got);
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  return cli.send(req, res, error);
 }
 
 using OpenAiHttpTest = SharedServerTestWith<HttpConfig>;
@@ -196,22 +219,12 @@ TEST_F(OpenAiHttpTest, ModelsAndHealth) {
 
 TEST_F(OpenAiHttpTest, ClientThatDisconnectsMidStreamFreesItsKvBlocks) {
   auto cli = Client(*server_->app);
-  const Json body = {
-      {"prompt", {1, 2, 3}}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}};
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
-  std::string got;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    got.append(data, n);
-    return got.find("data: {") == std::string::npos;  // stop reading after the first event
-  };
-  httplib::Response res;
-  httplib::Error error = httplib::Error::Success;
-  EXPECT_FALSE(cli->send(req, res, error));  // the client cancelled
-  ASSERT_NE(got.find("data: {"), std::string::npos);
+  bool got_event = false;
+  EXPECT_FALSE(StreamUntil(server_->app->http_port(), [&](const std::string& got) {
+    got_event = got.find("data: {") != std::string::npos;
+    return !got_event;  // stop reading after the first event
+  }));                  // the client cancelled
+  ASSERT_TRUE(got_event);
   EXPECT_TRUE(WaitForKvFree(*server_->engine()));
   // The server keeps serving.
   int status = 0;
@@ -233,22 +246,12 @@ TEST_F(OpenAiOverloadTest, FullQueueIs429) {
   std::atomic<bool> release{false};
   std::promise<void> first_event;
   std::thread running([&] {
-    auto cli = Client(*server_->app);
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body =
-        Json({{"prompt", {1, 2}}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}})
-            .dump();
     bool signalled = false;
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    StreamUntil(server_->app->http_port(), [&](const std::string&) {
       if (!signalled) first_event.set_value();
       signalled = true;
       return !release.load();  // disconnect once released
-    };
-    httplib::Response res;
-    httplib::Error error = httplib::Error::Success;
-    cli->send(req, res, error);
+    });
   });
   first_event.get_future().wait();
   std::future<int> waiting = std::async(std::launch::async, [&] {
@@ -281,22 +284,12 @@ TEST(OpenAiHttpDrainTest, NewRequestsAre503WhileDraining) {
   std::atomic<bool> leave{false};
   std::promise<void> streaming;
   std::thread stream([&] {
-    httplib::Client cli("127.0.0.1", port);
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body =
-        Json({{"prompt", {1, 2}}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}})
-            .dump();
     bool signalled = false;
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    StreamUntil(port, [&](const std::string&) {
       if (!signalled) streaming.set_value();
       signalled = true;
       return !leave.load();
-    };
-    httplib::Response res;
-    httplib::Error error = httplib::Error::Success;
-    cli.send(req, res, error);
+    });
   });
   streaming.get_future().wait();
   std::thread shutdown([&] { s->app->Shutdown(); });
