@@ -13,20 +13,25 @@
 namespace saturn {
 namespace {
 
-absl::Status Expect(bool ok, const char* op, const std::string& what) {
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
-}
+// Returns INVALID_ARGUMENT "op: what" from the enclosing function when `ok` is false. `what`
+// (often shapes put into words) is built only then: these checks run for every op of every
+// step, and building their messages eagerly cost the host path tens of us per step.
+#define SATURN_EXPECT(ok, op, what)                                             \
+  do {                                                                          \
+    if (!(ok)) return absl::InvalidArgumentError(absl::StrCat(op, ": ", what)); \
+  } while (0)
 
 absl::Status ExpectShape(const char* op, const char* name, const Tensor& t, int64_t rows,
                          int64_t cols) {
-  return Expect(t.rows == rows && t.cols == cols && t.data != nullptr, op,
+  SATURN_EXPECT(t.rows == rows && t.cols == cols && t.data != nullptr, op,
                 absl::StrCat(name, " is ", t.ShapeString(), ", expected [", rows, ", ", cols, "]"));
+  return absl::OkStatus();
 }
 
 absl::Status ExpectDType(const char* op, const char* name, const Tensor& t, DType d) {
-  return Expect(t.dtype == d, op,
+  SATURN_EXPECT(t.dtype == d, op,
                 absl::StrCat(name, " has dtype ", DTypeName(t.dtype), ", expected ", DTypeName(d)));
+  return absl::OkStatus();
 }
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
@@ -87,40 +92,38 @@ absl::Status Backend::Embedding(const Tensor& ids, const Tensor& table, const Te
   RETURN_IF_ERROR(ExpectDType("embedding", "ids", ids, DType::kI32));
   RETURN_IF_ERROR(ExpectShape("embedding", "ids", ids, 1, ids.cols));
   RETURN_IF_ERROR(ExpectShape("embedding", "out", out, ids.cols, table.cols));
-  RETURN_IF_ERROR(Expect(out.dtype == table.dtype, "embedding", "out and table dtypes differ"));
+  SATURN_EXPECT(out.dtype == table.dtype, "embedding", "out and table dtypes differ");
   return Run(OpKind::kEmbedding, cost::Embedding(ids, table, out),
              [&] { return DoEmbedding(ids, table, out); });
 }
 
 absl::Status Backend::Gemm(const Tensor& x, const Tensor& w, const Tensor& out) {
-  RETURN_IF_ERROR(Expect(x.cols == w.cols, "gemm",
-                         absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
-                                      " (inner dimensions differ)")));
+  SATURN_EXPECT(x.cols == w.cols, "gemm",
+                absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
+                             " (inner dimensions differ)"));
   RETURN_IF_ERROR(ExpectShape("gemm", "out", out, x.rows, w.rows));
-  RETURN_IF_ERROR(Expect(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(out.dtype), "gemm",
-                         "operands must be floating point"));
+  SATURN_EXPECT(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(out.dtype), "gemm",
+                "operands must be floating point");
   if (x.rows == 0) return absl::OkStatus();
   return Run(OpKind::kGemm, cost::Gemm(x, w, out), [&] { return DoGemm(x, w, out); });
 }
 
 absl::Status Backend::GemmSplit(const Tensor& x, const Tensor& w, absl::Span<const Tensor> outs) {
-  RETURN_IF_ERROR(Expect(x.cols == w.cols, "gemm_split",
-                         absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
-                                      " (inner dimensions differ)")));
-  RETURN_IF_ERROR(Expect(!outs.empty(), "gemm_split", "outs is empty"));
+  SATURN_EXPECT(x.cols == w.cols, "gemm_split",
+                absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
+                             " (inner dimensions differ)"));
+  SATURN_EXPECT(!outs.empty(), "gemm_split", "outs is empty");
   int64_t cols = 0;
   for (const Tensor& o : outs) {
-    RETURN_IF_ERROR(
-        Expect(o.rows == x.rows && o.cols > 0 && o.data != nullptr, "gemm_split",
-               absl::StrCat("an out is ", o.ShapeString(), " but x has ", x.rows, " rows")));
-    RETURN_IF_ERROR(Expect(o.dtype == outs[0].dtype, "gemm_split", "outs' dtypes differ"));
+    SATURN_EXPECT(o.rows == x.rows && o.cols > 0 && o.data != nullptr, "gemm_split",
+                  absl::StrCat("an out is ", o.ShapeString(), " but x has ", x.rows, " rows"));
+    SATURN_EXPECT(o.dtype == outs[0].dtype, "gemm_split", "outs' dtypes differ");
     cols += o.cols;
   }
-  RETURN_IF_ERROR(
-      Expect(cols == w.rows, "gemm_split",
-             absl::StrCat("outs' columns sum to ", cols, " but w is ", w.ShapeString())));
-  RETURN_IF_ERROR(Expect(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(outs[0].dtype),
-                         "gemm_split", "operands must be floating point"));
+  SATURN_EXPECT(cols == w.rows, "gemm_split",
+                absl::StrCat("outs' columns sum to ", cols, " but w is ", w.ShapeString()));
+  SATURN_EXPECT(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(outs[0].dtype), "gemm_split",
+                "operands must be floating point");
   if (x.rows == 0) return absl::OkStatus();
   const Tensor whole{nullptr, outs[0].dtype, x.rows, w.rows};  // the outs side by side
   return Run(OpKind::kGemm, cost::Gemm(x, w, whole), [&] { return DoGemmSplit(x, w, outs); });
@@ -153,10 +156,10 @@ absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& residual, const 
 
 absl::Status Backend::Rope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
                            const RopeParams& rope) {
-  RETURN_IF_ERROR(Expect(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be even"));
-  RETURN_IF_ERROR(Expect(q.cols % head_dim == 0 && k.cols % head_dim == 0, "rope",
-                         "q and k widths must be multiples of head_dim"));
-  RETURN_IF_ERROR(Expect(k.rows == q.rows, "rope", "q and k row counts differ"));
+  SATURN_EXPECT(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be even");
+  SATURN_EXPECT(q.cols % head_dim == 0 && k.cols % head_dim == 0, "rope",
+                "q and k widths must be multiples of head_dim");
+  SATURN_EXPECT(k.rows == q.rows, "rope", "q and k row counts differ");
   RETURN_IF_ERROR(ExpectDType("rope", "positions", positions, DType::kI32));
   RETURN_IF_ERROR(ExpectShape("rope", "positions", positions, 1, q.rows));
   return Run(OpKind::kRope, cost::Rope(q, k),
@@ -168,8 +171,8 @@ absl::Status Backend::KvWrite(const Tensor& k, const Tensor& v, const Tensor& sl
   RETURN_IF_ERROR(ExpectShape("kv_write", "v", v, k.rows, k.cols));
   RETURN_IF_ERROR(ExpectDType("kv_write", "slot_mapping", slot_mapping, DType::kI32));
   RETURN_IF_ERROR(ExpectShape("kv_write", "slot_mapping", slot_mapping, 1, k.rows));
-  RETURN_IF_ERROR(Expect(k_cache.cols == k.cols && v_cache.cols == k.cols, "kv_write",
-                         "cache width differs from k/v width"));
+  SATURN_EXPECT(k_cache.cols == k.cols && v_cache.cols == k.cols, "kv_write",
+                "cache width differs from k/v width");
   return Run(OpKind::kKvWrite, cost::KvWrite(k, v, k_cache),
              [&] { return DoKvWrite(k, v, slot_mapping, k_cache, v_cache); });
 }
@@ -177,31 +180,30 @@ absl::Status Backend::KvWrite(const Tensor& k, const Tensor& v, const Tensor& sl
 absl::Status Backend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                 const AttentionBatch& batch, const AttentionShape& shape,
                                 const Tensor& out) {
-  RETURN_IF_ERROR(Expect(
+  SATURN_EXPECT(
       shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0,
-      "attention", "num_heads must be a positive multiple of num_kv_heads"));
+      "attention", "num_heads must be a positive multiple of num_kv_heads");
   RETURN_IF_ERROR(ExpectShape("attention", "q", q, q.rows,
                               static_cast<int64_t>(shape.num_heads) * shape.head_dim));
   RETURN_IF_ERROR(ExpectShape("attention", "out", out, q.rows, q.cols));
-  RETURN_IF_ERROR(
-      Expect(k_cache.cols == static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim &&
-                 v_cache.cols == k_cache.cols,
-             "attention", "cache width must be num_kv_heads * head_dim"));
+  SATURN_EXPECT(k_cache.cols == static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim &&
+                    v_cache.cols == k_cache.cols,
+                "attention", "cache width must be num_kv_heads * head_dim");
   RETURN_IF_ERROR(
       ExpectShape("attention", "query_start", batch.query_start, 1, batch.num_seqs + 1));
   RETURN_IF_ERROR(ExpectShape("attention", "context_lens", batch.context_lens, 1, batch.num_seqs));
-  RETURN_IF_ERROR(Expect(batch.block_tables.rows == batch.num_seqs, "attention",
-                         "block_tables must have one row per sequence"));
-  RETURN_IF_ERROR(Expect(
+  SATURN_EXPECT(batch.block_tables.rows == batch.num_seqs, "attention",
+                "block_tables must have one row per sequence");
+  SATURN_EXPECT(
       static_cast<int64_t>(batch.max_context_len) <= batch.block_tables.cols * shape.block_size,
-      "attention", "max_context_len exceeds the block table width"));
+      "attention", "max_context_len exceeds the block table width");
   return Run(OpKind::kAttention, cost::Attention(q, k_cache, batch, shape),
              [&] { return DoAttention(q, k_cache, v_cache, batch, shape, out); });
 }
 
 absl::Status Backend::SwiGlu(const Tensor& gate_up, const Tensor& out) {
   RETURN_IF_ERROR(ExpectShape("swiglu", "out", out, gate_up.rows, gate_up.cols / 2));
-  RETURN_IF_ERROR(Expect(gate_up.cols % 2 == 0, "swiglu", "gate_up width must be even"));
+  SATURN_EXPECT(gate_up.cols % 2 == 0, "swiglu", "gate_up width must be even");
   return Run(OpKind::kSwiGlu, cost::SwiGlu(gate_up, out), [&] { return DoSwiGlu(gate_up, out); });
 }
 
@@ -214,7 +216,7 @@ absl::Status Backend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {
 absl::Status Backend::GatherRows(const Tensor& x, const Tensor& indices, const Tensor& out) {
   RETURN_IF_ERROR(ExpectDType("gather_rows", "indices", indices, DType::kI32));
   RETURN_IF_ERROR(ExpectShape("gather_rows", "out", out, indices.cols, x.cols));
-  RETURN_IF_ERROR(Expect(out.dtype == x.dtype, "gather_rows", "out and x dtypes differ"));
+  SATURN_EXPECT(out.dtype == x.dtype, "gather_rows", "out and x dtypes differ");
   return Run(OpKind::kGatherRows, cost::GatherRows(out),
              [&] { return DoGatherRows(x, indices, out); });
 }
@@ -233,8 +235,8 @@ absl::Status Backend::Sample(const Tensor& logits, const SamplingBatch& p, const
 }
 
 absl::Status Backend::Copy(const Tensor& src, const Tensor& dst) {
-  RETURN_IF_ERROR(Expect(src.bytes() == dst.bytes() && src.dtype == dst.dtype, "copy",
-                         "src and dst differ in dtype or size"));
+  SATURN_EXPECT(src.bytes() == dst.bytes() && src.dtype == dst.dtype, "copy",
+                "src and dst differ in dtype or size");
   return Run(OpKind::kCopy, cost::Copy(src), [&] { return DoCopy(src, dst); });
 }
 
