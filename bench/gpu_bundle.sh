@@ -8,7 +8,21 @@
 # on the GPU machine and its first stage stops, naming them, if any binary cannot load.
 #
 #   bench/gpu_bundle.sh            # BUILD_DIR=build-gpu JOBS=2 by default
+#   bench/gpu_bundle.sh --serve    # also saturn-server, saturn-load and saturn-diag from a full
+#                                  # sm_90 build (SERVE_BUILD_DIR=build-gpu-serve), with the
+#                                  # gRPC and protobuf libraries they load, for gpu_check.sh
+#                                  # --pass=serve (about 55 MB packed on 2026-12-04)
 set -euo pipefail
+SERVE=0
+for arg in "$@"; do
+  case $arg in
+    --serve) SERVE=1 ;;
+    *)
+      echo "gpu_bundle: unknown argument '$arg' (use --serve)" >&2
+      exit 2
+      ;;
+  esac
+done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-2}
@@ -28,6 +42,16 @@ done
 [ -e "$ROOT/bench/engine_bench.cc" ] && targets+=(saturn-bench-engine)
 echo "gpu_bundle: building ${targets[*]}"
 cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}"
+serve_bins=()
+if [ "$SERVE" = 1 ]; then
+  SERVE_BUILD=${SERVE_BUILD_DIR:-$ROOT/build-gpu-serve}
+  cmake -S "$ROOT" -B "$SERVE_BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    "${launcher[@]}" >/dev/null
+  echo "gpu_bundle: building saturn-server saturn-load saturn-diag (full build, sm_90)"
+  cmake --build "$SERVE_BUILD" -j"$JOBS" --target saturn-server saturn-load saturn-diag
+  serve_bins=("$SERVE_BUILD/server/saturn-server" "$SERVE_BUILD/clients/saturn-load"
+              "$SERVE_BUILD/clients/saturn-diag")
+fi
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -37,6 +61,10 @@ for t in "${targets[@]}"; do
   if [ -z "$bin" ]; then echo "gpu_bundle: $t was not built" >&2; exit 1; fi
   cp "$bin" "$stage/bin/"
   strip --strip-debug "$stage/bin/$t"  # host debug info only; device code keeps -lineinfo
+done
+for bin in "${serve_bins[@]}"; do
+  cp "$bin" "$stage/bin/"
+  strip --strip-debug "$stage/bin/$(basename "$bin")"
 done
 
 # Shared libraries: everything ldd resolves except the C/C++ runtime and CUDA itself.

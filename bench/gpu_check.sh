@@ -10,6 +10,12 @@
 #     batch 1..64 with --graphs=both (one engine, one calibration for both modes).
 #   pass 2 (--pass=2, optional, <= 300 s): saturn-bench-engine 1b at batch 1..256 and small
 #     at batch 128 and 256, each --graphs=both.
+#   serve pass (--pass=serve, <= 300 s; needs a bundle made with bench/gpu_bundle.sh --serve):
+#     saturn-server on the CUDA backend under saturn-load --compare cuda_graphs (small at
+#     c=1,8,64, then 1b at c=1,64), each server's saturn-diag report (text and JSON) and info,
+#     with nvidia-smi sampled every 250 ms all along (smi.csv beside the results), so the
+#     report's verdicts, the graphs prediction against the measured gain and the NVML figure
+#     against nvidia-smi's can be read off one call.
 #   --dry-run: prints the plan (stages, each one's time limit, the budget) and runs the
 #     library search and the ldd check for real, here, on the bundle (or, without one, on
 #     the binaries in build/). Runs nothing else.
@@ -19,6 +25,7 @@
 #
 #   device run: command "bench/gpu_check.sh", carry [".gpu_bundle"], timeout_s 330
 #   (second call, only if the first passed: "bench/gpu_check.sh --pass=2", same carry)
+#   (serve: "bench/gpu_check.sh --pass=serve", carry [".gpu_bundle"] of gpu_bundle.sh --serve)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUNDLE=${GPU_BUNDLE:-$ROOT/.gpu_bundle}
@@ -26,14 +33,14 @@ PASS=1
 DRY_RUN=0
 for arg in "$@"; do
   case $arg in
-    --pass=1 | --pass=2) PASS=${arg#--pass=} ;;
+    --pass=1 | --pass=2 | --pass=serve) PASS=${arg#--pass=} ;;
     --dry-run) DRY_RUN=1 ;;
     -h | --help)
-      sed -n '2,23p' "$0"
+      sed -n '2,31p' "$0"
       exit 0
       ;;
     *)
-      echo "gpu_check: unknown argument '$arg' (use --pass=1|2, --dry-run)" >&2
+      echo "gpu_check: unknown argument '$arg' (use --pass=1|2|serve, --dry-run)" >&2
       exit 2
       ;;
   esac
@@ -96,6 +103,9 @@ elif [ "$DRY_RUN" = 1 ] && [ -d "$ROOT/build" ]; then
   done
   [ -x "$ROOT/build/bench/saturn-bench-engine" ] &&
     ln -s "$ROOT/build/bench/saturn-bench-engine" "$WORK/bin/saturn-bench-engine"
+  for tool in server/saturn-server clients/saturn-load clients/saturn-diag; do
+    [ -x "$ROOT/build/$tool" ] && ln -s "$ROOT/build/$tool" "$WORK/bin/$(basename "$tool")"
+  done
   log "no $BUNDLE/bundle.tar.gz: dry run over the binaries in build/ instead"
 else
   log "no $BUNDLE/bundle.tar.gz: run bench/gpu_bundle.sh first (and carry .gpu_bundle)"
@@ -240,8 +250,88 @@ run_pass2() {
     --backend=cuda --model=small --batches=128,256 --graphs=both \
     --json="$WORK/bench_small_large.json"
 }
+# The serving half, as a user with a GPU runs it. One server per model; its stages share the
+# server's lifetime (started and stopped around them, a failed start recorded as a stage).
+SERVER_PID=""
+SERVER_TARGET=""
+start_server() { # NAME ARGS...: starts saturn-server, waits up to 120 s for SERVING
+  local name=$1
+  shift
+  if [ "$DRY_RUN" = 1 ]; then
+    printf '  %-40s %4ss  %s\n' "server:$name (start)" 120 "saturn-server --backend cuda $*"
+    PLANNED=$((PLANNED + 20))
+    return 0
+  fi
+  local log_file=$RESULTS/$name.server.log t0
+  t0=$(date +%s)
+  # GPU_CHECK_SERVE_BACKEND=cpu exercises the pass on a machine without a GPU.
+  "$BIN/saturn-server" --listen 127.0.0.1:0 --backend "${GPU_CHECK_SERVE_BACKEND:-cuda}" "$@" \
+    >"$log_file" 2>&1 &
+  SERVER_PID=$!
+  SERVER_TARGET=""
+  for _ in $(seq 480); do
+    grep -q "(SERVING)" "$log_file" && break
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    [ "$(left)" -lt 15 ] && break
+    sleep 0.25
+  done
+  if grep -q "(SERVING)" "$log_file"; then
+    SERVER_TARGET=$(grep -o 'listening on [^ ]*' "$log_file" | head -n1 | awk '{print $3}')
+    log "server:$name serving at $SERVER_TARGET after $(($(date +%s) - t0))s"
+    printf '%s\t%s\t%s\t%s\t%s\n' "server:$name" 0 "$(($(date +%s) - t0))" "" 120 >>"$STAGES"
+  else
+    log "server:$name did not start (see $name.server.log)"
+    printf '%s\t%s\t%s\t%s\t%s\n' "server:$name" 1 "$(($(date +%s) - t0))" "" 120 >>"$STAGES"
+    stop_server
+  fi
+}
+stop_server() {
+  [ -n "$SERVER_PID" ] || return 0
+  kill -TERM "$SERVER_PID" 2>/dev/null
+  wait "$SERVER_PID" 2>/dev/null
+  SERVER_PID=""
+}
+serve_model() { # MODEL CONCURRENCY COMPARE_LIMIT_S
+  local model=$1 conc=$2 limit=$3
+  start_server "$model" --model "$model"
+  [ -n "$SERVER_TARGET" ] || [ "$DRY_RUN" = 1 ] || return 0
+  local t=${SERVER_TARGET:-HOST:PORT}
+  stage "serve:$model-compare" "$limit" "$WORK/$model-compare.json" "$BIN/saturn-load" \
+    --target "$t" --concurrency "$conc" --compare cuda_graphs --min_measure_s 6 \
+    --input_len 64 --output_len 64 --progress=false --json "$WORK/$model-compare.json"
+  stage "serve:$model-diag" 20 "$WORK/$model-diag.json" sh -c \
+    "'$BIN/saturn-diag' get --target $t --window 8 > '$RESULTS/$model-diag.txt' &&
+     '$BIN/saturn-diag' get --target $t --window 8 --json > '$WORK/$model-diag.json' &&
+     '$BIN/saturn-diag' info --target $t > '$RESULTS/$model-info.txt'"
+  [ "$DRY_RUN" = 1 ] || cp "$WORK/$model-compare.json" "$RESULTS/" 2>/dev/null
+  stop_server
+}
+run_serve() {
+  local tool
+  for tool in saturn-server saturn-load saturn-diag; do
+    if [ ! -e "$BIN/$tool" ]; then
+      log "serve: $tool is not in the bundle (make it with bench/gpu_bundle.sh --serve)"
+      printf '%s\t%s\t%s\t%s\t%s\n' "serve:bundle" 2 0 "" 0 >>"$STAGES"
+      return 0
+    fi
+  done
+  local smi=""
+  if [ "$DRY_RUN" = 0 ] && command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm,power.draw,memory.used \
+      --format=csv -lms 250 >"$RESULTS/smi.csv" 2>&1 &
+    smi=$!
+  fi
+  serve_model small 1,8,64 130
+  serve_model 1b 1,64 100
+  [ -n "$smi" ] && kill "$smi" 2>/dev/null
+  return 0
+}
 if [ "$LDD_OK" = 1 ] || [ "$DRY_RUN" = 1 ]; then
-  [ "$PASS" = 1 ] && run_pass1 || run_pass2
+  case $PASS in
+    1) run_pass1 ;;
+    2) run_pass2 ;;
+    serve) run_serve ;;
+  esac
 fi
 
 if [ "$DRY_RUN" = 1 ]; then
@@ -254,7 +344,8 @@ fi
 python3 - "$STAGES" "$RESULTS" "$PASS" "$BUDGET_S" <<'PY'
 import json, os, sys
 stages_file, results, pass_no, budget = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-report = {"pass": int(pass_no), "budget_s": int(budget), "stages": []}
+report = {"pass": int(pass_no) if pass_no.isdigit() else pass_no, "budget_s": int(budget),
+          "stages": []}
 for line in open(stages_file):
     name, rc, secs, result, limit = (line.rstrip("\n").split("\t") + [""] * 5)[:5]
     if name.startswith("memcheck:") and rc == "77":
