@@ -38,7 +38,7 @@ struct Calibration {
   // completion amortised): what a replayed step pays once instead of op_dispatch_us per op.
   // 0 where the backend has no graphs (and in files written before it existed).
   double graph_launch_us = 0;
-  std::string gemm_method;    // how each was measured, in words
+  std::string gemm_method;  // how each was measured, in words
   std::string bandwidth_method;
   std::string dispatch_method;
   std::string source = "measured";  // "measured" or the file it came from

@@ -39,7 +39,7 @@ struct StepRecord {
   bool per_op_timed = false;
   int op_count = 0;
   int replayed_ops = 0;  // of op_count, those a graph replay issued (one launch for them all)
-  double gap_us = 0;  // device idle between ops inside the span (span - busy)
+  double gap_us = 0;     // device idle between ops inside the span (span - busy)
   // CPU contention: the threads that run the step (engine thread and the backend's workers),
   // summed, from the kernel's schedstat: time on a core and time runnable but waiting for
   // one, during the step. sched_known false where Linux does not expose them.
