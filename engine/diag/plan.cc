@@ -206,6 +206,25 @@ struct PlanBuild {
   bool demand_bound = false;  // the max_num_seqs action stopped at what the queue supports
   double cur_batch = 1;
   bool cur_graphs = false;
+  // An action the model's plateau suggested but the measured steps (or the request mix) did
+  // not bear out: the no-action note says so, so a plateau far above the rate now does not
+  // stand unexplained beside "no action".
+  std::string declined;
+
+  void Decline(const Action& a) {
+    const double measured = plan_measured_max_batch;
+    declined = absl::StrFormat(
+        "%s was weighed and declined: %s %.0f tok/s at batch %.1f against %.0f now, under the "
+        "%.2fx an action must gain%s",
+        a.what, use_mix ? "with this request mix the measured steps give" : "the measured steps give",
+        a.tokens_per_s_after, a.batch_after, a.tokens_per_s_before, th.min_gain,
+        a.batch_after > measured && measured > 0
+            ? absl::StrFormat(" (decode measured up to batch %.0f; past it the step model, "
+                              "scaled to the last measured point)",
+                              measured)
+            : "");
+  }
+  double plan_measured_max_batch = 0;
 
   // Decode steps: the measured curve where it reaches, the model (scaled to it) beyond.
   void FillDecode(Action* a, double batch_after, bool graphs_after) const {
@@ -380,7 +399,10 @@ void AddRaiseMaxNumSeqs(PlanBuild& b, Plan* plan) {
   b.FillMix(&a, b.demand, ctx.options.max_num_seqs, b.demand, b.target, b.cur_graphs);
   // Decode steps gain, but the request mix may not: with long prompts and few output tokens
   // every token costs a prompt, and more sequences per step change nothing the clients see.
-  if (!(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) return;
+  if (!(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) {
+    b.Decline(a);
+    return;
+  }
   a.tradeoffs.insert(a.tradeoffs.end(), b.bounds.begin(), b.bounds.end());
   if (reach < b.target) {
     b.demand_bound = true;
@@ -491,7 +513,7 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
 }
 
 // Why a plan has no action: headroom in a kernel, the compute ceiling, or nothing to gain.
-std::string NoActionNote(const Verdict& v, const Plan& plan, const AnalyzerThresholds& th) {
+std::string NoActionReason(const Verdict& v, const Plan& plan, const AnalyzerThresholds& th) {
   if (v.far_below_roofs && !v.headroom.empty()) {
     const Headroom& h = v.headroom.front();
     return absl::StrFormat(
@@ -508,6 +530,12 @@ std::string NoActionNote(const Verdict& v, const Plan& plan, const AnalyzerThres
         100 * v.step_mfu, plan.plateau_batch, 100 * th.plateau_fraction);
   }
   return "no change predicted to gain throughput";
+}
+
+std::string NoActionNote(const Verdict& v, const Plan& plan, const AnalyzerThresholds& th,
+                         const std::string& declined) {
+  const std::string why = NoActionReason(v, plan, th);
+  return declined.empty() ? why : absl::StrCat(why, "; ", declined);
 }
 
 }  // namespace
@@ -565,6 +593,7 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   b.mix = mix.mix;
   b.use_mix = mix.use;
   b.budget_now = std::max(1, ctx.options.max_num_batched_tokens);
+  b.plan_measured_max_batch = plan.measured_max_batch;
   const bool add_graphs = ctx.supports_graphs && !ctx.options.cuda_graphs &&
                           (v.step_bound == Bottleneck::kLaunchBound ||
                            std::any_of(v.signals.begin(), v.signals.end(), [](const Signal& s) {
@@ -580,7 +609,7 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   AddRaiseMaxNumSeqs(b, &plan);
   AddRaiseMaxNumBatchedTokens(b, &plan);
   AddRaiseClientConcurrency(b, &plan);
-  if (plan.actions.empty()) plan.note = NoActionNote(v, plan, th);
+  if (plan.actions.empty()) plan.note = NoActionNote(v, plan, th, b.declined);
   return plan;
 }
 

@@ -317,6 +317,34 @@ TEST(PlanTest, NoActionWhoseMixPredictionGainsNothing) {
   if (r.plan.actions.empty()) EXPECT_FALSE(r.plan.note.empty());
 }
 
+// The step model (fit on the window's batch-4 steps) puts the plateau far above the rate now,
+// but probed steps where every row costs as much as a whole step (a contended or instrumented
+// machine) show no gain: no action, and the note names the change it weighed and why it fell.
+TEST(PlanTest, MeasuredStepsThatGainNothingDeclineTheModelsPlateau) {
+  const std::vector<StepRecord> steps = MemoryBoundAt4(40);
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  const double t4 = steps[0].wall_us();
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t4 * b / 4, 0.01, 3});
+  }
+  const auto r = Plan(steps, ctx);
+  ASSERT_TRUE(r.plan.actions.empty()) << r.plan.actions[0].what;
+  EXPECT_GT(r.plan.plateau_tokens_per_s, 2 * 4 / t4 * 1e6);  // the model's plateau
+  EXPECT_NE(r.plan.note.find("raise max_num_seqs 4 -> "), std::string::npos) << r.plan.note;
+  EXPECT_NE(r.plan.note.find("was weighed and declined: the measured steps give"),
+            std::string::npos)
+      << r.plan.note;
+  // The same window with steps that do gain keeps the action and says nothing of it.
+  ctx.probe_curve.decode.clear();
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t4 * (1 + 0.1 * (b - 4)), 0.01, 3});
+  }
+  const auto gain = Plan(steps, ctx);
+  ASSERT_FALSE(gain.plan.actions.empty());
+  EXPECT_EQ(gain.plan.actions[0].kind, ActionKind::kRaiseMaxNumSeqs);
+  EXPECT_TRUE(gain.plan.note.empty()) << gain.plan.note;
+}
+
 TEST(PlanTest, PrefillBudgetLimitedRaisesMaxNumBatchedTokens) {
   StepSpec s;
   s.prefill_tokens = 16;

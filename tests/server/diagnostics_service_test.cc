@@ -231,15 +231,20 @@ TEST_F(DiagnosticsServiceTest, AppliedPlanActionIsTracked) {
     // row costs about as much as a whole step (sanitizer builds instrument every load of the
     // CPU kernels; a contended machine stretches the probe steps) it rightly finds none, and
     // says why; then there is no action to apply and track (plan_tracker_test covers the
-    // tracker itself). The report must carry that evidence: the plateau at batch 1, or a
-    // plateau close to the measured batch-1 rate
-    // (within 25 %: the plan interpolates the curve at the window's context).
+    // tracker itself). The report must carry that evidence: the plateau at batch 1, a
+    // plateau close to the measured batch-1 rate (within 25 %: the plan interpolates the
+    // curve at the window's context), or the note naming the raise the step model suggested
+    // and the measured steps declined (seen in CI: probes on a contended machine, 44 % CPU).
     double batch1_tps = 0;
     for (const auto& pt : before.plan_curve().decode()) {
       if (pt.x() == 1 && pt.us() > 0) batch1_tps = 1e6 / pt.us();
     }
     EXPECT_FALSE(before.plan_note().empty()) << before.text();
-    EXPECT_TRUE(before.plateau_batch() <= 1 || before.plateau_tokens_per_s() < 1.25 * batch1_tps)
+    const bool declined =
+        before.plan_note().find("raise max_num_seqs 1 -> ") != std::string::npos &&
+        before.plan_note().find("was weighed and declined") != std::string::npos;
+    EXPECT_TRUE(before.plateau_batch() <= 1 ||
+                before.plateau_tokens_per_s() < 1.25 * batch1_tps || declined)
         << before.text();
     GTEST_SKIP() << "the measured steps predict no gain from a larger batch on this build and "
                     "load (plateau at batch "
