@@ -44,6 +44,8 @@ ABSL_FLAG(std::string, graphs, "off", "off|on|both (CUDA graphs)");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 ABSL_FLAG(std::string, dtype, "auto", "weights: auto | f32 | bf16 (CPU backend)");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto", "KV cache: auto (the weights') | f32 | bf16 (CPU)");
+ABSL_FLAG(std::string, batch_invariant, "auto",
+          "auto (CPU on) | on | off: off lets the CPU pick the fastest GEMM path per batch size");
 ABSL_FLAG(std::string, prefill_lens, "", "comma-separated prompt lengths to time prefill at");
 ABSL_FLAG(int, prefill_repeats, 3, "prefills timed per prompt length (fastest kept)");
 ABSL_FLAG(bool, probe, false,
@@ -371,6 +373,7 @@ int Main() {
   cfg.num_threads = absl::GetFlag(FLAGS_threads);
   cfg.dtype = absl::GetFlag(FLAGS_dtype);
   cfg.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
+  cfg.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   int max_batch = 1;
   for (int b : batches) max_batch = std::max(max_batch, b);
   cfg.max_num_seqs_limit = max_batch;

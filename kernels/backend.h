@@ -69,6 +69,10 @@ struct AttentionBatch {
   int max_context_len = 0;     // host-known upper bound on any context length
   int64_t attended_pairs = 0;  // sum over query rows of positions attended (cost model only)
   int64_t context_tokens = 0;  // sum over sequences of context_lens (cost model only)
+  // Host [num_seqs]: nonzero where the sequence's rows are known tokens (prompt, or recompute
+  // after preemption) rather than one decode row; null where unknown. A batch-invariant CPU
+  // backend computes such rows in one arithmetic whatever their chunking.
+  const uint8_t* prefill = nullptr;
 };
 
 struct AttentionShape {
@@ -293,9 +297,13 @@ class Backend {
 // (0: all cores). dtype is the weight precision: "auto" (the backend's default), or "f32" /
 // "bf16" (the CPU backend; the CUDA backend accepts only its own compute dtype).
 // kv_cache_dtype is the KV cache's: "auto" (the weights'), or "f32" / "bf16" (the CPU
-// backend; the CUDA backend accepts only its own).
+// backend; the CUDA backend accepts only its own). batch_invariant: "auto" (on for the CPU
+// backend, off for CUDA), "on" or "off"; on, a request's tokens and logprobs do not depend on
+// what else shares its steps (CpuBackendOptions::batch_invariant); the CUDA backend has no
+// batch-invariant kernels yet and refuses "on".
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads = 0,
                                                        const std::string& dtype = "auto",
-                                                       const std::string& kv_cache_dtype = "auto");
+                                                       const std::string& kv_cache_dtype = "auto",
+                                                       const std::string& batch_invariant = "auto");
 
 }  // namespace saturn

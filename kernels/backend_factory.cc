@@ -16,11 +16,13 @@ namespace saturn {
 namespace {
 
 absl::StatusOr<std::unique_ptr<Backend>> Cpu(int num_threads, const std::string& dtype,
-                                             const std::string& kv_cache_dtype) {
+                                             const std::string& kv_cache_dtype,
+                                             const std::string& batch_invariant) {
   CpuBackendOptions o;
   o.num_threads = num_threads;
   o.weight_dtype = dtype;
   o.kv_cache_dtype = kv_cache_dtype;
+  o.batch_invariant = batch_invariant != "off";
   return CreateCpuBackend(o);
 }
 
@@ -28,8 +30,14 @@ absl::StatusOr<std::unique_ptr<Backend>> Cpu(int num_threads, const std::string&
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads,
                                                        const std::string& dtype,
-                                                       const std::string& kv_cache_dtype) {
-  if (kind == "cpu") return Cpu(num_threads, dtype, kv_cache_dtype);
+                                                       const std::string& kv_cache_dtype,
+                                                       const std::string& batch_invariant) {
+  if (batch_invariant != "auto" && batch_invariant != "on" && batch_invariant != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("batch_invariant: unknown value \"",
+                                                   batch_invariant,
+                                                   "\" (expected auto, on or off)"));
+  }
+  if (kind == "cpu") return Cpu(num_threads, dtype, kv_cache_dtype, batch_invariant);
   if (kind == "null") return CreateNullBackend();
   if (kind != "cuda" && kind != "auto") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -48,6 +56,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
         absl::StrCat("kv_cache_dtype: the CUDA backend caches K and V in ",
                      DTypeName((*cuda)->kv_cache_dtype()), "; got \"", kv_cache_dtype, "\""));
   }
+  if (cuda.ok() && batch_invariant == "on") {
+    return absl::InvalidArgumentError(
+        "batch_invariant: the CUDA backend has no batch-invariant kernels yet (cuBLAS picks "
+        "its kernels by the batch's row count); use auto or off there, or --backend=cpu");
+  }
   if (cuda.ok() || kind == "cuda") return cuda;
   std::cerr << "saturn: no usable CUDA device (" << cuda.status().message()
             << "); using the CPU backend\n";
@@ -58,7 +71,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
   }
   std::cerr << "saturn: built without CUDA; using the CPU backend\n";
 #endif
-  return Cpu(num_threads, dtype, kv_cache_dtype);
+  return Cpu(num_threads, dtype, kv_cache_dtype, batch_invariant);
 }
 
 }  // namespace saturn

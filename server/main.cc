@@ -28,6 +28,10 @@ ABSL_FLAG(std::string, dtype, "auto",
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache: auto | f32 | bf16 (CPU backend; auto: the weights' dtype, as vLLM's "
           "--kv-cache-dtype auto)");
+ABSL_FLAG(std::string, batch_invariant, "auto",
+          "auto | on | off: on, a request's tokens and logprobs are bit-identical whatever else "
+          "runs beside it (auto: on for the CPU backend; the CUDA backend has no such kernels "
+          "yet); off lets the CPU pick the fastest GEMM path per batch size");
 ABSL_FLAG(int, max_num_seqs, 64, "Most sequences per engine step");
 ABSL_FLAG(int, max_num_batched_tokens, 2048, "Most tokens per engine step");
 ABSL_FLAG(int, max_num_seqs_limit, 0,
@@ -110,6 +114,7 @@ int main(int argc, char** argv) {
   config.engine.num_threads = absl::GetFlag(FLAGS_threads);
   config.engine.dtype = absl::GetFlag(FLAGS_dtype);
   config.engine.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
+  config.engine.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   config.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   config.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   config.engine.weight_seed = absl::GetFlag(FLAGS_seed);

@@ -60,7 +60,7 @@ absl::Status ValidateBatch(const AttentionBatch& b, const AttentionShape& shape,
 
 absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor& q,
                        const Tensor& k_cache, const Tensor& v_cache, const AttentionBatch& batch,
-                       const AttentionShape& shape, const Tensor& out) {
+                       const AttentionShape& shape, const Tensor& out, bool batch_invariant) {
   for (auto [name, t] : {std::pair{"q", &q}, std::pair{"out", &out}}) {
     if (absl::Status s = ExpectF32(name, *t); !s.ok()) return s;
   }
@@ -87,11 +87,12 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
     int64_t first_pair;
     int64_t cost;  // positions the tile's last row attends
   };
+  const int64_t tile_pairs = kAttnTileRows;
   std::vector<Work> work;
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t len = qs[s + 1] - qs[s], pairs = len * group;
-    for (int64_t p0 = 0; p0 < pairs; p0 += kAttnTileRows) {
-      const int64_t last_row = std::min(pairs, p0 + kAttnTileRows) - 1;
+    for (int64_t p0 = 0; p0 < pairs; p0 += tile_pairs) {
+      const int64_t last_row = std::min(pairs, p0 + tile_pairs) - 1;
       const int64_t cost = ctx[s] - len + last_row / group + 1;
       for (int g = 0; g < shape.num_kv_heads; ++g) work.push_back({s, g, p0, cost});
     }
@@ -114,7 +115,7 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
       const Work& w = work[wi];
       const int64_t len = qs[w.seq + 1] - qs[w.seq];
       AttnTile t;
-      t.rows = static_cast<int>(std::min<int64_t>(kAttnTileRows, len * group - w.first_pair));
+      t.rows = static_cast<int>(std::min<int64_t>(tile_pairs, len * group - w.first_pair));
       for (int i = 0; i < t.rows; ++i) {
         const int64_t pair = w.first_pair + i, r = pair / group;
         const int64_t h = int64_t{w.kv_head} * group + pair % group, row = qs[w.seq] + r;
@@ -126,6 +127,7 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
       t.out = op;
       t.limit = limit;
       t.table = batch.block_tables.as<int32_t>() + w.seq * batch.block_tables.cols;
+      t.lanes_over_rows = batch_invariant && batch.prefill != nullptr && batch.prefill[w.seq] != 0;
       t.block_size = shape.block_size;
       const size_t head_offset = static_cast<size_t>(w.kv_head * hd) * DTypeSize(k_cache.dtype);
       t.k_base = static_cast<const char*>(k_cache.data) + head_offset;

@@ -51,15 +51,18 @@ std::string AmxNote(cpu::Isa isa, DType weight_dtype) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int num_threads, DType weight_dtype, DType kv_dtype, cpu::Isa isa, int64_t poll_us)
+  CpuBackend(int num_threads, DType weight_dtype, DType kv_dtype, cpu::Isa isa, int64_t poll_us,
+             bool batch_invariant)
       : pool_(num_threads, poll_us),
         kernels_(cpu::KernelsFor(isa)),
         weight_dtype_(weight_dtype),
         kv_dtype_(kv_dtype),
         device_name_(absl::StrCat(CpuModelName(), " (", num_threads, " threads) ",
                                   cpu::IsaName(isa), AmxNote(isa, weight_dtype), ", ",
-                                  DTypeName(weight_dtype), " weights")) {
+                                  DTypeName(weight_dtype), " weights",
+                                  batch_invariant ? "" : ", not batch-invariant")) {
     planner_.set_tuned_dtype(weight_dtype);
+    planner_.set_batch_invariant(batch_invariant);
   }
 
   std::string name() const override { return "cpu"; }
@@ -167,7 +170,8 @@ class CpuBackend final : public Backend {
   absl::Status DoAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                            const AttentionBatch& batch, const AttentionShape& shape,
                            const Tensor& out) override {
-    return cpu::Attention(pool_, kernels_, q, k_cache, v_cache, batch, shape, out);
+    return cpu::Attention(pool_, kernels_, q, k_cache, v_cache, batch, shape, out,
+                          planner_.batch_invariant());
   }
   absl::Status DoSwiGlu(const Tensor& gate_up, const Tensor& out) override {
     return cpu::SwiGlu(pool_, kernels_, gate_up, out);
@@ -255,7 +259,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
   }
   openblas_set_num_threads(num_threads);
   return std::unique_ptr<Backend>(
-      std::make_unique<CpuBackend>(num_threads, weight_dtype, kv_dtype, isa, poll_us));
+      std::make_unique<CpuBackend>(num_threads, weight_dtype, kv_dtype, isa, poll_us,
+                                   options.batch_invariant));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads) {

@@ -28,6 +28,10 @@ struct CpuBackendOptions {
   // (kernels/cpu/poll_governor.h); 0 turns polling off. Unset: the environment variable
   // SATURN_CPU_POLL_US where set (as OpenMP runtimes read GOMP_SPINCOUNT), else 200 us.
   std::optional<int64_t> poll_us;
+  // Batch invariance (GemmPlanner::set_batch_invariant): a request's greedy tokens and
+  // logprobs are bit-identical whether it runs alone or beside others. On by default; off
+  // lets the planner pick the fastest GEMM path per row count (bench/README.md: its gain).
+  bool batch_invariant = true;
 };
 
 // Fails with INVALID_ARGUMENT on a negative thread count, an unknown dtype, an ISA the CPU

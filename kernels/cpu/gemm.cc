@@ -14,7 +14,9 @@
 //    16 x 16 tiles; amx packs the weights into tiles per 32-row panel as they are used,
 //    amx_stream reads them as tiles straight from memory and packs x instead.
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
-// f32), so results do not depend on the path. kAuto asks the GemmPlanner, which measured
+// f32), but each path sums in its own order; a batch-invariant planner
+// (GemmPlanner::set_batch_invariant, the CPU backend's default) keeps every M on the skinny
+// path, whose per-row sums do not depend on M. kAuto asks the GemmPlanner, which measured
 // the paths on this machine (gemm_planner.h). GemmSplit runs one GEMM whose output columns
 // go to several tensors (q, k and v from the fused projection) as one dispatch: at batch 1
 // each dispatch costs a few microseconds of thread hand-off, a tenth of a 0.4 MB bf16 GEMM.
@@ -91,13 +93,14 @@ std::vector<SkinnyArgs> ArgsOfParts(const IsaKernels& kernels, const Tensor& x,
 
 void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
             const Tensor& w, absl::Span<const Part> parts, int prefetch_blocks,
-            int64_t prefetch_bytes) {
+            int64_t prefetch_bytes, bool one_chain) {
   auto kernel = w.dtype == DType::kF32 ? kernels.skinny_f32 : kernels.skinny_bf16;
   if (UseBf16Dot(kernels, w)) kernel = SkinnyBf16Dot;
   std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, w, parts);
   for (SkinnyArgs& a : args) {
     a.prefetch_blocks = prefetch_blocks;
     a.prefetch_bytes = prefetch_bytes;
+    a.one_chain = one_chain;
   }
   // Chunks of whole 16-row groups (a multiple of every kernel's weight-row block); at
   // least ~64 KiB of f32 weights per chunk.
@@ -234,8 +237,8 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
                      : planner != nullptr ? planner->PrefetchBytes(pool, kernels, w)
                                           : kDefaultPrefetchBytes;
   }
-  // bf16 weights: every path multiplies x rounded to bf16 (exact products, f32 sums), so
-  // the result does not depend on which path the planner picked for this M.
+  // bf16 weights: every path multiplies x rounded to bf16 (exact products, f32 sums in the
+  // path's own order).
   Tensor xin = x;
   const uint16_t* x_bf16 = nullptr;
   if (w.dtype == DType::kBF16) {
@@ -259,7 +262,8 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
   switch (path) {
     case GemmPath::kSkinny: {
       const auto t0 = std::chrono::steady_clock::now();
-      Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes);
+      Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes,
+             planner != nullptr && planner->batch_invariant());
       if (tuned_stream) {
         planner->RecordStream(
             w, prefetch_bytes,

@@ -176,6 +176,11 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   Plan plan;
   plan.prefetch_blocks = static_cast<int>(PrefetchFor(pool, kernels, w, PrefetchKind::kBlocks));
   plan.prefetch_bytes = PrefetchFor(pool, kernels, w, PrefetchKind::kBytes);
+  if (batch_invariant_) {  // one path for every M: nothing to choose
+    std::fill(std::begin(plan.at), std::end(plan.at), GemmPath::kSkinny);
+    plan.beyond = GemmPath::kSkinny;
+    return plan;
+  }
   const int pf = plan.prefetch_blocks;
   const int64_t pf_bytes = plan.prefetch_bytes;
   int skinny_losses = 0;
@@ -278,6 +283,10 @@ std::string GemmPlanner::Describe() const {
         &s, s.empty() ? "" : "; ", "k", key.first, "/", DTypeName(static_cast<DType>(key.second)),
         ": prefetch=", plan.prefetch_blocks,
         " prefetch_bytes=", tuned ? tuner_->Describe() : absl::StrCat(plan.prefetch_bytes));
+    if (batch_invariant_) {
+      absl::StrAppend(&s, " every M=skinny (batch invariant)");
+      continue;
+    }
     for (int i = 0; i < kProbes; ++i) {
       absl::StrAppend(&s, " ", int64_t{1} << i, "=", GemmPathName(plan.at[i]));
     }

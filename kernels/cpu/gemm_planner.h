@@ -55,6 +55,14 @@ class GemmPlanner {
   static constexpr size_t kMinTunedBytes = size_t{1} << 20;
   // The measured choices so far, e.g. "k768/f32: prefetch=2 1=skinny ... more=blocked".
   std::string Describe() const;
+  // Batch invariance: every M takes the skinny path, whose per-row sums do not depend on M
+  // or on how rows are split across threads (one chain per output over k, in k's order; the
+  // M = 1 stream too: SkinnyArgs::one_chain), so a request's logits are bit-identical
+  // whatever else shares its steps. Only the prefetch distances are measured. Off: the
+  // fastest path per M (blocked, OpenBLAS and AMX each sum in their own order). Set before
+  // the first GEMM.
+  void set_batch_invariant(bool on) { batch_invariant_ = on; }
+  bool batch_invariant() const { return batch_invariant_; }
 
   static constexpr int kProbes = 9;  // M = 1, 2, 4, ..., 256
   static constexpr int64_t kMaxProbeM = int64_t{1} << (kProbes - 1);
@@ -77,6 +85,7 @@ class GemmPlanner {
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, int>, Plan> plans_;  // (k, dtype) -> plan
   DType tuned_dtype_ = DType::kF32;
+  bool batch_invariant_ = false;
   std::unique_ptr<StreamTuner> tuner_;  // for tuned_dtype_, from its first large M = 1 GEMM
 };
 

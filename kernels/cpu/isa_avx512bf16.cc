@@ -92,6 +92,14 @@ void Stream(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()};
     int64_t p = 0;
+    if (a.one_chain) {  // Block's order: one chain over k (see SkinnyArgs::one_chain)
+      for (; p < k32; p += 32) {
+        if (ahead > 0) __builtin_prefetch(wr + p + ahead, 0, 2);
+        acc[0] = _mm512_dpbf16_ps(acc[0], Load32(wr + p), Load32(x + p));
+      }
+      a.out[j] = Finish(acc[0], x, wr, k32, k);
+      continue;
+    }
     for (; p < k128; p += 128) {
       if (ahead > 0) {
 #pragma GCC unroll 4

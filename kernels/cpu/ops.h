@@ -49,9 +49,13 @@ absl::Status Rope(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tens
                   int head_dim, const RopeParams& rope);
 absl::Status KvWrite(ThreadPool& pool, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                      const Tensor& k_cache, const Tensor& v_cache);
+// batch_invariant: a pair's result does not depend on the batch or on how its prompt was
+// chunked: prompt rows (batch.prefill) always take the lanes-over-rows kernel
+// (AttnTile::lanes_over_rows).
 absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor& q,
                        const Tensor& k_cache, const Tensor& v_cache, const AttentionBatch& batch,
-                       const AttentionShape& shape, const Tensor& out);
+                       const AttentionShape& shape, const Tensor& out,
+                       bool batch_invariant = false);
 absl::Status SwiGlu(ThreadPool& pool, const IsaKernels& kernels, const Tensor& gate_up,
                     const Tensor& out);
 absl::Status Add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);

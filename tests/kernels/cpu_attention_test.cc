@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/half_float.h"
 #include "tests/kernels/cpu_test_util.h"
 
@@ -79,6 +80,11 @@ void RunCase(Backend& b, const Case& c, DType kv, std::mt19937& rng) {
   DevTensor dqs = I32(b, 1, ns + 1, qstart), dctx = I32(b, 1, ns, ctx_lens);
   DevTensor dtab = I32(b, ns, max_blocks + 1, tables);
   AttentionBatch batch{dqs.t, dctx.t, dtab.t, ns, max_q, max_ctx, 0, 0};
+  // Chunks of more than one row are prompt rows: a batch-invariant backend takes the
+  // lanes-over-rows kernel for their tiles of every size.
+  std::vector<uint8_t> prefill;
+  for (auto [len, ctx] : c.seqs) prefill.push_back(len > 1 ? 1 : 0);
+  batch.prefill = prefill.data();
   AttentionShape shape{c.num_heads, c.num_kv_heads, hd, bs, scale};
   absl::Status st = b.Attention(dq.t, dk.t, dv.t, batch, shape, out.t);
   ASSERT_TRUE(st.ok()) << st;
@@ -116,9 +122,14 @@ void RunCase(Backend& b, const Case& c, DType kv, std::mt19937& rng) {
 }
 
 TEST_P(CpuAttentionTest, MatchesReference) {
-  for (cpu::Isa isa : SupportedIsas()) {
-    SCOPED_TRACE(cpu::IsaName(isa));
-    std::unique_ptr<Backend> b = MakeCpuIsa(GetParam(), isa);
+  // Batch-invariant (the default: every tile row by row) and not (tiles of up to 64 pairs).
+  for (auto [isa, invariant] : [] {
+         std::vector<std::pair<cpu::Isa, bool>> v;
+         for (cpu::Isa i : SupportedIsas()) v.insert(v.end(), {{i, true}, {i, false}});
+         return v;
+       }()) {
+    SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), invariant ? " batch-invariant" : ""));
+    std::unique_ptr<Backend> b = MakeCpuIsa(GetParam(), isa, "f32", invariant);
     std::mt19937 rng(99);
     const std::vector<Case> cases = {
         // GQA ratio 1, decode-only batch.

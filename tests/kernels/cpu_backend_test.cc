@@ -60,20 +60,25 @@ TEST(CpuBackendTest, KvCacheDtypeFollowsTheWeightsUnlessNamed) {
 
 // The backend reports the GEMM kernels its planner chose, per weight (K, dtype) and input-row
 // count, once a GEMM has run; nothing before.
+// The kernel plan: one path for every M when batch-invariant (the default), else the
+// measured path per probed M.
 TEST(CpuBackendTest, KernelPlanNamesTheChosenPaths) {
-  std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::BestIsa(), "bf16");
-  EXPECT_EQ(b->KernelPlan(), "");
-  std::mt19937 rng(4);
-  const int m = 3, n = 40, k = 96;
-  std::vector<float> wf = Random(rng, n * k);
-  DevTensor x = F32(*b, m, k, Random(rng, m * k)), w = Empty(*b, DType::kBF16, n, k);
-  ASSERT_TRUE(b->UploadF32(wf.data(), w.t).ok());
-  DevTensor out = Poisoned(*b, m, n);
-  ASSERT_TRUE(b->Gemm(x.t, w.t, out.t).ok());
-  const std::string plan = b->KernelPlan();
-  EXPECT_TRUE(absl::StrContains(plan, "k96/bf16:")) << plan;
-  EXPECT_TRUE(absl::StrContains(plan, " 1=")) << plan;
-  EXPECT_TRUE(absl::StrContains(plan, " more=")) << plan;
+  for (bool invariant : {true, false}) {
+    std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::BestIsa(), "bf16", invariant);
+    EXPECT_EQ(b->KernelPlan(), "");
+    std::mt19937 rng(4);
+    const int m = 3, n = 40, k = 96;
+    std::vector<float> wf = Random(rng, n * k);
+    DevTensor x = F32(*b, m, k, Random(rng, m * k)), w = Empty(*b, DType::kBF16, n, k);
+    ASSERT_TRUE(b->UploadF32(wf.data(), w.t).ok());
+    DevTensor out = Poisoned(*b, m, n);
+    ASSERT_TRUE(b->Gemm(x.t, w.t, out.t).ok());
+    const std::string plan = b->KernelPlan();
+    EXPECT_TRUE(absl::StrContains(plan, "k96/bf16:")) << plan;
+    EXPECT_EQ(absl::StrContains(plan, "every M=skinny (batch invariant)"), invariant) << plan;
+    EXPECT_EQ(absl::StrContains(plan, " 1="), !invariant) << plan;
+    EXPECT_EQ(absl::StrContains(plan, " more="), !invariant) << plan;
+  }
 }
 
 // Batch-1 GEMMs on weights of 1 MiB or more settle the M = 1 stream's prefetch distance on

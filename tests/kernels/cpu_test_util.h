@@ -30,13 +30,16 @@ inline std::unique_ptr<Backend> MakeCpu(int threads) {
   return std::move(*b);
 }
 
-// A CPU backend running the kernels of `isa` (which the CPU must support) with f32 weights.
+// A CPU backend running the kernels of `isa` (which the CPU must support) with f32 weights,
+// batch-invariant (the default) unless told otherwise.
 inline std::unique_ptr<Backend> MakeCpuIsa(int threads, cpu::Isa isa,
-                                           const std::string& weight_dtype = "f32") {
+                                           const std::string& weight_dtype = "f32",
+                                           bool batch_invariant = true) {
   CpuBackendOptions o;
   o.num_threads = threads;
   o.isa = isa;
   o.weight_dtype = weight_dtype;
+  o.batch_invariant = batch_invariant;
   absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(o);
   EXPECT_TRUE(b.ok()) << b.status();
   return std::move(*b);

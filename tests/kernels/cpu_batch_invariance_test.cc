@@ -1,0 +1,98 @@
+// Batch invariance of the CPU GEMM (GemmPlanner::set_batch_invariant, the CPU backend's
+// default): each input row's output bits do not depend on how many rows share the GEMM, on
+// the pool's thread count, or on the fused-projection split, at every kernel level the CPU
+// runs, with f32 and bf16 weights, at k with and without a tail. A request's logits then do
+// not depend on what else runs in its step (tests/engine/batch_invariance_test.cc checks
+// that end to end).
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gemm_planner.h"
+#include "kernels/cpu/ops.h"
+#include "tests/kernels/cpu_test_util.h"
+
+namespace saturn::testing {
+namespace {
+
+constexpr int kRows = 70;  // past the planner's 64-row probe and every tile's edge
+
+TEST(CpuBatchInvarianceTest, EachRowsBitsDoNotDependOnTheBatch) {
+  std::mt19937 rng(21);
+  for (cpu::Isa isa : SupportedIsas()) {
+    for (const char* dtype : {"f32", "bf16"}) {
+      for (int k : {768, 129}) {
+        SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " ", dtype, " k ", k));
+        std::unique_ptr<Backend> b = MakeCpuIsa(2, isa, dtype);
+        const DType wdt = std::string(dtype) == "bf16" ? DType::kBF16 : DType::kF32;
+        const int n = 203;  // weight-row blocks plus a tail
+        std::vector<float> x = Random(rng, size_t{kRows} * k), w = Random(rng, size_t{n} * k);
+        DevTensor dw = Empty(*b, wdt, n, k);
+        ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
+        cpu::GemmPlanner planner;
+        planner.set_batch_invariant(true);
+        const cpu::IsaKernels& kernels = cpu::KernelsFor(isa);
+        // Rows [first, first + m) as one GEMM on `threads` threads.
+        auto run = [&](int first, int m, int threads) {
+          cpu::ThreadPool pool(threads);
+          std::vector<float> xs(x.begin() + size_t(first) * k, x.begin() + size_t(first + m) * k);
+          DevTensor dx = F32(*b, m, k, xs), out = Poisoned(*b, m, n);
+          EXPECT_TRUE(cpu::Gemm(pool, kernels, &planner, dx.t, dw.t, out.t).ok());
+          return ToHost<float>(*b, out.t);
+        };
+        const std::vector<float> all = run(0, kRows, 2);
+        for (int m : {1, 2, 3, 4, 5, 8, 13, 33, 64}) {
+          for (int threads : {1, 3}) {
+            const int first = kRows - m;  // the last rows: none of them at row 0 of `all`
+            const std::vector<float> part = run(first, m, threads);
+            ASSERT_TRUE(std::equal(part.begin(), part.end(), all.begin() + size_t(first) * n))
+                << "rows " << first << ".." << kRows << " as M = " << m << " on " << threads
+                << " threads differ from the same rows at M = " << kRows;
+          }
+        }
+        // The fused projection's split (q, k, v from one GEMM) gives the same bits.
+        {
+          cpu::ThreadPool pool(2);
+          DevTensor dx = F32(*b, kRows, k, x);
+          DevTensor q = Poisoned(*b, kRows, 64), kv = Poisoned(*b, kRows, n - 64);
+          const Tensor outs[] = {q.t, kv.t};
+          ASSERT_TRUE(cpu::GemmSplit(pool, kernels, &planner, dx.t, dw.t, outs).ok());
+          const std::vector<float> hq = ToHost<float>(*b, q.t), hkv = ToHost<float>(*b, kv.t);
+          for (int i = 0; i < kRows; ++i) {
+            ASSERT_TRUE(std::equal(hq.begin() + i * 64, hq.begin() + (i + 1) * 64,
+                                   all.begin() + size_t(i) * n));
+            ASSERT_TRUE(std::equal(hkv.begin() + i * (n - 64), hkv.begin() + (i + 1) * (n - 64),
+                                   all.begin() + size_t(i) * n + 64));
+          }
+        }
+        EXPECT_TRUE(absl::StrContains(planner.Describe(), "every M=skinny (batch invariant)"))
+            << planner.Describe();
+      }
+    }
+  }
+}
+
+// The backend is batch-invariant unless told otherwise, and says so where it is not.
+TEST(CpuBatchInvarianceTest, TheBackendIsInvariantByDefault) {
+  CpuBackendOptions o;
+  o.num_threads = 1;
+  o.weight_dtype = "f32";
+  absl::StatusOr<std::unique_ptr<Backend>> on = CreateCpuBackend(o);
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_FALSE(absl::StrContains((*on)->device_name(), "not batch-invariant"));
+  o.batch_invariant = false;
+  absl::StatusOr<std::unique_ptr<Backend>> off = CreateCpuBackend(o);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(absl::StrContains((*off)->device_name(), "not batch-invariant"))
+      << (*off)->device_name();
+  // The factory's words: auto and on for the CPU, off, and a clear error for anything else.
+  for (const char* v : {"auto", "on", "off"}) EXPECT_TRUE(CreateBackend("cpu", 1, "f32", "auto", v).ok()) << v;
+  const absl::Status bad = CreateBackend("cpu", 1, "f32", "auto", "yes").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.message(), "batch_invariant")) << bad;
+}
+
+}  // namespace
+}  // namespace saturn::testing
