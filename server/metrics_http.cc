@@ -40,7 +40,8 @@ void EngineMetrics(const Engine& engine, DiagnosticsState* diag, double window_s
                "1 for the window's bottleneck class (UNKNOWN: no steps), 0 for the others.",
                "gauge", out);
   for (Bottleneck b : {Bottleneck::kUnknown, Bottleneck::kUnderloaded, Bottleneck::kLaunchBound,
-                       Bottleneck::kMemoryBound, Bottleneck::kComputeBound}) {
+                       Bottleneck::kMemoryBound, Bottleneck::kComputeBound,
+                       Bottleneck::kHostBound}) {
     AppendSample("saturn:bottleneck_class", absl::StrCat("class=\"", BottleneckName(b), "\""),
                  r.verdict.bottleneck == b ? 1 : 0, out);
   }

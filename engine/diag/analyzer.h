@@ -23,7 +23,15 @@
 
 namespace saturn {
 
-enum class Bottleneck { kUnknown, kUnderloaded, kLaunchBound, kMemoryBound, kComputeBound, kCount };
+enum class Bottleneck {
+  kUnknown,
+  kUnderloaded,
+  kLaunchBound,
+  kMemoryBound,
+  kComputeBound,
+  kHostBound,  // the server's own host path (schedule, prepare, postprocess, loop gaps)
+  kCount
+};
 const char* BottleneckName(Bottleneck b);  // "LAUNCH_BOUND", ...
 
 // What the analyzer needs to know about the server besides its step records.

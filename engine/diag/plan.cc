@@ -497,6 +497,13 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
   if (b.p.output_tokens_per_s > 0) {  // what the window delivered, idle included
     a.tokens_per_s_before = std::min(a.tokens_per_s_before, b.p.output_tokens_per_s);
   }
+  // Host-bound: each request adds host work to every step, so more clients help only where
+  // the measured steps say so (the H200's c=64 window was offered 64 -> 111 at -2 %).
+  if (b.v.bottleneck == Bottleneck::kHostBound &&
+      !(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) {
+    b.Decline(a);
+    return;
+  }
   if (compute_bound) {
     if (!(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) return;
     a.tradeoffs.push_back(
@@ -514,6 +521,12 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
 
 // Why a plan has no action: headroom in a kernel, the compute ceiling, or nothing to gain.
 std::string NoActionReason(const Verdict& v, const Plan& plan, const AnalyzerThresholds& th) {
+  if (v.bottleneck == Bottleneck::kHostBound) {
+    return "no batching or client change is predicted to gain: the server's own host path "
+           "(the verdict's phases) keeps the device idle inside each step, and more requests "
+           "add to it; the change is in the server (overlap the next step's host work with the "
+           "device, as vLLM's async scheduling does; less host work per token)";
+  }
   if (v.far_below_roofs && !v.headroom.empty()) {
     const Headroom& h = v.headroom.front();
     return absl::StrFormat(

@@ -185,6 +185,8 @@ std::string BottleneckName(v1::Bottleneck b) {
       return "MEMORY_BOUND";
     case v1::BOTTLENECK_COMPUTE_BOUND:
       return "COMPUTE_BOUND";
+    case v1::BOTTLENECK_HOST_BOUND:
+      return "HOST_BOUND";
     default:
       return "UNKNOWN (no steps)";
   }

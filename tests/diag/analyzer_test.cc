@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_format.h"
 #include "tests/diag/synthetic.h"
 
 namespace saturn {
@@ -77,18 +78,25 @@ TEST(AnalyzerTest, TinyModelWithBigOverheadIsLaunchBound) {
 // keep up); replayed as a graph the step pays one launch (8 us), so graphs on is not
 // LAUNCH_BOUND, though the op count is the same (the H200 run said LAUNCH_BOUND for every
 // graphs-on phase, charging op count x dispatch cost to replayed steps).
-TEST(AnalyzerTest, GraphReplayPaysOneLaunchNotOnePerOp) {
-  TrueModel t;
-  t.host_us = 40;
-  t.op_overhead_us = 4;
-  t.bytes_per_us = 4.2e6;  // 4.2 TB/s
-  t.flops_per_us = 7.9e8;
+// An H200 as its first run calibrated it: 793 TFLOP/s, 4.2 TB/s, 5 us a kernel launch, 8 us a
+// graph launch.
+Calibration H200Calibration() {
   Calibration cal = testing_diag::TestCalibration();
   cal.backend = "cuda";
   cal.gemm_flops_per_s = 7.93e14;
   cal.bandwidth_bytes_per_s = 4.2e12;
   cal.op_dispatch_us = 5;
   cal.graph_launch_us = 8;
+  return cal;
+}
+
+TEST(AnalyzerTest, GraphReplayPaysOneLaunchNotOnePerOp) {
+  TrueModel t;
+  t.host_us = 40;
+  t.op_overhead_us = 4;
+  t.bytes_per_us = 4.2e6;  // 4.2 TB/s
+  t.flops_per_us = 7.9e8;
+  const Calibration cal = H200Calibration();
   StepSpec s;
   s.queue_depth = 2;  // requests wait: demand is not what limits
   s.max_num_seqs = 1;
@@ -120,6 +128,58 @@ TEST(AnalyzerTest, GraphReplayPaysOneLaunchNotOnePerOp) {
   // One launch of 8 us in a step of about 650 us.
   EXPECT_NEAR(g.profile.launch_share, 8.0 / (graphs[0].wall_us()), 1e-6);
   EXPECT_GT(e.profile.launch_share, 0.8);
+}
+
+// The first H200 run's small at c=64, graphs on, in miniature: one graph launch a step, the
+// device idle a third of each step while the server schedules, prepares and posts tokens, and
+// no request waiting (clients hold 64 in flight, max_num_seqs 128). HOST_BOUND, naming each
+// host phase in us per step; the plan does not ask for more clients (each adds host work to
+// every step) and says the change is in the server.
+TEST(AnalyzerTest, HostPhasesWithTheDeviceIdleAreHostBound) {
+  TrueModel t;
+  t.host_us = 60;
+  t.host_us_per_seq = 4;  // token events and scheduler update per sequence
+  t.op_overhead_us = 1;
+  t.bytes_per_us = 4.2e6;
+  t.flops_per_us = 7.9e8;
+  const Calibration cal = H200Calibration();
+  StepSpec s;
+  s.seqs = 64;
+  s.max_num_seqs = 128;
+  AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 128);
+  ctx.backend = "cuda";
+  ctx.supports_graphs = true;
+  ctx.options.cuda_graphs = true;
+  std::vector<StepRecord> steps = testing_diag::Steps(testing_diag::Small(), t, s, 50);
+  for (StepRecord& r : steps) {
+    r.graph_replayed = true;
+    r.replayed_ops = r.op_count;
+    r.per_op_timed = false;
+    r.options.cuda_graphs = true;
+  }
+  const DiagnosticsReport r = Analyze(steps, 0, steps.back().end_us, cal, ctx);
+  ASSERT_EQ(r.verdict.bottleneck, Bottleneck::kHostBound) << r.verdict.summary;
+  EXPECT_EQ(r.verdict.step_bound, Bottleneck::kHostBound);
+  EXPECT_STREQ(BottleneckName(r.verdict.bottleneck), "HOST_BOUND");
+  const double host = t.host_us + t.host_us_per_seq * s.seqs;  // 316 us a step
+  for (const std::string& part :
+       {absl::StrFormat("host path takes %.0f us", host), absl::StrFormat("schedule %.1f", 0.2 * host),
+        absl::StrFormat("prepare %.1f", 0.5 * host), std::string("op launches cost 8 us")}) {
+    EXPECT_NE(r.verdict.summary.find(part), std::string::npos) << part << "\n" << r.verdict.summary;
+  }
+  for (const Action& a : r.plan.actions) {
+    EXPECT_NE(a.kind, ActionKind::kRaiseClientConcurrency) << a.what;
+  }
+  if (r.plan.actions.empty()) {
+    EXPECT_NE(r.plan.note.find("change is in the server"), std::string::npos) << r.plan.note;
+  }
+  // The same steps with the host path a tenth as long: the device is busy, not HOST_BOUND.
+  t.host_us = 6;
+  t.host_us_per_seq = 0.4;
+  steps = testing_diag::Steps(testing_diag::Small(), t, s, 50);
+  for (StepRecord& st : steps) st.graph_replayed = true, st.replayed_ops = st.op_count;
+  const DiagnosticsReport q = Analyze(steps, 0, steps.back().end_us, cal, ctx);
+  EXPECT_NE(q.verdict.bottleneck, Bottleneck::kHostBound) << q.verdict.summary;
 }
 
 // The step ring forgot the window's start (4096 steps last 2.9-5.7 s on an H200): the report

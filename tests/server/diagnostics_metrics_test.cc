@@ -105,7 +105,7 @@ TEST(MetricsEndpointTest, ServesParseableTextWithCountersMatchingRequests) {
   EXPECT_LE(v.at("saturn:kv_cache_usage_perc"), 1);
   double classes = 0;
   for (const char* c :
-       {"UNKNOWN", "UNDERLOADED", "LAUNCH_BOUND", "MEMORY_BOUND", "COMPUTE_BOUND"}) {
+       {"UNKNOWN", "UNDERLOADED", "LAUNCH_BOUND", "MEMORY_BOUND", "COMPUTE_BOUND", "HOST_BOUND"}) {
     classes += v.at(std::string("saturn:bottleneck_class{class=\"") + c + "\"}");
   }
   EXPECT_EQ(classes, 1);

@@ -208,7 +208,7 @@ TEST(PrometheusE2ETest, ScrapesServingAndDiagnosticsSeries) {
   ASSERT_EQ(cls["result"].size(), 1u) << cls.dump();
   const std::string verdict = cls["result"][0]["metric"].value("class", "");
   EXPECT_TRUE(verdict == "UNKNOWN" || verdict == "UNDERLOADED" || verdict == "LAUNCH_BOUND" ||
-              verdict == "MEMORY_BOUND" || verdict == "COMPUTE_BOUND")
+              verdict == "MEMORY_BOUND" || verdict == "COMPUTE_BOUND" || verdict == "HOST_BOUND")
       << verdict;
   for (const char* g : {"saturn:mfu", "saturn:mbu", "saturn:busy_fraction"}) {
     const double v = prom.Scalar(g);
