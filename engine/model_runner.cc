@@ -645,6 +645,8 @@ absl::Status ModelRunner::CaptureGraphs() {
   return absl::OkStatus();
 }
 
+bool ModelRunner::SupportsGraphs() const { return backend_->SupportsGraphs(); }
+
 absl::Status ModelRunner::SetUseGraphs(bool on) {
   if (on) RETURN_IF_ERROR(CaptureGraphs());
   use_graphs_ = on;

@@ -80,6 +80,7 @@ class ModelRunner {
   // Switches graph replay on or off without re-capturing (captures first if never done).
   absl::Status SetUseGraphs(bool on);
   bool use_graphs() const { return use_graphs_; }
+  bool SupportsGraphs() const;  // the backend can capture graphs
   const GraphInfo& graph_info() const { return graph_info_; }
 
   const ModelConfig& model() const { return model_; }

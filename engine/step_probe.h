@@ -42,6 +42,11 @@ struct StepProbeOptions {
   // shares of kinds that have nothing to run go to the others); sizes that do not fit are left out.
   double budget_ms = kDefaultProbeBudgetMs;
   bool per_op_timing = true;  // as serving steps record them
+  // Where the backend captures graphs: the decode batches also timed back to back with the
+  // other graph setting (StepProbe::other_graphs), from the decode kind's share of the budget
+  // again, so the plan reads the graphs action off measured steps. Graphs captured for it stay
+  // captured (their memory is in EngineInfo), as a later switch would capture them anyway.
+  bool both_graph_modes = true;
 
   absl::Status Validate() const;
 };
@@ -66,6 +71,9 @@ struct StepProbe {
   // sequences as the free KV blocks hold.
   int long_context = 0;
   bool graphs = false;     // decode steps replayed CUDA graphs
+  // The decode batches back to back at decode_context with CUDA graphs the other way (!graphs);
+  // empty where the backend captures no graphs or both_graph_modes was off. Not in `series`.
+  std::vector<ProbeSeries> other_graphs;
   bool truncated = false;  // the budget or the KV cache left sizes out
   double took_ms = 0;
   double unix_s = 0;  // when probed (wall clock)
@@ -106,7 +114,8 @@ std::vector<int> ProbeSizes(int first, int last);
 // 32 to 64 said 25.3. The size past each power of two puts the stair's edge on the curve.
 std::vector<int> DecodeProbeSizes(int max_batch);
 
-// Times the probe steps on `runner`, taking blocks from `blocks` (returned before it returns).
+// Times the probe steps on `runner` (with both graph settings where it captures graphs; the
+// runner's setting is restored), taking blocks from `blocks` (returned before it returns).
 // The caller guarantees no other step runs meanwhile.
 absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks, int max_model_len,
                                        const StepProbeOptions& options);

@@ -191,10 +191,16 @@ void DiagnosticsState::RunProbe(Engine* engine, const StepProbeOptions& o, const
     if (s.after_prefill) after_prefill = std::max(after_prefill, s.rows);
     if (AtLongContext(*p, s)) long_context = std::max(long_context, s.rows);
   }
+  int other_graphs = 0;
+  for (const ProbeSeries& s : p->other_graphs) other_graphs = std::max(other_graphs, s.rows);
+  const std::string other =
+      other_graphs > 0 ? absl::StrFormat(", 1-%d with CUDA graphs %s", other_graphs,
+                                         p->graphs ? "off" : "on")
+                       : "";
   std::cerr << absl::StrFormat(
       "saturn-server: probe steps%s: decode batch 1-%d (context %d; 1-%d also after a prefill "
-      "chunk, 1-%d at context %d), prefill up to %d tokens, in %.0f ms%s\n",
-      why, p->max_batch, p->decode_context, after_prefill, long_context, p->long_context,
+      "chunk, 1-%d at context %d%s), prefill up to %d tokens, in %.0f ms%s\n",
+      why, p->max_batch, p->decode_context, after_prefill, long_context, p->long_context, other,
       p->max_prefill_tokens, p->took_ms,
       p->truncated ? " (larger sizes left out: --probe_steps_ms budget or KV cache)" : "");
 }

@@ -75,6 +75,11 @@ struct AnalyzerContext {
   // moves decode points between contexts by measurement instead of the fitted model.
   std::vector<CurvePoint> probe_context_slopes;
   bool probe_graphs = false;
+  // The probe's decode batches with CUDA graphs the other way (!probe_graphs), back to back at
+  // probe_context (StepProbe::other_graphs; empty: not measured). Plans read the graphs
+  // action off it: the other setting's step at a batch = the curve's step there times the
+  // probe's other/own ratio at that batch.
+  StepCurve probe_curve_other_graphs;
   // Optional latency objective: plans keep predicted TPOT under it (0: none).
   double tpot_slo_ms = 0;
   // The window's edges: busy time of steps that overlap the window but are not wholly inside

@@ -29,6 +29,12 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
     c.probe_context = probe->decode_context;
     c.probe_context_slopes = ContextSlopes(*probe);
     c.probe_graphs = probe->graphs;
+    if (!probe->other_graphs.empty()) {
+      StepProbe other = *probe;
+      other.series = probe->other_graphs;
+      other.long_context = 0;
+      c.probe_curve_other_graphs = CurveFromProbe(other);
+    }
   }
   const EngineCounters n = engine.counters();
   c.num_waiting = n.num_waiting;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "engine/diag/analyzer.h"
@@ -99,6 +100,11 @@ struct CurveLookupFn {
     return l;
   }
   CurveLookup PureLookup(double rows, const std::vector<CurvePoint>& measured, bool prefill) const {
+    if (!prefill && graphs != pred.graphs_now) {
+      if (const std::optional<CurveLookup> o = OtherGraphs(rows, measured); o.has_value()) {
+        return *o;
+      }
+    }
     // The curve was measured with the graph setting in force; another setting is the model's.
     static const std::vector<CurvePoint> kNone;
     const std::vector<CurvePoint>& pts = graphs != pred.graphs_now ? kNone : measured;
@@ -113,6 +119,21 @@ struct CurveLookupFn {
     const CurvePoint& edge = rows < pts.front().x ? pts.front() : pts.back();
     const double at_edge = ModelUs(edge.x, prefill);
     l.us = at_edge > 0 ? model * edge.us / at_edge : model;
+    return l;
+  }
+  // A decode step with the graph setting not in force, where the probe timed both settings:
+  // the curve's step (the setting in force) times the probe's ratio of the two at that batch.
+  std::optional<CurveLookup> OtherGraphs(double rows, const std::vector<CurvePoint>& measured) const {
+    const AnalyzerContext& ctx = pred.ctx;
+    const std::vector<CurvePoint>& other = ctx.probe_curve_other_graphs.decode;
+    const std::vector<CurvePoint>& own = ctx.probe_curve.decode;
+    if (other.empty() || own.empty() || ctx.probe_graphs != pred.graphs_now) return std::nullopt;
+    const CurveLookup o = Interpolate(other, rows), m = Interpolate(own, rows);
+    if (!(o.us > 0 && m.us > 0)) return std::nullopt;
+    CurveLookup l = CurveLookupFn{pred, curve, pred.graphs_now}.PureLookup(rows, measured, false);
+    l.us *= o.us / m.us;
+    l.rel_error += o.rel_error + m.rel_error;
+    l.in_range = l.in_range && o.in_range && m.in_range;
     return l;
   }
 };

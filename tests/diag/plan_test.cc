@@ -420,6 +420,42 @@ TEST(PlanTest, LaunchBoundOnGraphBackendEnablesGraphsFirst) {
   EXPECT_NE(FindMode(a, "padding_waste"), nullptr);
 }
 
+// The probe timed the decode batches with graphs off (the setting in force) and on: the
+// graphs action is read off those measured steps (the probe's on/off ratio at the batch, on
+// the window's own step), inside the measured range, where without them the fitted model's
+// launch term decides (the first H200 run: that predicted 1.08-1.30x where graphs gave
+// 1.29-1.82x).
+TEST(PlanTest, GraphsActionReadOffTheProbesBothSettings) {
+  const auto steps = LaunchBound();
+  AnalyzerContext ctx = CudaContext(true, false);
+  const auto model_only = Analyze(steps, 0, steps.back().end_us, CudaCal(), ctx);
+  ASSERT_FALSE(model_only.plan.actions.empty());
+  ASSERT_EQ(model_only.plan.actions[0].kind, ActionKind::kEnableCudaGraphs);
+  const double t1 = steps[0].wall_us();
+  for (double b : {1, 2, 4, 8}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t1 * (1 + 0.1 * (b - 1)), 0.01, 3});
+    // Replayed: a third of the eager step at batch 1, growing the same 10 % a row.
+    ctx.probe_curve_other_graphs.decode.push_back(
+        CurvePoint{b, t1 / 3 * (1 + 0.1 * (b - 1)), 0.01, 3});
+  }
+  ctx.probe_graphs = false;
+  ctx.probe_context = 100;
+  const auto r = Analyze(steps, 0, steps.back().end_us, CudaCal(), ctx);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions[0];
+  ASSERT_EQ(a.kind, ActionKind::kEnableCudaGraphs);
+  EXPECT_FALSE(a.outside_measured);
+  EXPECT_NEAR(a.tokens_per_s_after / a.tokens_per_s_before, 3.0, 0.03);
+  EXPECT_NE(model_only.plan.actions[0].tokens_per_s_after / model_only.plan.actions[0].tokens_per_s_before,
+            a.tokens_per_s_after / a.tokens_per_s_before);
+  // Measured with graphs on while they are off again: not this window's setting, not used.
+  ctx.probe_graphs = true;
+  const auto other = Analyze(steps, 0, steps.back().end_us, CudaCal(), ctx);
+  ASSERT_FALSE(other.plan.actions.empty());
+  EXPECT_NE(other.plan.actions[0].tokens_per_s_after / other.plan.actions[0].tokens_per_s_before,
+            a.tokens_per_s_after / a.tokens_per_s_before);
+}
+
 TEST(PlanTest, NoGraphsActionWithoutSupportOrWhenAlreadyOn) {
   const auto steps = LaunchBound();
   for (bool supports : {false, true}) {

@@ -18,6 +18,7 @@
 #include "engine/block_manager.h"
 #include "engine/model_config.h"
 #include "engine/model_runner.h"
+#include "engine/step_probe.h"
 #include "engine/weights.h"
 #include "tests/engine/capturing_backend.h"
 #include "tests/engine/runner_test_util.h"
@@ -221,6 +222,75 @@ TEST_F(GraphCaptureTest, EagerStepMarksItsEndAfterSampleBeforeTheDownload) {
   // The step's inputs go up packed in one copy, its tokens come back in one.
   EXPECT_EQ(std::count(log.begin(), log.end(), "upload"), 1);
   EXPECT_EQ(std::count(log.begin(), log.end(), "download"), 1);
+}
+
+}  // namespace
+}  // namespace saturn
+
+namespace saturn {
+namespace {
+
+// The step probe on a backend that captures graphs times its decode batches with the other
+// graph setting too (StepProbe::other_graphs: replays, here, while graphs are off), gives the
+// runner its own setting back and every KV block back; on the CPU backend (no graphs) it
+// times one setting only.
+TEST_F(GraphCaptureTest, TheProbeTimesBothGraphSettingsWhereTheBackendCaptures) {
+  auto runner = MakeRunner({1, 2, 4});
+  ASSERT_NE(runner, nullptr);
+  BlockManager blocks(64, 4);
+  StepProbeOptions o;
+  o.max_batch = 4;
+  o.max_prefill_tokens = 0;
+  o.context = 8;
+  o.repeats = 2;
+  o.budget_ms = 60000;
+  ASSERT_FALSE(runner->use_graphs());
+  absl::StatusOr<StepProbe> p = RunStepProbe(runner.get(), &blocks, 64, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->graphs);
+  EXPECT_FALSE(runner->use_graphs());  // restored
+  EXPECT_EQ(blocks.num_free(), 64);
+  std::vector<int> own, other;
+  for (const ProbeSeries& s : p->series) {
+    if (!s.prefill && !s.after_prefill && s.context == p->decode_context) own.push_back(s.rows);
+  }
+  for (const ProbeSeries& s : p->other_graphs) {
+    EXPECT_FALSE(s.prefill);
+    EXPECT_EQ(s.context, p->decode_context);
+    EXPECT_EQ(s.wall_us.size(), 2u);
+    other.push_back(s.rows);
+  }
+  EXPECT_EQ(own, (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(other, own);
+  EXPECT_EQ(backend_->num_graphs(), 3u);  // captured for the probe, kept
+  // Off: one setting.
+  o.both_graph_modes = false;
+  p = RunStepProbe(runner.get(), &blocks, 64, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->other_graphs.empty());
+}
+
+TEST(StepProbeGraphs, TheCpuBackendTimesOneSetting) {
+  ModelWeights w = testing_runner::TinyWeights(3, 128);
+  auto cpu = CreateBackend("cpu", 1, "f32");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const RunnerConfig rc{.max_num_seqs_limit = 4,
+                        .max_num_batched_tokens_limit = 64,
+                        .max_model_len = 64,
+                        .block_size = 4,
+                        .num_kv_blocks = 64};
+  auto runner = ModelRunner::Create(cpu->get(), w, rc);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  BlockManager blocks(64, 4);
+  StepProbeOptions o;
+  o.max_batch = 2;
+  o.max_prefill_tokens = 0;
+  o.context = 8;
+  o.repeats = 1;
+  absl::StatusOr<StepProbe> p = RunStepProbe(runner->get(), &blocks, 64, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->series.empty());
+  EXPECT_TRUE(p->other_graphs.empty());
 }
 
 }  // namespace
