@@ -230,6 +230,17 @@ TEST_F(GraphCaptureTest, EagerStepMarksItsEndAfterSampleBeforeTheDownload) {
 namespace saturn {
 namespace {
 
+// Decode batches 1 .. max_batch at context 8, `repeats` steps each, no prefill.
+StepProbeOptions DecodeOnlyProbe(int max_batch, int repeats) {
+  StepProbeOptions o;
+  o.max_batch = max_batch;
+  o.max_prefill_tokens = 0;
+  o.context = 8;
+  o.repeats = repeats;
+  o.budget_ms = 60000;
+  return o;
+}
+
 // The step probe on a backend that captures graphs times its decode batches with the other
 // graph setting too (StepProbe::other_graphs: replays, here, while graphs are off), gives the
 // runner its own setting back and every KV block back; on the CPU backend (no graphs) it
@@ -238,12 +249,7 @@ TEST_F(GraphCaptureTest, TheProbeTimesBothGraphSettingsWhereTheBackendCaptures) 
   auto runner = MakeRunner({1, 2, 4});
   ASSERT_NE(runner, nullptr);
   BlockManager blocks(64, 4);
-  StepProbeOptions o;
-  o.max_batch = 4;
-  o.max_prefill_tokens = 0;
-  o.context = 8;
-  o.repeats = 2;
-  o.budget_ms = 60000;
+  StepProbeOptions o = DecodeOnlyProbe(4, 2);
   ASSERT_FALSE(runner->use_graphs());
   absl::StatusOr<StepProbe> p = RunStepProbe(runner.get(), &blocks, 64, o);
   ASSERT_TRUE(p.ok()) << p.status();
@@ -282,12 +288,7 @@ TEST(StepProbeGraphs, TheCpuBackendTimesOneSetting) {
   auto runner = ModelRunner::Create(cpu->get(), w, rc);
   ASSERT_TRUE(runner.ok()) << runner.status();
   BlockManager blocks(64, 4);
-  StepProbeOptions o;
-  o.max_batch = 2;
-  o.max_prefill_tokens = 0;
-  o.context = 8;
-  o.repeats = 1;
-  absl::StatusOr<StepProbe> p = RunStepProbe(runner->get(), &blocks, 64, o);
+  absl::StatusOr<StepProbe> p = RunStepProbe(runner->get(), &blocks, 64, DecodeOnlyProbe(2, 1));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->series.empty());
   EXPECT_TRUE(p->other_graphs.empty());
