@@ -39,8 +39,8 @@ struct EngineConfig {
   std::string dtype = "auto";           // weights: auto | f32 | bf16 (CPU; auto: bf16 where native)
   std::string kv_cache_dtype = "auto";  // auto (the weights') | f32 | bf16 (CPU)
   std::string batch_invariant = "auto";  // auto (CPU on, CUDA off) | on | off: CreateBackend
-  size_t kv_cache_bytes = 0;            // 0: enough for max_num_seqs_limit full-length sequences,
-                                        // capped at 1/8 of device memory
+  size_t kv_cache_bytes = 0;             // 0: enough for max_num_seqs_limit full-length sequences,
+                                         // capped at 1/8 of device memory
   int block_size = 16;
   int max_model_len = 0;  // 0: min(model context, 4096)
   EngineOptions options;

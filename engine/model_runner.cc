@@ -87,7 +87,7 @@ struct ModelRunner::Buffers {
   std::vector<int64_t> h_seed;
   std::vector<int32_t> h_logprob_rows;
   std::vector<uint8_t> h_prefill;  // AttentionBatch::prefill (host only)
-  std::vector<float> h_logits;  // downloaded logits of steps that asked for logprobs
+  std::vector<float> h_logits;     // downloaded logits of steps that asked for logprobs
   // Cost-model inputs of the prepared step.
   int64_t attended_pairs = 0, context_tokens = 0;
 };

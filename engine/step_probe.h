@@ -70,7 +70,7 @@ struct StepProbe {
   // none): min(max_model_len - 1, 4 x decode_context), where that is >= 1.5 x it, on as many
   // sequences as the free KV blocks hold.
   int long_context = 0;
-  bool graphs = false;     // decode steps replayed CUDA graphs
+  bool graphs = false;  // decode steps replayed CUDA graphs
   // The decode batches back to back at decode_context with CUDA graphs the other way (!graphs);
   // empty where the backend captures no graphs or both_graph_modes was off. Not in `series`.
   std::vector<ProbeSeries> other_graphs;

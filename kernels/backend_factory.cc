@@ -33,9 +33,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
                                                        const std::string& kv_cache_dtype,
                                                        const std::string& batch_invariant) {
   if (batch_invariant != "auto" && batch_invariant != "on" && batch_invariant != "off") {
-    return absl::InvalidArgumentError(absl::StrCat("batch_invariant: unknown value \"",
-                                                   batch_invariant,
-                                                   "\" (expected auto, on or off)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_invariant: unknown value \"", batch_invariant, "\" (expected auto, on or off)"));
   }
   if (kind == "cpu") return Cpu(num_threads, dtype, kv_cache_dtype, batch_invariant);
   if (kind == "null") return CreateNullBackend();

@@ -194,9 +194,9 @@ void DiagnosticsState::RunProbe(Engine* engine, const StepProbeOptions& o, const
   int other_graphs = 0;
   for (const ProbeSeries& s : p->other_graphs) other_graphs = std::max(other_graphs, s.rows);
   const std::string other =
-      other_graphs > 0 ? absl::StrFormat(", 1-%d with CUDA graphs %s", other_graphs,
-                                         p->graphs ? "off" : "on")
-                       : "";
+      other_graphs > 0
+          ? absl::StrFormat(", 1-%d with CUDA graphs %s", other_graphs, p->graphs ? "off" : "on")
+          : "";
   std::cerr << absl::StrFormat(
       "saturn-server: probe steps%s: decode batch 1-%d (context %d; 1-%d also after a prefill "
       "chunk, 1-%d at context %d%s), prefill up to %d tokens, in %.0f ms%s\n",

@@ -150,10 +150,10 @@ void ToProto(const StepRecord& r, v1::StepPoint* out) {
 }  // namespace
 
 v1::Bottleneck ToProto(Bottleneck b) {
-  static constexpr std::array kProto{v1::BOTTLENECK_UNKNOWN, v1::BOTTLENECK_UNDERLOADED,
-                                     v1::BOTTLENECK_LAUNCH_BOUND, v1::BOTTLENECK_MEMORY_BOUND,
-                                     v1::BOTTLENECK_COMPUTE_BOUND,
-                                     v1::BOTTLENECK_HOST_BOUND};  // Bottleneck's order
+  static constexpr std::array kProto{
+      v1::BOTTLENECK_UNKNOWN,       v1::BOTTLENECK_UNDERLOADED,
+      v1::BOTTLENECK_LAUNCH_BOUND,  v1::BOTTLENECK_MEMORY_BOUND,
+      v1::BOTTLENECK_COMPUTE_BOUND, v1::BOTTLENECK_HOST_BOUND};  // Bottleneck's order
   return EnumLookup(kProto, b, v1::BOTTLENECK_UNKNOWN);
 }
 

@@ -154,16 +154,15 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   // the device idle inside steps, launches under theirs and at most the host time (the H200
   // run, graphs on, small at c=64: device idle 37 % of each step, host phases 35 %, one launch
   // a step). No launch-side change (graphs, fewer ops) removes it.
-  const bool host_bound =
-      launch_bound && hs.crossed && gs.crossed && !ls.crossed && host >= launch;
+  const bool host_bound = launch_bound && hs.crossed && gs.crossed && !ls.crossed && host >= launch;
   Signal cm = Above("compute_vs_memory_floor", mem > 0 ? cmp / mem : 1e9, 1.0,
                     "roofline (Williams et al. 2008): intensity above the ridge",
                     "FLOPs/peak exceeds bytes/bandwidth (= intensity / ridge point)");
   v.signals.insert(v.signals.end(), {over, ls, hs, gs, cm});
   v.step_bound = host_bound     ? Bottleneck::kHostBound
                  : launch_bound ? Bottleneck::kLaunchBound
-                 : cm.crossed ? Bottleneck::kComputeBound
-                              : Bottleneck::kMemoryBound;
+                 : cm.crossed   ? Bottleneck::kComputeBound
+                                : Bottleneck::kMemoryBound;
 
   const int max_seqs = ctx.options.max_num_seqs > 0 ? ctx.options.max_num_seqs : 1;
   Signal q = Below("max_waiting_requests", p.max_queue_depth, 0.5, "serving state",

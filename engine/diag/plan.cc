@@ -123,7 +123,8 @@ struct CurveLookupFn {
   }
   // A decode step with the graph setting not in force, where the probe timed both settings:
   // the curve's step (the setting in force) times the probe's ratio of the two at that batch.
-  std::optional<CurveLookup> OtherGraphs(double rows, const std::vector<CurvePoint>& measured) const {
+  std::optional<CurveLookup> OtherGraphs(double rows,
+                                         const std::vector<CurvePoint>& measured) const {
     const AnalyzerContext& ctx = pred.ctx;
     const std::vector<CurvePoint>& other = ctx.probe_curve_other_graphs.decode;
     const std::vector<CurvePoint>& own = ctx.probe_curve.decode;
@@ -237,7 +238,8 @@ struct PlanBuild {
     declined = absl::StrFormat(
         "%s was weighed and declined: %s %.0f tok/s at batch %.1f against %.0f now, under the "
         "%.2fx an action must gain%s",
-        a.what, use_mix ? "with this request mix the measured steps give" : "the measured steps give",
+        a.what,
+        use_mix ? "with this request mix the measured steps give" : "the measured steps give",
         a.tokens_per_s_after, a.batch_after, a.tokens_per_s_before, th.min_gain,
         a.batch_after > measured && measured > 0
             ? absl::StrFormat(" (decode measured up to batch %.0f; past it the step model, "

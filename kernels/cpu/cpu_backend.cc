@@ -258,9 +258,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
                                                    "] microseconds, got ", poll_us));
   }
   openblas_set_num_threads(num_threads);
-  return std::unique_ptr<Backend>(
-      std::make_unique<CpuBackend>(num_threads, weight_dtype, kv_dtype, isa, poll_us,
-                                   options.batch_invariant));
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
+      num_threads, weight_dtype, kv_dtype, isa, poll_us, options.batch_invariant));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads) {

@@ -163,8 +163,9 @@ TEST(AnalyzerTest, HostPhasesWithTheDeviceIdleAreHostBound) {
   EXPECT_STREQ(BottleneckName(r.verdict.bottleneck), "HOST_BOUND");
   const double host = t.host_us + t.host_us_per_seq * s.seqs;  // 316 us a step
   for (const std::string& part :
-       {absl::StrFormat("host path takes %.0f us", host), absl::StrFormat("schedule %.1f", 0.2 * host),
-        absl::StrFormat("prepare %.1f", 0.5 * host), std::string("op launches cost 8 us")}) {
+       {absl::StrFormat("host path takes %.0f us", host),
+        absl::StrFormat("schedule %.1f", 0.2 * host), absl::StrFormat("prepare %.1f", 0.5 * host),
+        std::string("op launches cost 8 us")}) {
     EXPECT_NE(r.verdict.summary.find(part), std::string::npos) << part << "\n" << r.verdict.summary;
   }
   for (const Action& a : r.plan.actions) {

@@ -446,7 +446,8 @@ TEST(PlanTest, GraphsActionReadOffTheProbesBothSettings) {
   ASSERT_EQ(a.kind, ActionKind::kEnableCudaGraphs);
   EXPECT_FALSE(a.outside_measured);
   EXPECT_NEAR(a.tokens_per_s_after / a.tokens_per_s_before, 3.0, 0.03);
-  EXPECT_NE(model_only.plan.actions[0].tokens_per_s_after / model_only.plan.actions[0].tokens_per_s_before,
+  EXPECT_NE(model_only.plan.actions[0].tokens_per_s_after /
+                model_only.plan.actions[0].tokens_per_s_before,
             a.tokens_per_s_after / a.tokens_per_s_before);
   // Measured with graphs on while they are off again: not this window's setting, not used.
   ctx.probe_graphs = true;

@@ -88,12 +88,12 @@ TEST_P(BatchInvarianceTest, AloneAndBesideSixtyThreeOthersGiveTheSameBits) {
   int differ = 0;
   for (int i = 0; i < kRequests; ++i) {
     const Output together = Collect(streams[i].get());
-    const bool same = together.tokens == alone[i].tokens &&
-                      together.top_ids == alone[i].top_ids &&
+    const bool same = together.tokens == alone[i].tokens && together.top_ids == alone[i].top_ids &&
                       SameBits(together.logprobs, alone[i].logprobs);
     differ += same ? 0 : 1;
     EXPECT_TRUE(same) << "request " << i << " (prompt " << Request(i).prompt.size()
-                      << " tokens): tokens " << (together.tokens == alone[i].tokens ? "equal" : "differ")
+                      << " tokens): tokens "
+                      << (together.tokens == alone[i].tokens ? "equal" : "differ")
                       << ", logprobs differ";
   }
   EXPECT_EQ(differ, 0) << "of " << kRequests << " requests";

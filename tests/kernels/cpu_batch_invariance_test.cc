@@ -88,7 +88,8 @@ TEST(CpuBatchInvarianceTest, TheBackendIsInvariantByDefault) {
   EXPECT_TRUE(absl::StrContains((*off)->device_name(), "not batch-invariant"))
       << (*off)->device_name();
   // The factory's words: auto and on for the CPU, off, and a clear error for anything else.
-  for (const char* v : {"auto", "on", "off"}) EXPECT_TRUE(CreateBackend("cpu", 1, "f32", "auto", v).ok()) << v;
+  for (const char* v : {"auto", "on", "off"})
+    EXPECT_TRUE(CreateBackend("cpu", 1, "f32", "auto", v).ok()) << v;
   const absl::Status bad = CreateBackend("cpu", 1, "f32", "auto", "yes").status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(bad.message(), "batch_invariant")) << bad;

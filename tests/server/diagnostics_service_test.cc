@@ -243,8 +243,8 @@ TEST_F(DiagnosticsServiceTest, AppliedPlanActionIsTracked) {
     const bool declined =
         before.plan_note().find("raise max_num_seqs 1 -> ") != std::string::npos &&
         before.plan_note().find("was weighed and declined") != std::string::npos;
-    EXPECT_TRUE(before.plateau_batch() <= 1 ||
-                before.plateau_tokens_per_s() < 1.25 * batch1_tps || declined)
+    EXPECT_TRUE(before.plateau_batch() <= 1 || before.plateau_tokens_per_s() < 1.25 * batch1_tps ||
+                declined)
         << before.text();
     GTEST_SKIP() << "the measured steps predict no gain from a larger batch on this build and "
                     "load (plateau at batch "
