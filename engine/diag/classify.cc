@@ -110,13 +110,12 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
     return v;
   }
   // Step-level sums over the busy steps.
-  double wall = 0, launch = 0, host = 0, busy = 0, mem = 0, cmp = 0, floor = 0;
+  double wall = 0, launch = 0, busy = 0, mem = 0, cmp = 0, floor = 0;
   double schedule = 0, prepare = 0, postprocess = 0;
   bool graphs = false;
   for (const StepRecord& r : steps) {
     wall += r.wall_us();
     launch += LaunchUs(r, cal);
-    host += r.schedule_us + r.prepare_us + r.postprocess_us;
     schedule += r.schedule_us, prepare += r.prepare_us, postprocess += r.postprocess_us;
     busy += std::min(r.device_busy_us, r.wall_us());
     graphs = graphs || r.graph_replayed;
@@ -127,7 +126,7 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
     }
   }
   // The engine loop's own gaps between steps are host time the device waits through.
-  host += p.loop_gap_us;
+  const double host = schedule + prepare + postprocess + p.loop_gap_us;
   wall = std::max(wall + p.loop_gap_us, 1e-9);
   const double overhead = launch + host;
   Signal over =

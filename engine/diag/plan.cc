@@ -234,7 +234,7 @@ struct PlanBuild {
   std::string declined;
 
   void Decline(const Action& a) {
-    const double measured = plan_measured_max_batch;
+    const double measured = curve.decode.empty() ? 0 : curve.decode.back().x;
     declined = absl::StrFormat(
         "%s was weighed and declined: %s %.0f tok/s at batch %.1f against %.0f now, under the "
         "%.2fx an action must gain%s",
@@ -247,7 +247,6 @@ struct PlanBuild {
                               measured)
             : "");
   }
-  double plan_measured_max_batch = 0;
 
   // Decode steps: the measured curve where it reaches, the model (scaled to it) beyond.
   void FillDecode(Action* a, double batch_after, bool graphs_after) const {
@@ -629,7 +628,6 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   b.mix = mix.mix;
   b.use_mix = mix.use;
   b.budget_now = std::max(1, ctx.options.max_num_batched_tokens);
-  b.plan_measured_max_batch = plan.measured_max_batch;
   const bool add_graphs = ctx.supports_graphs && !ctx.options.cuda_graphs &&
                           (v.step_bound == Bottleneck::kLaunchBound ||
                            std::any_of(v.signals.begin(), v.signals.end(), [](const Signal& s) {

@@ -87,12 +87,11 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
     int64_t first_pair;
     int64_t cost;  // positions the tile's last row attends
   };
-  const int64_t tile_pairs = kAttnTileRows;
   std::vector<Work> work;
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t len = qs[s + 1] - qs[s], pairs = len * group;
-    for (int64_t p0 = 0; p0 < pairs; p0 += tile_pairs) {
-      const int64_t last_row = std::min(pairs, p0 + tile_pairs) - 1;
+    for (int64_t p0 = 0; p0 < pairs; p0 += kAttnTileRows) {
+      const int64_t last_row = std::min(pairs, p0 + kAttnTileRows) - 1;
       const int64_t cost = ctx[s] - len + last_row / group + 1;
       for (int g = 0; g < shape.num_kv_heads; ++g) work.push_back({s, g, p0, cost});
     }
@@ -115,7 +114,7 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
       const Work& w = work[wi];
       const int64_t len = qs[w.seq + 1] - qs[w.seq];
       AttnTile t;
-      t.rows = static_cast<int>(std::min<int64_t>(tile_pairs, len * group - w.first_pair));
+      t.rows = static_cast<int>(std::min<int64_t>(kAttnTileRows, len * group - w.first_pair));
       for (int i = 0; i < t.rows; ++i) {
         const int64_t pair = w.first_pair + i, r = pair / group;
         const int64_t h = int64_t{w.kv_head} * group + pair % group, row = qs[w.seq] + r;

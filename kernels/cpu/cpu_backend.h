@@ -30,7 +30,8 @@ struct CpuBackendOptions {
   std::optional<int64_t> poll_us;
   // Batch invariance (GemmPlanner::set_batch_invariant): a request's greedy tokens and
   // logprobs are bit-identical whether it runs alone or beside others. On by default; off
-  // lets the planner pick the fastest GEMM path per row count (bench/README.md: its gain).
+  // lets the planner pick the fastest GEMM path per row count (what that gains:
+  // bench/batch_invariance_ab.sh, README.md).
   bool batch_invariant = true;
 };
 
