@@ -13,6 +13,7 @@
 #   serve pass (--pass=serve, <= 300 s; needs a bundle made with bench/gpu_bundle.sh --serve):
 #     saturn-server on the CUDA backend under saturn-load --compare cuda_graphs (small at
 #     c=1,8,64, then 1b at c=1,64), each server's saturn-diag report (text and JSON) and info,
+#     and a recording of its last 3 s (saturn-diag record, gzipped),
 #     with nvidia-smi sampled every 250 ms all along (smi.csv beside the results), so the
 #     report's verdicts, the graphs prediction against the measured gain and the NVML figure
 #     against nvidia-smi's can be read off one call.
@@ -303,6 +304,12 @@ serve_model() { # MODEL CONCURRENCY COMPARE_LIMIT_S
     "'$BIN/saturn-diag' get --target $t --window 8 > '$RESULTS/$model-diag.txt' &&
      '$BIN/saturn-diag' get --target $t --window 8 --json > '$WORK/$model-diag.json' &&
      '$BIN/saturn-diag' info --target $t > '$RESULTS/$model-info.txt'"
+  # The last 3 s of the graphs-on phase, whole (steps, engine state, calibration): judged again
+  # on any machine with saturn-diag analyze, and the H200 fixtures of tests/data/recordings/.
+  stage "serve:$model-record" 20 "$WORK/$model-record.txt" sh -c \
+    "'$BIN/saturn-diag' record --target $t --window 3 -o '$WORK/$model-recording.json' \
+       > '$WORK/$model-record.txt' && gzip -c '$WORK/$model-recording.json' \
+       > '$RESULTS/$model-recording.json.gz'"
   [ "$DRY_RUN" = 1 ] || cp "$WORK/$model-compare.json" "$RESULTS/" 2>/dev/null
   stop_server
 }

@@ -3,7 +3,8 @@
 // of --concurrency clients (each sends its next request when the previous one finishes),
 // diagnose a steady window, apply the plan's top action with Engine::UpdateOptions (what
 // UpdateEngineOptions does), let it settle, measure, and print predicted vs measured decode
-// tokens/s and TPOT with the errors (PlanTracker, engine/diag/plan_tracker.h). A client-side
+// tokens/s and TPOT with the errors (the server's own DiagnosticsSession,
+// engine/diag/diagnostics_session.h, tracks it). A client-side
 // action (raise client concurrency) is followed too: the load restarts at the planned number of
 // clients. Output tokens/s over the after window is compared with the plan's prediction, which
 // is output tokens/s of the request mix when the window held prefill (step_curve.h).
@@ -34,8 +35,7 @@
 #include "bench/bench_util.h"
 #include "engine/calibration.h"
 #include "engine/diag/analyzer.h"
-#include "engine/diag/engine_context.h"
-#include "engine/diag/plan_tracker.h"
+#include "engine/diag/diagnostics_session.h"
 #include "engine/engine.h"
 #include "engine/flags_help.h"
 #include "proto/render/report_json.h"
@@ -254,10 +254,6 @@ nlohmann::json MixedByClass(const std::vector<StepRecord>& steps) {
   return out;
 }
 
-DiagnosticsReport Window(const Engine& e, const Calibration& cal, double begin, double end) {
-  return Analyze(bench::StepsIn(e, begin, end), begin, end, cal, ContextFromEngine(e));
-}
-
 int Main() {
   const int start = absl::GetFlag(FLAGS_start_seqs), n = absl::GetFlag(FLAGS_concurrency);
   if (start < 1 || n < 1) {
@@ -289,29 +285,22 @@ int Main() {
     return 1;
   }
   Engine* engine = engine_or->get();
-  auto cal = engine->Calibrate(ModelCalibrationOptions(*engine));
-  if (!cal.ok()) {
-    std::cerr << "calibration: " << cal.status() << "\n";
+  // The server's own diagnostics session: calibration, probe steps, window rule, tracking.
+  DiagnosticsSession session("saturn-bench-plan");
+  CalibrationSource source;
+  source.probe_ms = absl::GetFlag(FLAGS_probe_ms);
+  if (absl::Status st = session.Start(engine, source); !st.ok()) {
+    std::cerr << "calibration: " << st << "\n";
     return 1;
   }
+  const Calibration cal = *session.calibration();
   std::printf("device %s | GEMM %.1f GFLOP/s | bandwidth %.1f GB/s | dispatch %.2f us/op\n",
-              cal->device.c_str(), cal->gemm_flops_per_s / 1e9, cal->bandwidth_bytes_per_s / 1e9,
-              cal->op_dispatch_us);
-
-  StepProbeOptions probe_options;
-  probe_options.budget_ms = absl::GetFlag(FLAGS_probe_ms);
+              cal.device.c_str(), cal.gemm_flops_per_s / 1e9, cal.bandwidth_bytes_per_s / 1e9,
+              cal.op_dispatch_us);
+  StepProbeOptions probe_options;  // the probe again after the load (--probe_after)
+  probe_options.budget_ms = source.probe_ms;
   probe_options.max_batch = cfg.max_num_seqs_limit;
   probe_options.max_prefill_tokens = cfg.options.max_num_batched_tokens;
-  if (probe_options.budget_ms > 0) {
-    auto probe = engine->ProbeSteps(probe_options);
-    if (!probe.ok()) {
-      std::cerr << "probe: " << probe.status() << "\n";
-      return 1;
-    }
-    std::printf("probe: decode batch <= %d, prefill <= %d tokens, context %d, in %.0f ms%s\n",
-                probe->max_batch, probe->max_prefill_tokens, probe->decode_context, probe->took_ms,
-                probe->truncated ? " (sizes left out: budget or KV)" : "");
-  }
 
   const int prompt_len = absl::GetFlag(FLAGS_prompt_len),
             max_tokens = absl::GetFlag(FLAGS_max_tokens);
@@ -320,7 +309,8 @@ int Main() {
   const double b0 = NowUs();
   Sleep(absl::GetFlag(FLAGS_before_s));
   const double b1 = NowUs();
-  const DiagnosticsReport before = Window(*engine, *cal, b0, b1);
+  std::vector<StepRecord> before_steps;
+  const DiagnosticsReport before = session.BuildReport(*engine, b0, b1, &before_steps);
   std::printf("--- before (max_num_seqs %d, %d clients) ---\n%s", start, n,
               RenderReport(ToProto(before)).c_str());
   if (before.plan.actions.empty()) {
@@ -328,7 +318,6 @@ int Main() {
     return 1;
   }
   const Action& a = before.plan.actions.front();
-  const AnalyzerContext ctx = ContextFromEngine(*engine);
   const EngineOptions& o = a.options_after;
   const EngineOptions options_before = engine->options();
   auto applied =
@@ -338,15 +327,7 @@ int Main() {
     return 1;
   }
   // As the server does after UpdateEngineOptions: probe the shapes the change opened.
-  if (const std::optional<StepProbe> p = engine->step_probe(); p.has_value()) {
-    if (auto re = ReprobeAfter(options_before, *applied, *p, probe_options); re.has_value()) {
-      auto merged = engine->ProbeSteps(*re);
-      if (merged.ok()) {
-        std::printf("probe again: prefill up to %d tokens, decode batch <= %d, in %.0f ms\n",
-                    merged->max_prefill_tokens, merged->max_batch, merged->took_ms);
-      }
-    }
-  }
+  session.ReprobeAfterOptions(engine, options_before, *applied);
   int clients_after = n;
   if (a.kind == ActionKind::kRaiseClientConcurrency) {  // client side: rerun at the planned load
     clients_after = std::max(n, int(std::lround(a.to)));
@@ -355,16 +336,18 @@ int Main() {
   }
   const double ramp_took_s = Ramp(*load, clients_after);
   const double t_applied = NowUs();
-  PlanTracker tracker;
-  tracker.RecordApplied(a, before.model, ctx, before.plan.context, t_applied, before.plan.curve);
+  if (!session.TrackAction(a, t_applied)) {
+    std::cerr << "the session lost the plan it made\n";
+    return 1;
+  }
   Sleep(absl::GetFlag(FLAGS_after_s));
   const double a1 = NowUs();
-  const std::vector<StepRecord> after_steps = bench::StepsIn(*engine, t_applied, a1);
-  const auto t = tracker.Evaluate(after_steps);
+  std::vector<StepRecord> after_steps;
+  const DiagnosticsReport after = session.BuildReport(*engine, t_applied, a1, &after_steps);
+  const std::optional<TrackedOutcome>& t = after.tracked;
   const nlohmann::json parts = MixParts(a.mix_after, after_steps);
-  const nlohmann::json mixed_before = MixedByClass(bench::StepsIn(*engine, b0, b1));
+  const nlohmann::json mixed_before = MixedByClass(before_steps);
   const nlohmann::json mixed_after = MixedByClass(after_steps);
-  const DiagnosticsReport after = Window(*engine, *cal, t_applied, a1);
   // A-B-A: the load before the change, again. The same load on the same options measured
   // twice brackets the after window; what moved between them is the machine.
   double return_tokens_per_s = 0;
@@ -380,7 +363,7 @@ int Main() {
     Ramp(*load, n);
     const double r0 = NowUs();
     Sleep(back_s);
-    return_tokens_per_s = Window(*engine, *cal, r0, NowUs()).profile.output_tokens_per_s;
+    return_tokens_per_s = session.BuildReport(*engine, r0, NowUs()).profile.output_tokens_per_s;
   }
   load->Stop();
   const std::optional<StepProbe> probe_before = engine->step_probe();
@@ -472,7 +455,7 @@ int Main() {
                         {"backend", engine->info().backend},
                         {"start_max_num_seqs", start},
                         {"concurrency", n},
-                        {"calibration", nlohmann::json::parse(CalibrationToJson(*cal))},
+                        {"calibration", nlohmann::json::parse(CalibrationToJson(cal))},
                         {"action", a.what},
                         {"action_kind", ActionKindName(a.kind)},
                         {"prompt_len", prompt_len},

@@ -1,5 +1,7 @@
 #include "engine/step_record.h"
 
+#include <algorithm>
+
 namespace saturn {
 
 double StepRecord::total_flops() const {
@@ -32,6 +34,21 @@ std::vector<StepRecord> StepRing::Since(double since_us) const {
   std::vector<StepRecord> out;
   for (const StepRecord& r : records_) {
     if (r.start_us >= since_us) out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<StepRecord> StepRing::WindowFrom(double since_us, size_t before) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto first = std::find_if(records_.begin(), records_.end(),
+                            [since_us](const StepRecord& r) { return r.start_us >= since_us; });
+  first -=
+      static_cast<std::ptrdiff_t>(std::min(before, static_cast<size_t>(first - records_.begin())));
+  std::vector<StepRecord> out;
+  out.reserve(static_cast<size_t>(records_.end() - first));
+  for (auto it = first; it != records_.end(); ++it) {
+    out.push_back(*it);
+    out.back().ops.clear();
   }
   return out;
 }

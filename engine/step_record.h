@@ -82,6 +82,9 @@ class StepRing {
   std::vector<StepRecord> Last(size_t n) const;
   // Records with start_us >= since_us, oldest first.
   std::vector<StepRecord> Since(double since_us) const;
+  // The records from `before` records ahead of the first one with start_us >= since_us to the
+  // newest, oldest first, without their per-op records (what a diagnostics window reads).
+  std::vector<StepRecord> WindowFrom(double since_us, size_t before) const;
   int64_t total_steps() const;
   void Clear();
   size_t capacity() const { return capacity_; }

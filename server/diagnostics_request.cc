@@ -4,7 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/diag/recording.h"
 #include "server/report_proto.h"
 
 namespace saturn {
@@ -80,7 +82,7 @@ absl::Status ValidateStepPoints(int max_step_points) {
   return absl::OkStatus();
 }
 
-bool FillCalibration(const DiagnosticsState& diag, v1::Calibration* out) {
+bool FillCalibration(const DiagnosticsSession& diag, v1::Calibration* out) {
   const std::optional<Calibration> cal = diag.calibration();
   if (!cal.has_value()) return false;
   ToProto(*cal, diag.calibration_ms(), out);
@@ -92,14 +94,27 @@ bool FillCalibration(const DiagnosticsState& diag, v1::Calibration* out) {
 }
 
 void FillReport(const Engine& engine, DiagnosticsState* diag, const DiagWindow& window,
-                bool include_json, int max_step_points, v1::DiagnosticsReport* out) {
+                const ReportContent& content, v1::DiagnosticsReport* out) {
+  DiagnosticsSession& session = diag->session();
   std::vector<StepRecord> steps;
-  const DiagnosticsReport r = diag->BuildReport(engine, window.begin_us, window.end_us, &steps);
+  const WindowInput input = session.Capture(engine, window.begin_us, window.end_us);
+  const DiagnosticsReport r = session.BuildReport(input, &steps);
   ReportProtoOptions o;
-  o.include_json = include_json;
-  o.max_step_points = max_step_points;
+  o.include_json = content.include_json;
+  o.max_step_points = content.max_step_points;
   o.nvml_utilization = diag->device_utilization_percent(window.begin_us, window.end_us);
   ToProto(r, steps, o, out);
+  if (content.include_recording) {
+    Recording rec;
+    rec.input = input;
+    rec.calibration = session.calibration().value_or(Calibration{});
+    rec.nvml_percent = o.nvml_utilization;
+    const EngineInfo info = engine.info();
+    rec.device = absl::StrCat(info.backend, ": ", info.device_name);
+    rec.bottleneck = BottleneckName(r.verdict.bottleneck);
+    rec.top_action = r.plan.actions.empty() ? "" : r.plan.actions.front().what;
+    out->set_recording_json(RecordingToJson(rec));
+  }
 }
 
 }  // namespace saturn

@@ -41,10 +41,17 @@ absl::Status ValidateStepPoints(int max_step_points);
 
 // The calibration in force as GetServerInfo and Recalibrate return it: the figures, how
 // long measuring took, its age and the self-check's suspect flag. False when none yet.
-bool FillCalibration(const DiagnosticsState& diag, v1::Calibration* out);
+bool FillCalibration(const DiagnosticsSession& diag, v1::Calibration* out);
+
+// What a report carries beyond the verdict (GetDiagnosticsRequest's fields).
+struct ReportContent {
+  bool include_json = false;
+  int max_step_points = 0;
+  bool include_recording = false;  // the report's whole input (engine/diag/recording.h)
+};
 
 // One report over `window` as the RPCs return it.
 void FillReport(const Engine& engine, DiagnosticsState* diag, const DiagWindow& window,
-                bool include_json, int max_step_points, v1::DiagnosticsReport* out);
+                const ReportContent& content, v1::DiagnosticsReport* out);
 
 }  // namespace saturn

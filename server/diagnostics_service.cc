@@ -67,9 +67,10 @@ grpc::ServerUnaryReactor* DiagnosticsService::GetDiagnostics(grpc::CallbackServe
   DiagnosticsState* diag = diag_;
   auto report = std::make_shared<v1::DiagnosticsReport>();
   RunUnary(state_, &timer_, reactor, report, response,
-           [diag, report, w = *window, json = request.include_json(),
-            points = request.max_step_points()](Engine* engine) {
-             FillReport(*engine, diag, w, json, points, report.get());
+           [diag, report, w = *window,
+            content = ReportContent{request.include_json(), request.max_step_points(),
+                                    request.include_recording()}](Engine* engine) {
+             FillReport(*engine, diag, w, content, report.get());
              return grpc::Status::OK;
            });
   return reactor;
@@ -119,10 +120,10 @@ grpc::ServerUnaryReactor* DiagnosticsService::Recalibrate(grpc::CallbackServerCo
   DiagnosticsState* diag = diag_;
   auto result = std::make_shared<v1::RecalibrateResponse>();
   RunUnary(state_, &timer_, reactor, result, response, [diag, result](Engine* engine) {
-    FillCalibration(*diag, result->mutable_previous());
-    absl::StatusOr<Calibration> cal = diag->Recalibrate(engine);
+    FillCalibration(diag->session(), result->mutable_previous());
+    absl::StatusOr<Calibration> cal = diag->session().Recalibrate(engine);
     if (!cal.ok()) return ToGrpcStatus(cal.status());
-    FillCalibration(*diag, result->mutable_calibration());
+    FillCalibration(diag->session(), result->mutable_calibration());
     return grpc::Status::OK;
   });
   return reactor;

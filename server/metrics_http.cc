@@ -33,7 +33,7 @@ void EngineMetrics(const Engine& engine, DiagnosticsState* diag, double window_s
   diag->request_metrics()->ObserveSteps(engine.steps());
 
   const double now = NowUs();
-  const DiagnosticsReport r = diag->BuildReport(engine, now - window_seconds * 1e6, now);
+  const DiagnosticsReport r = diag->session().BuildReport(engine, now - window_seconds * 1e6, now);
   Gauge("saturn:diagnostics_window_seconds", "Window of the saturn: diagnostics gauges below.",
         window_seconds, out);
   AppendHeader("saturn:bottleneck_class",
@@ -81,7 +81,7 @@ std::string RenderMetrics(ServingState* state, DiagnosticsState* diag, double wi
     }
     state->EndCall(*token);
   }
-  if (std::optional<Calibration> cal = diag->calibration(); cal.has_value()) {
+  if (std::optional<Calibration> cal = diag->session().calibration(); cal.has_value()) {
     Gauge("saturn:calibrated_gemm_flops", "Calibrated GEMM peak (FLOP/s).", cal->gemm_flops_per_s,
           &out);
     Gauge("saturn:calibrated_bandwidth_bytes", "Calibrated memory bandwidth (bytes/s).",
@@ -90,11 +90,11 @@ std::string RenderMetrics(ServingState* state, DiagnosticsState* diag, double wi
           cal->op_dispatch_us * 1e-6, &out);
     Gauge("saturn:calibration_age_seconds",
           "Seconds since the ceilings in force were measured (-1: unknown).",
-          diag->calibration_age_s(), &out);
+          diag->session().calibration_age_s(), &out);
     Gauge("saturn:calibration_suspect",
           "1 when a report saw an achieved rate above a calibrated ceiling (cleared by "
           "Recalibrate).",
-          diag->calibration_suspect() ? 1.0 : 0.0, &out);
+          diag->session().calibration_suspect() ? 1.0 : 0.0, &out);
     Gauge("saturn:calibration_stable", "1 when every calibration series met its stability test.",
           cal->stable ? 1.0 : 0.0, &out);
   }

@@ -60,7 +60,7 @@ grpc::ServerUnaryReactor* SaturnService::GetServerInfo(grpc::CallbackServerConte
   if (engine == nullptr) return reactor;
   v1::ServerInfo info;
   FillServerInfo(*engine, Limits(*engine), state_->listen_address(), &info);
-  if (diag_ != nullptr) FillCalibration(*diag_, info.mutable_calibration());
+  if (diag_ != nullptr) FillCalibration(diag_->session(), info.mutable_calibration());
   ToProto(engine->info().graphs, info.mutable_cuda_graphs());
   SerializeResponse(info, response);
   reactor->Finish(grpc::Status::OK);
@@ -93,7 +93,7 @@ grpc::ServerUnaryReactor* SaturnService::UpdateEngineOptions(grpc::CallbackServe
             engine->UpdateOptions(MergeOptions(before, request));
         // In force from the step boundary UpdateOptions waited for: a plan action it matches
         // is tracked from here.
-        if (applied.ok() && diag_ != nullptr) diag_->OnOptionsApplied(before, *applied, NowUs());
+        if (applied.ok() && diag_ != nullptr) diag_->session().OnOptionsApplied(before, *applied, NowUs());
         if (applied.ok()) {
           v1::UpdateEngineOptionsResponse reply;
           ToProto(*applied, reply.mutable_options());
@@ -102,7 +102,7 @@ grpc::ServerUnaryReactor* SaturnService::UpdateEngineOptions(grpc::CallbackServe
         reactor->Finish(ToGrpcStatus(applied.status()));
         // Then measure the step shapes the new options opened (the caller has its answer;
         // serving pauses for the probe as at start-up).
-        if (applied.ok() && diag_ != nullptr) diag_->ReprobeAfterOptions(engine, before, *applied);
+        if (applied.ok() && diag_ != nullptr) diag_->session().ReprobeAfterOptions(engine, before, *applied);
         state_->EndCall(t);
       },
       [this, reactor, t] {

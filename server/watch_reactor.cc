@@ -66,8 +66,8 @@ struct WatchReactor::Call {
       }
       v1::DiagnosticsReport report;
       const double now_us = NowUs();
-      FillReport(*engine, diag, DiagWindow{now_us - window_seconds * 1e6, now_us}, include_json, 0,
-                 &report);
+      FillReport(*engine, diag, DiagWindow{now_us - window_seconds * 1e6, now_us},
+                 ReportContent{include_json}, &report);
       state->EndCall(*token);
       std::lock_guard<std::mutex> lock(mu);
       if (reactor == nullptr || finish.has_value()) return;

@@ -27,7 +27,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ChannelSecurity& security, cons
   grpc::ChannelArguments args;
   args.SetLoadBalancingPolicyName("round_robin");
   // Large sweeps open hundreds of streams; let messages of long prompts through.
-  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxReceiveMessageSize(256 << 20);  // saturn-diag record: ~0.43 kB a step
   args.SetMaxSendMessageSize(64 << 20);
   return security.CreateChannel(uri, args, tls_name);
 }

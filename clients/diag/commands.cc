@@ -175,6 +175,38 @@ int Trace(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::ost
   return kDiagExitOk;
 }
 
+// The report's whole input, written as the server sent it (engine/diag/recording.h); the
+// verdict it gave is printed, and `saturn-diag analyze FILE` judges the file offline.
+int Record(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::DiagnosticsReport> r = c.Report(o.window_s, 0, /*include_recording=*/true);
+  if (!r.ok()) return DiagFail(o, r.status(), err);
+  if (r->recording_json().empty()) {
+    return DiagFail(o,
+                    absl::UnimplementedError(absl::StrCat(
+                        "--target ", c.target,
+                        ": the server sent no recording (a Saturn older than include_recording)")),
+                    err);
+  }
+  if (absl::Status w = WriteFile(o.output, r->recording_json()); !w.ok()) {
+    return DiagFail(o, w, err);
+  }
+  const double span_s = (r->window_end_us() - r->window_begin_us()) * 1e-6;
+  if (o.json) {
+    out << nlohmann::json({{"path", o.output},
+                           {"bytes", r->recording_json().size()},
+                           {"window_s", span_s},
+                           {"bottleneck", BottleneckName(r->bottleneck())}})
+               .dump()
+        << "\n";
+  } else {
+    out << "wrote " << o.output << ": " << r->recording_json().size() << " bytes, a "
+        << absl::StrFormat("%.2f", span_s) << "-s window the server judged "
+        << BottleneckName(r->bottleneck()) << " (saturn-diag analyze " << o.output
+        << " judges it again offline)\n";
+  }
+  return kDiagExitOk;
+}
+
 int Roofline(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::DiagnosticsReport> r = c.Report(o.window_s, o.max_step_points);
   if (!r.ok()) return DiagFail(o, r.status(), err);
@@ -202,12 +234,13 @@ int Roofline(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::
 
 absl::Status DiagOptions::Validate() const {
   auto bad = [](const std::string& m) { return absl::InvalidArgumentError(m); };
-  static const char* kCommands[] = {"info",     "get",   "watch",      "trace",
-                                    "roofline", "apply", "recalibrate"};
+  static const char* kCommands[] = {"info",  "get",         "watch",  "trace",  "roofline",
+                                    "apply", "recalibrate", "record", "analyze"};
   if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
-    return bad(
-        absl::StrCat(command.empty() ? "no command given" : "unknown command \"" + command + "\"",
-                     "; expected one of info, get, watch, trace, roofline, apply"));
+    return bad(absl::StrCat(
+        command.empty() ? "no command given" : "unknown command \"" + command + "\"",
+        "; expected one of info, get, watch, trace, roofline, apply, recalibrate, record, "
+        "analyze"));
   }
   if (target.empty()) return bad("--target: must be host:port");
   if (target.find(',') != std::string::npos && command != "get") {
@@ -228,9 +261,12 @@ absl::Status DiagOptions::Validate() const {
   }
   if (!(settle_s >= 0)) return bad(absl::StrCat("--settle: must be >= 0 seconds, got ", settle_s));
   if (absl::Status s = security.Validate(); !s.ok()) return s;
-  if ((command == "trace" || command == "roofline") && output.empty()) {
+  if ((command == "trace" || command == "roofline" || command == "record") && output.empty()) {
     return bad(absl::StrCat("-o: ", command, " needs an output file (-o FILE.",
-                            command == "trace" ? "json" : "svg", ")"));
+                            command == "roofline" ? "svg" : "json", ")"));
+  }
+  if (command == "analyze" && input.empty()) {
+    return bad("analyze: needs a recording file (saturn-diag analyze FILE.json)");
   }
   return absl::OkStatus();
 }
@@ -248,11 +284,12 @@ absl::StatusOr<DiagClient> DiagClient::Connect(const DiagOptions& o,
   return c;
 }
 
-absl::StatusOr<v1::DiagnosticsReport> DiagClient::Report(double window_s,
-                                                         int max_step_points) const {
+absl::StatusOr<v1::DiagnosticsReport> DiagClient::Report(double window_s, int max_step_points,
+                                                         bool include_recording) const {
   v1::GetDiagnosticsRequest req;
   req.set_window_seconds(window_s);
   req.set_max_step_points(max_step_points);
+  req.set_include_recording(include_recording);
   grpc::ClientContext ctx;
   ctx.set_deadline(In(timeout_s));
   v1::DiagnosticsReport r;
@@ -292,6 +329,7 @@ int RunDiagCommand(const DiagOptions& o, std::ostream& out, std::ostream& err,
   if (o.command == "trace") return Trace(o, *c, out, err);
   if (o.command == "roofline") return Roofline(o, *c, out, err);
   if (o.command == "recalibrate") return Recalibrate(o, *c, out, err);
+  if (o.command == "record") return Record(o, *c, out, err);
   return RunApply(o, *c, out, err, interrupt);
 }
 

@@ -13,6 +13,11 @@
 //             two steps); prints old and new ceilings
 //   apply     UpdateEngineOptions with the top plan action's options, wait --settle seconds,
 //             then print measured vs predicted (apply.cc)
+//   record    GetDiagnostics with include_recording: the report's whole input (step records,
+//             engine state, calibration) over --window seconds, written to -o FILE.json
+//   analyze   judges such a file offline with the server's own diagnostics session; it links
+//             the engine's analyzer, so it lives apart (clients/offline/analyze.h) and
+//             RunDiagCommand only checks its options
 //
 // Exit codes: 0 done (also: apply with no server-side action to take); 1 the target or the
 // server failed (unreachable, an RPC error, a file that cannot be written); 2 bad flags.
@@ -38,7 +43,8 @@ inline constexpr int kDiagExitFailed = 1;
 inline constexpr int kDiagExitUsage = 2;
 
 struct DiagOptions {
-  std::string command;  // info | get | watch | trace | roofline | apply | recalibrate
+  std::string command;  // info | get | watch | trace | roofline | apply | recalibrate | record
+                        // | analyze
   std::string target = "127.0.0.1:50051";
   double timeout_s = 10;  // connecting, and each call
   bool json = false;
@@ -46,7 +52,8 @@ struct DiagOptions {
   int interval_ms = 1000;         // watch
   int64_t count = 0;              // watch: stop after this many reports (0: until interrupted)
   int steps = 200;                // trace
-  std::string output;             // trace, roofline
+  std::string output;             // trace, roofline, record
+  std::string input;              // analyze: the recording
   double settle_s = 10;           // apply
   int max_step_points = 400;      // roofline
   bool dry_run = false;           // apply: say what would be sent, send nothing
@@ -71,8 +78,9 @@ struct DiagClient {
   static absl::StatusOr<DiagClient> Connect(const DiagOptions& o,
                                             std::shared_ptr<const ChannelSecurity> security);
   const v1::ServerInfo& info() const { return conn->targets()[0].info; }
-  // GetDiagnostics over the last `window_s` seconds.
-  absl::StatusOr<v1::DiagnosticsReport> Report(double window_s, int max_step_points = 0) const;
+  // GetDiagnostics over the last `window_s` seconds (with its recording: include_recording).
+  absl::StatusOr<v1::DiagnosticsReport> Report(double window_s, int max_step_points = 0,
+                                               bool include_recording = false) const;
   // A gRPC failure as a Status naming the target and the call; UNIMPLEMENTED says the server
   // has no Diagnostics service.
   absl::Status Error(const grpc::Status& s, const std::string& call) const;

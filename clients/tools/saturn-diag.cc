@@ -9,6 +9,7 @@
 //   saturn-diag watch --interval_ms 2000   saturn-diag watch --count 5 > reports.txt
 //   saturn-diag trace -o trace.json        saturn-diag roofline -o roofline.svg
 //   saturn-diag apply --settle 20
+//   saturn-diag record --window 30 -o run.json   saturn-diag analyze run.json
 //   saturn-diag get --target host:50051 --tls_ca ca.pem --auth_token_file token
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "clients/common/security_flags.h"
 #include "clients/diag/commands.h"
+#include "clients/offline/analyze.h"
 #include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
@@ -34,7 +36,7 @@ ABSL_FLAG(double, window, 10, "get/watch/roofline/apply: seconds of recent steps
 ABSL_FLAG(int, interval_ms, 1000, "watch: milliseconds between reports (>= 100)");
 ABSL_FLAG(int64_t, count, 0, "watch: stop after this many reports (0: until Ctrl-C)");
 ABSL_FLAG(int, steps, 200, "trace: export the last N steps");
-ABSL_FLAG(std::string, o, "", "trace/roofline: output file (FILE.json / FILE.svg)");
+ABSL_FLAG(std::string, o, "", "trace/roofline/record: output file (FILE.json / FILE.svg)");
 ABSL_FLAG(double, settle, 10, "apply: seconds to wait after the change before measuring");
 ABSL_FLAG(int, max_step_points, 400, "roofline: most steps drawn as dots");
 ABSL_FLAG(bool, dry_run, false, "apply: print what would be sent, send nothing");
@@ -57,14 +59,17 @@ constexpr char kUsage[] =
     "  trace -o FILE.json   the last --steps steps as a Perfetto / Chrome trace\n"
     "  roofline -o FILE.svg the calibrated roofline with this window's op classes and steps\n"
     "  apply                apply the plan's top action, wait --settle s, report the outcome\n"
-    "  recalibrate          measure the server's ceilings again (engine paused between steps)";
+    "  recalibrate          measure the server's ceilings again (engine paused between steps)\n"
+    "  record -o FILE.json  the report's whole input over --window s (steps, engine, calibration)\n"
+    "  analyze FILE.json    judge a recording offline, as the server's diagnostics would";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<char*> args = saturn::ParseCommandLineWithHelp(argc, argv, kUsage);
   saturn::clients::DiagOptions o;
-  if (args.size() > 2) {
+  const bool analyze = args.size() >= 2 && std::string(args[1]) == "analyze";
+  if (args.size() > (analyze ? 3 : 2)) {
     std::cerr << "saturn-diag: unexpected argument \"" << args[2] << "\" (one command at a time)\n"
               << kUsage << std::endl;
     return saturn::clients::kDiagExitUsage;
@@ -87,6 +92,14 @@ int main(int argc, char** argv) {
   o.dry_run = absl::GetFlag(FLAGS_dry_run);
   o.tty = isatty(STDOUT_FILENO) != 0;
   o.security = saturn::clients::SecurityFlagsFromCommandLine();
+  if (analyze) {  // no server: the recording is judged here
+    if (args.size() == 3) o.input = args[2];
+    if (absl::Status s = o.Validate(); !s.ok()) {
+      std::cerr << "saturn-diag analyze: " << s.message() << std::endl;
+      return saturn::clients::kDiagExitUsage;
+    }
+    return saturn::clients::RunAnalyze(o, std::cout, std::cerr);
+  }
 
   if (o.command == "watch" || o.command == "apply") {
     // Stop at the next report (watch) or cut the settle wait short (apply).

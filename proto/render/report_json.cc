@@ -19,11 +19,13 @@ std::string ProtoJson(const google::protobuf::Message& m, bool pretty) {
 std::string ReportJson(const v1::DiagnosticsReport& r, bool pretty) {
   v1::DiagnosticsReport lean = r;
   lean.clear_json();
+  lean.clear_recording_json();
   // The printer writes every field; `json` (an empty string now) is dropped after, the other
   // fields kept in the printer's order (the .proto's).
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(ProtoJson(lean, false), nullptr, false);
   if (!j.is_object()) return "{}";
   j.erase("json");
+  j.erase("recordingJson");
   return j.dump(pretty ? 2 : -1);
 }
 

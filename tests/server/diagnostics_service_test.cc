@@ -266,7 +266,7 @@ TEST_F(DiagnosticsServiceTest, AppliedPlanActionIsTracked) {
     v1::UpdateEngineOptionsResponse resp;
     ASSERT_TRUE(server_->stub->UpdateEngineOptions(&ctx, u, &resp).ok());
   }
-  EXPECT_TRUE(server_->app->diagnostics()->tracking());
+  EXPECT_TRUE(server_->app->diagnostics()->session().tracking());
   if (load.joinable()) load.join();
   req.set_window_end_us(NowUs());
   v1::DiagnosticsReport after;
@@ -285,7 +285,7 @@ TEST_F(DiagnosticsServiceTest, AppliedPlanActionIsTracked) {
   u.set_max_num_batched_tokens(2047);
   v1::UpdateEngineOptionsResponse resp;
   ASSERT_TRUE(server_->stub->UpdateEngineOptions(&ctx, u, &resp).ok());
-  EXPECT_FALSE(server_->app->diagnostics()->tracking());
+  EXPECT_FALSE(server_->app->diagnostics()->session().tracking());
 }
 
 TEST(DiagnosticsLifecycleTest, UnavailableBeforeTheEngineIsReady) {

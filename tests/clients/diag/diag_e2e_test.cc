@@ -109,6 +109,36 @@ TEST_F(DiagE2eTest, TraceWritesChromeTraceJson) {
   EXPECT_FALSE(j["traceEvents"].empty());
 }
 
+// record writes the report's whole input; analyze judges it offline, as the server did.
+TEST_F(DiagE2eTest, RecordThenAnalyzeOfflineGivesTheServersVerdict) {
+  const std::string path = Dir() + "/recording.json";
+  ToolRun r = RunDiag("record -o " + path + " --window=600" + T());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("saturn-diag analyze " + path), std::string::npos) << r.out;
+  const nlohmann::json rec = nlohmann::json::parse(ReadFile(path));
+  EXPECT_EQ(rec["format"], "saturn-recording");
+  EXPECT_GT(rec["steps"].size(), 10u);  // the load's steps
+  r = RunDiag("analyze " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("verdict"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the same verdict and top action as the server's"), std::string::npos)
+      << r.out;
+  r = RunDiag("analyze --json " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["same_as_recorded"].get<bool>()) << r.out;
+  EXPECT_NE(j["report"]["bottleneck"].get<std::string>().find(rec["bottleneck"].get<std::string>()),
+            std::string::npos)
+      << r.out;
+  // Files that are not recordings are refused naming the problem.
+  r = RunDiag("analyze " + Dir() + "/missing.json");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("cannot read"), std::string::npos) << r.err;
+  r = RunDiag("analyze");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("needs a recording file"), std::string::npos) << r.err;
+}
+
 TEST_F(DiagE2eTest, RooflineWritesAnSvgThatParses) {
   const std::string path = Dir() + "/roofline.svg";
   const ToolRun r = RunDiag("roofline -o " + path + " --window=60" + T());

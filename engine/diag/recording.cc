@@ -1,0 +1,324 @@
+// Recording <-> JSON. Steps are a table (a column list, then one array per step) so a
+// 4,096-step window stays a few MB; doubles print in their shortest exact form, so a recording
+// read back gives bit-identical reports.
+#include "engine/diag/recording.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace saturn {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::array<std::pair<const char*, double StepRecord::*>, 11> kDoubleCols{{
+    {"start_us", &StepRecord::start_us},
+    {"end_us", &StepRecord::end_us},
+    {"schedule_us", &StepRecord::schedule_us},
+    {"prepare_us", &StepRecord::prepare_us},
+    {"issue_us", &StepRecord::issue_us},
+    {"postprocess_us", &StepRecord::postprocess_us},
+    {"device_busy_us", &StepRecord::device_busy_us},
+    {"device_span_us", &StepRecord::device_span_us},
+    {"gap_us", &StepRecord::gap_us},
+    {"sched_run_us", &StepRecord::sched_run_us},
+    {"sched_wait_us", &StepRecord::sched_wait_us},
+}};
+constexpr std::array<std::pair<const char*, int StepRecord::*>, 13> kIntCols{{
+    {"op_count", &StepRecord::op_count},
+    {"replayed_ops", &StepRecord::replayed_ops},
+    {"num_seqs", &StepRecord::num_seqs},
+    {"num_prefill_tokens", &StepRecord::num_prefill_tokens},
+    {"num_decode_tokens", &StepRecord::num_decode_tokens},
+    {"num_sampled", &StepRecord::num_sampled},
+    {"num_preempted", &StepRecord::num_preempted},
+    {"graph_batch_size", &StepRecord::graph_batch_size},
+    {"padding_tokens", &StepRecord::padding_tokens},
+    {"queue_depth", &StepRecord::queue_depth},
+    {"num_running", &StepRecord::num_running},
+    {"kv_blocks_used", &StepRecord::kv_blocks_used},
+    {"kv_blocks_free", &StepRecord::kv_blocks_free},
+}};
+constexpr std::array<std::pair<const char*, bool StepRecord::*>, 3> kBoolCols{{
+    {"per_op_timed", &StepRecord::per_op_timed},
+    {"sched_known", &StepRecord::sched_known},
+    {"graph_replayed", &StepRecord::graph_replayed},
+}};
+constexpr std::array<const char*, 4> kClassFields{"count", "device_us", "flops", "bytes"};
+constexpr size_t kClasses = static_cast<size_t>(OpClass::kCount);
+
+std::vector<std::string> Columns() {
+  std::vector<std::string> c{"step_id", "context_tokens"};
+  for (const auto& [name, m] : kDoubleCols) c.push_back(name);
+  for (const auto& [name, m] : kIntCols) c.push_back(name);
+  for (const auto& [name, m] : kBoolCols) c.push_back(name);
+  c.insert(c.end(),
+           {"options.max_num_seqs", "options.max_num_batched_tokens", "options.cuda_graphs"});
+  for (size_t k = 0; k < kClasses; ++k) {
+    for (const char* f : kClassFields) c.push_back(absl::StrCat("class", k, ".", f));
+  }
+  return c;
+}
+
+json StepRow(const StepRecord& r) {
+  json row = json::array({r.step_id, r.context_tokens});
+  for (const auto& [name, m] : kDoubleCols) row.push_back(r.*m);
+  for (const auto& [name, m] : kIntCols) row.push_back(r.*m);
+  for (const auto& [name, m] : kBoolCols) row.push_back(r.*m ? 1 : 0);
+  row.push_back(r.options.max_num_seqs);
+  row.push_back(r.options.max_num_batched_tokens);
+  row.push_back(r.options.cuda_graphs ? 1 : 0);
+  for (const OpClassStats& c : r.by_class) {
+    row.push_back(c.count);
+    row.push_back(c.device_us);
+    row.push_back(c.flops);
+    row.push_back(c.bytes);
+  }
+  return row;
+}
+
+StepRecord StepFromRow(const json& row) {
+  StepRecord r;
+  size_t i = 0;
+  r.step_id = row.at(i++).get<int64_t>();
+  r.context_tokens = row.at(i++).get<int64_t>();
+  for (const auto& [name, m] : kDoubleCols) r.*m = row.at(i++).get<double>();
+  for (const auto& [name, m] : kIntCols) r.*m = row.at(i++).get<int>();
+  for (const auto& [name, m] : kBoolCols) r.*m = row.at(i++).get<int>() != 0;
+  r.options.max_num_seqs = row.at(i++).get<int>();
+  r.options.max_num_batched_tokens = row.at(i++).get<int>();
+  r.options.cuda_graphs = row.at(i++).get<int>() != 0;
+  for (OpClassStats& c : r.by_class) {
+    c.count = row.at(i++).get<int>();
+    c.device_us = row.at(i++).get<double>();
+    c.flops = row.at(i++).get<double>();
+    c.bytes = row.at(i++).get<double>();
+  }
+  return r;
+}
+
+json PointsJson(const std::vector<CurvePoint>& pts) {
+  json a = json::array();
+  for (const CurvePoint& p : pts) a.push_back({p.x, p.us, p.spread, p.samples, p.decode_rows});
+  return a;
+}
+
+std::vector<CurvePoint> PointsFrom(const json& a) {
+  std::vector<CurvePoint> pts;
+  for (const json& p : a) {
+    pts.push_back(CurvePoint{p.at(0).get<double>(), p.at(1).get<double>(), p.at(2).get<double>(),
+                             p.at(3).get<int>(), p.at(4).get<double>()});
+  }
+  return pts;
+}
+
+json CurveJson(const StepCurve& c) {
+  return {{"decode", PointsJson(c.decode)},
+          {"prefill", PointsJson(c.prefill)},
+          {"decode_after_prefill", PointsJson(c.decode_after_prefill)}};
+}
+
+StepCurve CurveFrom(const json& j) {
+  return StepCurve{PointsFrom(j.at("decode")), PointsFrom(j.at("prefill")),
+                   PointsFrom(j.at("decode_after_prefill"))};
+}
+
+json ModelJson(const ModelConfig& m) {
+  return {{"name", m.name},
+          {"vocab_size", m.vocab_size},
+          {"hidden_size", m.hidden_size},
+          {"intermediate_size", m.intermediate_size},
+          {"num_layers", m.num_layers},
+          {"num_heads", m.num_heads},
+          {"num_kv_heads", m.num_kv_heads},
+          {"head_dim", m.head_dim},
+          {"max_position_embeddings", m.max_position_embeddings},
+          {"tie_word_embeddings", m.tie_word_embeddings}};
+}
+
+ModelConfig ModelFrom(const json& j) {
+  ModelConfig m;
+  m.name = j.at("name").get<std::string>();
+  m.vocab_size = j.at("vocab_size").get<int>();
+  m.hidden_size = j.at("hidden_size").get<int>();
+  m.intermediate_size = j.at("intermediate_size").get<int>();
+  m.num_layers = j.at("num_layers").get<int>();
+  m.num_heads = j.at("num_heads").get<int>();
+  m.num_kv_heads = j.at("num_kv_heads").get<int>();
+  m.head_dim = j.at("head_dim").get<int>();
+  m.max_position_embeddings = j.at("max_position_embeddings").get<int>();
+  m.tie_word_embeddings = j.at("tie_word_embeddings").get<bool>();
+  return m;
+}
+
+json OptionsJson(const EngineOptions& o) {
+  return {{"max_num_seqs", o.max_num_seqs},
+          {"max_num_batched_tokens", o.max_num_batched_tokens},
+          {"cuda_graphs", o.cuda_graphs}};
+}
+
+EngineOptions OptionsFrom(const json& j) {
+  return EngineOptions{j.at("max_num_seqs").get<int>(), j.at("max_num_batched_tokens").get<int>(),
+                       j.at("cuda_graphs").get<bool>()};
+}
+
+// Every field the analyzer reads; the window-edge fields are left out (the session derives
+// them from the steps).
+json ContextJson(const AnalyzerContext& c) {
+  return {{"model", ModelJson(c.model)},
+          {"dtype_bytes", c.dtype_bytes},
+          {"weight_dtype_bytes", c.weight_dtype_bytes},
+          {"kv_dtype_bytes", c.kv_dtype_bytes},
+          {"weight_bytes", c.weight_bytes},
+          {"kv_num_blocks", c.kv_num_blocks},
+          {"kv_block_size", c.kv_block_size},
+          {"kv_bytes_per_block", c.kv_bytes_per_block},
+          {"max_model_len", c.max_model_len},
+          {"options", OptionsJson(c.options)},
+          {"max_num_seqs_limit", c.max_num_seqs_limit},
+          {"max_num_batched_tokens_limit", c.max_num_batched_tokens_limit},
+          {"backend", c.backend},
+          {"supports_graphs", c.supports_graphs},
+          {"graph_sizes", c.graph_sizes},
+          {"graph_memory_bytes", c.graph_memory_bytes},
+          {"num_waiting", c.num_waiting},
+          {"num_running", c.num_running},
+          {"mean_request_tokens", c.mean_request_tokens},
+          {"mean_prompt_tokens", c.mean_prompt_tokens},
+          {"mean_output_tokens", c.mean_output_tokens},
+          {"additive_roofline", c.additive_roofline},
+          {"probe_curve", CurveJson(c.probe_curve)},
+          {"probe_context", c.probe_context},
+          {"probe_context_slopes", PointsJson(c.probe_context_slopes)},
+          {"probe_graphs", c.probe_graphs},
+          {"probe_curve_other_graphs", CurveJson(c.probe_curve_other_graphs)},
+          {"tpot_slo_ms", c.tpot_slo_ms},
+          {"run_share", c.run_share}};
+}
+
+AnalyzerContext ContextFrom(const json& j) {
+  AnalyzerContext c;
+  c.model = ModelFrom(j.at("model"));
+  c.dtype_bytes = j.at("dtype_bytes").get<double>();
+  c.weight_dtype_bytes = j.at("weight_dtype_bytes").get<double>();
+  c.kv_dtype_bytes = j.at("kv_dtype_bytes").get<double>();
+  c.weight_bytes = j.at("weight_bytes").get<double>();
+  c.kv_num_blocks = j.at("kv_num_blocks").get<int>();
+  c.kv_block_size = j.at("kv_block_size").get<int>();
+  c.kv_bytes_per_block = j.at("kv_bytes_per_block").get<double>();
+  c.max_model_len = j.at("max_model_len").get<int>();
+  c.options = OptionsFrom(j.at("options"));
+  c.max_num_seqs_limit = j.at("max_num_seqs_limit").get<int>();
+  c.max_num_batched_tokens_limit = j.at("max_num_batched_tokens_limit").get<int>();
+  c.backend = j.at("backend").get<std::string>();
+  c.supports_graphs = j.at("supports_graphs").get<bool>();
+  c.graph_sizes = j.at("graph_sizes").get<std::vector<int>>();
+  c.graph_memory_bytes = j.at("graph_memory_bytes").get<double>();
+  c.num_waiting = j.at("num_waiting").get<int>();
+  c.num_running = j.at("num_running").get<int>();
+  c.mean_request_tokens = j.at("mean_request_tokens").get<double>();
+  c.mean_prompt_tokens = j.at("mean_prompt_tokens").get<double>();
+  c.mean_output_tokens = j.at("mean_output_tokens").get<double>();
+  c.additive_roofline = j.at("additive_roofline").get<int>();
+  c.probe_curve = CurveFrom(j.at("probe_curve"));
+  c.probe_context = j.at("probe_context").get<double>();
+  c.probe_context_slopes = PointsFrom(j.at("probe_context_slopes"));
+  c.probe_graphs = j.at("probe_graphs").get<bool>();
+  c.probe_curve_other_graphs = CurveFrom(j.at("probe_curve_other_graphs"));
+  c.tpot_slo_ms = j.at("tpot_slo_ms").get<double>();
+  c.run_share = j.at("run_share").get<double>();
+  return c;
+}
+
+}  // namespace
+
+std::vector<StepRecord> WindowInput::Since(double since_us) const {
+  std::vector<StepRecord> out;
+  for (const StepRecord& r : steps) {
+    if (r.start_us >= since_us) out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<StepRecord> WindowInput::Last(size_t n) const {
+  const size_t k = std::min(n, steps.size());
+  return std::vector<StepRecord>(steps.end() - static_cast<std::ptrdiff_t>(k), steps.end());
+}
+
+std::string RecordingToJson(const Recording& r) {
+  const WindowInput& in = r.input;
+  json steps = json::array();
+  for (const StepRecord& s : in.steps) steps.push_back(StepRow(s));
+  json j = {{"format", "saturn-recording"},
+            {"version", Recording::kVersion},
+            {"device", r.device},
+            {"bottleneck", r.bottleneck},
+            {"top_action", r.top_action},
+            {"nvml_percent", r.nvml_percent},
+            {"calibration", json::parse(CalibrationToJson(r.calibration))},
+            {"begin_us", in.begin_us},
+            {"end_us", in.end_us},
+            {"ring_total_steps", in.ring_total_steps},
+            {"ring_capacity", in.ring_capacity},
+            {"in_flight_since_us", in.in_flight_since_us},
+            {"context", ContextJson(in.context)},
+            {"step_columns", Columns()},
+            {"steps", std::move(steps)}};
+  return j.dump();
+}
+
+absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("recording: not a JSON object");
+  }
+  if (j.value("format", "") != "saturn-recording") {
+    return absl::InvalidArgumentError(
+        "recording: \"format\" is not \"saturn-recording\" (not a saturn-diag record file)");
+  }
+  Recording r;
+  try {
+    const int version = j.at("version").get<int>();
+    if (version != Recording::kVersion) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("recording: \"version\" ", version, " is not ", Recording::kVersion));
+    }
+    if (j.at("step_columns").get<std::vector<std::string>>() != Columns()) {
+      return absl::InvalidArgumentError(
+          "recording: \"step_columns\" differ from this build's step record");
+    }
+    r.device = j.at("device").get<std::string>();
+    r.bottleneck = j.at("bottleneck").get<std::string>();
+    r.top_action = j.at("top_action").get<std::string>();
+    r.nvml_percent = j.at("nvml_percent").get<double>();
+    absl::StatusOr<Calibration> cal = CalibrationFromJson(j.at("calibration").dump());
+    if (!cal.ok()) return cal.status();
+    r.calibration = std::move(*cal);
+    WindowInput& in = r.input;
+    in.begin_us = j.at("begin_us").get<double>();
+    in.end_us = j.at("end_us").get<double>();
+    in.ring_total_steps = j.at("ring_total_steps").get<int64_t>();
+    in.ring_capacity = j.at("ring_capacity").get<size_t>();
+    in.in_flight_since_us = j.at("in_flight_since_us").get<double>();
+    in.context = ContextFrom(j.at("context"));
+    for (const json& row : j.at("steps")) in.steps.push_back(StepFromRow(row));
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("recording: ", e.what()));
+  }
+  if (!(r.input.end_us > r.input.begin_us)) {
+    return absl::InvalidArgumentError("recording: \"end_us\" must be after \"begin_us\"");
+  }
+  for (size_t i = 1; i < r.input.steps.size(); ++i) {
+    if (r.input.steps[i].start_us < r.input.steps[i - 1].start_us) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("recording: \"steps\" out of order at row ", i, " (start_us falls)"));
+    }
+  }
+  return r;
+}
+
+}  // namespace saturn
