@@ -25,6 +25,10 @@ absl::Status EngineConfig::Validate() const {
   }
   RETURN_IF_ERROR(CheckEngineOptions(options, max_num_seqs_limit, max_num_batched_tokens_limit));
   if (max_model_len < 0) return absl::InvalidArgumentError("max_model_len: must be >= 0");
+  if (step_ring_capacity < 1 || step_history_bytes > (size_t{16} << 30)) {
+    return absl::InvalidArgumentError(
+        "step_ring_capacity: must be >= 1, and step_history_bytes at most 16 GiB");
+  }
   if (per_op_timing_every < 1) {
     return absl::InvalidArgumentError("per_op_timing_every: must be >= 1");
   }
@@ -35,7 +39,11 @@ absl::Status EngineConfig::Validate() const {
 }
 
 Engine::Impl::Impl(const EngineConfig& config, std::unique_ptr<Backend> backend)
-    : config_(config), backend_(std::move(backend)), steps_(config.step_ring_capacity) {}
+    : config_(config),
+      backend_(std::move(backend)),
+      steps_(std::max(config.step_ring_capacity,
+                      config.step_history_bytes / StepRing::kBytesPerRecord),
+             config.step_ring_capacity) {}
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 

@@ -47,7 +47,10 @@ struct EngineConfig {
   int max_num_seqs_limit = 256;  // upper bounds UpdateOptions may raise to
   int max_num_batched_tokens_limit = 8192;
   std::vector<int> cuda_graph_sizes;  // empty: 1, 2, 4, 8, then steps of 8 to the limit
-  size_t step_ring_capacity = 4096;
+  size_t step_ring_capacity = 4096;  // newest steps that keep their per-op records (traces)
+  // Memory for older steps' records (about 0.4 kB each, per-op records dropped), so a
+  // diagnostics window reaches back minutes at any step rate: 64 MiB holds about 170k steps.
+  size_t step_history_bytes = size_t{64} << 20;
   int per_op_timing_every = 8;  // where per-op device timing perturbs (CUDA), time every Nth step
   // Per-op device timing and step records. Always on when serving; off only to measure what
   // they cost (saturn-bench-instrumentation).

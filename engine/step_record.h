@@ -5,7 +5,9 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "engine/engine_options.h"
@@ -73,14 +75,23 @@ struct StepRecord {
 };
 
 // Bounded, thread-safe ring of the most recent step records. The engine thread pushes;
-// readers copy out.
+// readers copy out. Two tiers: the newest `ops_capacity` records keep their per-op records
+// (traces read those); older ones keep the rest (what diagnostics windows read), up to
+// `capacity` records in all, so a long window costs about 0.4 kB a step (kBytesPerRecord), not
+// the ops' 64 bytes each. Records live in sealed chunks shared with readers, so a reader copies
+// a window without holding the engine's Push for it.
 class StepRing {
  public:
-  explicit StepRing(size_t capacity) : capacity_(capacity) {}
+  // Approximate memory one record costs in the history tier (sizeof(StepRecord) and the
+  // chunk's share of its bookkeeping), for sizing `capacity` from a byte budget.
+  static constexpr size_t kBytesPerRecord = sizeof(StepRecord) + 8;
+
+  explicit StepRing(size_t capacity, size_t ops_capacity = 0);
   void Push(StepRecord r);
-  // The most recent `n` records (fewer if not available), oldest first.
+  // The most recent `n` records (fewer if not available), oldest first, with their per-op
+  // records where the ops tier still holds them.
   std::vector<StepRecord> Last(size_t n) const;
-  // Records with start_us >= since_us, oldest first.
+  // Records with start_us >= since_us, oldest first, per-op records as Last.
   std::vector<StepRecord> Since(double since_us) const;
   // The records from `before` records ahead of the first one with start_us >= since_us to the
   // newest, oldest first, without their per-op records (what a diagnostics window reads).
@@ -88,11 +99,36 @@ class StepRing {
   int64_t total_steps() const;
   void Clear();
   size_t capacity() const { return capacity_; }
+  size_t ops_capacity() const { return ops_capacity_; }
+  size_t size() const;
 
  private:
-  size_t capacity_;
+  using Chunk = std::vector<StepRecord>;
+  // The records at one moment: shared sealed chunks (the first from `head`) and a copy of the
+  // open one. Taken under the lock (pointers and at most chunk_ records), read without it.
+  struct View {
+    std::vector<std::shared_ptr<const Chunk>> sealed;
+    size_t head = 0;
+    Chunk open;
+    size_t size() const;
+    // Records [from, size()) in order.
+    std::vector<StepRecord> CopyFrom(size_t from) const;
+    const StepRecord& at(size_t i) const;
+  };
+  View Snapshot() const;
+  // Attaches the ops tier's per-op records to `out` (ordered by step_id).
+  void AttachOps(std::vector<StepRecord>* out) const;
+
+  const size_t capacity_;
+  const size_t ops_capacity_;
+  const size_t chunk_;  // records per sealed chunk (512, or capacity_ when smaller)
   mutable std::mutex mu_;
-  std::deque<StepRecord> records_;
+  std::deque<std::shared_ptr<const Chunk>> sealed_;  // full chunks, oldest first
+  size_t head_ = 0;  // records of sealed_.front() already dropped (they are older than capacity_)
+  Chunk open_;       // the chunk being filled
+  size_t size_ = 0;  // records held: sealed_ from head_, and open_
+  // Per-op records of the newest ops_capacity_ steps, oldest first.
+  std::deque<std::pair<int64_t, std::vector<OpRecord>>> ops_;
   int64_t total_ = 0;
 };
 

@@ -96,7 +96,7 @@ grpc::ServerUnaryReactor* DiagnosticsService::ExportTrace(grpc::CallbackServerCo
   if (!ParseOrFinish(*raw, &request, reactor)) return reactor;
   Engine* engine = EngineOrFinish(*state_, reactor);
   if (engine == nullptr) return reactor;
-  absl::StatusOr<size_t> n = ResolveTraceSteps(request.max_steps(), engine->steps().capacity());
+  absl::StatusOr<size_t> n = ResolveTraceSteps(request.max_steps(), engine->steps().ops_capacity());
   if (!n.ok()) {
     reactor->Finish(ToGrpcStatus(n.status()));
     return reactor;

@@ -46,6 +46,9 @@ ABSL_FLAG(int, kv_cache_mb, 0,
 ABSL_FLAG(bool, cuda_graphs, false, "Replay CUDA graphs for decode steps (CUDA backend only)");
 ABSL_FLAG(int, max_queued_requests, 1024,
           "Waiting requests beyond which Generate returns RESOURCE_EXHAUSTED (0: unbounded)");
+ABSL_FLAG(int, step_history_mb, 64,
+          "Memory for the step records diagnostics windows read (about 0.4 kB a step; 64 MiB: "
+          "about 170k steps, minutes at any step rate); in [0, 16384]");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "On SIGINT/SIGTERM, how long in-flight streams may run before ending with UNAVAILABLE");
 ABSL_FLAG(uint64_t, seed, 1234, "Seed of the built-in presets' random weights");
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
   config.engine.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   config.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   config.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  config.step_history_mb = absl::GetFlag(FLAGS_step_history_mb);
   config.engine.weight_seed = absl::GetFlag(FLAGS_seed);
   config.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   config.calibration = absl::GetFlag(FLAGS_calibration);

@@ -129,7 +129,9 @@ absl::Status ServerApp::LoadEngine() {
                          config_.skip_tokenizer_init ? "--skip_tokenizer_init"
                                                      : "the checkpoint has no tokenizer.json",
                          "): prompts are token ids only"));
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config_.engine);
+  EngineConfig engine_config = config_.engine;
+  engine_config.step_history_bytes = static_cast<size_t>(config_.step_history_mb) << 20;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(engine_config);
   if (!engine.ok()) return engine.status();
   engine_ = std::move(*engine);
   if (absl::Status s = diag_->InitCalibration(engine_.get(), config_); !s.ok()) return s;

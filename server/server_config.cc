@@ -104,6 +104,10 @@ absl::Status ServerConfig::Validate() const {
         "--max_model_len: must be >= 0 (0: the model's context, at most 4096), got %d",
         engine.max_model_len));
   }
+  if (step_history_mb < 0 || step_history_mb > 16384) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--step_history_mb: must be in [0, 16384], got %d", step_history_mb));
+  }
   if (engine.max_queued_requests < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max_queued_requests: must be >= 0 (0: unbounded), got %d", engine.max_queued_requests));

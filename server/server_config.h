@@ -27,6 +27,8 @@ struct ServerConfig {
   // budget in ms (0: none; plans then rely on the window's own step shapes). --calibration=
   // quick uses an eighth of it.
   double probe_steps_ms = kDefaultProbeBudgetMs;
+  // Memory for the step records diagnostics windows read (EngineConfig::step_history_bytes).
+  int step_history_mb = 64;
   // Prometheus text endpoint: 0 off; -1 any free port (logged; tests); else the port. It
   // binds the host of `listen` (127.0.0.1 for unix: addresses).
   int metrics_port = 0;

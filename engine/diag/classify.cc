@@ -277,7 +277,8 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
         ctx.widened_from_s, th.min_window_steps, p.window_s);
   } else if (ctx.truncated_from_s > 0) {
     v.window_note = absl::StrFormat(
-        "covers the last %.1f s of the %.1f s asked: the step ring holds the last %zu steps",
+        "covers the last %.1f s of the %.1f s asked: the step history holds the last %zu steps "
+        "(--step_history_mb sets its memory)",
         p.window_s, ctx.truncated_from_s, ctx.ring_steps);
   } else if (ctx.step_in_flight && p.edge_busy_us > 0.05 * p.window_s * 1e6) {
     v.window_note = absl::StrFormat(
