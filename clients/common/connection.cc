@@ -247,6 +247,20 @@ absl::Status Connection::SetCudaGraphs(bool on, double timeout_s) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::EngineOptions> Connection::UpdateOptions(
+    const v1::UpdateEngineOptionsRequest& req, double timeout_s) const {
+  v1::EngineOptions now;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(timeout_s));
+    v1::UpdateEngineOptionsResponse resp;
+    grpc::Status s = target_stubs_[i]->UpdateEngineOptions(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpc(s, absl::StrCat("--target ", targets_[i].target));
+    now = resp.options();
+  }
+  return now;
+}
+
 absl::StatusOr<std::vector<v1::ServerInfo>> Connection::FetchInfos(double timeout_s) const {
   std::vector<v1::ServerInfo> out;
   for (size_t i = 0; i < targets_.size(); ++i) {

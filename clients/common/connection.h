@@ -50,6 +50,9 @@ class Connection {
   // Sets the CUDA-graphs option on every target. FAILED_PRECONDITION (a backend without
   // graphs) comes back with the target and the server's reason.
   absl::Status SetCudaGraphs(bool on, double timeout_s) const;
+  // Sends `req` to every target; the options the last one reports in force.
+  absl::StatusOr<v1::EngineOptions> UpdateOptions(const v1::UpdateEngineOptionsRequest& req,
+                                                  double timeout_s) const;
   // Current options of every target (GetServerInfo), refreshing targets()' infos is not done.
   absl::StatusOr<std::vector<v1::ServerInfo>> FetchInfos(double timeout_s) const;
 

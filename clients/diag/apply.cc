@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "clients/common/plan_options.h"
 #include "clients/diag/commands.h"
 #include "nlohmann/json.hpp"
 #include "proto/render/report_json.h"
@@ -23,28 +23,6 @@ namespace {
 using nlohmann::json;
 
 json Parsed(const google::protobuf::Message& m) { return json::parse(ProtoJson(m, false)); }
-
-// The fields of the action's options that differ from those in force; "" when none do.
-std::string BuildRequest(const v1::PlanAction& a, const v1::EngineOptions& now,
-                         v1::UpdateEngineOptionsRequest* req) {
-  std::vector<std::string> parts;
-  if (a.max_num_seqs() > 0 && a.max_num_seqs() != now.max_num_seqs()) {
-    req->set_max_num_seqs(a.max_num_seqs());
-    parts.push_back(absl::StrCat("max_num_seqs ", now.max_num_seqs(), " -> ", a.max_num_seqs()));
-  }
-  if (a.max_num_batched_tokens() > 0 &&
-      a.max_num_batched_tokens() != now.max_num_batched_tokens()) {
-    req->set_max_num_batched_tokens(a.max_num_batched_tokens());
-    parts.push_back(absl::StrCat("max_num_batched_tokens ", now.max_num_batched_tokens(), " -> ",
-                                 a.max_num_batched_tokens()));
-  }
-  if (a.cuda_graphs() != now.cuda_graphs()) {
-    req->set_cuda_graphs(a.cuda_graphs());
-    parts.push_back(absl::StrCat("cuda_graphs ", now.cuda_graphs() ? "on" : "off", " -> ",
-                                 a.cuda_graphs() ? "on" : "off"));
-  }
-  return absl::StrJoin(parts, ", ");
-}
 
 void Sleep(double seconds, const std::atomic<bool>* interrupt) {
   const auto end = std::chrono::steady_clock::now() +
@@ -92,7 +70,7 @@ int RunApply(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::
   }
 
   v1::UpdateEngineOptionsRequest req;
-  const std::string change = BuildRequest(a, c.info().options(), &req);
+  const std::string change = PlanOptionsRequest(a, c.info().options(), &req);
   j["request"] = Parsed(req);
   if (change.empty()) {
     return done(absl::StrCat("top action: ", ActionLine(a),

@@ -166,6 +166,11 @@ absl::Status LoadConfig::Validate() const {
     return Bad("--compare",
                "cuda_graphs switches graphs over Saturn's gRPC API: leave --api at grpc");
   }
+  if (follow_plan && (open_loop() || !compare.empty() || openai())) {
+    return Bad("--follow_plan",
+               "follows a plan in the closed loop over Saturn's gRPC API: not with --request_rate, "
+               "--compare or --api openai");
+  }
   if (!(connect_timeout_s > 0)) {
     return Bad("--connect_timeout", absl::StrCat("must be > 0, got ", connect_timeout_s, " s"));
   }

@@ -47,6 +47,9 @@ struct LoadConfig {
   double slo_ttft_ms = 0;  // 0: none
   double slo_tpot_ms = 0;  // 0: none
   std::string compare;     // "", "cuda_graphs" or "api"
+  // After each phase, follow the server's top plan action once (plan_follow.h): apply its
+  // options or its client concurrency, run the phase again, and compare with the prediction.
+  bool follow_plan = false;
   double connect_timeout_s = 10;
   double request_timeout_s = 600;
   int64_t max_errors = 100;  // 0: never stop early for errors

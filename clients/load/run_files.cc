@@ -47,12 +47,29 @@ json SettingsJson(const LoadConfig& c) {
           {"slo_ttft_ms", c.slo_ttft_ms},
           {"slo_tpot_ms", c.slo_tpot_ms},
           {"compare", c.compare},
+          {"follow_plan", c.follow_plan},
           {"connect_timeout_s", c.connect_timeout_s},
           {"request_timeout_s", c.request_timeout_s},
           {"max_errors", c.max_errors},
           {"percentile_method", "linear interpolation between closest ranks (numpy default)"},
           {"warmup_rule",
            "requests sent before the warmup_requests-th completion are run but not measured"}};
+}
+
+// --follow_plan's comparison (null on a phase that followed nothing).
+json FollowedJson(const PhaseReport& p) {
+  if (!p.followed.has_value()) return json();
+  const FollowedPlan& f = *p.followed;
+  return {{"action", f.action},
+          {"kind", f.kind},
+          {"options_sent", f.change},
+          {"metric", f.metric},
+          {"predicted", f.predicted},
+          {"measured", f.measured},
+          {"error", f.error},
+          {"error_percent", 100 * f.error},
+          {"expected_error", f.expected_error},
+          {"note", f.note}};
 }
 
 json PhaseJson(const PhaseReport& p) {
@@ -135,6 +152,8 @@ json PhaseJson(const PhaseReport& p) {
       {"server_windows", windows},
       {"diagnosis", diagnoses},
       {"diagnosis_note", p.diagnosis_note},
+      {"follow_note", p.follow_note},
+      {"followed_plan", FollowedJson(p)},
       {"requests", requests},
   };
 }

@@ -38,6 +38,27 @@ void Diagnosis(const SessionResult& res, const PhaseReport& p, std::string* out)
   }
 }
 
+// --follow_plan: under a follow-up phase, the prediction against what it measured; under the
+// phase before it, why its plan was not followed.
+void FollowLine(const PhaseReport& p, std::string* out) {
+  if (!p.follow_note.empty()) absl::StrAppend(out, "  plan         ", p.follow_note, "\n");
+  if (!p.followed.has_value()) return;
+  const FollowedPlan& f = *p.followed;
+  const char* unit = f.metric == "output_tokens_per_s" ? "output tok/s" : "decode tok/s";
+  const bool client = f.kind == "raise_client_concurrency";
+  absl::StrAppend(out, "  plan         followed the previous phase's top action (",
+                  client ? "more clients" : "", client && !f.change.empty() ? " and " : "",
+                  f.change.empty() ? "" : "options sent", "): predicted ", F(f.predicted), " ",
+                  unit);
+  if (f.measured > 0) {
+    absl::StrAppend(out, ", the server measured ", F(f.measured),
+                    absl::StrFormat(" over the phase (%+.1f%%, expected within %.0f%%)",
+                                    100 * f.error, 100 * f.expected_error));
+  }
+  if (!f.note.empty()) absl::StrAppend(out, "; ", f.note);
+  absl::StrAppend(out, "\n");
+}
+
 // One line per phase of a graphs comparison: verdict and top action.
 std::string DiagnosisLine(const PhaseReport& p) {
   if (p.diagnoses.empty()) return absl::StrCat("not available: ", p.diagnosis_note);
@@ -105,6 +126,7 @@ void Block(const SessionResult& res, const PhaseReport& p, std::string* out) {
   row("E2E", m.e2e_ms);
   row("queue (server)", m.queue_ms);
   Diagnosis(res, p, out);
+  FollowLine(p, out);
 }
 
 void Sweep(const SessionResult& res, std::string* out) {

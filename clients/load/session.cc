@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "clients/load/plan_follow.h"
 #include "clients/load/session_targets.h"
 
 namespace saturn::clients {
@@ -188,19 +189,140 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
     for (int c : config.concurrency) points.push_back({false, c, 0});
   }
 
+  // One phase at `pt` (its concurrency may be overridden) through variant `v`.
+  auto run_phase = [&](const Point& pt, const Variant& v, int concurrency,
+                       const std::string& suffix) {
+    PhaseReport rep;
+    rep.open_loop = pt.open;
+    rep.concurrency = concurrency;
+    rep.request_rate = pt.rate;
+    rep.cuda_graphs = v.graphs;
+    rep.api = v.transport->api();
+    rep.target = v.transport->target();
+    rep.label = absl::StrCat(
+        pt.open ? absl::StrCat("rate=", RateText(pt.rate)) : absl::StrCat("c=", concurrency),
+        v.suffix, suffix);
+    if (observer.phase_started) observer.phase_started(rep);
+
+    PhaseSettings ps;
+    ps.open_loop = pt.open;
+    ps.concurrency = concurrency;
+    ps.request_rate = pt.rate;
+    ps.num_requests = config.num_requests;
+    ps.duration_s = config.duration_s;
+    ps.min_measure_s = config.min_measure_s;
+    ps.warmup_requests = EffectiveWarmup(config, concurrency, config.num_requests);
+    ps.request_timeout_s = config.request_timeout_s;
+    ps.max_errors = config.max_errors;
+    ps.seed = config.seed;
+    ps.temperature = static_cast<float>(config.temperature);
+    ps.ignore_eos = config.ignore_eos;
+    ps.label = rep.label;
+    ProgressFn progress;
+    if (observer.progress) {
+      progress = [&observer, &rep](const Progress& p) { observer.progress(rep, p); };
+    }
+    rep.outcome = RunPhase(*v.transport, **workload, ps, progress, interrupt);
+
+    MetricsOptions mo;
+    rep.warmup_requests =
+        EffectiveWarmup(config, concurrency, static_cast<int64_t>(rep.outcome.records.size()));
+    mo.warmup_requests = rep.warmup_requests;
+    mo.slo_ttft_ms = config.slo_ttft_ms;
+    mo.slo_tpot_ms = config.slo_tpot_ms;
+    rep.metrics = ComputeMetrics(rep.outcome.records, mo);
+    if (targets.saturn == nullptr) {
+      rep.diagnosis_note = res.diagnosis_skipped;
+    } else {
+      rep.windows = rep.api == "grpc"
+                        ? ServerWindows(*targets.saturn, rep.outcome.records, rep.metrics)
+                        : RecentWindows(*targets.saturn, rep);
+      for (const ServerWindow& w : rep.windows) {
+        absl::StatusOr<std::string> d = FetchDiagnosis(*targets.saturn, w, kControlTimeoutS);
+        if (d.ok()) {
+          rep.diagnoses.push_back(*d);
+        } else if (rep.diagnosis_note.empty()) {
+          rep.diagnosis_note = std::string(d.status().message());
+        }
+      }
+      if (rep.windows.empty()) rep.diagnosis_note = "no measured requests, so no window";
+    }
+    return rep;
+  };
+  // Keeps a finished phase; false when the run must stop (interrupted, stopped early).
+  auto keep = [&](PhaseReport rep) {
+    if (observer.phase_finished) observer.phase_finished(rep);
+    const std::string stop = rep.outcome.stop_reason;
+    const bool interrupted = rep.outcome.interrupted;
+    res.phases.push_back(std::move(rep));
+    if (interrupted) {
+      res.error = "interrupted; the figures cover what was measured until then";
+      res.exit_code = 130;
+      return false;
+    }
+    if (!stop.empty()) {
+      res.error = absl::StrCat("stopped early in phase ", res.phases.back().label, ": ", stop);
+      res.exit_code = 1;
+      return false;
+    }
+    return true;
+  };
+
+  // --follow_plan: the last phase's top action, followed once (plan_follow.h). False when the
+  // run must stop.
+  auto follow = [&](const Point& pt, const Variant& v) {
+    PhaseReport& last = res.phases.back();
+    if (targets.saturn == nullptr || last.diagnoses.empty()) {
+      last.follow_note = "not followed: the phase has no diagnosis";
+      return true;
+    }
+    absl::StatusOr<v1::DiagnosticsReport> before_report = ParseDiagnosis(last.diagnoses[0]);
+    absl::StatusOr<std::vector<v1::ServerInfo>> infos =
+        targets.saturn->FetchInfos(kControlTimeoutS);
+    if (!before_report.ok() || !infos.ok()) {
+      last.follow_note =
+          absl::StrCat("not followed: ",
+                       (!before_report.ok() ? before_report.status() : infos.status()).message());
+      return true;
+    }
+    const v1::EngineOptions before = (*infos)[0].options();
+    std::string why;
+    const std::optional<FollowStep> step =
+        NextFollowStep(*before_report, pt.concurrency, before, &why);
+    if (!step.has_value()) {
+      last.follow_note = why;
+      return true;
+    }
+    if (!step->change.empty()) {
+      absl::StatusOr<v1::EngineOptions> applied =
+          targets.saturn->UpdateOptions(step->request, kControlTimeoutS);
+      if (!applied.ok()) {
+        last.follow_note =
+            absl::StrCat("not followed: UpdateEngineOptions failed: ", applied.status().message());
+        return true;
+      }
+    }
+    PhaseReport f = run_phase(pt, v, step->concurrency, " plan");
+    std::optional<v1::DiagnosticsReport> after;
+    if (!f.diagnoses.empty()) {
+      if (absl::StatusOr<v1::DiagnosticsReport> a = ParseDiagnosis(f.diagnoses[0]); a.ok()) {
+        after = *std::move(a);
+      }
+    }
+    f.followed = CompareFollowed(*step, after.has_value() ? &*after : nullptr);
+    if (!step->change.empty()) {  // the next sweep point starts from the user's options
+      absl::StatusOr<v1::EngineOptions> back =
+          targets.saturn->UpdateOptions(RestoreRequest(*step, before), kControlTimeoutS);
+      if (!back.ok()) {
+        f.followed->note = absl::StrCat("could not restore the options: ", back.status().message());
+      }
+    }
+    return keep(std::move(f));
+  };
+
   for (const Point& pt : points) {
     for (const Variant& v : Variants(config, targets)) {
       if (interrupt != nullptr && interrupt->load()) break;
-      PhaseReport rep;
-      rep.open_loop = pt.open;
-      rep.concurrency = pt.concurrency;
-      rep.request_rate = pt.rate;
-      rep.cuda_graphs = v.graphs;
-      rep.api = v.transport->api();
-      rep.target = v.transport->target();
-      rep.label = absl::StrCat(
-          pt.open ? absl::StrCat("rate=", RateText(pt.rate)) : absl::StrCat("c=", pt.concurrency),
-          v.suffix);
       if (v.graphs >= 0) {
         if (absl::Status s = targets.saturn->SetCudaGraphs(v.graphs == 1, kControlTimeoutS);
             !s.ok()) {
@@ -209,64 +331,9 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
           break;
         }
       }
-      if (observer.phase_started) observer.phase_started(rep);
-
-      PhaseSettings ps;
-      ps.open_loop = pt.open;
-      ps.concurrency = pt.concurrency;
-      ps.request_rate = pt.rate;
-      ps.num_requests = config.num_requests;
-      ps.duration_s = config.duration_s;
-      ps.min_measure_s = config.min_measure_s;
-      ps.warmup_requests = EffectiveWarmup(config, pt.concurrency, config.num_requests);
-      ps.request_timeout_s = config.request_timeout_s;
-      ps.max_errors = config.max_errors;
-      ps.seed = config.seed;
-      ps.temperature = static_cast<float>(config.temperature);
-      ps.ignore_eos = config.ignore_eos;
-      ps.label = rep.label;
-      ProgressFn progress;
-      if (observer.progress) {
-        progress = [&observer, &rep](const Progress& p) { observer.progress(rep, p); };
-      }
-      rep.outcome = RunPhase(*v.transport, **workload, ps, progress, interrupt);
-
-      MetricsOptions mo;
-      rep.warmup_requests =
-          EffectiveWarmup(config, pt.concurrency, static_cast<int64_t>(rep.outcome.records.size()));
-      mo.warmup_requests = rep.warmup_requests;
-      mo.slo_ttft_ms = config.slo_ttft_ms;
-      mo.slo_tpot_ms = config.slo_tpot_ms;
-      rep.metrics = ComputeMetrics(rep.outcome.records, mo);
-      if (targets.saturn == nullptr) {
-        rep.diagnosis_note = res.diagnosis_skipped;
-      } else {
-        rep.windows = rep.api == "grpc"
-                          ? ServerWindows(*targets.saturn, rep.outcome.records, rep.metrics)
-                          : RecentWindows(*targets.saturn, rep);
-        for (const ServerWindow& w : rep.windows) {
-          absl::StatusOr<std::string> d = FetchDiagnosis(*targets.saturn, w, kControlTimeoutS);
-          if (d.ok()) {
-            rep.diagnoses.push_back(*d);
-          } else if (rep.diagnosis_note.empty()) {
-            rep.diagnosis_note = std::string(d.status().message());
-          }
-        }
-        if (rep.windows.empty()) rep.diagnosis_note = "no measured requests, so no window";
-      }
-      if (observer.phase_finished) observer.phase_finished(rep);
-      const std::string stop = rep.outcome.stop_reason;
-      const bool interrupted = rep.outcome.interrupted;
-      res.phases.push_back(std::move(rep));
-      if (interrupted) {
-        res.error = "interrupted; the figures cover what was measured until then";
-        res.exit_code = 130;
-        break;
-      }
-      if (!stop.empty()) {
-        res.error = absl::StrCat("stopped early in phase ", res.phases.back().label, ": ", stop);
-        res.exit_code = 1;
-        break;
+      if (!keep(run_phase(pt, v, pt.concurrency, ""))) break;
+      if (config.follow_plan && !(interrupt != nullptr && interrupt->load())) {
+        if (!follow(pt, v)) break;
       }
     }
     if (res.exit_code != 0) break;

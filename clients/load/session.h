@@ -1,7 +1,8 @@
 // A whole saturn-load run: connect (session_targets.h), build the workload, run one phase per
 // sweep point (and, with --compare=cuda_graphs, each point twice: graphs off, then on; with
 // --compare=api, each point over gRPC, then over the OpenAI HTTP front, same workload and
-// seeds), compute each phase's figures, ask for the server's diagnosis of each phase's window
+// seeds; with --follow_plan, each point's top plan action applied and the point run again),
+// compute each phase's figures, ask for the server's diagnosis of each phase's window
 // (skipped, with one line saying why, for --api openai without --diag_target), and decide the
 // exit code. Printing and files are run_table.h's job; this file never writes to stdout or
 // files.
@@ -14,12 +15,14 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "clients/common/stats.h"
 #include "clients/load/config.h"
 #include "clients/load/diagnosis.h"
+#include "clients/load/plan_follow.h"
 #include "clients/load/runner.h"
 
 namespace saturn::clients {
@@ -38,6 +41,10 @@ struct PhaseReport {
   std::vector<ServerWindow> windows;   // one per server that served measured requests
   std::vector<std::string> diagnoses;  // JSON text per window, when available
   std::string diagnosis_note;          // why there is none
+  // --follow_plan: on a phase run to follow the previous one's top action, the prediction
+  // against what it measured; on the previous one, why it was not followed ("": it was).
+  std::optional<FollowedPlan> followed;
+  std::string follow_note;
 };
 
 // An OpenAI-compatible server the run drove.

@@ -5,6 +5,7 @@
 //   saturn-load --target 127.0.0.1:50051 --concurrency 1,4,16 --num_requests 64
 //   saturn-load --request_rate 2 --duration 60 --slo_ttft_ms 200 --json out.json
 //   saturn-load --concurrency 8 --num_requests 200 --compare cuda_graphs
+//   saturn-load --concurrency 1 --duration 10 --follow_plan
 //   saturn-load --target host:50051 --tls_ca ca.pem --auth_token_file token
 //   saturn-load --api openai --target http://127.0.0.1:8000 --concurrency 1,16   (vLLM, llama.cpp)
 //   saturn-load --target 127.0.0.1:50051 --compare api --openai_target http://127.0.0.1:8080
@@ -71,6 +72,10 @@ ABSL_FLAG(std::string, compare, "",
           "cuda_graphs: run each phase with CUDA graphs off, then on, and compare; api: run each "
           "phase through --target's gRPC, then through --openai_target's HTTP front (same "
           "workload and seeds) and give the HTTP/gRPC ratios of TPOT p50 and output tok/s");
+ABSL_FLAG(bool, follow_plan, false,
+          "After each phase, follow the server's top plan action once: apply its engine options "
+          "(UpdateEngineOptions) or its client concurrency, run the phase again, print predicted "
+          "vs measured, then restore the options (closed loop, gRPC)");
 ABSL_FLAG(double, connect_timeout, 10, "Seconds to wait for each target to be up and ready");
 ABSL_FLAG(double, request_timeout, 600, "Deadline of each request, seconds");
 ABSL_FLAG(int64_t, max_errors, 100, "Stop sending after this many failed requests (0: never)");
@@ -133,6 +138,7 @@ int Run() {
   c.slo_ttft_ms = absl::GetFlag(FLAGS_slo_ttft_ms);
   c.slo_tpot_ms = absl::GetFlag(FLAGS_slo_tpot_ms);
   c.compare = absl::GetFlag(FLAGS_compare);
+  c.follow_plan = absl::GetFlag(FLAGS_follow_plan);
   c.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
   c.request_timeout_s = absl::GetFlag(FLAGS_request_timeout);
   c.max_errors = absl::GetFlag(FLAGS_max_errors);

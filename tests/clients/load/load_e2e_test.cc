@@ -138,6 +138,51 @@ TEST_F(LoadE2eTest, JsonHoldsEveryFigureTheTableShows) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;  // header + 2 phases
 }
 
+// --follow_plan: the top action of the phase's diagnosis is followed once (a tiny server at
+// one client is waiting for requests: more clients), the follow-up phase carries the
+// prediction beside the server's measurement, and the server's options are as before.
+TEST_F(LoadE2eTest, FollowPlanRunsTheTopActionOnceAndRestoresTheOptions) {
+  absl::StatusOr<std::unique_ptr<Connection>> conn = Connection::Connect({server_->address}, 10);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  auto infos = (*conn)->FetchInfos(10);
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  const v1::EngineOptions start = (*infos)[0].options();
+
+  LoadConfig c = Config();
+  c.concurrency = {1};
+  c.num_requests = 24;
+  c.follow_plan = true;
+  const SessionResult res = RunSession(c, SessionObserver(), nullptr);
+  ASSERT_EQ(res.exit_code, 0) << res.error;
+  ExpectAccounted(res);
+  ASSERT_FALSE(res.phases.empty());
+  const std::string table = FormatTable(res);
+  if (res.phases.size() == 1) {  // nothing to follow on this machine now: it says why
+    EXPECT_FALSE(res.phases[0].follow_note.empty());
+    EXPECT_NE(table.find("  plan         " + res.phases[0].follow_note), std::string::npos);
+  } else {
+    ASSERT_EQ(res.phases.size(), 2u);
+    const PhaseReport& f = res.phases[1];
+    EXPECT_NE(f.label.find(" plan"), std::string::npos) << f.label;
+    ASSERT_TRUE(f.followed.has_value());
+    EXPECT_FALSE(f.followed->action.empty());
+    EXPECT_GT(f.followed->predicted, 0);
+    EXPECT_GT(f.followed->measured, 0) << f.followed->note;
+    EXPECT_NEAR(f.followed->error, f.followed->predicted / f.followed->measured - 1, 1e-9);
+    if (f.followed->kind == "raise_client_concurrency") EXPECT_GT(f.concurrency, 1);
+    EXPECT_NE(table.find("followed the previous phase's top action"), std::string::npos) << table;
+  }
+  infos = (*conn)->FetchInfos(10);
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  EXPECT_EQ((*infos)[0].options().max_num_seqs(), start.max_num_seqs());
+  EXPECT_EQ((*infos)[0].options().max_num_batched_tokens(), start.max_num_batched_tokens());
+  EXPECT_EQ((*infos)[0].options().cuda_graphs(), start.cuda_graphs());
+
+  // Not with a comparison or the open loop.
+  c.compare = "cuda_graphs";
+  EXPECT_NE(c.Validate().message().find("--follow_plan"), std::string::npos);
+}
+
 TEST_F(LoadE2eTest, CompareCudaGraphsOnCpuSaysSoAndFails) {
   const ToolRun r = RunLoad("--target=" + server_->address +
                             " --concurrency=2 --num_requests=4 --compare=cuda_graphs");
