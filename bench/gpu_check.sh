@@ -13,7 +13,8 @@
 #   serve pass (--pass=serve, <= 300 s; needs a bundle made with bench/gpu_bundle.sh --serve):
 #     saturn-server on the CUDA backend under saturn-load --compare cuda_graphs (small at
 #     c=1,8,64, then 1b at c=1,64), each server's saturn-diag report (text and JSON) and info,
-#     and a recording of its last 3 s (saturn-diag record, gzipped),
+#     a recording of its last 3 s (saturn-diag record, gzipped), its top plan action at c=1
+#     followed once (saturn-load --follow_plan: predicted vs measured), all in serve-files.tar.gz,
 #     with nvidia-smi sampled every 250 ms all along (smi.csv beside the results), so the
 #     report's verdicts, the graphs prediction against the measured gain and the NVML figure
 #     against nvidia-smi's can be read off one call.
@@ -310,6 +311,15 @@ serve_model() { # MODEL CONCURRENCY COMPARE_LIMIT_S
     "'$BIN/saturn-diag' record --target $t --window 3 -o '$WORK/$model-recording.json' \
        > '$WORK/$model-record.txt' && gzip -c '$WORK/$model-recording.json' \
        > '$RESULTS/$model-recording.json.gz'"
+  # The plan followed once at c=1 (graphs as the server started: off): the top action's
+  # prediction, often "enable CUDA graphs", beside what the server then measured.
+  stage "serve:$model-follow" 40 "$WORK/$model-follow-summary.json" sh -c \
+    "'$BIN/saturn-load' --target $t --concurrency 1 --follow_plan --min_measure_s 4 \
+       --input_len 64 --output_len 64 --progress=false --json '$WORK/$model-follow.json' \
+       > '$RESULTS/$model-follow.txt' && python3 -c 'import json,sys; j=json.load(open(sys.argv[1]));
+print(json.dumps([{\"label\": p[\"label\"], \"follow_note\": p[\"follow_note\"],
+  \"followed_plan\": p[\"followed_plan\"]} for p in j[\"phases\"]]))' '$WORK/$model-follow.json' \
+       > '$WORK/$model-follow-summary.json'"
   [ "$DRY_RUN" = 1 ] || cp "$WORK/$model-compare.json" "$RESULTS/" 2>/dev/null
   stop_server
 }
@@ -331,6 +341,11 @@ run_serve() {
   serve_model small 1,8,64 130
   serve_model 1b 1,64 100
   [ -n "$smi" ] && kill "$smi" 2>/dev/null
+  # At most 8 files come back from a device call: everything but gpu_check.* in one archive.
+  if [ "$DRY_RUN" = 0 ]; then
+    (cd "$RESULTS" && files=$(ls | grep -v '^gpu_check\.') && [ -n "$files" ] &&
+      tar -czf serve-files.tar.gz $files && rm -f $files)
+  fi
   return 0
 }
 if [ "$LDD_OK" = 1 ] || [ "$DRY_RUN" = 1 ]; then
