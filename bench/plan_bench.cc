@@ -277,7 +277,6 @@ int Main() {
       16;
   cfg.max_num_seqs_limit = 64;
   cfg.options.max_num_seqs = start;
-  cfg.step_ring_capacity = 1 << 15;
   std::cerr << "loading " << cfg.model << " ...\n";
   auto engine_or = Engine::Create(cfg);
   if (!engine_or.ok()) {

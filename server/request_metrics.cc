@@ -122,8 +122,9 @@ void RequestMetrics::ObserveSteps(const StepRing& ring) {
     std::lock_guard<std::mutex> lock(mu_);
     since = last_step_end_us_;
   }
-  // Since() selects by start; a step starting before `since` ended before it too.
-  std::vector<StepRecord> steps = ring.Since(since);
+  // Selected by start: a step starting before `since` ended before it too. Counts only: no
+  // per-op records.
+  std::vector<StepRecord> steps = ring.WindowFrom(since, 0);
   std::lock_guard<std::mutex> lock(mu_);
   for (const StepRecord& r : steps) {
     if (r.end_us <= last_step_end_us_) continue;
