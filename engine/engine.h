@@ -47,7 +47,7 @@ struct EngineConfig {
   int max_num_seqs_limit = 256;  // upper bounds UpdateOptions may raise to
   int max_num_batched_tokens_limit = 8192;
   std::vector<int> cuda_graph_sizes;  // empty: 1, 2, 4, 8, then steps of 8 to the limit
-  size_t step_ring_capacity = 4096;  // newest steps that keep their per-op records (traces)
+  size_t step_ring_capacity = 4096;   // newest steps that keep their per-op records (traces)
   // Memory for older steps' records (about 0.4 kB each, per-op records dropped), so a
   // diagnostics window reaches back minutes at any step rate: 64 MiB holds about 170k steps.
   size_t step_history_bytes = size_t{64} << 20;

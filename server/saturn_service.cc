@@ -93,7 +93,8 @@ grpc::ServerUnaryReactor* SaturnService::UpdateEngineOptions(grpc::CallbackServe
             engine->UpdateOptions(MergeOptions(before, request));
         // In force from the step boundary UpdateOptions waited for: a plan action it matches
         // is tracked from here.
-        if (applied.ok() && diag_ != nullptr) diag_->session().OnOptionsApplied(before, *applied, NowUs());
+        if (applied.ok() && diag_ != nullptr)
+          diag_->session().OnOptionsApplied(before, *applied, NowUs());
         if (applied.ok()) {
           v1::UpdateEngineOptionsResponse reply;
           ToProto(*applied, reply.mutable_options());
@@ -102,7 +103,8 @@ grpc::ServerUnaryReactor* SaturnService::UpdateEngineOptions(grpc::CallbackServe
         reactor->Finish(ToGrpcStatus(applied.status()));
         // Then measure the step shapes the new options opened (the caller has its answer;
         // serving pauses for the probe as at start-up).
-        if (applied.ok() && diag_ != nullptr) diag_->session().ReprobeAfterOptions(engine, before, *applied);
+        if (applied.ok() && diag_ != nullptr)
+          diag_->session().ReprobeAfterOptions(engine, before, *applied);
         state_->EndCall(t);
       },
       [this, reactor, t] {
