@@ -299,8 +299,8 @@ class Backend {
 // kv_cache_dtype is the KV cache's: "auto" (the weights'), or "f32" / "bf16" (the CPU
 // backend; the CUDA backend accepts only its own). batch_invariant: "auto" (on for the CPU
 // backend, off for CUDA), "on" or "off"; on, a request's tokens and logprobs do not depend on
-// what else shares its steps (CpuBackendOptions::batch_invariant); the CUDA backend has no
-// batch-invariant kernels yet and refuses "on".
+// what else shares its steps (CpuBackendOptions::batch_invariant; on CUDA, "on" takes
+// fixed-order GEMM and attention kernels, CreateCudaBackend).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads = 0,
                                                        const std::string& dtype = "auto",
                                                        const std::string& kv_cache_dtype = "auto",

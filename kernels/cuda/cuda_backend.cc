@@ -55,7 +55,8 @@ absl::Status RefuseDuringCapture(bool capturing, const char* what) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const cudaDeviceProp& prop) : device_(device), prop_(prop) {}
+  CudaBackend(int device, const cudaDeviceProp& prop, bool batch_invariant)
+      : device_(device), prop_(prop), batch_invariant_(batch_invariant) {}
   ~CudaBackend() override;
   absl::Status Init();
 
@@ -146,6 +147,7 @@ class CudaBackend final : public Backend {
   }
   absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
     OpScope op(this, "gemm");
+    if (batch_invariant_) return gpu::GemmInvariant(stream_, x, w, out);
     return gpu::Gemm(cublas_, x, w, out);
   }
   absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
@@ -171,8 +173,11 @@ class CudaBackend final : public Backend {
   absl::Status DoAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                            const AttentionBatch& batch, const AttentionShape& shape,
                            const Tensor& out) override {
-    OpScope op(this, batch.max_query_len <= 1 ? "attention_decode" : "attention_prefill");
-    if (batch.max_query_len <= 1) {
+    // Batch-invariant: every row through the prefill kernel, whose per-row key order depends
+    // on the row's position alone; the decode kernel splits keys across warps differently.
+    const bool decode = batch.max_query_len <= 1 && !batch_invariant_;
+    OpScope op(this, decode ? "attention_decode" : "attention_prefill");
+    if (decode) {
       return gpu::AttentionDecode(stream_, q, k_cache, v_cache, batch, shape, out);
     }
     return gpu::AttentionPrefill(stream_, q, k_cache, v_cache, batch, shape, out);
@@ -234,6 +239,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   cudaDeviceProp prop_;
+  bool batch_invariant_ = false;  // gemm_invariant.cu and the prefill attention kernel only
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
@@ -559,7 +565,7 @@ SpecCeilings CudaBackend::spec_ceilings() const {
   return s;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, bool batch_invariant) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -579,7 +585,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
         absl::StrCat("CUDA device ", device, " (", prop.name, ") has compute capability ",
                      prop.major, ".", prop.minor, "; the CUDA backend needs 8.0 or newer (bf16)"));
   }
-  auto backend = std::make_unique<CudaBackend>(device, prop);
+  auto backend = std::make_unique<CudaBackend>(device, prop, batch_invariant);
   absl::Status s = backend->Init();
   if (!s.ok()) {
     return absl::FailedPreconditionError(

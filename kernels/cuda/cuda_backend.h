@@ -18,7 +18,10 @@ namespace saturn {
 
 // Fails cleanly (FAILED_PRECONDITION) when there is no driver, no device, or the device is
 // unusable (compute capability below 8.0: no bf16), INVALID_ARGUMENT for a bad index.
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
+// batch_invariant: GEMMs by gemm_invariant.cu and all attention by the prefill kernel, so a
+// row's result does not depend on what shares its step (slower; not yet verified on a GPU).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device,
+                                                           bool batch_invariant = false);
 
 // nvidia-smi's "GPU utilization" for a CUDA device index: the share of the last sample period
 // (1/6 s to 1 s) in which any kernel ran. Loads libnvidia-ml.so.1 at run time (dlopen) on

@@ -41,6 +41,9 @@ absl::Status Sample(cudaStream_t s, const Tensor& logits, const SamplingBatch& p
                     const Tensor& tokens);
 // out = x w^T through cuBLAS (handle already bound to the stream and a workspace).
 absl::Status Gemm(cublasHandle_t h, const Tensor& x, const Tensor& w, const Tensor& out);
+// The same with one warp per output in a fixed order: a row's result does not depend on M
+// (--batch_invariant=on; gemm_invariant.cu).
+absl::Status GemmInvariant(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
 
 // The kernel families, for the occupancy report (kernels/cuda/cuda_backend.h).
 enum class KernelFamily : int {
@@ -56,6 +59,7 @@ enum class KernelFamily : int {
   kAttentionDecode,
   kAttentionPrefill,
   kSample,
+  kGemmInvariant,
   kCount
 };
 const char* KernelFamilyName(KernelFamily f);
