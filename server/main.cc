@@ -30,8 +30,9 @@ ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "--kv-cache-dtype auto)");
 ABSL_FLAG(std::string, batch_invariant, "auto",
           "auto | on | off: on, a request's tokens and logprobs are bit-identical whatever else "
-          "runs beside it (auto: on for the CPU backend; the CUDA backend has no such kernels "
-          "yet); off lets the CPU pick the fastest GEMM path per batch size");
+          "runs beside it (auto: on for the CPU backend, off for CUDA, where on takes slower "
+          "fixed-order GEMM and attention kernels); off lets the CPU pick the fastest GEMM path "
+          "per batch size");
 ABSL_FLAG(int, max_num_seqs, 64, "Most sequences per engine step");
 ABSL_FLAG(int, max_num_batched_tokens, 2048, "Most tokens per engine step");
 ABSL_FLAG(int, max_num_seqs_limit, 0,
