@@ -37,8 +37,8 @@ absl::Status Launch(cudaStream_t s, const Tensor& x, const Tensor& w, const Tens
   const int64_t m = x.rows, n = w.rows, k = x.cols;
   const dim3 grid(static_cast<unsigned>((n + kWarps - 1) / kWarps),
                   static_cast<unsigned>(m < 65535 ? m : 65535));
-  GemmRowInvariantKernel<T, O><<<grid, kWarps * 32, 0, s>>>(x.as<T>(), w.as<T>(), out.as<O>(), m,
-                                                            n, k);
+  GemmRowInvariantKernel<T, O>
+      <<<grid, kWarps * 32, 0, s>>>(x.as<T>(), w.as<T>(), out.as<O>(), m, n, k);
   CUDA_CHECK_LAUNCH("GemmRowInvariantKernel");
   RecordLaunch(KernelFamily::kGemmInvariant,
                reinterpret_cast<const void*>(&GemmRowInvariantKernel<T, O>),
