@@ -317,6 +317,13 @@ int DiagFail(const DiagOptions& o, const absl::Status& s, std::ostream& err) {
 int RunDiagCommand(const DiagOptions& o, std::ostream& out, std::ostream& err,
                    const std::atomic<bool>* interrupt) {
   if (absl::Status s = o.Validate(); !s.ok()) return DiagFail(o, s, err);
+  if (o.command == "analyze") {  // no server: clients/offline/analyze.h RunAnalyze judges it
+    return DiagFail(o,
+                    absl::InvalidArgumentError(
+                        "analyze reads a recording, not a server: call RunAnalyze (saturn-diag "
+                        "analyze FILE does)"),
+                    err);
+  }
   absl::StatusOr<std::shared_ptr<const ChannelSecurity>> security =
       ChannelSecurity::Load(o.security);
   if (!security.ok()) return DiagFail(o, security.status(), err);
