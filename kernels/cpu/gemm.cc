@@ -25,9 +25,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/enum_table.h"
@@ -91,16 +93,38 @@ std::vector<SkinnyArgs> ArgsOfParts(const IsaKernels& kernels, const Tensor& x,
   return args;
 }
 
+// The skinny kernel's L2 tiles for many input rows (SkinnyArgs::panel_rows): a panel of input
+// rows in half of L2, a group of weight rows whose k chunk fills an eighth, both multiples of
+// 4; {0, 0} (the block order) where x fits the panel anyway. Measured on a 2-core Xeon
+// (2 MiB L2), f32, M = 512: k = 2048 7.2-7.5 ms against 9.2 unchunked and 10.9 in block
+// order (blocked 5.9); k = 768 7.3 ms against 8.8 in block order (blocked 6.4).
+std::pair<int64_t, int64_t> SkinnyTiles(int64_t m, int64_t k, int64_t x_bytes, int64_t w_bytes) {
+  static const int64_t l2 = [] {
+    const size_t b = CacheBytes(2);
+    return static_cast<int64_t>(b > 0 ? b : size_t{1} << 20);
+  }();
+  k = std::max<int64_t>(k, 1);
+  const int64_t panel = std::max<int64_t>(4, l2 / 2 / (k * x_bytes) / 4 * 4);
+  if (panel >= m) return {0, 0};
+  const int64_t chunk = std::min(k, kSkinnyChunk) * w_bytes;
+  return {panel, std::clamp<int64_t>(l2 / 8 / chunk / 4 * 4, 4, kSkinnyMaxGroupRows)};
+}
+
 void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
             const Tensor& w, absl::Span<const Part> parts, int prefetch_blocks,
             int64_t prefetch_bytes, bool one_chain) {
   auto kernel = w.dtype == DType::kF32 ? kernels.skinny_f32 : kernels.skinny_bf16;
-  if (UseBf16Dot(kernels, w)) kernel = SkinnyBf16Dot;
+  const bool dot = UseBf16Dot(kernels, w);
+  if (dot) kernel = SkinnyBf16Dot;
+  const auto [panel_rows, group_rows] =
+      SkinnyTiles(x.rows, x.cols, dot ? 2 : 4, static_cast<int64_t>(DTypeSize(w.dtype)));
   std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, w, parts);
   for (SkinnyArgs& a : args) {
     a.prefetch_blocks = prefetch_blocks;
     a.prefetch_bytes = prefetch_bytes;
     a.one_chain = one_chain;
+    a.panel_rows = panel_rows;
+    a.group_rows = group_rows;
   }
   // Chunks of whole 16-row groups (a multiple of every kernel's weight-row block); at
   // least ~64 KiB of f32 weights per chunk.

@@ -192,9 +192,31 @@ void MicroUpTo(int mr, const uint16_t* x, int64_t ldx, const uint16_t* wp, int64
 
 }  // namespace
 
+// Many input rows: L2 panels x weight groups of 4 x 4 tiles, as gemm_skinny.inc's Tiled.
+void Tiled(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
+  for (int64_t i0 = 0; i0 < a.m; i0 += a.panel_rows) {
+    const int64_t i1 = a.m - i0 < a.panel_rows ? a.m : i0 + a.panel_rows;
+    for (int64_t j0 = n_begin; j0 < n_end; j0 += a.group_rows) {
+      const int64_t j1 = n_end - j0 < a.group_rows ? n_end : j0 + a.group_rows;
+      int64_t i = i0;
+      for (; i + 4 <= i1; i += 4) {
+        int64_t j = j0;
+        for (; j + 4 <= j1; j += 4) Block<4, 4>(a, i, j);
+        for (; j < j1; ++j) Block<1, 4>(a, i, j);
+      }
+      for (; i < i1; ++i) {
+        int64_t j = j0;
+        for (; j + 4 <= j1; j += 4) Block<4, 1>(a, i, j);
+        for (; j < j1; ++j) Block<1, 1>(a, i, j);
+      }
+    }
+  }
+}
+
 void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   const int64_t m = a.m;
   if (m == 1) return Stream(a, n_begin, n_end);
+  if (a.panel_rows > 0) return Tiled(a, n_begin, n_end);
   int64_t j = n_begin;
   for (; j + 8 <= n_end; j += 8) {
     int64_t i = 0;

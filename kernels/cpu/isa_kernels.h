@@ -61,7 +61,14 @@ struct SkinnyArgs {
   // result does not depend on how many rows share the GEMM (batch invariance); off: four
   // chains, a little faster where the weights sit in cache.
   bool one_chain = false;
+  // M > 1 with more input rows than L2 holds: input rows in panels of panel_rows, weight rows
+  // in groups of group_rows (both sized by the caller to sit in L2 together), 4 x 4 tiles
+  // inside; each output is still one chain over k, so the bits are those of the block order
+  // (0: the block order, all input rows against each weight-row block).
+  int64_t panel_rows = 0, group_rows = 0;
 };
+// Tiled's k chunk (columns) and the most weight rows a group may hold (its carried chains).
+constexpr int64_t kSkinnyChunk = 1024, kSkinnyMaxGroupRows = 64;
 
 // The cache-blocked GEMM (gemm_blocked.inc): weight rows are packed kBlockedNc x kBlockedKc
 // at a time into kBlockedPanel-column panels; callers split n at multiples of kBlockedPanel

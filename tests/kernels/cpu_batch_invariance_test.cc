@@ -10,8 +10,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_planner.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/half_float.h"
 #include "tests/kernels/cpu_test_util.h"
 
 namespace saturn::testing {
@@ -69,6 +72,68 @@ TEST(CpuBatchInvarianceTest, EachRowsBitsDoNotDependOnTheBatch) {
         }
         EXPECT_TRUE(absl::StrContains(planner.Describe(), "every M=skinny (batch invariant)"))
             << planner.Describe();
+      }
+    }
+  }
+}
+
+// Many rows: the skinny kernel's L2 tiles (SkinnyArgs::panel_rows, k carried across chunks
+// past kSkinnyChunk) give each output the bits of the block order and of M = 1's one chain,
+// for every tile size, at every kernel level, f32 and bf16 weights (the vdpbf16ps kernel too
+// where the CPU has it), k with a tail, n with a tail, on a thread split that cuts groups.
+TEST(CpuBatchInvarianceTest, SkinnyTilesKeepEachOutputsChain) {
+  std::mt19937 rng(33);
+  const int m = 37, n = 45;
+  using Kernel = void (*)(const cpu::SkinnyArgs&, int64_t, int64_t);
+  for (cpu::Isa isa : SupportedIsas()) {
+    const cpu::IsaKernels& kernels = cpu::KernelsFor(isa);
+    std::vector<std::pair<std::string, Kernel>> variants = {{"f32", kernels.skinny_f32},
+                                                            {"bf16", kernels.skinny_bf16}};
+    if (isa == cpu::Isa::kAvx512 && cpu::DetectCpuFeatures().avx512_bf16) {
+      variants.push_back({"bf16 dot", cpu::SkinnyBf16Dot});
+    }
+    for (const auto& [name, kernel] : variants) {
+      for (int k : {129, 2 * int{cpu::kSkinnyChunk} + 35}) {
+        SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " ", name, " k ", k));
+        const bool bf16 = name != "f32";
+        std::vector<float> x = Random(rng, size_t{m} * k), wf = Random(rng, size_t{n} * k);
+        std::vector<uint16_t> wb(wf.size()), xb(x.size());
+        for (size_t i = 0; i < wf.size(); ++i) wb[i] = F32ToBf16(wf[i]);
+        for (size_t i = 0; i < x.size(); ++i) {
+          xb[i] = F32ToBf16(x[i]);
+          if (bf16) x[i] = Bf16ToF32(xb[i]);  // what cpu::Gemm hands a bf16 kernel
+        }
+        cpu::SkinnyArgs base;
+        base.w = bf16 ? static_cast<const void*>(wb.data()) : wf.data();
+        base.n = n;
+        base.k = k;
+        base.prefetch_blocks = 0;
+        base.one_chain = true;
+        auto run = [&](int first, int rows, int64_t panel, int64_t group) {
+          cpu::SkinnyArgs a = base;
+          a.x = x.data() + size_t(first) * k;
+          a.x_bf16 = xb.data() + size_t(first) * k;
+          a.m = rows;
+          a.panel_rows = panel;
+          a.group_rows = group;
+          std::vector<float> out(size_t(rows) * n, -7.0f);
+          a.out = out.data();
+          kernel(a, 0, 19);  // two "threads": a cut inside a group
+          kernel(a, 19, n);
+          return out;
+        };
+        const std::vector<float> block = run(0, m, 0, 0);
+        for (int i = 0; i < m; ++i) {
+          const std::vector<float> one = run(i, 1, 0, 0);
+          ASSERT_TRUE(std::equal(one.begin(), one.end(), block.begin() + size_t(i) * n))
+              << "row " << i << " alone differs from the block order";
+        }
+        for (int64_t panel : {4, 8, 36}) {
+          for (int64_t group : {int64_t{4}, int64_t{12}, cpu::kSkinnyMaxGroupRows}) {
+            const std::vector<float> tiled = run(0, m, panel, group);
+            ASSERT_EQ(tiled, block) << "panel " << panel << " group " << group;
+          }
+        }
       }
     }
   }
