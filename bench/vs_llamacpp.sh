@@ -48,6 +48,9 @@ options:
   --prefill_repeats N    Saturn --prefill_repeats and llama-bench -r (default: 3)
   --llama_args "ARGS"    extra flags for both llama.cpp tools, word-split (e.g. "-fa 1")
   --timeout S            per engine call, seconds (default: 1800)
+  --invariance_ab        also run Saturn with --batch_invariant=off in every round, right after
+                         its default run, and report default / off per figure (what the
+                         batch-invariant default costs against the fastest path, same rounds)
   -h, --help             this text
 
 Everything after -- goes to saturn-bench-engine unchanged, after the script's own flags, so it
@@ -63,7 +66,7 @@ note() { echo "$PROG: $*" >&2; }
 
 LLAMA_BIN="" GGUF="" MODEL=small DTYPE=f32 ROUNDS=5 SATURN_BIN="$ROOT/build/bench"
 THREADS=$(nproc 2>/dev/null || echo 1) JSON_OUT="" BATCHES="8,64" PROMPT_LEN=64 DECODE_TOKENS=64
-PREFILL_LENS="64,512" REPEATS=3 LLAMA_ARGS="" TIMEOUT=1800
+PREFILL_LENS="64,512" REPEATS=3 LLAMA_ARGS="" TIMEOUT=1800 AB=""
 EXTRA=()
 
 need_val() { [ "$2" -ge 2 ] || die "$1 needs a value (see --help)"; }
@@ -71,6 +74,7 @@ while [ $# -gt 0 ]; do
   arg=$1
   case $arg in
     --) shift; EXTRA=("$@"); break ;;
+    --invariance_ab) AB=1; shift; continue ;;
     -h|--help) usage; exit 0 ;;
     --*=*) key=${arg%%=*}; val=${arg#*=}; shift ;;
     --*) key=$arg; need_val "$arg" $#; val=$2; shift 2 ;;
@@ -214,23 +218,30 @@ def load_json_lines(path):
             except ValueError: pass
     return rows
 
-def cmd_round(a):
-    sat = json.load(open(a["saturn_json"]))
-    lb = json.load(open(a["llama_bench_json"]))
-    bb = load_json_lines(a["batched_out"]) if a["batched_out"] else None
-    batches = [int(x) for x in a["batches"].split(",")]
-    plens = [int(x) for x in a["prefill_lens"].split(",")]
-    n, pp = int(a["decode_tokens"]), int(a["prompt_len"])
-    warn = []
-    # Saturn decode per batch: the median over its rows (one per --rounds), CUDA graphs on where
-    # a row has them (a -- --graphs=both run), else the graphs-off rows.
+def saturn_figures(sat):
+    """Decode tok/s per batch and prefill tok/s per prompt length from saturn-bench-engine's JSON."""
+    # Decode per batch: the median over its rows (one per --rounds), CUDA graphs on where a row
+    # has them (a -- --graphs=both run), else the graphs-off rows.
     rows_by = {}
     for r in sat.get("rows", []):
         rows_by.setdefault((int(r["batch"]), bool(r.get("graphs", False))), []).append(float(r["tokens_per_s"]))
     srow = {}
     for (b, g), v in sorted(rows_by.items(), key=lambda kv: kv[0][1]):
         srow[b] = statistics.median(v)  # graphs-on sorts last, so it wins where present
-    spre = {int(p["prompt_len"]): float(p["tokens_per_s"]) for p in sat.get("prefill", [])}
+    return srow, {int(p["prompt_len"]): float(p["tokens_per_s"]) for p in sat.get("prefill", [])}
+
+def cmd_round(a):
+    sat = json.load(open(a["saturn_json"]))
+    ab_run = bool(a.get("saturn_off_json"))
+    lb = json.load(open(a["llama_bench_json"]))
+    bb = load_json_lines(a["batched_out"]) if a["batched_out"] else None
+    batches = [int(x) for x in a["batches"].split(",")]
+    plens = [int(x) for x in a["prefill_lens"].split(",")]
+    n, pp = int(a["decode_tokens"]), int(a["prompt_len"])
+    warn = []
+    srow, spre = saturn_figures(sat)
+    sat_off = json.load(open(a["saturn_off_json"])) if a.get("saturn_off_json") else None
+    orow, opre = saturn_figures(sat_off) if sat_off else ({}, {})
     lb_tg = {}; lb_pp = {}
     for e in lb:
         if e.get("n_prompt", 0) == 0 and e.get("n_gen", 0) > 0:
@@ -240,22 +251,29 @@ def cmd_round(a):
             lb_pp[int(e["n_prompt"])] = float(max(s))
     bbd = {int(r["pl"]): float(r["speed_tg"]) for r in (bb or [])}
     figs = {}
-    def add(key, label, s, l):
+    def add(key, label, s, l, off=None):
         figs[key] = {"label": label, "saturn": s, "llama": l,
                      "ratio": (s / l) if (s is not None and l) else None}
-    add("decode_b1", f"decode b1 (llama-bench tg{n})", srow.get(1), lb_tg.get(n))
+        if sat_off is not None:  # --invariance_ab: the same figure with --batch_invariant=off
+            figs[key]["saturn_invariant_off"] = off
+            figs[key]["invariance_ratio"] = (s / off) if (s is not None and off) else None
+    add("decode_b1", f"decode b1 (llama-bench tg{n})", srow.get(1), lb_tg.get(n), orow.get(1))
     if bb is not None:
-        add("decode_b1_batched", f"decode b1 (batched-bench pp{pp}+tg{n})", srow.get(1), bbd.get(1))
+        add("decode_b1_batched", f"decode b1 (batched-bench pp{pp}+tg{n})", srow.get(1), bbd.get(1),
+            orow.get(1))
         for b in batches:
             if b != 1:
-                add(f"decode_b{b}", f"decode b{b} (batched-bench pp{pp}+tg{n})", srow.get(b), bbd.get(b))
+                add(f"decode_b{b}", f"decode b{b} (batched-bench pp{pp}+tg{n})", srow.get(b), bbd.get(b),
+                    orow.get(b))
     for p in plens:
-        add(f"prefill_{p}", f"prefill {p} (llama-bench pp{p})", spre.get(p), lb_pp.get(p))
+        add(f"prefill_{p}", f"prefill {p} (llama-bench pp{p})", spre.get(p), lb_pp.get(p), opre.get(p))
     for k, f in figs.items():
         if f["saturn"] is None: warn.append(f"{k}: no Saturn figure in its JSON")
         if f["llama"] is None: warn.append(f"{k}: no llama.cpp figure in its output")
     lb0 = lb[0] if lb else {}
     rec = {"round": int(a["round"]), "first": a["first"], "figures": figs, "warnings": warn,
+           "saturn_invariant_off_rows": [{k: r.get(k) for k in ("batch", "tokens_per_s", "step_ms")}
+                                         for r in (sat_off or {}).get("rows", [])] if ab_run else None,
            "loadavg_start": a["load0"], "loadavg_end": open("/proc/loadavg").read().split()[:3]
            if os.path.exists("/proc/loadavg") else None,
            "wall_s": {"saturn": float(a["sat_s"]), "llama_bench": float(a["lb_s"]),
@@ -278,11 +296,17 @@ def cmd_round(a):
         warn.append(f"llama-bench reports the model as \"{mt}\", Saturn runs --dtype={a['dtype']}")
     json.dump(rec, open(a["out"], "w"))
     print(f"\n== round {rec['round']} ({a['first']} first; load avg {' '.join(a['load0'])} at start)")
-    print(f"{'figure':42s} {'saturn t/s':>12s} {'llama.cpp t/s':>14s} {'saturn/llama':>13s}")
+    ab = sat_off is not None
+    print(f"{'figure':42s} {'saturn t/s':>12s} {'llama.cpp t/s':>14s} {'saturn/llama':>13s}"
+          + (f" {'inv. off t/s':>13s} {'on/off':>7s}" if ab else ""))
     fmt = lambda v: f"{v:12.1f}" if v is not None else f"{'-':>12s}"
     for k, f in figs.items():
         r = f"{f['ratio']:12.2f}x" if f["ratio"] is not None else f"{'-':>13s}"
-        print(f"{f['label']:42s} {fmt(f['saturn'])} {fmt(f['llama']):>14s} {r}")
+        extra = ""
+        if ab:
+            ir = f.get("invariance_ratio")
+            extra = f" {fmt(f.get('saturn_invariant_off')):>13s} " + (f"{ir:7.3f}" if ir is not None else f"{'-':>7s}")
+        print(f"{f['label']:42s} {fmt(f['saturn'])} {fmt(f['llama']):>14s} {r}{extra}")
     for w in warn:
         print(f"  warning: {w}")
     sys.stdout.flush()
@@ -304,10 +328,22 @@ def cmd_summary(a):
                              "per_round": [r["figures"].get(k, {}).get("ratio") for r in rounds]},
                    "saturn_tokens_per_s": {"median": med(ss), "min": min(ss) if ss else None, "max": max(ss) if ss else None},
                    "llama_tokens_per_s": {"median": med(ls), "min": min(ls) if ls else None, "max": max(ls) if ls else None}}
+        inv = [r["figures"][k].get("invariance_ratio") for r in rounds
+               if r["figures"].get(k, {}).get("invariance_ratio") is not None]
+        if inv:
+            summ[k]["invariance_ratio"] = {"median": med(inv), "min": min(inv), "max": max(inv),
+                                           "per_round": [r["figures"].get(k, {}).get("invariance_ratio") for r in rounds]}
         s = summ[k]; f2 = lambda v, w=8: f"{v:{w}.2f}" if v is not None else f"{'-':>{w}s}"
         f1 = lambda v: f"{v:11.1f}" if v is not None else f"{'-':>11s}"
         print(f"{s['label']:42s} {f2(s['ratio']['median'])}x {f2(s['ratio']['min'])}x {f2(s['ratio']['max'])}x  "
               f"{f1(s['saturn_tokens_per_s']['median'])} {f1(s['llama_tokens_per_s']['median'])}")
+    if any("invariance_ratio" in v for v in summ.values()):
+        print(f"\n== what the batch-invariant default costs (default / --batch_invariant=off, same rounds; under 1 is its cost)")
+        print(f"{'figure':42s} {'median':>8s} {'min':>8s} {'max':>8s}")
+        for k, v in summ.items():
+            if "invariance_ratio" in v:
+                ir = v["invariance_ratio"]
+                print(f"{v['label']:42s} {ir['median']:8.3f} {ir['min']:8.3f} {ir['max']:8.3f}")
     lbuild = next((r["llama_build"] for r in rounds if r["llama_build"].get("commit")), {})
     ctx["llama_cpp"]["commit"] = ctx["llama_cpp"].get("commit") or lbuild.get("commit")
     ctx["llama_cpp"]["build_number"] = ctx["llama_cpp"].get("build_number") or lbuild.get("number")
@@ -370,6 +406,7 @@ echo "# GGUF: $GGUF"
 echo "# saturn:  ${SAT_CMD[*]} --json=F"
 echo "# llama:   ${LB_CMD[*]}"
 [ -n "$BATCHED" ] && echo "# batched: ${BB_CMD[*]}" || echo "# batched: skipped (no llama-batched-bench in $LLAMA_BIN)"
+[ -n "$AB" ] && echo "# --invariance_ab: saturn again with --batch_invariant=off right after each default run"
 
 SAT_S=0 LB_S=0 BB_S=""
 secs_since() { local d=$(( $(date +%s%N) - $1 )); printf '%d.%03d' $((d / 1000000000)) $(((d / 1000000) % 1000)); }
@@ -379,6 +416,13 @@ run_saturn() {
     tail -20 "$WORK/sat-$r.log" >&2; fail "round $r: saturn-bench-engine failed (log tail above)"
   fi
   SAT_S=$(secs_since "$t0")
+}
+run_saturn_off() {
+  local r=$1
+  if ! "${TO[@]+"${TO[@]}"}" "${SAT_CMD[@]}" --batch_invariant=off --json="$WORK/sat-off-$r.json" \
+      > "$WORK/sat-off-$r.log" 2>&1; then
+    tail -20 "$WORK/sat-off-$r.log" >&2; fail "round $r: saturn-bench-engine --batch_invariant=off failed (log tail above)"
+  fi
 }
 run_llama() {
   local r=$1 t0; t0=$(date +%s%N)
@@ -399,10 +443,10 @@ run_llama() {
 ROUND_FILES=()
 for r in $(seq 1 "$ROUNDS"); do
   load0=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "? ? ?")
-  if [ $((r % 2)) -eq 1 ]; then first=saturn; run_saturn "$r"; run_llama "$r"
-  else first=llama.cpp; run_llama "$r"; run_saturn "$r"; fi
+  if [ $((r % 2)) -eq 1 ]; then first=saturn; run_saturn "$r"; if [ -n "$AB" ]; then run_saturn_off "$r"; fi; run_llama "$r"
+  else first=llama.cpp; run_llama "$r"; run_saturn "$r"; if [ -n "$AB" ]; then run_saturn_off "$r"; fi; fi
   python3 "$PY" round round="$r" first="$first" saturn_json="$WORK/sat-$r.json" \
-    llama_bench_json="$WORK/lb-$r.json" batched_out="${BATCHED:+$WORK/bb-$r.out}" \
+    llama_bench_json="$WORK/lb-$r.json" saturn_off_json="${AB:+$WORK/sat-off-$r.json}" batched_out="${BATCHED:+$WORK/bb-$r.out}" \
     batches="$SAT_BATCHES" prefill_lens="$PREFILL_LENS" decode_tokens="$DECODE_TOKENS" \
     prompt_len="$PROMPT_LEN" dtype="$DTYPE" load0="$load0" sat_s="$SAT_S" lb_s="$LB_S" bb_s="$BB_S" \
     out="$WORK/round-$r.json" || fail "round $r: could not read the engines' output (see above)"
