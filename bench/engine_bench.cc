@@ -46,6 +46,8 @@ ABSL_FLAG(std::string, dtype, "auto", "weights: auto | f32 | bf16 (CPU backend)"
 ABSL_FLAG(std::string, kv_cache_dtype, "auto", "KV cache: auto (the weights') | f32 | bf16 (CPU)");
 ABSL_FLAG(std::string, batch_invariant, "auto",
           "auto (CPU on) | on | off: off lets the CPU pick the fastest GEMM path per batch size");
+ABSL_FLAG(std::string, cuda_kernels, "v1",
+          "v1 | v2: CUDA kernel set (v2: skinny GEMM at 1-16 rows, split-K decode attention)");
 ABSL_FLAG(std::string, prefill_lens, "", "comma-separated prompt lengths to time prefill at");
 ABSL_FLAG(int, prefill_repeats, 3, "prefills timed per prompt length (fastest kept)");
 ABSL_FLAG(bool, probe, false,
@@ -374,6 +376,7 @@ int Main() {
   cfg.dtype = absl::GetFlag(FLAGS_dtype);
   cfg.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   cfg.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
+  cfg.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
   int max_batch = 1;
   for (int b : batches) max_batch = std::max(max_batch, b);
   cfg.max_num_seqs_limit = max_batch;

@@ -7,9 +7,11 @@
 #
 #   pass 1 (default, <= 300 s): nvidia-smi, every tests/cuda binary, compute-sanitizer
 #     memcheck over the sampling, attention and capture tests, saturn-bench-engine small at
-#     batch 1..64 with --graphs=both (one engine, one calibration for both modes).
+#     batch 1..64 with --graphs=both (one engine, one calibration for both modes), then small
+#     at batch 1, 8, 64 with --cuda_kernels=v2 (the unverified kernels; their device test
+#     cuda_kernels_v2_test runs with the other tests/cuda binaries and under memcheck).
 #   pass 2 (--pass=2, optional, <= 300 s): saturn-bench-engine 1b at batch 1..256 and small
-#     at batch 128 and 256, each --graphs=both.
+#     at batch 128 and 256, each --graphs=both; then 1b with --cuda_kernels=v2, graphs on.
 #   serve pass (--pass=serve, <= 300 s; needs a bundle made with bench/gpu_bundle.sh --serve):
 #     saturn-server on the CUDA backend under saturn-load --compare cuda_graphs (small at
 #     c=1,8,64, then 1b at c=1,64), each server's saturn-diag report (text and JSON) and info,
@@ -238,11 +240,17 @@ run_pass1() {
       --gtest_filter='*ragged*:*decode_gqa_hd32*'
     group_stage 30 memcheck:capture "" "$WORK/memcheck.sh" "$BIN/cuda_capture_test" \
       --gtest_filter='-*StepEnd*'
+    group_stage 30 memcheck:kernels-v2 "" "$WORK/memcheck.sh" "$BIN/cuda_kernels_v2_test" \
+      --gtest_filter='*b1_short*:*b2_group8*:*b3_mha*:*SkinnyGemmSplit*'
   else
     log "memcheck: compute-sanitizer not on PATH, skipped"
   fi
   stage bench:small 90 "$WORK/bench_small.json" "$BIN/saturn-bench-engine" --backend=cuda \
     --model=small --batches=1,2,4,8,16,32,64 --graphs=both --json="$WORK/bench_small.json"
+  # The same with --cuda_kernels=v2 (skinny GEMM, split-K decode attention), beside v1.
+  stage bench:small-v2 60 "$WORK/bench_small_v2.json" "$BIN/saturn-bench-engine" --backend=cuda \
+    --model=small --batches=1,8,64 --graphs=both --cuda_kernels=v2 \
+    --json="$WORK/bench_small_v2.json"
 }
 run_pass2() {
   stage nvidia-smi 15 "" nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
@@ -251,6 +259,8 @@ run_pass2() {
   stage bench:small-large-batch 90 "$WORK/bench_small_large.json" "$BIN/saturn-bench-engine" \
     --backend=cuda --model=small --batches=128,256 --graphs=both \
     --json="$WORK/bench_small_large.json"
+  stage bench:1b-v2 90 "$WORK/bench_1b_v2.json" "$BIN/saturn-bench-engine" --backend=cuda \
+    --model=1b --batches=1,8,64,256 --graphs=on --cuda_kernels=v2 --json="$WORK/bench_1b_v2.json"
 }
 # The serving half, as a user with a GPU runs it. One server per model; its stages share the
 # server's lifetime (started and stopped around them, a failed start recorded as a stage).

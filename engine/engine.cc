@@ -51,9 +51,10 @@ Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   RETURN_IF_ERROR(config.Validate());
-  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                   CreateBackend(config.backend, config.num_threads, config.dtype,
-                                 config.kv_cache_dtype, config.batch_invariant));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Backend> backend,
+      CreateBackend(config.backend, config.num_threads, config.dtype, config.kv_cache_dtype,
+                    config.batch_invariant, config.cuda_kernels));
   std::unique_ptr<Engine> engine(new Engine(std::make_unique<Impl>(config, std::move(backend))));
   RETURN_IF_ERROR(engine->impl_->Init());
   return engine;

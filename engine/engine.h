@@ -39,6 +39,7 @@ struct EngineConfig {
   std::string dtype = "auto";           // weights: auto | f32 | bf16 (CPU; auto: bf16 where native)
   std::string kv_cache_dtype = "auto";  // auto (the weights') | f32 | bf16 (CPU)
   std::string batch_invariant = "auto";  // auto (CPU on, CUDA off) | on | off: CreateBackend
+  std::string cuda_kernels = "v1";       // v1 | v2: CreateBackend
   size_t kv_cache_bytes = 0;             // 0: enough for max_num_seqs_limit full-length sequences,
                                          // capped at 1/8 of device memory
   int block_size = 16;

@@ -300,10 +300,12 @@ class Backend {
 // backend; the CUDA backend accepts only its own). batch_invariant: "auto" (on for the CPU
 // backend, off for CUDA), "on" or "off"; on, a request's tokens and logprobs do not depend on
 // what else shares its steps (CpuBackendOptions::batch_invariant; on CUDA, "on" takes
-// fixed-order GEMM and attention kernels, CreateCudaBackend).
+// fixed-order GEMM and attention kernels, CreateCudaBackend). cuda_kernels: "v1" or "v2"
+// (CreateCudaBackend's kernels_v2; the CPU backend ignores it).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads = 0,
                                                        const std::string& dtype = "auto",
                                                        const std::string& kv_cache_dtype = "auto",
-                                                       const std::string& batch_invariant = "auto");
+                                                       const std::string& batch_invariant = "auto",
+                                                       const std::string& cuda_kernels = "v1");
 
 }  // namespace saturn

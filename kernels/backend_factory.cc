@@ -31,10 +31,15 @@ absl::StatusOr<std::unique_ptr<Backend>> Cpu(int num_threads, const std::string&
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads,
                                                        const std::string& dtype,
                                                        const std::string& kv_cache_dtype,
-                                                       const std::string& batch_invariant) {
+                                                       const std::string& batch_invariant,
+                                                       const std::string& cuda_kernels) {
   if (batch_invariant != "auto" && batch_invariant != "on" && batch_invariant != "off") {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch_invariant: unknown value \"", batch_invariant, "\" (expected auto, on or off)"));
+  }
+  if (cuda_kernels != "v1" && cuda_kernels != "v2") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda_kernels: unknown value \"", cuda_kernels, "\" (expected v1 or v2)"));
   }
   if (kind == "cpu") return Cpu(num_threads, dtype, kv_cache_dtype, batch_invariant);
   if (kind == "null") return CreateNullBackend();
@@ -44,7 +49,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
   }
 #if defined(SATURN_WITH_CUDA)
   absl::StatusOr<std::unique_ptr<Backend>> cuda =
-      CreateCudaBackend(/*device=*/0, /*batch_invariant=*/batch_invariant == "on");
+      CreateCudaBackend(/*device=*/0, /*batch_invariant=*/batch_invariant == "on",
+                        /*kernels_v2=*/cuda_kernels == "v2");
   if (cuda.ok() && dtype != "auto" && dtype != DTypeName((*cuda)->compute_dtype())) {
     return absl::InvalidArgumentError(absl::StrCat("dtype: the CUDA backend computes in ",
                                                    DTypeName((*cuda)->compute_dtype()), "; got \"",
@@ -58,7 +64,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
   }
   if (cuda.ok() && batch_invariant == "on") {
     std::cerr << "saturn: --batch_invariant=on on CUDA: fixed-order GEMM and attention kernels "
-                 "(slower than cuBLAS; not yet verified on a GPU)\n";
+                 "(slower than cuBLAS; not yet verified on a GPU)"
+              << (cuda_kernels == "v2" ? "; --cuda_kernels=v2 yields to it" : "") << "\n";
+  } else if (cuda.ok() && cuda_kernels == "v2") {
+    std::cerr << "saturn: --cuda_kernels=v2: skinny GEMM at 1-16 rows and split-K decode "
+                 "attention (not yet verified on a GPU)\n";
   }
   if (cuda.ok() || kind == "cuda") return cuda;
   std::cerr << "saturn: no usable CUDA device (" << cuda.status().message()

@@ -33,6 +33,10 @@ ABSL_FLAG(std::string, batch_invariant, "auto",
           "runs beside it (auto: on for the CPU backend, off for CUDA, where on takes slower "
           "fixed-order GEMM and attention kernels); off lets the CPU pick the fastest GEMM path "
           "per batch size");
+ABSL_FLAG(std::string, cuda_kernels, "v1",
+          "v1 | v2: CUDA kernel set; v2 adds a weight-streaming GEMM for 1-16 rows (q, k, v in one "
+          "launch) and split-K GQA decode attention (not yet verified on a GPU; v1 is cuBLAS and "
+          "per-head attention)");
 ABSL_FLAG(int, max_num_seqs, 64, "Most sequences per engine step");
 ABSL_FLAG(int, max_num_batched_tokens, 2048, "Most tokens per engine step");
 ABSL_FLAG(int, max_num_seqs_limit, 0,
@@ -119,6 +123,7 @@ int main(int argc, char** argv) {
   config.engine.dtype = absl::GetFlag(FLAGS_dtype);
   config.engine.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   config.engine.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
+  config.engine.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
   config.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   config.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   config.step_history_mb = absl::GetFlag(FLAGS_step_history_mb);

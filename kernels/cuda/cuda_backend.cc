@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/clock.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernel_plan.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/status_macros.h"
 
@@ -33,7 +34,11 @@ namespace saturn {
 namespace {
 
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;  // Hopper's recommended size
-constexpr size_t kStagingFloats = 8u << 20;          // 32 MiB f32 staging for UploadF32
+// Split attention's partials, allocated once (a captured graph keeps the pointer): about
+// 2 x SMs x 2 blocks' worth of a group's heads, far more than DecodeSplits asks for at
+// head_dim 128 (it falls back to fewer splits, down to none, where this runs short).
+constexpr size_t kSplitWorkspaceBytes = 8u << 20;
+constexpr size_t kStagingFloats = 8u << 20;  // 32 MiB f32 staging for UploadF32
 
 // cudaSetDevice for the calling thread, skipped when this thread already made `device`
 // current through here (every device switch in the CUDA backend goes through this).
@@ -55,13 +60,18 @@ absl::Status RefuseDuringCapture(bool capturing, const char* what) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const cudaDeviceProp& prop, bool batch_invariant)
-      : device_(device), prop_(prop), batch_invariant_(batch_invariant) {}
+  CudaBackend(int device, const cudaDeviceProp& prop, bool batch_invariant, bool kernels_v2)
+      : device_(device),
+        prop_(prop),
+        batch_invariant_(batch_invariant),
+        kernels_v2_(kernels_v2 && !batch_invariant) {}
   ~CudaBackend() override;
   absl::Status Init();
 
   std::string name() const override { return "cuda"; }
-  std::string device_name() const override { return prop_.name; }
+  std::string device_name() const override {
+    return kernels_v2_ ? absl::StrCat(prop_.name, " (kernels v2)") : std::string(prop_.name);
+  }
   DType compute_dtype() const override { return DType::kBF16; }
   size_t device_memory_bytes() const override { return prop_.totalGlobalMem; }
   bool per_op_timing_is_cheap() const override { return false; }
@@ -148,7 +158,20 @@ class CudaBackend final : public Backend {
   absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
     OpScope op(this, "gemm");
     if (batch_invariant_) return gpu::GemmInvariant(stream_, x, w, out);
+    const Tensor outs[] = {out};
+    if (kernels_v2_ && gpu::GemmSkinnyApplies(x, w, outs)) {
+      return gpu::GemmSkinny(stream_, prop_.multiProcessorCount, x, w, outs);
+    }
     return gpu::Gemm(cublas_, x, w, out);
+  }
+  // v2 at few rows: the fused projection's parts in one skinny launch (v1: one GEMM a part).
+  absl::Status DoGemmSplit(const Tensor& x, const Tensor& w,
+                           absl::Span<const Tensor> outs) override {
+    if (kernels_v2_ && gpu::GemmSkinnyApplies(x, w, outs)) {
+      OpScope op(this, "gemm");
+      return gpu::GemmSkinny(stream_, prop_.multiProcessorCount, x, w, outs);
+    }
+    return Backend::DoGemmSplit(x, w, outs);
   }
   absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
                          const Tensor& out) override {
@@ -177,6 +200,14 @@ class CudaBackend final : public Backend {
     // on the row's position alone; the decode kernel splits keys across warps differently.
     const bool decode = batch.max_query_len <= 1 && !batch_invariant_;
     OpScope op(this, decode ? "attention_decode" : "attention_prefill");
+    if (decode && kernels_v2_ && gpu::AttentionDecodeSplitApplies(shape)) {
+      const int splits = gpu::DecodeSplits(
+          batch.num_seqs, shape.num_heads, shape.num_kv_heads, shape.head_dim,
+          batch.block_tables.cols * int64_t{shape.block_size}, prop_.multiProcessorCount,
+          static_cast<int64_t>(kSplitWorkspaceBytes / sizeof(float)));
+      return gpu::AttentionDecodeSplit(stream_, q, k_cache, v_cache, batch, shape, out,
+                                       split_workspace_, splits);
+    }
     if (decode) {
       return gpu::AttentionDecode(stream_, q, k_cache, v_cache, batch, shape, out);
     }
@@ -240,6 +271,8 @@ class CudaBackend final : public Backend {
   int device_;
   cudaDeviceProp prop_;
   bool batch_invariant_ = false;  // gemm_invariant.cu and the prefill attention kernel only
+  bool kernels_v2_ = false;       // --cuda_kernels=v2: gemm_skinny.cu, attention_decode_split.cu
+  float* split_workspace_ = nullptr;  // split attention's partials (v2), kSplitWorkspaceBytes
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
@@ -276,6 +309,9 @@ absl::Status CudaBackend::Init() {
   // A fixed workspace keeps cuBLAS from allocating, which graph capture forbids.
   CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+  if (kernels_v2_) {
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&split_workspace_), kSplitWorkspaceBytes));
+  }
   CUDA_CHECK(cudaEventCreate(&step_start_event_));
   CUDA_CHECK(cudaEventCreate(&step_end_event_));
   CUDA_CHECK(cudaEventCreate(&first_op_event_));
@@ -303,6 +339,7 @@ CudaBackend::~CudaBackend() {
   }
   if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
   if (cublas_workspace_ != nullptr) (void)cudaFree(cublas_workspace_);
+  if (split_workspace_ != nullptr) (void)cudaFree(split_workspace_);
   if (staging_ != nullptr) (void)cudaFree(staging_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }
@@ -565,7 +602,8 @@ SpecCeilings CudaBackend::spec_ceilings() const {
   return s;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, bool batch_invariant) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, bool batch_invariant,
+                                                           bool kernels_v2) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -585,7 +623,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, bool batc
         absl::StrCat("CUDA device ", device, " (", prop.name, ") has compute capability ",
                      prop.major, ".", prop.minor, "; the CUDA backend needs 8.0 or newer (bf16)"));
   }
-  auto backend = std::make_unique<CudaBackend>(device, prop, batch_invariant);
+  auto backend = std::make_unique<CudaBackend>(device, prop, batch_invariant, kernels_v2);
   absl::Status s = backend->Init();
   if (!s.ok()) {
     return absl::FailedPreconditionError(

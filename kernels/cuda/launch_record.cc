@@ -17,9 +17,10 @@ std::array<LaunchRecord, EnumCount<KernelFamily>()> g_launches;  // by g_mu
 const char* KernelFamilyName(KernelFamily f) {
   // In KernelFamily's order (kernels/enum_table.h checks the count).
   static constexpr std::array kNames{
-      "embedding",         "rms_norm",    "add_rms_norm",     "rope",     "swiglu",
-      "elementwise",       "gather_rows", "convert_f32_bf16", "kv_write", "attention_decode",
-      "attention_prefill", "sample",      "gemm_invariant"};
+      "embedding",      "rms_norm",          "add_rms_norm",      "rope",
+      "swiglu",         "elementwise",       "gather_rows",       "convert_f32_bf16",
+      "kv_write",       "attention_decode",  "attention_prefill", "sample",
+      "gemm_invariant", "attention_combine", "gemm_skinny"};
   return EnumLookup(kNames, f, "?");
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "kernels/backend.h"
 
 namespace saturn::gpu {
@@ -45,6 +46,22 @@ absl::Status Gemm(cublasHandle_t h, const Tensor& x, const Tensor& w, const Tens
 // (--batch_invariant=on; gemm_invariant.cu).
 absl::Status GemmInvariant(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
 
+// --cuda_kernels=v2 (kernel_plan.h sizes their grids from shapes alone).
+// Split-K decode attention, all query heads of a kv head per block; splits > 1 write partials
+// to `workspace` (num_seqs * num_heads * splits * (head_dim + 2) floats) and a combine kernel
+// merges them. Applies where the GQA group is at most kSplitMaxGroup.
+bool AttentionDecodeSplitApplies(const AttentionShape& shape);
+absl::Status AttentionDecodeSplit(cudaStream_t s, const Tensor& q, const Tensor& k_cache,
+                                  const Tensor& v_cache, const AttentionBatch& batch,
+                                  const AttentionShape& shape, const Tensor& out, float* workspace,
+                                  int splits);
+// A weight-streaming GEMM for 1..kSkinnyMaxRows rows, its output columns split over up to
+// three tensors side by side (GemmSplit in one launch). Applies: matching f32 or bf16
+// operands, out f32 or theirs, 16-byte rows.
+bool GemmSkinnyApplies(const Tensor& x, const Tensor& w, absl::Span<const Tensor> outs);
+absl::Status GemmSkinny(cudaStream_t s, int num_sms, const Tensor& x, const Tensor& w,
+                        absl::Span<const Tensor> outs);
+
 // The kernel families, for the occupancy report (kernels/cuda/cuda_backend.h).
 enum class KernelFamily : int {
   kEmbedding,
@@ -60,6 +77,8 @@ enum class KernelFamily : int {
   kAttentionPrefill,
   kSample,
   kGemmInvariant,
+  kAttentionCombine,
+  kGemmSkinny,
   kCount
 };
 const char* KernelFamilyName(KernelFamily f);

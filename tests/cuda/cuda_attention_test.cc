@@ -31,44 +31,12 @@ void ExpectMatchesCpu(const AttnCase& c) {
   auto cpu_or = CreateBackend("cpu", 2, "f32");
   ASSERT_TRUE(cpu_or.ok()) << cpu_or.status();
   std::unique_ptr<Backend> cpu = std::move(*cpu_or);
-  const int block_size = 16, seqs = static_cast<int>(c.query_lens.size());
-  const int max_ctx = *std::max_element(c.context_lens.begin(), c.context_lens.end());
-  const int max_q = *std::max_element(c.query_lens.begin(), c.query_lens.end());
-  const int max_blocks = (max_ctx + block_size - 1) / block_size + 1;  // one spare column
-  const int num_blocks = seqs * max_blocks + 3;
-  // Shuffled physical blocks so the block table is really followed.
-  std::vector<int> phys(num_blocks);
-  std::iota(phys.begin(), phys.end(), 0);
-  std::shuffle(phys.begin(), phys.end(), std::mt19937(42));
-  std::vector<int32_t> tables(seqs * max_blocks), qstart(seqs + 1, 0), ctx(seqs);
-  int64_t pairs = 0, ctx_tokens = 0;
-  for (int s = 0; s < seqs; ++s) {
-    for (int b = 0; b < max_blocks; ++b) tables[s * max_blocks + b] = phys[s * max_blocks + b];
-    qstart[s + 1] = qstart[s] + c.query_lens[s];
-    ctx[s] = c.context_lens[s];
-    ctx_tokens += ctx[s];
-    for (int i = 0; i < c.query_lens[s]; ++i) pairs += ctx[s] - c.query_lens[s] + i + 1;
-  }
-  const int tokens = qstart[seqs];
-  const int64_t rows = static_cast<int64_t>(num_blocks) * block_size;
-  const int kv_w = c.num_kv_heads * c.head_dim, q_w = c.num_heads * c.head_dim;
-  const auto q = RandomValues(tokens * q_w, 21), kc = RandomValues(rows * kv_w, 22),
-             vc = RandomValues(rows * kv_w, 23);
-  AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, block_size,
-                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  std::vector<float> ref, got;
-  for (Backend* b : {cpu.get(), gpu.get()}) {
-    DevTensor dq = ComputeTensor(b, tokens, q_w, q), dk = ComputeTensor(b, rows, kv_w, kc),
-              dv = ComputeTensor(b, rows, kv_w, vc), out = ComputeTensor(b, tokens, q_w, {});
-    DevTensor dqs = RawTensor(b, DType::kI32, 1, seqs + 1, qstart),
-              dctx = RawTensor(b, DType::kI32, 1, seqs, ctx),
-              dtab = RawTensor(b, DType::kI32, seqs, max_blocks, tables);
-    Poison(b, out.t);
-    AttentionBatch batch{dqs.t, dctx.t, dtab.t, seqs, max_q, max_ctx, pairs, ctx_tokens};
-    absl::Status st = b->Attention(dq.t, dk.t, dv.t, batch, shape, out.t);
-    ASSERT_TRUE(st.ok()) << b->name() << ": " << st;
-    (b == cpu.get() ? ref : got) = ReadFloats(b, out.t);
-  }
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, /*block_size=*/16,
+                             1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const PagedAttentionInputs in =
+      MakePagedAttention(shape, c.query_lens, c.context_lens, /*spare_blocks=*/1, 42, 1.0f);
+  const std::vector<float> ref = RunPagedAttention(cpu.get(), in),
+                           got = RunPagedAttention(gpu.get(), in);
   EXPECT_LT(RelError(got, ref), kBf16Tolerance);
 }
 

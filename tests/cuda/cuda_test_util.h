@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -100,5 +102,82 @@ inline double RelError(const std::vector<float>& got, const std::vector<float>& 
 }
 
 constexpr double kBf16Tolerance = 2e-2;
+
+// One paged-attention call's inputs on the host (queries, caches, block tables, lengths).
+struct PagedAttentionInputs {
+  AttentionShape shape;
+  int seqs = 0, tokens = 0, max_blocks = 0, max_query_len = 0, max_context_len = 0;
+  int64_t cache_rows = 0, attended_pairs = 0, context_tokens = 0;
+  std::vector<float> q, k_cache, v_cache;
+  std::vector<int32_t> query_start, context_lens, block_tables;
+};
+
+// Random queries and caches over shuffled physical blocks (so block tables are really
+// followed) for sequences of `query_lens` new rows over `context_lens` positions, with
+// `spare_blocks` unused block-table columns per sequence; values uniform in +-scale.
+inline PagedAttentionInputs MakePagedAttention(const AttentionShape& shape,
+                                               const std::vector<int>& query_lens,
+                                               const std::vector<int>& context_lens,
+                                               int spare_blocks, uint32_t seed, float scale) {
+  PagedAttentionInputs in;
+  in.shape = shape;
+  in.seqs = static_cast<int>(query_lens.size());
+  const int bs = shape.block_size;
+  in.max_context_len = *std::max_element(context_lens.begin(), context_lens.end());
+  in.max_query_len = *std::max_element(query_lens.begin(), query_lens.end());
+  in.max_blocks = (in.max_context_len + bs - 1) / bs + spare_blocks;
+  const int num_blocks = in.seqs * in.max_blocks + 3;
+  std::vector<int> phys(num_blocks);
+  std::iota(phys.begin(), phys.end(), 0);
+  std::shuffle(phys.begin(), phys.end(), std::mt19937(seed));
+  in.block_tables.resize(size_t(in.seqs) * in.max_blocks);
+  in.query_start.assign(in.seqs + 1, 0);
+  in.context_lens.resize(in.seqs);
+  for (int s = 0; s < in.seqs; ++s) {
+    for (int b = 0; b < in.max_blocks; ++b) {
+      in.block_tables[size_t(s) * in.max_blocks + b] = phys[s * in.max_blocks + b];
+    }
+    in.query_start[s + 1] = in.query_start[s] + query_lens[s];
+    in.context_lens[s] = context_lens[s];
+    in.context_tokens += context_lens[s];
+    for (int i = 0; i < query_lens[s]; ++i) {
+      in.attended_pairs += context_lens[s] - query_lens[s] + i + 1;
+    }
+  }
+  in.tokens = in.query_start[in.seqs];
+  in.cache_rows = int64_t{num_blocks} * bs;
+  const int64_t q_w = int64_t{shape.num_heads} * shape.head_dim,
+                kv_w = int64_t{shape.num_kv_heads} * shape.head_dim;
+  in.q = RandomValues(size_t(in.tokens * q_w), seed + 1, scale);
+  in.k_cache = RandomValues(size_t(in.cache_rows * kv_w), seed + 2, scale);
+  in.v_cache = RandomValues(size_t(in.cache_rows * kv_w), seed + 3, 1.0f);
+  return in;
+}
+
+// Runs `in` on `b` (inputs in its compute dtype, the output poisoned first) and reads the
+// output back as f32.
+inline std::vector<float> RunPagedAttention(Backend* b, const PagedAttentionInputs& in) {
+  const int q_w = in.shape.num_heads * in.shape.head_dim,
+            kv_w = in.shape.num_kv_heads * in.shape.head_dim;
+  DevTensor dq = ComputeTensor(b, in.tokens, q_w, in.q),
+            dk = ComputeTensor(b, in.cache_rows, kv_w, in.k_cache),
+            dv = ComputeTensor(b, in.cache_rows, kv_w, in.v_cache),
+            out = ComputeTensor(b, in.tokens, q_w, {});
+  DevTensor dqs = RawTensor(b, DType::kI32, 1, in.seqs + 1, in.query_start),
+            dctx = RawTensor(b, DType::kI32, 1, in.seqs, in.context_lens),
+            dtab = RawTensor(b, DType::kI32, in.seqs, in.max_blocks, in.block_tables);
+  Poison(b, out.t);
+  AttentionBatch batch{dqs.t,
+                       dctx.t,
+                       dtab.t,
+                       in.seqs,
+                       in.max_query_len,
+                       in.max_context_len,
+                       in.attended_pairs,
+                       in.context_tokens};
+  const absl::Status st = b->Attention(dq.t, dk.t, dv.t, batch, in.shape, out.t);
+  EXPECT_TRUE(st.ok()) << b->name() << ": " << st;
+  return st.ok() ? ReadFloats(b, out.t) : std::vector<float>{};
+}
 
 }  // namespace saturn::testing

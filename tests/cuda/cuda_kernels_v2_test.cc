@@ -1,0 +1,164 @@
+// The v2 CUDA kernels (--cuda_kernels=v2) against the CPU twin and against v1 on the same
+// inputs: the skinny GEMM (gemm_skinny.cu) at 1-16 rows, bf16 and f32 outputs, the fused
+// projection's three outputs in one launch, odd shapes that fall back to cuBLAS; split-K GQA
+// decode attention (attention_decode_split.cu) at batch 1 (many splits, empty ones for short
+// contexts), batch 64 (two splits), groups of 1-8 and one past 8 (v1 fallback), head_dim
+// 32-256. Skips without a CUDA device. bench/gpu_check.sh runs it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace saturn::testing {
+namespace {
+
+std::unique_ptr<Backend> CudaV2OrNull() {
+  auto b = CreateBackend("cuda", 0, "auto", "auto", "auto", "v2");
+  if (!b.ok()) return nullptr;
+  return std::move(*b);
+}
+
+#define SATURN_REQUIRE_CUDA_V2(var)                        \
+  std::unique_ptr<::saturn::Backend> var = CudaV2OrNull(); \
+  if (var == nullptr) GTEST_SKIP() << "no CUDA device: skipping"
+
+std::unique_ptr<Backend> Cpu() {
+  auto b = CreateBackend("cpu", 2, "f32");
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? std::move(*b) : nullptr;
+}
+
+TEST(CudaKernelsV2Test, TheBackendSaysWhichKernelsItRuns) {
+  SATURN_REQUIRE_CUDA_V2(v2);
+  EXPECT_TRUE(absl::StrContains(v2->device_name(), "kernels v2")) << v2->device_name();
+  auto v1 = CreateBackend("cuda");
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_FALSE(absl::StrContains((*v1)->device_name(), "kernels v2"));
+  // batch_invariant wins: its fixed-order kernels, not v2's.
+  auto inv = CreateBackend("cuda", 0, "auto", "auto", "on", "v2");
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_FALSE(absl::StrContains((*inv)->device_name(), "kernels v2"));
+  const absl::Status bad = CreateBackend("cuda", 0, "auto", "auto", "auto", "v3").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.message(), "cuda_kernels")) << bad;
+}
+
+struct GemmCase {
+  int m, n, k;
+};
+
+// x [m, k] w [n, k] on the CPU, v1 and v2; v2 must match the CPU as v1 does.
+TEST(CudaKernelsV2Test, SkinnyGemmMatchesCpuAndV1) {
+  SATURN_REQUIRE_CUDA_V2(v2);
+  auto v1_or = CreateBackend("cuda");
+  ASSERT_TRUE(v1_or.ok());
+  std::unique_ptr<Backend> v1 = std::move(*v1_or), cpu = Cpu();
+  ASSERT_NE(cpu, nullptr);
+  const GemmCase cases[] = {
+      {1, 768, 768},    {1, 2048, 2048}, {2, 2304, 768}, {3, 768, 2048},
+      {5, 203, 136},    {8, 4096, 768},  {13, 96, 64},   {16, 768, 2048},
+      {16, 32000, 768}, {17, 64, 64},    {4, 50, 60}};  // 17 rows, k 60: cuBLAS
+  for (const GemmCase& c : cases) {
+    for (bool f32_out : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, f32_out ? " f32 out" : ""));
+      const auto x = RandomValues(size_t(c.m) * c.k, 31), w = RandomValues(size_t(c.n) * c.k, 32);
+      std::vector<float> ref, got1, got2;
+      for (Backend* b : {cpu.get(), v1.get(), v2.get()}) {
+        DevTensor dx = ComputeTensor(b, c.m, c.k, x), dw = ComputeTensor(b, c.n, c.k, w);
+        const DType od = f32_out ? DType::kF32 : b->compute_dtype();
+        DevTensor out = FloatTensor(b, od, c.m, c.n, {});
+        Poison(b, out.t);
+        const absl::Status st = b->Gemm(dx.t, dw.t, out.t);
+        ASSERT_TRUE(st.ok()) << b->device_name() << ": " << st;
+        (b == cpu.get() ? ref : b == v1.get() ? got1 : got2) = ReadFloats(b, out.t);
+      }
+      const double e1 = RelError(got1, ref), e2 = RelError(got2, ref);
+      EXPECT_LT(e2, kBf16Tolerance) << "v1's error " << e1;
+      EXPECT_LT(e2, std::max(2.0 * e1, 1e-3)) << "v2 is much further from the CPU than v1";
+    }
+  }
+}
+
+// The fused projection (q, k, v side by side) in one launch equals the one-GEMM result.
+TEST(CudaKernelsV2Test, SkinnyGemmSplitFillsEachPart) {
+  SATURN_REQUIRE_CUDA_V2(v2);
+  std::unique_ptr<Backend> cpu = Cpu();
+  ASSERT_NE(cpu, nullptr);
+  for (int m : {1, 4, 16}) {
+    const int k = 768, nq = 768, nk = 256, nv = 256, n = nq + nk + nv;
+    const auto x = RandomValues(size_t(m) * k, 41), w = RandomValues(size_t(n) * k, 42);
+    std::vector<float> ref, got;
+    for (Backend* b : {cpu.get(), v2.get()}) {
+      DevTensor dx = ComputeTensor(b, m, k, x), dw = ComputeTensor(b, n, k, w);
+      DevTensor q = ComputeTensor(b, m, nq, {}), kk = ComputeTensor(b, m, nk, {}),
+                v = ComputeTensor(b, m, nv, {});
+      for (const DevTensor* t : {&q, &kk, &v}) Poison(b, t->t);
+      const Tensor outs[] = {q.t, kk.t, v.t};
+      const absl::Status st = b->GemmSplit(dx.t, dw.t, outs);
+      ASSERT_TRUE(st.ok()) << st;
+      std::vector<float> all;
+      for (const DevTensor* t : {&q, &kk, &v}) {
+        const std::vector<float> part = ReadFloats(b, t->t);
+        all.insert(all.end(), part.begin(), part.end());
+      }
+      (b == cpu.get() ? ref : got) = all;
+    }
+    EXPECT_LT(RelError(got, ref), kBf16Tolerance) << "m " << m;
+  }
+}
+
+struct AttnCase {
+  const char* name;
+  int num_heads, num_kv_heads, head_dim;
+  std::vector<int> context_lens;  // one decode row per sequence
+};
+void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaSplitAttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(CudaSplitAttentionTest, MatchesCpu) {
+  const AttnCase& c = GetParam();
+  SATURN_REQUIRE_CUDA_V2(gpu);
+  std::unique_ptr<Backend> cpu = Cpu();
+  ASSERT_NE(cpu, nullptr);
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, /*block_size=*/16,
+                             1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  // A block table longer than any context (as the runner's), so splits follow capacity.
+  const std::vector<int> ones(c.context_lens.size(), 1);
+  const PagedAttentionInputs in =
+      MakePagedAttention(shape, ones, c.context_lens, /*spare_blocks=*/8, 7, 2.0f);
+  const std::vector<float> ref = RunPagedAttention(cpu.get(), in),
+                           got = RunPagedAttention(gpu.get(), in);
+  EXPECT_LT(RelError(got, ref), kBf16Tolerance);
+}
+
+std::vector<int> Contexts(int n, int seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(1, 700);
+  std::vector<int> v(n);
+  for (int& x : v) x = d(rng);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CudaSplitAttentionTest,
+    ::testing::Values(AttnCase{"b1_small_shape_long", 12, 4, 64, {2000}},
+                      AttnCase{"b1_short_context_empty_splits", 12, 4, 64, {3}},
+                      AttnCase{"b1_1b_shape", 32, 8, 64, {1025}},
+                      AttnCase{"b3_mha_hd128", 4, 4, 128, {64, 65, 1}},
+                      AttnCase{"b2_group8_hd32", 16, 2, 32, {500, 129}},
+                      AttnCase{"b2_group16_falls_back", 16, 1, 64, {300, 40}},
+                      AttnCase{"b1_hd256", 4, 2, 256, {900}},
+                      AttnCase{"b64_small_shape", 12, 4, 64, Contexts(64, 3)},
+                      AttnCase{"b256_1b_shape_no_split", 32, 8, 64, Contexts(256, 4)}),
+    [](const ::testing::TestParamInfo<AttnCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace saturn::testing
