@@ -197,7 +197,7 @@ bool AttentionDecodeSplitApplies(const AttentionShape& shape) {
 absl::Status AttentionDecodeSplit(cudaStream_t s, const Tensor& q, const Tensor& k_cache,
                                   const Tensor& v_cache, const AttentionBatch& batch,
                                   const AttentionShape& shape, const Tensor& out, float* workspace,
-                                  int splits) {
+                                  int64_t workspace_floats, int splits) {
   RETURN_IF_ERROR(CheckAttentionDtypes(q, k_cache, v_cache, out));
   if (batch.num_seqs == 0) return absl::OkStatus();
   if (!AttentionDecodeSplitApplies(shape)) {
@@ -208,10 +208,13 @@ absl::Status AttentionDecodeSplit(cudaStream_t s, const Tensor& q, const Tensor&
   if (batch.num_seqs > 65535) {
     return absl::InvalidArgumentError("attention: more than 65535 sequences in one call");
   }
-  if (splits < 1 || splits > kSplitMaxSplits || (splits > 1 && workspace == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat("attention (split): ", splits, " splits (1..",
-                                                   kSplitMaxSplits,
-                                                   ", more than 1 needs a workspace)"));
+  const int64_t need =
+      splits > 1 ? int64_t{batch.num_seqs} * shape.num_heads * splits * (shape.head_dim + 2) : 0;
+  if (splits < 1 || splits > kSplitMaxSplits || (splits > 1 && workspace == nullptr) ||
+      need > workspace_floats) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention (split): ", splits, " splits (1..", kSplitMaxSplits, ") need ",
+                     need, " workspace floats; ", workspace_floats, " given"));
   }
   SATURN_DISPATCH_FLOAT(q.dtype, "attention", return ByHeadDim(shape.head_dim, [&](auto npl) {
                           return Launch<scalar_t, decltype(npl)::value>(

@@ -205,8 +205,9 @@ class CudaBackend final : public Backend {
           batch.num_seqs, shape.num_heads, shape.num_kv_heads, shape.head_dim,
           batch.block_tables.cols * int64_t{shape.block_size}, prop_.multiProcessorCount,
           static_cast<int64_t>(kSplitWorkspaceBytes / sizeof(float)));
-      return gpu::AttentionDecodeSplit(stream_, q, k_cache, v_cache, batch, shape, out,
-                                       split_workspace_, splits);
+      return gpu::AttentionDecodeSplit(
+          stream_, q, k_cache, v_cache, batch, shape, out, split_workspace_,
+          static_cast<int64_t>(kSplitWorkspaceBytes / sizeof(float)), splits);
     }
     if (decode) {
       return gpu::AttentionDecode(stream_, q, k_cache, v_cache, batch, shape, out);

@@ -170,11 +170,17 @@ bool GemmSkinnyApplies(const Tensor& x, const Tensor& w, absl::Span<const Tensor
       (x.dtype != DType::kF32 && x.dtype != DType::kBF16)) {
     return false;
   }
+  // Shapes too (Backend checks them, but these entry points are callable directly): the
+  // kernel takes k from w, rows from x, and gives the columns to the parts in order.
+  if (x.cols != w.cols) return false;
   const DType od = outs[0].dtype;
   if (od != DType::kF32 && od != x.dtype) return false;
+  int64_t cols = 0;
   for (const Tensor& o : outs) {
-    if (o.dtype != od) return false;
+    if (o.dtype != od || o.rows != x.rows || o.data == nullptr) return false;
+    cols += o.cols;
   }
+  if (cols != w.rows) return false;
   return CanVectorize(x.cols, DTypeSize(x.dtype), {x.data, w.data});
 }
 

@@ -54,7 +54,7 @@ bool AttentionDecodeSplitApplies(const AttentionShape& shape);
 absl::Status AttentionDecodeSplit(cudaStream_t s, const Tensor& q, const Tensor& k_cache,
                                   const Tensor& v_cache, const AttentionBatch& batch,
                                   const AttentionShape& shape, const Tensor& out, float* workspace,
-                                  int splits);
+                                  int64_t workspace_floats, int splits);
 // A weight-streaming GEMM for 1..kSkinnyMaxRows rows, its output columns split over up to
 // three tensors side by side (GemmSplit in one launch). Applies: matching f32 or bf16
 // operands, out f32 or theirs, 16-byte rows.

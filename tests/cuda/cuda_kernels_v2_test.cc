@@ -1,9 +1,9 @@
-// The v2 CUDA kernels (--cuda_kernels=v2) against the CPU twin and against v1 on the same
-// inputs: the skinny GEMM (gemm_skinny.cu) at 1-16 rows, bf16 and f32 outputs, the fused
-// projection's three outputs in one launch, odd shapes that fall back to cuBLAS; split-K GQA
-// decode attention (attention_decode_split.cu) at batch 1 (many splits, empty ones for short
-// contexts), batch 64 (two splits), groups of 1-8 and one past 8 (v1 fallback), head_dim
-// 32-256. Skips without a CUDA device. bench/gpu_check.sh runs it.
+// The v2 CUDA kernels (--cuda_kernels=v2) against the CPU twin (the GEMM against v1 too), with
+// the launch records showing which kernel ran: the skinny GEMM (gemm_skinny.cu) at 1-16 rows, bf16
+// and f32 outputs, the fused projection's three outputs in one launch (odd widths), odd shapes that
+// fall back to cuBLAS; split-K GQA decode attention (attention_decode_split.cu) at batch 1 (many
+// splits, empty ones for short contexts), batch 64 (two splits), groups of 1-8 and one past 8 (v1
+// fallback), head_dim 32-256. Skips without a CUDA device. bench/gpu_check.sh runs it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/kernel_plan.h"
+#include "kernels/cuda/ops.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace saturn::testing {
@@ -75,8 +77,13 @@ TEST(CudaKernelsV2Test, SkinnyGemmMatchesCpuAndV1) {
         const DType od = f32_out ? DType::kF32 : b->compute_dtype();
         DevTensor out = FloatTensor(b, od, c.m, c.n, {});
         Poison(b, out.t);
+        gpu::RecordLaunch(gpu::KernelFamily::kGemmSkinny, nullptr, 0, 0, 0);
         const absl::Status st = b->Gemm(dx.t, dw.t, out.t);
         ASSERT_TRUE(st.ok()) << b->device_name() << ": " << st;
+        if (b == v2.get()) {  // the skinny kernel ran where it applies, cuBLAS elsewhere
+          const bool skinny = c.m <= gpu::kSkinnyMaxRows && (c.k * 2) % 16 == 0;
+          EXPECT_EQ(gpu::LastLaunch(gpu::KernelFamily::kGemmSkinny).kernel != nullptr, skinny);
+        }
         (b == cpu.get() ? ref : b == v1.get() ? got1 : got2) = ReadFloats(b, out.t);
       }
       const double e1 = RelError(got1, ref), e2 = RelError(got2, ref);
@@ -92,7 +99,8 @@ TEST(CudaKernelsV2Test, SkinnyGemmSplitFillsEachPart) {
   std::unique_ptr<Backend> cpu = Cpu();
   ASSERT_NE(cpu, nullptr);
   for (int m : {1, 4, 16}) {
-    const int k = 768, nq = 768, nk = 256, nv = 256, n = nq + nk + nv;
+    // Odd part widths: a warp's column pair straddles two parts.
+    const int k = 768, nq = 769, nk = 255, nv = 257, n = nq + nk + nv;
     const auto x = RandomValues(size_t(m) * k, 41), w = RandomValues(size_t(n) * k, 42);
     std::vector<float> ref, got;
     for (Backend* b : {cpu.get(), v2.get()}) {
@@ -101,8 +109,10 @@ TEST(CudaKernelsV2Test, SkinnyGemmSplitFillsEachPart) {
                 v = ComputeTensor(b, m, nv, {});
       for (const DevTensor* t : {&q, &kk, &v}) Poison(b, t->t);
       const Tensor outs[] = {q.t, kk.t, v.t};
+      gpu::RecordLaunch(gpu::KernelFamily::kGemmSkinny, nullptr, 0, 0, 0);
       const absl::Status st = b->GemmSplit(dx.t, dw.t, outs);
       ASSERT_TRUE(st.ok()) << st;
+      if (b == v2.get()) EXPECT_NE(gpu::LastLaunch(gpu::KernelFamily::kGemmSkinny).kernel, nullptr);
       std::vector<float> all;
       for (const DevTensor* t : {&q, &kk, &v}) {
         const std::vector<float> part = ReadFloats(b, t->t);
@@ -134,9 +144,27 @@ TEST_P(CudaSplitAttentionTest, MatchesCpu) {
   const std::vector<int> ones(c.context_lens.size(), 1);
   const PagedAttentionInputs in =
       MakePagedAttention(shape, ones, c.context_lens, /*spare_blocks=*/8, 7, 2.0f);
+  for (auto f : {gpu::KernelFamily::kAttentionDecode, gpu::KernelFamily::kAttentionCombine}) {
+    gpu::RecordLaunch(f, nullptr, 0, 0, 0);
+  }
   const std::vector<float> ref = RunPagedAttention(cpu.get(), in),
                            got = RunPagedAttention(gpu.get(), in);
   EXPECT_LT(RelError(got, ref), kBf16Tolerance);
+  // The split kernel ran (with a combine where it split), or v1's past a group of 8.
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const gpu::LaunchRecord decode = gpu::LastLaunch(gpu::KernelFamily::kAttentionDecode);
+  const bool combined = gpu::LastLaunch(gpu::KernelFamily::kAttentionCombine).kernel != nullptr;
+  if (c.num_heads / c.num_kv_heads > gpu::kSplitMaxGroup) {
+    EXPECT_EQ(decode.grid_blocks, int64_t{c.num_heads} * in.seqs);
+    EXPECT_FALSE(combined);
+  } else {
+    const int splits = gpu::DecodeSplits(in.seqs, c.num_heads, c.num_kv_heads, c.head_dim,
+                                         int64_t{in.max_blocks} * shape.block_size, sms,
+                                         (8 << 20) / 4);  // the backend's 8 MiB workspace
+    EXPECT_EQ(decode.grid_blocks, int64_t{c.num_kv_heads} * in.seqs * splits);
+    EXPECT_EQ(combined, splits > 1);
+  }
 }
 
 std::vector<int> Contexts(int n, int seed) {
