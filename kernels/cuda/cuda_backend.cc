@@ -34,11 +34,7 @@ namespace saturn {
 namespace {
 
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;  // Hopper's recommended size
-// Split attention's partials, allocated once (a captured graph keeps the pointer): about
-// 2 x SMs x 2 blocks' worth of a group's heads, far more than DecodeSplits asks for at
-// head_dim 128 (it falls back to fewer splits, down to none, where this runs short).
-constexpr size_t kSplitWorkspaceBytes = 8u << 20;
-constexpr size_t kStagingFloats = 8u << 20;  // 32 MiB f32 staging for UploadF32
+constexpr size_t kStagingFloats = 8u << 20;          // 32 MiB f32 staging for UploadF32
 
 // cudaSetDevice for the calling thread, skipped when this thread already made `device`
 // current through here (every device switch in the CUDA backend goes through this).
@@ -204,10 +200,10 @@ class CudaBackend final : public Backend {
       const int splits = gpu::DecodeSplits(
           batch.num_seqs, shape.num_heads, shape.num_kv_heads, shape.head_dim,
           batch.block_tables.cols * int64_t{shape.block_size}, prop_.multiProcessorCount,
-          static_cast<int64_t>(kSplitWorkspaceBytes / sizeof(float)));
+          static_cast<int64_t>(gpu::kSplitWorkspaceBytes / sizeof(float)));
       return gpu::AttentionDecodeSplit(
           stream_, q, k_cache, v_cache, batch, shape, out, split_workspace_,
-          static_cast<int64_t>(kSplitWorkspaceBytes / sizeof(float)), splits);
+          static_cast<int64_t>(gpu::kSplitWorkspaceBytes / sizeof(float)), splits);
     }
     if (decode) {
       return gpu::AttentionDecode(stream_, q, k_cache, v_cache, batch, shape, out);
@@ -273,7 +269,7 @@ class CudaBackend final : public Backend {
   cudaDeviceProp prop_;
   bool batch_invariant_ = false;  // gemm_invariant.cu and the prefill attention kernel only
   bool kernels_v2_ = false;       // --cuda_kernels=v2: gemm_skinny.cu, attention_decode_split.cu
-  float* split_workspace_ = nullptr;  // split attention's partials (v2), kSplitWorkspaceBytes
+  float* split_workspace_ = nullptr;  // split attention's partials (v2), gpu::kSplitWorkspaceBytes
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
@@ -311,7 +307,7 @@ absl::Status CudaBackend::Init() {
   CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
   if (kernels_v2_) {
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&split_workspace_), kSplitWorkspaceBytes));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&split_workspace_), gpu::kSplitWorkspaceBytes));
   }
   CUDA_CHECK(cudaEventCreate(&step_start_event_));
   CUDA_CHECK(cudaEventCreate(&step_end_event_));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 namespace saturn::gpu {
@@ -18,6 +19,9 @@ constexpr int kBlocksPerSm = 2;
 constexpr int kSplitMaxGroup = 8;       // query heads per kv head the kernel holds in registers
 constexpr int kSplitMaxSplits = 32;     // partials the combine kernel merges per row
 constexpr int kSplitMinPositions = 64;  // a split's share of the block table's capacity
+// The backend's workspace for the partials, allocated once (a captured graph keeps the
+// pointer); DecodeSplits falls back to fewer splits, down to none, where it runs short.
+constexpr size_t kSplitWorkspaceBytes = size_t{8} << 20;
 
 // Splits per sequence: enough (kv head, sequence, split) blocks to cover the SMs
 // kBlocksPerSm times, at most kSplitMaxSplits, none shorter than kSplitMinPositions of the

@@ -161,7 +161,7 @@ TEST_P(CudaSplitAttentionTest, MatchesCpu) {
   } else {
     const int splits = gpu::DecodeSplits(in.seqs, c.num_heads, c.num_kv_heads, c.head_dim,
                                          int64_t{in.max_blocks} * shape.block_size, sms,
-                                         (8 << 20) / 4);  // the backend's 8 MiB workspace
+                                         gpu::kSplitWorkspaceBytes / sizeof(float));
     EXPECT_EQ(decode.grid_blocks, int64_t{c.num_kv_heads} * in.seqs * splits);
     EXPECT_EQ(combined, splits > 1);
   }
