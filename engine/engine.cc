@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <future>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/engine_impl.h"
@@ -35,8 +36,24 @@ absl::Status EngineConfig::Validate() const {
   if (max_queued_requests < 0) {
     return absl::InvalidArgumentError("max_queued_requests: must be >= 0");
   }
+  if (event_thread != "auto" && event_thread != "on" && event_thread != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("event_thread: \"", event_thread, "\" is not one of auto, on, off"));
+  }
   return absl::OkStatus();
 }
+
+namespace {
+
+// EngineConfig::event_thread: auto is on unless the backend computes on every core.
+bool ResolveEventThread(const std::string& setting, const Backend& backend) {
+  if (setting != "auto") return setting == "on";
+  if (backend.name() != "cpu") return true;  // the device computes; host cores are free
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return backend.HostThreadIds().size() + 1 < cores;  // the engine thread computes too
+}
+
+}  // namespace
 
 Engine::Impl::Impl(const EngineConfig& config, std::unique_ptr<Backend> backend)
     : config_(config),
@@ -107,6 +124,7 @@ absl::Status Engine::Impl::Init() {
   options_ = config_.options;
   FillFixedInfo(max_len, per_block, rc.graph_sizes);
   RETURN_IF_ERROR(Warmup());
+  if (ResolveEventThread(config_.event_thread, *backend_)) events_.Start();
   loop_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
@@ -153,11 +171,12 @@ absl::Status Engine::Impl::Warmup() {
   req.sampling.ignore_eos = true;
   absl::Status failure;
   int generated = 0;
-  live_[0].on_event = [&](const TokenEvent& ev) {
+  // The event thread starts with the loop: until then events are delivered inside Step.
+  live_[0].on_event = std::make_shared<const EventCallback>([&](const TokenEvent& ev) {
     generated += static_cast<int>(ev.token_ids.size());
     if (ev.final && ev.finish_reason == FinishReason::kError)
       failure = absl::InternalError(ev.error);
-  };
+  });
   scheduler_->Add(0, req);
   while (scheduler_->HasWork()) {
     Step();
@@ -281,6 +300,7 @@ void Engine::Impl::Shutdown() {
     options_cv_.notify_all();
   }
   if (loop_.joinable()) loop_.join();
+  events_.Stop();  // the final events of the requests the loop ended go out first
 }
 
 // ---- the facade ------------------------------------------------------------------------

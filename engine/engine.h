@@ -56,6 +56,11 @@ struct EngineConfig {
   // Per-op device timing and step records. Always on when serving; off only to measure what
   // they cost (saturn-bench-instrumentation).
   bool instrument = true;
+  // Token events (the server's stream writes) run on their own thread while the engine thread
+  // starts the next step (on), or on the engine thread inside each step's postprocess (off).
+  // auto: on where the backend leaves a core free for it (CUDA; a CPU backend with fewer
+  // threads than cores), off where its threads compute on every core.
+  std::string event_thread = "auto";
   int max_queued_requests = 0;  // 0: unbounded; past it Submit returns RESOURCE_EXHAUSTED
 
   absl::Status Validate() const;
@@ -70,8 +75,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates and enqueues. Events arrive on `on_event` from the engine thread; the last one
-  // is final (length, stop, cancelled or error). Returns the engine's request id.
+  // Validates and enqueues. Events arrive on `on_event`, in order, from the engine's event
+  // thread (engine/event_delivery.h); the last one is final (length, stop, cancelled or
+  // error). Returns the engine's request id.
   // INVALID_ARGUMENT names the field; RESOURCE_EXHAUSTED when the queue is full;
   // UNAVAILABLE after Shutdown.
   absl::StatusOr<int64_t> Submit(GenerateRequest request, EventCallback on_event);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/event_delivery.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "kernels/backend.h"
@@ -33,7 +34,7 @@ struct Engine::Impl {
   };
   // A request the loop knows about (engine thread only).
   struct Live {
-    EventCallback on_event;
+    std::shared_ptr<const EventCallback> on_event;  // shared with events not yet delivered
     RequestTimings timings;
     int prompt_tokens = 0;
     bool wants_prompt_logprobs = false;
@@ -69,8 +70,11 @@ struct Engine::Impl {
   // Moves submitted requests into the scheduler and applies cancels.
   void DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* cancels);
   void ApplyPendingOptions();
-  // Delivers an event; a final event also forgets the request.
+  // Queues an event for delivery (PostEvents); a final event also forgets the request.
   void Emit(int64_t id, TokenEvent ev);
+  // Hands the queued events to events_ in one batch; returns the microseconds it waited for
+  // room (a delivery thread behind by a few steps).
+  double PostEvents();
   // Keeps the step's prompt logprobs and attaches the logprobs to the step's events.
   void AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
                       const std::vector<RequestUpdate>& updates, std::vector<TokenEvent>* events);
@@ -112,6 +116,9 @@ struct Engine::Impl {
   std::deque<std::function<void(bool run)>>
       between_steps_;  // guarded by mu_; run=false: shutting down
   std::atomic<double> step_in_flight_since_us_{0};
+
+  EventDelivery::Batch outbox_;  // engine thread only: events emitted, not yet posted
+  EventDelivery events_;         // runs the callbacks (its own thread once the loop runs)
 
   std::thread loop_;
 };

@@ -99,7 +99,7 @@ void Engine::Impl::Loop() {
 void Engine::Impl::DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* cancels) {
   for (Pending& p : *incoming) {
     Live& live = live_[p.id];
-    live.on_event = std::move(p.on_event);
+    live.on_event = std::make_shared<const EventCallback>(std::move(p.on_event));
     live.timings.arrival_us = p.arrival_us;
     live.prompt_tokens = static_cast<int>(p.request.prompt.size());
     live.wants_prompt_logprobs = p.request.sampling.prompt_logprobs >= 0;
@@ -143,8 +143,15 @@ void Engine::Impl::Emit(int64_t id, TokenEvent ev) {
     ev.timings = live.timings;
     ev.usage.prompt_tokens = live.prompt_tokens;
   }
-  if (live.on_event) live.on_event(ev);
-  if (ev.final) live_.erase(it);
+  outbox_.push_back(EventDelivery::Item{live.on_event, std::move(ev)});
+  if (outbox_.back().event.final) live_.erase(it);
+}
+
+double Engine::Impl::PostEvents() {
+  if (outbox_.empty()) return 0;
+  EventDelivery::Batch batch;
+  batch.swap(outbox_);
+  return events_.Post(std::move(batch));
 }
 
 void Engine::Impl::EndRequests(const std::vector<int64_t>& ids, FinishReason reason,
@@ -161,6 +168,7 @@ void Engine::Impl::EndRequests(const std::vector<int64_t>& ids, FinishReason rea
     Emit(id, std::move(ev));
     (reason == FinishReason::kError ? failed : cancelled)++;
   }
+  PostEvents();
   std::lock_guard<std::mutex> lock(mu_);
   counters_.requests_cancelled += cancelled;
   counters_.requests_failed += failed;
@@ -281,6 +289,7 @@ bool Engine::Impl::Step() {
     kv_free_ = rec.kv_blocks_free;
   }
   for (size_t k = 0; k < updates.size(); ++k) Emit(updates[k].request_id, std::move(events[k]));
+  PostEvents();  // with the event thread, the callbacks run while the next step starts
   rec.end_us = NowUs();
   rec.postprocess_us = rec.end_us - post0;
   if (config_.instrument) {

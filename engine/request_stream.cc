@@ -1,4 +1,4 @@
-// RequestStream: one request's events handed from the engine thread to a blocking reader.
+// RequestStream: one request's events handed from the engine's event thread to a blocking reader.
 #include <condition_variable>
 #include <deque>
 #include <mutex>

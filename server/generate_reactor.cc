@@ -34,7 +34,7 @@ struct GenerateReactor::Call {
   std::string client_request_id;
   int64_t seed = 0;
   double received_us = 0;
-  double last_token_us = 0;                  // engine thread only: time of the previous token event
+  double last_token_us = 0;                  // event thread only: time of the previous token event
   const TextTokenizer* tokenizer = nullptr;  // null: no text in the deltas
   Utf8Stream text;
 
@@ -64,7 +64,7 @@ struct GenerateReactor::Call {
     }
   }
 
-  // Engine thread. Never blocks beyond the mutex.
+  // The engine's event thread. Never blocks beyond the mutex.
   void OnEvent(const TokenEvent& ev) {
     if (metrics != nullptr) metrics->ObserveEvent(ev, &last_token_us);
     std::lock_guard<std::mutex> lock(mu);

@@ -1,6 +1,6 @@
 // The Generate stream: a grpc::ServerWriteReactor fed by the engine's EventCallback.
 //
-//   engine thread: OnEvent -> build delta/final -> queue (mutex) -> StartWrite if idle
+//   engine event thread: OnEvent -> build delta/final -> queue (mutex) -> StartWrite if idle
 //   gRPC thread:   OnWriteDone -> next queued message ... -> Finish(status)
 //   OnCancel (client cancel, deadline) -> Engine::Cancel -> final event -> Finish(CANCELLED)
 //   shutdown after grace (ServingState::AbortAll) -> Engine::Cancel -> Finish(UNAVAILABLE)
@@ -8,7 +8,7 @@
 // Finish is called only after the engine's final event (or when the request never reached
 // the engine), so OnDone -- which deletes the reactor -- always comes after the last engine
 // callback. The state the engine callback touches is shared (std::shared_ptr) all the same,
-// so no callback can outlive it. Nothing here blocks on the engine thread.
+// so no callback can outlive it. Nothing here blocks the engine's event thread.
 #pragma once
 
 #include <grpcpp/grpcpp.h>

@@ -5,7 +5,7 @@
 // of a reactor constructor's body publishes the reactor when the constructor ends (on every
 // return path); CalledBackByGrpc(this) first thing in each callback takes that edge. Outside a
 // ThreadSanitizer build both compile to nothing. They add no ordering between callbacks, nor
-// between a callback and the engine thread: those still rely on the reactors' own mutexes,
+// between a callback and the engine's event thread: those still rely on the reactors' own mutexes,
 // which TSan checks (tests/sanitize_thread.sh, docs/HARDENING.md).
 #pragma once
 

@@ -49,6 +49,10 @@ ABSL_FLAG(int, kv_cache_mb, 0,
           "KV cache size in MiB (0: enough for the sequence limit at full length, capped at "
           "1/8 of device memory)");
 ABSL_FLAG(bool, cuda_graphs, false, "Replay CUDA graphs for decode steps (CUDA backend only)");
+ABSL_FLAG(std::string, event_thread, "auto",
+          "auto | on | off: on, token events (stream writes) go out on their own thread while "
+          "the engine runs the next step; off, on the engine thread inside each step (auto: on "
+          "for CUDA and for a CPU backend with a core to spare, see --threads)");
 ABSL_FLAG(int, max_queued_requests, 1024,
           "Waiting requests beyond which Generate returns RESOURCE_EXHAUSTED (0: unbounded)");
 ABSL_FLAG(int, step_history_mb, 64,
@@ -126,6 +130,7 @@ int main(int argc, char** argv) {
   config.engine.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
   config.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   config.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  config.engine.event_thread = absl::GetFlag(FLAGS_event_thread);
   config.step_history_mb = absl::GetFlag(FLAGS_step_history_mb);
   config.engine.weight_seed = absl::GetFlag(FLAGS_seed);
   config.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);

@@ -19,7 +19,7 @@ struct OpenAiCall::Events {
   int64_t request_id = 0;  // 0 until Submit returned
   bool aborted = false;    // shutdown past the grace period
   RequestMetrics* metrics = nullptr;
-  double last_token_us = 0;  // engine thread only
+  double last_token_us = 0;  // the engine's event thread only
 
   void Push(const TokenEvent& ev) {
     if (metrics != nullptr) metrics->ObserveEvent(ev, &last_token_us);

@@ -58,7 +58,7 @@ class OpenAiCall {
   void Cancel();
 
  private:
-  struct Events;  // what the engine thread and the abort hook share with the worker
+  struct Events;  // what the engine's event thread and the abort hook share with the worker
   OpenAiCall() = default;
 
   ServingState* state_ = nullptr;

@@ -2,7 +2,7 @@
 // names under the "saturn:" prefix: token and request counters and latency histograms fed by
 // the Generate streams' final events, and a tokens-per-step histogram fed from the engine's
 // step records at scrape time. Thread-safe (one mutex); Observe never blocks beyond it, so the
-// engine thread may call it.
+// engine's event thread may call it.
 #pragma once
 
 #include <cstdint>
@@ -44,15 +44,16 @@ void AppendSample(const std::string& name, const std::string& labels, double val
 class RequestMetrics {
  public:
   RequestMetrics();
-  // A request's final event (any finish reason). Engine thread; never blocks beyond the lock.
+  // A request's final event (any finish reason). The engine's event thread; never blocks beyond the
+  // lock.
   void ObserveFinal(const TokenEvent& ev);
   // `tokens` tokens arrived `gap_s` seconds after the request's previous token event: one
   // inter-token latency observation of gap_s / tokens per token (vLLM v1's
-  // inter_token_latency_seconds). Engine thread.
+  // inter_token_latency_seconds). The engine's event thread.
   void ObserveInterToken(double gap_s, int tokens);
   // One event of a request's stream, as every front feeds it: the inter-token gap since
   // `*last_token_us` (the stream's own, updated here; 0 before its first token) and, on the
-  // final event, ObserveFinal. Engine thread.
+  // final event, ObserveFinal. The engine's event thread.
   void ObserveEvent(const TokenEvent& ev, double* last_token_us);
   // Adds the steps in `ring` that ended after the last call to the tokens-per-step histogram
   // (steps the ring dropped between two scrapes are not counted).

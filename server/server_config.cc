@@ -86,6 +86,11 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend: \"", engine.backend, "\" is not one of auto, cpu, cuda"));
   }
+  if (engine.event_thread != "auto" && engine.event_thread != "on" &&
+      engine.event_thread != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--event_thread: \"", engine.event_thread, "\" is not one of auto, on, off"));
+  }
   if (engine.model.empty()) {
     return absl::InvalidArgumentError("--model: must name a preset or a checkpoint directory");
   }

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -68,6 +70,74 @@ TEST(EngineTest, BatchedGreedyEqualsAlone) {
     streams[i]->Drain(&tokens);
     EXPECT_EQ(tokens, alone[i]) << "request " << i;
   }
+}
+
+// The event thread changes where callbacks run, never what they see: the same tokens, logprobs,
+// usage and order, with the final event last, and the counters already count a request when
+// its final event arrives.
+TEST(EngineTest, EventThreadOnAndOffDeliverTheSameEvents) {
+  struct Seen {
+    std::vector<int> tokens;
+    std::vector<float> logprobs;
+    int events_after_final = 0;
+    bool final = false;
+    FinishReason reason = FinishReason::kNone;
+    int64_t finished_when_final = -1;
+  };
+  auto run = [](const std::string& mode) {
+    EngineConfig c = TinyConfig();
+    c.event_thread = mode;
+    auto e = Engine::Create(c);
+    EXPECT_TRUE(e.ok()) << e.status();
+    Engine* engine = e->get();
+    constexpr int kRequests = 8;
+    std::vector<Seen> seen(kRequests);
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;
+    for (int i = 0; i < kRequests; ++i) {
+      GenerateRequest r = Req(4 + 7 * i, 6 + i);
+      r.sampling.logprobs = 2;
+      auto id = engine->Submit(r, [&, i, engine](const TokenEvent& ev) {
+        std::lock_guard<std::mutex> lock(mu);
+        Seen& s = seen[i];
+        if (s.final) ++s.events_after_final;
+        s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+        for (const PositionLogprobs& lp : ev.logprobs) s.logprobs.push_back(lp.token.logprob);
+        if (ev.final) {
+          s.final = true;
+          s.reason = ev.finish_reason;
+          s.finished_when_final = engine->counters().requests_finished;
+          ++done;
+          cv.notify_all();
+        }
+      });
+      EXPECT_TRUE(id.ok()) << id.status();
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done == kRequests; });
+    return seen;
+  };
+  std::vector<Seen> on = run("on"), off = run("off");
+  for (size_t i = 0; i < on.size(); ++i) {
+    EXPECT_EQ(on[i].tokens.size(), 6 + i);
+    EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
+    EXPECT_EQ(on[i].logprobs, off[i].logprobs) << "request " << i;
+    EXPECT_EQ(on[i].logprobs.size(), on[i].tokens.size());
+    EXPECT_EQ(on[i].reason, FinishReason::kLength);
+    EXPECT_EQ(on[i].events_after_final, 0);
+    EXPECT_EQ(off[i].events_after_final, 0);
+    EXPECT_GE(on[i].finished_when_final, 1);
+  }
+}
+
+TEST(EngineTest, EventThreadSettingIsChecked) {
+  EngineConfig c = TinyConfig();
+  c.event_thread = "sometimes";
+  auto e = Engine::Create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("event_thread"), std::string::npos) << e.status();
 }
 
 TEST(EngineTest, PreemptionAndRecomputeGiveTheSameGreedyTokens) {

@@ -17,6 +17,7 @@ inline EngineConfig TinyConfig() {
   c.backend = "cpu";
   c.dtype = "f32";  // greedy tokens compared across batch compositions: f32 sums only
   c.num_threads = 2;
+  c.event_thread = "on";  // events on their own thread, as GPU servers run (engine_test: off too)
   c.max_model_len = 256;
   c.max_num_seqs_limit = 16;
   c.max_num_batched_tokens_limit = 512;

@@ -63,6 +63,9 @@ TEST(ServerConfigTest, BadFlagsNameTheFlag) {
   c.engine.backend = "tpu";
   ExpectNames(c, "--backend");
   c = Valid();
+  c.engine.event_thread = "yes";
+  ExpectNames(c, "--event_thread");
+  c = Valid();
   c.engine.model = "";
   ExpectNames(c, "--model");
   c = Valid();

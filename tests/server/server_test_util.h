@@ -31,6 +31,7 @@ inline ServerConfig TinyConfig() {
   c.engine.model = "tiny";
   c.engine.backend = "cpu";
   c.engine.num_threads = 2;
+  c.engine.event_thread = "on";  // what GPU servers run (auto turns it off on a 2-core machine)
   c.engine.max_model_len = 512;
   c.engine.kv_cache_bytes = size_t{48} << 20;
   c.engine.max_queued_requests = 256;
