@@ -2,10 +2,11 @@
 # Token events on the engine thread (--event_thread=off) or on their own thread (on): what each
 # costs the engine per step, through the real gRPC server. For every round, model and
 # concurrency a fresh saturn-server runs in each mode, interleaved; saturn-load drives it and,
-# mid-load, saturn-diag records the server's own step records. Prints per mode the output
-# tok/s the client measured and the engine thread's microseconds per step (schedule, prepare,
-# issue = the ops, postprocess = scheduler update + events, gap between steps); --json writes
-# every row. Extra server flags (e.g. --threads 1) go after --.
+# mid-load, saturn-diag records the server's own step records. Prints per mode the tokens/s
+# sampled over the recorded steps (the client's completed-request figure is in the JSON: at
+# long steps a 10-s phase completes few requests) and the engine thread's microseconds per
+# step (schedule, prepare, issue = the ops, postprocess = scheduler update + events, gap
+# between steps); --json writes every row. Extra server flags (e.g. --threads 1) go after --.
 #   bench/event_thread_ab.sh [--rounds 2] [--models "tiny small"] [--concurrency "1 64"]
 #                            [--duration 10] [--bin build] [--json OUT] [-- SERVER FLAGS]
 set -euo pipefail
@@ -78,22 +79,25 @@ for r in range(1, rounds + 1):
                 steps = [s for s in steps if s["start_us"] >= rec["begin_us"]]
                 mean = lambda k: statistics.fmean(s[k] for s in steps)
                 gaps = [b["start_us"] - a["end_us"] for a, b in zip(steps, steps[1:])]
+                span_s = (steps[-1]["end_us"] - steps[0]["start_us"]) / 1e6 if steps else 0
                 rows.append({"round": r, "model": m, "concurrency": int(c), "event_thread": mode,
-                             "output_tok_s": load["phases"][0]["output_token_throughput"],
+                             "client_output_tok_s": load["phases"][0]["output_token_throughput"],
+                             "output_tok_s": sum(s["num_sampled"] for s in steps) / span_s
+                                             if span_s > 0 else 0.0,
                              "steps": len(steps), "batch": mean("num_seqs"),
                              "step_us": statistics.fmean(s["end_us"] - s["start_us"] for s in steps),
                              "schedule_us": mean("schedule_us"), "prepare_us": mean("prepare_us"),
                              "issue_us": mean("issue_us"), "postprocess_us": mean("postprocess_us"),
                              "gap_us": statistics.fmean(gaps) if gaps else 0.0})
 hdr = "%-5s %-6s %4s %-4s %10s %6s %6s %9s %8s %8s %9s %8s %7s"
-print(hdr % ("round", "model", "c", "evt", "out tok/s", "steps", "batch", "step us", "sched",
+print(hdr % ("round", "model", "c", "evt", "tok/s", "steps", "batch", "step us", "sched",
              "prepare", "issue", "postproc", "gap"))
 for x in rows:
     print("%-5d %-6s %4d %-4s %10.1f %6d %6.1f %9.1f %8.1f %8.1f %9.1f %8.1f %7.1f" % (
         x["round"], x["model"], x["concurrency"], x["event_thread"], x["output_tok_s"],
         x["steps"], x["batch"], x["step_us"], x["schedule_us"], x["prepare_us"], x["issue_us"],
         x["postprocess_us"], x["gap_us"]))
-print("\non/off, median over rounds: output tok/s, engine postprocess us")
+print("\non/off, median over rounds: sampled tok/s, engine postprocess us")
 for m in models:
     for c in concs:
         pick = lambda mode, k: [x[k] for x in rows if x["model"] == m and

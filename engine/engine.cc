@@ -124,7 +124,8 @@ absl::Status Engine::Impl::Init() {
   options_ = config_.options;
   FillFixedInfo(max_len, per_block, rc.graph_sizes);
   RETURN_IF_ERROR(Warmup());
-  if (ResolveEventThread(config_.event_thread, *backend_)) events_.Start();
+  fixed_.event_thread = ResolveEventThread(config_.event_thread, *backend_);
+  if (fixed_.event_thread) events_.Start();
   loop_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }

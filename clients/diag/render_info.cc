@@ -88,10 +88,11 @@ std::string RenderInfo(const v1::ServerInfo& info, const v1::Calibration* calibr
                         m.num_kv_heads(), m.head_dim(), m.vocab_size(),
                         FormatSi(static_cast<double>(m.num_parameters()), ""),
                         m.weight_bytes() / kMiB);
-  absl::StrAppendFormat(&out, "%-12s %s on %s, %s, %.0f MiB usable, CUDA graphs %s\n", "backend",
-                        b.name(), b.device_name(), b.compute_dtype(),
-                        b.device_memory_bytes() / kMiB,
-                        b.supports_cuda_graphs() ? "supported" : "not supported");
+  absl::StrAppendFormat(
+      &out, "%-12s %s on %s, %s, %.0f MiB usable, CUDA graphs %s, token events on %s\n", "backend",
+      b.name(), b.device_name(), b.compute_dtype(), b.device_memory_bytes() / kMiB,
+      b.supports_cuda_graphs() ? "supported" : "not supported",
+      b.event_thread() ? "their own thread" : "the engine thread");
   absl::StrAppendFormat(&out,
                         "%-12s max_num_seqs %d (limit %d), max_num_batched_tokens %d (limit %d), "
                         "cuda_graphs %s\n",

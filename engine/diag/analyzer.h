@@ -53,6 +53,7 @@ struct AnalyzerContext {
   // Backend.
   std::string backend;
   bool supports_graphs = false;
+  bool event_thread = false;      // token events leave the engine thread (EngineInfo::event_thread)
   std::vector<int> graph_sizes;   // captured decode batch sizes (ascending)
   double graph_memory_bytes = 0;  // 0: unknown (estimated per size, see plan.cc)
   // Engine counters now.
@@ -213,7 +214,15 @@ struct Verdict {
   // sched_*), or AnalyzerContext::run_share where no step measured it; in [0.05, 1].
   double run_share = 1;
   CalibrationCheck calibration_check;
+  // The engine thread's host phases, microseconds per busy step (the host-bound evidence).
+  struct HostPhases {
+    double schedule_us = 0, prepare_us = 0, postprocess_us = 0, loop_gap_us = 0;
+  } host_per_step;
 };
+
+// The server-side change for a host-bound verdict: the largest host phase and what removes it
+// (for postprocess, where the token events run: AnalyzerContext::event_thread).
+std::string HostPathChange(const Verdict& v, bool event_thread);
 
 enum class ActionKind {
   kEnableCudaGraphs,

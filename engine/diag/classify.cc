@@ -82,6 +82,41 @@ const char* BottleneckName(Bottleneck b) {
   return EnumLookup(kNames, b, "UNKNOWN");
 }
 
+std::string HostPathChange(const Verdict& v, bool event_thread) {
+  const Verdict::HostPhases& h = v.host_per_step;
+  const double largest = std::max({h.schedule_us, h.prepare_us, h.postprocess_us, h.loop_gap_us});
+  if (largest <= 0)
+    return "host work overlapped with the device, or less of it per token, would "
+           "recover it";
+  if (largest == h.postprocess_us && !event_thread) {
+    return absl::StrFormat(
+        "the largest phase is postprocess (%.0f us): the token events (tokenizing, building and "
+        "writing each stream's message) run on the engine thread; saturn-server "
+        "--event_thread=on moves them to their own thread while the next step runs (auto does "
+        "so on CUDA and where the CPU backend leaves a core free)",
+        h.postprocess_us);
+  }
+  if (largest == h.postprocess_us) {
+    return absl::StrFormat(
+        "the largest phase is postprocess (%.0f us): the scheduler update, and the engine "
+        "waiting for the event thread when the streams' writes fall 4 steps behind; fewer "
+        "streams per replica or less work per event would recover it",
+        h.postprocess_us);
+  }
+  if (largest == h.loop_gap_us) {
+    return absl::StrFormat(
+        "the largest phase is the gap between steps (%.0f us): the engine thread waits to be "
+        "woken or for a core (see cpu_run_share); fewer other processes on the host's cores "
+        "would recover it",
+        h.loop_gap_us);
+  }
+  return absl::StrFormat(
+      "the largest phase is %s (%.0f us a step, growing with the running requests): overlapping "
+      "it with the device's previous step (async scheduling, as vLLM v1 and SGLang do) would "
+      "recover it; Saturn runs it between steps",
+      largest == h.schedule_us ? "schedule" : "prepare", largest);
+}
+
 Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
                  const AnalyzerContext& ctx, const AnalyzerThresholds& th) {
   Verdict v;
@@ -127,6 +162,9 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   }
   // The engine loop's own gaps between steps are host time the device waits through.
   const double host = schedule + prepare + postprocess + p.loop_gap_us;
+  const double n_steps = static_cast<double>(steps.size());
+  v.host_per_step = {schedule / n_steps, prepare / n_steps, postprocess / n_steps,
+                     p.loop_gap_us / n_steps};
   wall = std::max(wall + p.loop_gap_us, 1e-9);
   const double overhead = launch + host;
   Signal over =
@@ -213,12 +251,15 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
       const double n = double(steps.size());
       v.summary = absl::StrFormat(
           "HOST_BOUND: the server's host path takes %.0f us of each %.0f us step (schedule %.1f, "
-          "prepare %.1f, postprocess: scheduler update and token events %.1f, loop gaps %.1f us) "
-          "and the device idles %.0f%% of it; op launches cost %.0f us. Host work overlapped "
-          "with the device, or less of it per token, would recover it; every request adds host "
-          "work to each step, so batching gains only where the plan's measured steps say so",
-          host / n, wall / n, schedule / n, prepare / n, postprocess / n, p.loop_gap_us / n,
-          100 * gs.value, launch / n);
+          "prepare %.1f, postprocess: scheduler update and %s %.1f, loop gaps %.1f us) "
+          "and the device idles %.0f%% of it; op launches cost %.0f us. %s; every request adds "
+          "host work to each step, so batching gains only where the plan's measured steps say "
+          "so",
+          host / n, wall / n, schedule / n, prepare / n,
+          ctx.event_thread ? "the hand-off of token events to their thread"
+                           : "token events (stream writes) on the engine thread",
+          postprocess / n, p.loop_gap_us / n, 100 * gs.value, launch / n,
+          HostPathChange(v, ctx.event_thread));
       break;
     }
     case Bottleneck::kMemoryBound:

@@ -542,12 +542,14 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
 }
 
 // Why a plan has no action: headroom in a kernel, the compute ceiling, or nothing to gain.
-std::string NoActionReason(const Verdict& v, const Plan& plan, const AnalyzerThresholds& th) {
+std::string NoActionReason(const Verdict& v, const Plan& plan, const AnalyzerThresholds& th,
+                           bool event_thread) {
   if (v.bottleneck == Bottleneck::kHostBound) {
-    return "no batching or client change is predicted to gain: the server's own host path "
-           "(the verdict's phases) keeps the device idle inside each step, and more requests "
-           "add to it; the change is in the server (overlap the next step's host work with the "
-           "device, as vLLM's async scheduling does; less host work per token)";
+    return absl::StrCat(
+        "no batching or client change is predicted to gain: the server's own host path (the "
+        "verdict's phases) keeps the device idle inside each step, and more requests add to "
+        "it; the change is in the server: ",
+        HostPathChange(v, event_thread));
   }
   if (v.far_below_roofs && !v.headroom.empty()) {
     const Headroom& h = v.headroom.front();
@@ -568,8 +570,8 @@ std::string NoActionReason(const Verdict& v, const Plan& plan, const AnalyzerThr
 }
 
 std::string NoActionNote(const Verdict& v, const Plan& plan, const AnalyzerThresholds& th,
-                         const std::string& declined) {
-  const std::string why = NoActionReason(v, plan, th);
+                         bool event_thread, const std::string& declined) {
+  const std::string why = NoActionReason(v, plan, th, event_thread);
   return declined.empty() ? why : absl::StrCat(why, "; ", declined);
 }
 
@@ -643,7 +645,7 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   AddRaiseMaxNumSeqs(b, &plan);
   AddRaiseMaxNumBatchedTokens(b, &plan);
   AddRaiseClientConcurrency(b, &plan);
-  if (plan.actions.empty()) plan.note = NoActionNote(v, plan, th, b.declined);
+  if (plan.actions.empty()) plan.note = NoActionNote(v, plan, th, ctx.event_thread, b.declined);
   return plan;
 }
 

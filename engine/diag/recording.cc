@@ -183,6 +183,7 @@ json ContextJson(const AnalyzerContext& c) {
           {"max_num_batched_tokens_limit", c.max_num_batched_tokens_limit},
           {"backend", c.backend},
           {"supports_graphs", c.supports_graphs},
+          {"event_thread", c.event_thread},
           {"graph_sizes", c.graph_sizes},
           {"graph_memory_bytes", c.graph_memory_bytes},
           {"num_waiting", c.num_waiting},
@@ -216,6 +217,7 @@ AnalyzerContext ContextFrom(const json& j) {
   c.max_num_batched_tokens_limit = j.at("max_num_batched_tokens_limit").get<int>();
   c.backend = j.at("backend").get<std::string>();
   c.supports_graphs = j.at("supports_graphs").get<bool>();
+  c.event_thread = j.value("event_thread", false);  // recordings before it: on the engine thread
   c.graph_sizes = j.at("graph_sizes").get<std::vector<int>>();
   c.graph_memory_bytes = j.at("graph_memory_bytes").get<double>();
   c.num_waiting = j.at("num_waiting").get<int>();

@@ -174,6 +174,32 @@ TEST(AnalyzerTest, HostPhasesWithTheDeviceIdleAreHostBound) {
   if (r.plan.actions.empty()) {
     EXPECT_NE(r.plan.note.find("change is in the server"), std::string::npos) << r.plan.note;
   }
+  // The largest phase here is prepare: the change named is overlapping it with the device.
+  EXPECT_NE(r.verdict.summary.find("largest phase is prepare"), std::string::npos)
+      << r.verdict.summary;
+  EXPECT_NEAR(r.verdict.host_per_step.prepare_us, 0.5 * host, 1e-6);
+
+  // Token events on the engine thread as the largest phase: the change named is the event
+  // thread, and only where it is off.
+  for (StepRecord& st : steps) std::swap(st.prepare_us, st.postprocess_us);
+  const DiagnosticsReport off = Analyze(steps, 0, steps.back().end_us, cal, ctx);
+  ASSERT_EQ(off.verdict.bottleneck, Bottleneck::kHostBound) << off.verdict.summary;
+  EXPECT_NE(off.verdict.summary.find("--event_thread=on"), std::string::npos)
+      << off.verdict.summary;
+  EXPECT_NE(off.verdict.summary.find("token events (stream writes) on the engine thread"),
+            std::string::npos)
+      << off.verdict.summary;
+  if (off.plan.actions.empty()) {
+    EXPECT_NE(off.plan.note.find("--event_thread=on"), std::string::npos) << off.plan.note;
+  }
+  ctx.event_thread = true;
+  const DiagnosticsReport on = Analyze(steps, 0, steps.back().end_us, cal, ctx);
+  ASSERT_EQ(on.verdict.bottleneck, Bottleneck::kHostBound) << on.verdict.summary;
+  EXPECT_EQ(on.verdict.summary.find("--event_thread=on"), std::string::npos) << on.verdict.summary;
+  EXPECT_NE(on.verdict.summary.find("waiting for the event thread"), std::string::npos)
+      << on.verdict.summary;
+  ctx.event_thread = false;
+
   // The same steps with the host path a tenth as long: the device is busy, not HOST_BOUND.
   t.host_us = 6;
   t.host_us_per_seq = 0.4;

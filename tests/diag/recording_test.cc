@@ -59,6 +59,7 @@ Recording SyntheticRecording() {
   r.input.context.probe_context_slopes = {{1, 0.01, 0, 1, 0}};
   r.input.context.graph_sizes = {1, 2, 4};
   r.input.context.run_share = 0.8;
+  r.input.context.event_thread = true;
   r.device = "cpu: test";
   return r;
 }
@@ -84,6 +85,7 @@ TEST(RecordingTest, JsonRoundTripGivesTheSameReport) {
     }
   }
   EXPECT_EQ(back->input.context.run_share, 0.8);
+  EXPECT_TRUE(back->input.context.event_thread);
   EXPECT_EQ(back->input.context.graph_sizes, rec.input.context.graph_sizes);
   EXPECT_EQ(back->input.context.probe_curve.decode.size(), 2u);
   EXPECT_EQ(back->calibration.gemm_flops_per_s, rec.calibration.gemm_flops_per_s);
