@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/engine_impl.h"
 #include "engine/weights.h"
@@ -36,21 +37,34 @@ absl::Status EngineConfig::Validate() const {
   if (max_queued_requests < 0) {
     return absl::InvalidArgumentError("max_queued_requests: must be >= 0");
   }
-  if (event_thread != "auto" && event_thread != "on" && event_thread != "off") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("event_thread: \"", event_thread, "\" is not one of auto, on, off"));
-  }
-  return absl::OkStatus();
+  return ParseEventThread(event_thread).status();
+}
+
+absl::StatusOr<int> ParseEventThread(const std::string& setting) {
+  if (setting == "auto") return kEventThreadAuto;
+  if (setting == "on") return kEventThreadOn;
+  if (setting == "off") return 0;
+  int n = 0;
+  if (absl::SimpleAtoi(setting, &n) && n >= 1 && n <= kMaxEventThreads) return n;
+  return absl::InvalidArgumentError(
+      absl::StrCat("event_thread: \"", setting,
+                   "\" is not one of auto, on, off or a thread count 1-", kMaxEventThreads));
 }
 
 namespace {
 
-// EngineConfig::event_thread: auto is on unless the backend computes on every core.
-bool ResolveEventThread(const std::string& setting, const Backend& backend) {
-  if (setting != "auto") return setting == "on";
-  if (backend.name() != "cpu") return true;  // the device computes; host cores are free
-  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  return backend.HostThreadIds().size() + 1 < cores;  // the engine thread computes too
+// EngineConfig::event_thread -> delivery threads (0: on the engine thread). auto is on unless
+// the backend's threads compute on every core. on: the CPU's spare cores, at most 4; with a
+// device computing, one per 8 cores, at most 4, leaving the rest to gRPC's threads (not yet
+// measured on a GPU host).
+int ResolveEventThreads(const std::string& setting, const Backend& backend) {
+  const int parsed = ParseEventThread(setting).value_or(0);  // validated before
+  if (parsed >= 0) return parsed;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (backend.name() != "cpu") return std::clamp(cores / 8, 1, 4);
+  const int spare = cores - static_cast<int>(backend.HostThreadIds().size()) - 1;  // + engine
+  if (parsed == kEventThreadAuto && spare < 1) return 0;
+  return std::clamp(spare, 1, 4);
 }
 
 }  // namespace
@@ -124,8 +138,8 @@ absl::Status Engine::Impl::Init() {
   options_ = config_.options;
   FillFixedInfo(max_len, per_block, rc.graph_sizes);
   RETURN_IF_ERROR(Warmup());
-  fixed_.event_thread = ResolveEventThread(config_.event_thread, *backend_);
-  if (fixed_.event_thread) events_.Start();
+  fixed_.event_threads = ResolveEventThreads(config_.event_thread, *backend_);
+  if (fixed_.event_threads > 0) events_.Start(fixed_.event_threads);
   loop_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }

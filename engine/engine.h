@@ -56,15 +56,20 @@ struct EngineConfig {
   // Per-op device timing and step records. Always on when serving; off only to measure what
   // they cost (saturn-bench-instrumentation).
   bool instrument = true;
-  // Token events (the server's stream writes) run on their own thread while the engine thread
-  // starts the next step (on), or on the engine thread inside each step's postprocess (off).
-  // auto: on where the backend leaves a core free for it (CUDA; a CPU backend with fewer
-  // threads than cores), off where its threads compute on every core.
+  // Token events (the server's stream writes) run on their own threads while the engine thread
+  // starts the next step (on, or a thread count 1-16), or on the engine thread inside each
+  // step's postprocess (off). auto: on where the backend leaves a core free for it (CUDA; a CPU
+  // backend with fewer threads than cores), off where its threads compute on every core.
   std::string event_thread = "auto";
   int max_queued_requests = 0;  // 0: unbounded; past it Submit returns RESOURCE_EXHAUSTED
 
   absl::Status Validate() const;
 };
+
+// EngineConfig::event_thread parsed: 0 (off), a thread count, or one of these. The error names
+// event_thread and what it accepts.
+constexpr int kEventThreadAuto = -1, kEventThreadOn = -2, kMaxEventThreads = 16;
+absl::StatusOr<int> ParseEventThread(const std::string& setting);
 
 class Engine {
  public:

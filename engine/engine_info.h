@@ -57,8 +57,8 @@ struct EngineInfo {
   DType weight_dtype = DType::kF32;  // of the GEMM weight matrices
   size_t device_memory_bytes = 0;
   bool supports_graphs = false;  // the backend can capture CUDA graphs
-  bool event_thread =
-      false;  // token events go out on their own thread (EngineConfig::event_thread)
+  int event_threads = 0;  // threads token events go out on (EngineConfig::event_thread); 0: the
+                          // engine thread
   bool per_op_timing_is_cheap = false;  // else every Nth eager step is timed per op
   size_t weight_bytes = 0;              // device weights, all of them
   std::vector<int> graph_sizes;         // the decode batch sizes graphs are captured at, ascending

@@ -143,7 +143,7 @@ void Engine::Impl::Emit(int64_t id, TokenEvent ev) {
     ev.timings = live.timings;
     ev.usage.prompt_tokens = live.prompt_tokens;
   }
-  outbox_.push_back(EventDelivery::Item{live.on_event, std::move(ev)});
+  outbox_.push_back(EventDelivery::Item{id, live.on_event, std::move(ev)});
   if (outbox_.back().event.final) live_.erase(it);
 }
 

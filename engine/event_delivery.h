@@ -1,20 +1,17 @@
 // Token events leave the engine thread here. The engine hands each step's events over in one
-// batch; a delivery thread runs the callbacks (the server's tokenizing, message building and
+// batch; delivery threads run the callbacks (the server's tokenizing, message building and
 // stream writes) while the engine thread goes on to the next step, as vLLM v1 moves output
-// processing off its engine core. Batches are delivered in the order posted, so one request's
-// events keep their order, and a bounded number of batches may wait: past it, Post blocks the
-// engine thread (backpressure), so a slow consumer costs step time, where the step records
-// show it, never unbounded memory.
+// processing off its engine core. An event goes to thread key % threads (the key is its
+// request id), and each thread delivers in the order posted, so one request's events keep their
+// order. A bounded number of batches may wait per thread: past it, Post blocks the engine
+// thread (backpressure), so a slow consumer costs step time, where the step records show it,
+// never unbounded memory.
 //
-// Before Start (the engine's warm-up) and with threading off, Post runs the callbacks inline.
+// Before Start (the engine's warm-up) and after Stop, Post runs the callbacks inline.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "engine/request.h"
@@ -24,42 +21,39 @@ namespace saturn {
 class EventDelivery {
  public:
   struct Item {
+    int64_t key = 0;                                // the request id: picks the thread
     std::shared_ptr<const EventCallback> callback;  // kept alive until delivered
     TokenEvent event;
   };
   using Batch = std::vector<Item>;
 
-  // max_pending_batches: batches posted but not yet being delivered before Post blocks (>= 1).
+  // max_pending_batches: batches a thread has queued, not yet delivering, before Post blocks
+  // (>= 1).
   explicit EventDelivery(int max_pending_batches = 4);
   ~EventDelivery();  // Stop()
   EventDelivery(const EventDelivery&) = delete;
   EventDelivery& operator=(const EventDelivery&) = delete;
 
-  // Starts the delivery thread. Until then Post delivers inline.
-  void Start();
-  // Delivers everything posted, then joins the thread; later posts deliver inline.
+  // Starts `threads` delivery threads (at least 1). Until then Post delivers inline.
+  void Start(int threads = 1);
+  // Delivers everything posted, then joins the threads; later posts deliver inline.
   void Stop();
   // Hands a batch over (empty: nothing). Returns the microseconds the caller waited for room.
   double Post(Batch batch);
   // Waits until every batch posted so far has been delivered.
   void Flush();
 
-  bool threaded() const { return thread_.joinable(); }
+  int threads() const { return static_cast<int>(lanes_.size()); }  // 0: inline
+  // Batches delivered, counted per thread (a post split over two threads counts 2).
   int64_t batches_delivered() const;
 
  private:
-  void Run();
+  class Lane;
   static void Deliver(Batch& batch);
 
-  const size_t max_pending_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // wakes the delivery thread
-  std::condition_variable room_cv_;  // wakes a blocked Post or Flush
-  std::deque<Batch> queue_;          // guarded by mu_
-  bool stopping_ = false;            // guarded by mu_
-  int64_t posted_ = 0;               // guarded by mu_
-  int64_t delivered_ = 0;            // guarded by mu_
-  std::thread thread_;
+  const int max_pending_;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // the owner's thread only (Start, Stop, Post)
+  int64_t delivered_elsewhere_ = 0;           // inline, or by threads already stopped
 };
 
 }  // namespace saturn

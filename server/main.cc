@@ -50,7 +50,8 @@ ABSL_FLAG(int, kv_cache_mb, 0,
           "1/8 of device memory)");
 ABSL_FLAG(bool, cuda_graphs, false, "Replay CUDA graphs for decode steps (CUDA backend only)");
 ABSL_FLAG(std::string, event_thread, "auto",
-          "auto | on | off: on, token events (stream writes) go out on their own thread while "
+          "auto | on | off | N: on, token events (stream writes) go out on their own threads "
+          "(N of them; on: the CPU's spare cores, or one per 8 cores with CUDA, at most 4) while "
           "the engine runs the next step; off, on the engine thread inside each step (auto: on "
           "for CUDA and for a CPU backend with a core to spare, see --threads)");
 ABSL_FLAG(int, max_queued_requests, 1024,

@@ -145,7 +145,10 @@ absl::Status ServerApp::LoadEngine() {
   Log(absl::StrCat("ready: model ", m.name, " (", m.NumParameters(), " parameters), backend ",
                    info.backend, ", device ", info.device_name, ", max_model_len ",
                    info.limits.max_model_len, ", KV ", kv.num_blocks, " blocks x ", kv.block_size,
-                   " tokens, on ", address(), " (SERVING)"));
+                   " tokens, token events on ",
+                   info.event_threads > 0 ? absl::StrCat(info.event_threads, " event thread(s)")
+                                          : std::string("the engine thread"),
+                   ", on ", address(), " (SERVING)"));
   if (config_.metrics_port != 0) {
     metrics_ =
         std::make_unique<MetricsHttpServer>(&state_, diag_.get(), config_.metrics_window_seconds);

@@ -86,10 +86,8 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend: \"", engine.backend, "\" is not one of auto, cpu, cuda"));
   }
-  if (engine.event_thread != "auto" && engine.event_thread != "on" &&
-      engine.event_thread != "off") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--event_thread: \"", engine.event_thread, "\" is not one of auto, on, off"));
+  if (absl::Status s = ParseEventThread(engine.event_thread).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
   }
   if (engine.model.empty()) {
     return absl::InvalidArgumentError("--model: must name a preset or a checkpoint directory");

@@ -21,7 +21,7 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
   c.max_num_batched_tokens_limit = info.max_num_batched_tokens_limit;
   c.backend = info.backend;
   c.supports_graphs = info.supports_graphs;
-  c.event_thread = info.event_thread;
+  c.event_thread = info.event_threads > 0;
   // The captured sizes; before any capture, the sizes the engine would capture.
   c.graph_sizes = info.graphs.sizes.empty() ? info.graph_sizes : info.graphs.sizes;
   c.graph_memory_bytes = static_cast<double>(info.graphs.memory_bytes);

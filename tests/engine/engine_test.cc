@@ -118,8 +118,11 @@ TEST(EngineTest, EventThreadOnAndOffDeliverTheSameEvents) {
     cv.wait(lock, [&] { return done == kRequests; });
     return seen;
   };
-  std::vector<Seen> on = run("on"), off = run("off");
+  std::vector<Seen> on = run("on"), off = run("off"), three = run("3");
   for (size_t i = 0; i < on.size(); ++i) {
+    EXPECT_EQ(three[i].tokens, off[i].tokens) << "request " << i;
+    EXPECT_EQ(three[i].logprobs, off[i].logprobs) << "request " << i;
+    EXPECT_EQ(three[i].events_after_final, 0);
     EXPECT_EQ(on[i].tokens.size(), 6 + i);
     EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
     EXPECT_EQ(on[i].logprobs, off[i].logprobs) << "request " << i;
@@ -133,11 +136,22 @@ TEST(EngineTest, EventThreadOnAndOffDeliverTheSameEvents) {
 
 TEST(EngineTest, EventThreadSettingIsChecked) {
   EngineConfig c = TinyConfig();
-  c.event_thread = "sometimes";
+  for (const std::string bad : {"sometimes", "0", "17", "-1", "2x"}) {
+    c.event_thread = bad;
+    auto e = Engine::Create(c);
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find("event_thread"), std::string::npos) << e.status();
+    EXPECT_NE(e.status().message().find("1-16"), std::string::npos) << e.status();
+  }
+  c.event_thread = "2";
   auto e = Engine::Create(c);
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(e.status().message().find("event_thread"), std::string::npos) << e.status();
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->info().event_threads, 2);
+  c.event_thread = "off";
+  e = Engine::Create(c);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->info().event_threads, 0);
 }
 
 TEST(EngineTest, PreemptionAndRecomputeGiveTheSameGreedyTokens) {

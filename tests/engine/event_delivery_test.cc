@@ -33,8 +33,9 @@ struct Recorder {
   }
 };
 
-EventDelivery::Item Ev(std::shared_ptr<const EventCallback> cb, int token, bool final = false) {
-  EventDelivery::Item item{std::move(cb), TokenEvent{}};
+EventDelivery::Item Ev(std::shared_ptr<const EventCallback> cb, int token, bool final = false,
+                       int64_t key = 0) {
+  EventDelivery::Item item{key, std::move(cb), TokenEvent{}};
   item.event.token_ids = {token};
   item.event.final = final;
   return item;
@@ -51,14 +52,14 @@ TEST(EventDeliveryTest, BeforeStartPostDeliversInline) {
   ASSERT_EQ(r.seen, (std::vector<int>{7, 8}));
   EXPECT_EQ(r.threads[0], std::this_thread::get_id());
   EXPECT_EQ(r.finals, 1);
-  EXPECT_FALSE(d.threaded());
+  EXPECT_EQ(d.threads(), 0);
   EXPECT_EQ(d.batches_delivered(), 1);
 }
 
 TEST(EventDeliveryTest, ThreadedKeepsOrderAcrossBatchesOnItsOwnThread) {
   EventDelivery d(2);
   d.Start();
-  ASSERT_TRUE(d.threaded());
+  ASSERT_EQ(d.threads(), 1);
   Recorder a, b;
   auto ca = a.Callback(), cb = b.Callback();
   constexpr int kBatches = 200;
@@ -123,7 +124,7 @@ TEST(EventDeliveryTest, StopDeliversEverythingPostedAndKeepsCallbacksAlive) {
       d.Post({Ev(std::move(cb), i, i == 49)});
     }
     d.Stop();
-    EXPECT_FALSE(d.threaded());
+    EXPECT_EQ(d.threads(), 0);
     EXPECT_EQ(d.batches_delivered(), 50);
     // After Stop, posts are inline again.
     d.Post({Ev(r.Callback(), 99)});
@@ -134,12 +135,46 @@ TEST(EventDeliveryTest, StopDeliversEverythingPostedAndKeepsCallbacksAlive) {
   EXPECT_EQ(r.finals, 1);
 }
 
+// Three threads: an event goes to thread key % 3, so each request's events keep their order,
+// different requests are delivered on different threads, and Flush and Stop cover them all.
+TEST(EventDeliveryTest, ThreadsSplitByKeyAndKeepEachKeysOrder) {
+  EventDelivery d(2);
+  d.Start(3);
+  ASSERT_EQ(d.threads(), 3);
+  constexpr int kKeys = 7, kSteps = 100;
+  std::vector<Recorder> r(kKeys);
+  std::vector<std::shared_ptr<const EventCallback>> cb;
+  for (Recorder& x : r) cb.push_back(x.Callback());
+  for (int step = 0; step < kSteps; ++step) {
+    EventDelivery::Batch batch;
+    for (int k = 0; k < kKeys; ++k) batch.push_back(Ev(cb[k], step, step == kSteps - 1, k));
+    d.Post(std::move(batch));
+  }
+  d.Flush();
+  for (int k = 0; k < kKeys; ++k) {
+    ASSERT_EQ(r[k].seen.size(), size_t{kSteps}) << "key " << k;
+    for (int step = 0; step < kSteps; ++step) EXPECT_EQ(r[k].seen[step], step) << "key " << k;
+    EXPECT_EQ(r[k].finals, 1);
+    // One thread per key, the same one as key + 3's.
+    for (const std::thread::id& t : r[k].threads) EXPECT_EQ(t, r[k].threads[0]);
+    if (k + 3 < kKeys) EXPECT_EQ(r[k].threads[0], r[k + 3].threads[0]);
+  }
+  EXPECT_NE(r[0].threads[0], r[1].threads[0]);
+  EXPECT_NE(r[1].threads[0], r[2].threads[0]);
+  EXPECT_NE(r[0].threads[0], r[2].threads[0]);
+  EXPECT_EQ(d.batches_delivered(), 3 * kSteps);
+  d.Post({Ev(cb[0], 500, false, 0)});
+  d.Stop();  // delivers the last post before joining
+  EXPECT_EQ(r[0].seen.back(), 500);
+  EXPECT_EQ(d.threads(), 0);
+}
+
 TEST(EventDeliveryTest, EmptyBatchesAndEmptyCallbacksAreSkipped) {
   EventDelivery d;
   d.Start();
   EXPECT_EQ(d.Post({}), 0);
-  d.Post({EventDelivery::Item{nullptr, TokenEvent{}},
-          EventDelivery::Item{std::make_shared<const EventCallback>(), TokenEvent{}}});
+  d.Post({EventDelivery::Item{1, nullptr, TokenEvent{}},
+          EventDelivery::Item{2, std::make_shared<const EventCallback>(), TokenEvent{}}});
   d.Flush();
   EXPECT_EQ(d.batches_delivered(), 1);  // the empty batch was never queued
 }

@@ -65,6 +65,10 @@ TEST(ServerConfigTest, BadFlagsNameTheFlag) {
   c = Valid();
   c.engine.event_thread = "yes";
   ExpectNames(c, "--event_thread");
+  c.engine.event_thread = "17";
+  ExpectNames(c, "--event_thread");
+  c.engine.event_thread = "4";
+  EXPECT_TRUE(c.Validate().ok());
   c = Valid();
   c.engine.model = "";
   ExpectNames(c, "--model");
