@@ -1,6 +1,6 @@
 // OpenAiHttpServer: routes, the stream's event pump and the non-streamed wait. Each request
-// runs on one httplib worker thread from parse to the last byte; the engine's event thread only queues
-// events for it (server/openai_call.h).
+// runs on one httplib worker thread from parse to the last byte; the engine's event thread only
+// queues events for it (server/openai_call.h).
 #include "server/openai_http.h"
 
 #include <httplib.h>
