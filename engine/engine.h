@@ -80,11 +80,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates and enqueues. Events arrive on `on_event`, in order, from the engine's event
-  // thread (engine/event_delivery.h); the last one is final (length, stop, cancelled or
-  // error). Returns the engine's request id.
-  // INVALID_ARGUMENT names the field; RESOURCE_EXHAUSTED when the queue is full;
-  // UNAVAILABLE after Shutdown.
+  // Validates and enqueues. Events arrive on `on_event`, in order, from an event thread
+  // (engine/event_delivery.h; the engine thread with event_thread off); the last one is final
+  // (length, stop, cancelled or error). Returns the engine's request id. INVALID_ARGUMENT names the
+  // field; RESOURCE_EXHAUSTED when the queue is full; UNAVAILABLE after Shutdown.
   absl::StatusOr<int64_t> Submit(GenerateRequest request, EventCallback on_event);
   // Cancels wherever the request is; its final event (kCancelled) follows and its KV blocks
   // are returned before that event. Unknown or finished ids are ignored.

@@ -83,9 +83,9 @@ struct TokenEvent {
   RequestTimings timings;  // filled on the final event
 };
 
-// Called on the engine's event thread (engine/event_delivery.h), in order, once per event; the
-// final event is the last call. Must not block: while it runs, no other request's events go
-// out, and a delivery a few steps behind holds the engine up.
+// Called on an event thread (engine/event_delivery.h; the engine thread with --event_thread
+// off), in order, once per event; the final event is the last call. Must not block: while it runs,
+// no other request's events go out, and a delivery a few steps behind holds the engine up.
 using EventCallback = std::function<void(const TokenEvent&)>;
 
 struct ModelLimits {

@@ -180,7 +180,6 @@ void FillServerInfo(const Engine& engine, const PromptLimits& limits,
   bi->set_compute_dtype(DTypeName(info.compute_dtype));
   bi->set_device_memory_bytes(static_cast<int64_t>(info.device_memory_bytes));
   bi->set_supports_cuda_graphs(info.supports_graphs);
-  bi->set_event_thread(info.event_threads > 0);
   bi->set_event_threads(info.event_threads);
 
   ToProto(engine.options(), out->mutable_options());

@@ -190,7 +190,7 @@ json SessionToJson(const SessionResult& res) {
                        {"device", i.backend().device_name()},
                        {"compute_dtype", i.backend().compute_dtype()},
                        {"supports_cuda_graphs", i.backend().supports_cuda_graphs()},
-                       {"event_thread", i.backend().event_thread()},
+                       {"event_threads", i.backend().event_threads()},
                        {"max_num_seqs", i.options().max_num_seqs()},
                        {"max_num_batched_tokens", i.options().max_num_batched_tokens()},
                        {"cuda_graphs", i.options().cuda_graphs()},
