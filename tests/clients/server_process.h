@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -58,6 +59,9 @@ inline Spawned StartServer(const std::string& log, const std::vector<std::string
   argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // A log left by an earlier process with the same pid (the folder is named by pid, and pids
+  // wrap between CI's builds) would show its stale address as ready.
+  std::remove(log.c_str());
   Spawned s;
   s.pid = fork();
   if (s.pid == 0) {
