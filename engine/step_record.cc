@@ -1,6 +1,7 @@
 #include "engine/step_record.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace saturn {
 
@@ -40,11 +41,26 @@ void StepRing::Push(StepRecord r) {
   // The open chunk never holds more than capacity_ records, so the oldest is in a sealed one.
   while (size_ > capacity_) {
     --size_;
+    Evict((*sealed_.front())[head_]);
     if (++head_ == sealed_.front()->size()) {
       sealed_.pop_front();
       head_ = 0;
     }
   }
+}
+
+void StepRing::Evict(const StepRecord& r) {
+  const double label = std::floor(r.start_us / kSumIntervalUs) * kSumIntervalUs;
+  if (evicted_.empty() || evicted_.back().first != label) {
+    evicted_.emplace_back(label, StepSums());
+    while (evicted_.size() > kSumSeconds) {
+      evicted_dropped_through_ = evicted_.front().first;
+      evicted_.pop_front();
+    }
+  }
+  evicted_.back().second.Add(r, any_evicted_ ? &last_evicted_ : nullptr);
+  last_evicted_ = r;
+  any_evicted_ = true;
 }
 
 size_t StepRing::View::size() const {
@@ -78,6 +94,20 @@ std::vector<StepRecord> StepRing::View::CopyFrom(size_t from) const {
   }
   out.insert(out.end(), open.begin() + static_cast<std::ptrdiff_t>(skip), open.end());
   return out;
+}
+
+size_t StepRing::View::FirstFrom(double since_us) const {
+  // Steps start in order: binary search for the first at or after since_us.
+  size_t lo = 0, hi = size();
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (at(mid).start_us < since_us) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
 }
 
 StepRing::View StepRing::Snapshot() const {
@@ -117,21 +147,45 @@ std::vector<StepRecord> StepRing::Since(double since_us) const {
 
 std::vector<StepRecord> StepRing::WindowFrom(double since_us, size_t before) const {
   const View v = Snapshot();
-  // Steps start in order: binary search for the first at or after since_us.
-  size_t lo = 0, hi = v.size();
-  while (lo < hi) {
-    const size_t mid = (lo + hi) / 2;
-    if (v.at(mid).start_us < since_us) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
+  const size_t lo = v.FirstFrom(since_us);
+  return v.CopyFrom(lo - std::min(before, lo));
+}
+
+std::vector<StepRecord> StepRing::WindowWithEvicted(double since_us, size_t before,
+                                                    EvictedSums* earlier) const {
+  *earlier = EvictedSums();
+  View v;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    v.sealed.assign(sealed_.begin(), sealed_.end());
+    v.head = head_;
+    v.open = open_;
+    const bool reaches = size_ > 0 && v.at(0).start_us <= since_us;
+    if (any_evicted_ && !reaches) {
+      // From the first whole second at or after since_us, or the oldest second still kept.
+      double begin = std::ceil(since_us / kSumIntervalUs) * kSumIntervalUs;
+      earlier->complete = evicted_dropped_through_ < begin;
+      if (!earlier->complete) begin = evicted_dropped_through_ + kSumIntervalUs;
+      earlier->begin_us = begin;
+      for (const auto& [label, sums] : evicted_) {
+        if (label >= begin) earlier->sums.Merge(sums);
+      }
+      // The gap before the window's first step began before the window: not the window's.
+      earlier->sums.loop_gap_us -= earlier->sums.lead_gap_us;
+      earlier->sums.lead_gap_us = 0;
     }
   }
+  if (earlier->sums.steps == 0 && !earlier->complete) *earlier = EvictedSums();
+  const double from = earlier->sums.steps > 0 || earlier->complete ? earlier->begin_us : since_us;
+  const size_t lo = v.FirstFrom(from);
   return v.CopyFrom(lo - std::min(before, lo));
 }
 
 void StepRing::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
+  evicted_.clear();
+  evicted_dropped_through_ = -1;
+  any_evicted_ = false;
   sealed_.clear();
   head_ = 0;
   open_.clear();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine_options.h"
+#include "engine/step_sums.h"
 #include "kernels/op_record.h"
 
 namespace saturn {
@@ -74,14 +75,28 @@ struct StepRecord {
   std::vector<OpRecord> ops;
 };
 
+// The sums of the records a ring evicted, for a window that reaches back past its records.
+struct EvictedSums {
+  StepSums sums;          // records evicted that started at or after begin_us (steps 0: none)
+  double begin_us = 0;    // where the sums begin: a whole second of the steady clock
+  bool complete = false;  // the sums hold every evicted record from begin_us on
+};
+
 // Bounded, thread-safe ring of the most recent step records. The engine thread pushes;
-// readers copy out. Two tiers: the newest `ops_capacity` records keep their per-op records
+// readers copy out. Three tiers: the newest `ops_capacity` records keep their per-op records
 // (traces read those); older ones keep the rest (what diagnostics windows read), up to
 // `capacity` records in all, so a long window costs about 0.4 kB a step (kBytesPerRecord), not
-// the ops' 64 bytes each. Records live in sealed chunks shared with readers, so a reader copies
-// a window without holding the engine's Push for it.
+// the ops' 64 bytes each; records evicted past that are folded into per-second sums
+// (StepSums), kept for `kSumSeconds` seconds whatever the step rate, so a report's profile and
+// verdict can cover a window longer than the records. Records live in sealed chunks shared
+// with readers, so a reader copies a window without holding the engine's Push for it.
 class StepRing {
  public:
+  // Seconds of per-second sums kept (the longest diagnostics window, an hour, and a margin):
+  // about 0.6 kB each, 2.2 MB in all.
+  static constexpr size_t kSumSeconds = 3660;
+  static constexpr double kSumIntervalUs = 1e6;
+
   // Approximate memory one record costs in the history tier (sizeof(StepRecord) and the
   // chunk's share of its bookkeeping), for sizing `capacity` from a byte budget.
   static constexpr size_t kBytesPerRecord = sizeof(StepRecord) + 8;
@@ -96,6 +111,11 @@ class StepRing {
   // The records from `before` records ahead of the first one with start_us >= since_us to the
   // newest, oldest first, without their per-op records (what a diagnostics window reads).
   std::vector<StepRecord> WindowFrom(double since_us, size_t before) const;
+  // The window from since_us, as WindowFrom(since_us, 0) and, in the same instant, the sums
+  // of the evicted records from the first whole second at or after since_us (so the two never
+  // hold the same step). `earlier` is left empty when the records reach back to since_us.
+  std::vector<StepRecord> WindowWithEvicted(double since_us, size_t before,
+                                            EvictedSums* earlier) const;
   int64_t total_steps() const;
   void Clear();
   size_t capacity() const { return capacity_; }
@@ -114,6 +134,7 @@ class StepRing {
     // Records [from, size()) in order.
     std::vector<StepRecord> CopyFrom(size_t from) const;
     const StepRecord& at(size_t i) const;
+    size_t FirstFrom(double since_us) const;  // index of the first record starting at or after
   };
   View Snapshot() const;
   // Attaches the ops tier's per-op records to `out` (ordered by step_id).
@@ -127,6 +148,15 @@ class StepRing {
   size_t head_ = 0;  // records of sealed_.front() already dropped (they are older than capacity_)
   Chunk open_;       // the chunk being filled
   size_t size_ = 0;  // records held: sealed_ from head_, and open_
+  // Folds the oldest record (about to be dropped) into its second's sums. Under mu_.
+  void Evict(const StepRecord& r);
+
+  // Per-second sums of the evicted records (label: the second's start, steady-clock us),
+  // oldest first; the newest kSumSeconds seconds that held a step.
+  std::deque<std::pair<double, StepSums>> evicted_;
+  double evicted_dropped_through_ = -1;  // newest second's label dropped from evicted_ (-1: none)
+  StepRecord last_evicted_;
+  bool any_evicted_ = false;
   // Per-op records of the newest ops_capacity_ steps, oldest first.
   std::deque<std::pair<int64_t, std::vector<OpRecord>>> ops_;
   int64_t total_ = 0;

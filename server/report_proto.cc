@@ -14,6 +14,7 @@ namespace {
 void ToProto(const Profile& p, v1::Profile* out) {
   out->set_window_s(p.window_s);
   out->set_steps(p.steps);
+  out->set_summed_steps(p.summed_steps);
   out->set_steps_per_s(p.steps_per_s);
   out->set_prefill_tokens_per_s(p.prefill_tokens_per_s);
   out->set_decode_tokens_per_s(p.decode_tokens_per_s);

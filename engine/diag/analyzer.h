@@ -92,6 +92,11 @@ struct AnalyzerContext {
   // report covers the ring's steps only); `ring_steps` is the ring's capacity.
   double truncated_from_s = 0;
   size_t ring_steps = 0;
+  // The window's steps older than the ring's records, as the ring's per-second sums
+  // (StepRing::WindowWithEvicted; steps 0: none). The profile and verdict count them with the
+  // records; the step model and the plan read the records alone.
+  StepSums earlier;
+  bool earlier_cut = false;  // the sums no longer reach the window's start (kept an hour)
   // Share of runnable time the server's threads ran since the previous report (schedstat;
   // 1: no contention seen): under 1, other processes held the cores.
   double run_share = 1;
@@ -112,7 +117,7 @@ struct AnalyzerThresholds {
   // A gap between steps is idle (waiting for requests) only when the next step admits a
   // request (has prefill tokens) and the gap is longer than max(this, the previous step's
   // time); otherwise it is the engine loop's own overhead (HTA's "kernel wait").
-  double idle_gap_floor_us = 1000;
+  double idle_gap_floor_us = kIdleGapFloorUs;  // the step ring's per-second sums use it too
   // Self-check: an achieved rate over the ceiling by more than this share (or the
   // calibration's own spread, if larger) marks the calibration suspect.
   double ceiling_tolerance = 0.05;
@@ -161,6 +166,7 @@ struct ClassProfile {
 struct Profile {
   double window_s = 0;
   int steps = 0;
+  int summed_steps = 0;  // of steps, those counted from the ring's per-second sums
   double steps_per_s = 0;
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0, tokens_per_s = 0;
   double output_tokens_per_s = 0;  // sampled (generated) tokens: what clients receive
@@ -319,6 +325,11 @@ DiagnosticsReport Analyze(const std::vector<StepRecord>& steps, double window_be
 // issued one by one, and one graph launch for all the ops a replay issued (a calibration
 // without graph_launch_us counts a replay as one dispatch).
 double LaunchUs(const StepRecord& step, const Calibration& cal);
+double LaunchUs(const StepSums& sums, const Calibration& cal);  // the same, summed
+// The window's sums: ctx.earlier, then `steps` (the gap from the earlier sums' last step to
+// the first record counts as LoopGapUs).
+StepSums SumWindow(const std::vector<StepRecord>& steps, const AnalyzerContext& ctx,
+                   const AnalyzerThresholds& th);
 Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin_us,
                        double window_end_us, const Calibration& cal, const AnalyzerContext& ctx,
                        const AnalyzerThresholds& th = {});

@@ -32,15 +32,11 @@ Signal Below(std::string name, double value, double threshold, std::string sourc
 }
 
 // Step-time MFU/MBU and the op classes holding the step furthest below their roof.
-void NameHeadroom(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
+void NameHeadroom(const StepSums& s, const Profile& p, const Calibration& cal,
                   const AnalyzerThresholds& th, Verdict* v) {
-  double wall = 0, flops = 0, bytes = 0, timed_wall = 0;
-  for (const StepRecord& r : steps) {
-    wall += r.wall_us();
-    flops += r.total_flops();
-    bytes += r.total_bytes();
-    if (r.per_op_timed) timed_wall += r.wall_us();
-  }
+  double flops = 0, bytes = 0;
+  for (const StepSums::Class& c : s.by_class) flops += c.flops, bytes += c.bytes;
+  const double wall = s.wall_us, timed_wall = s.timed_wall_us;
   if (wall <= 0) return;
   v->step_mfu = cal.gemm_flops_per_s > 0 ? flops / (wall * 1e-6) / cal.gemm_flops_per_s : 0;
   v->step_mbu =
@@ -64,13 +60,8 @@ void NameHeadroom(const std::vector<StepRecord>& steps, const Profile& p, const 
 
 // Of the time the threads running the steps were runnable, the share they had a core
 // (StepRecord sched_*); -1 when no step measured it.
-double StepRunShare(const std::vector<StepRecord>& steps) {
-  double run = 0, wait = 0;
-  for (const StepRecord& r : steps) {
-    if (!r.sched_known) continue;
-    run += std::max(0.0, r.sched_run_us);
-    wait += std::max(0.0, r.sched_wait_us);
-  }
+double StepRunShare(const StepSums& s) {
+  const double run = s.sched_run_us, wait = s.sched_wait_us;
   return run + wait > 0 ? run / (run + wait) : -1;
 }
 
@@ -122,13 +113,14 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   Verdict v;
   // The steps' own threads over the window where measured, else the server's since the
   // previous report.
-  const double step_share = StepRunShare(steps);
+  const StepSums sums = SumWindow(steps, ctx, th);
+  const double step_share = StepRunShare(sums);
   v.run_share = std::clamp(step_share >= 0 ? step_share : ctx.run_share, 0.05, 1.0);
   v.signals.push_back(Above("engine_idle_share", p.idle_share, th.idle_share,
                             "TensorRT-LLM idle ratio > 0.30; HTA idle time",
                             "no step ran for this share of the window: the engine waits for "
                             "requests"));
-  if (steps.empty()) {
+  if (sums.steps == 0) {
     if (p.edge_busy_us > 0 && !v.signals[0].crossed) {
       // Busy (nearly) all along, but no step finished inside the window: nothing to judge
       // yet. A sliver of a step at an edge (the last one's event delivery) is still idle.
@@ -145,24 +137,26 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
     return v;
   }
   // Step-level sums over the busy steps.
-  double wall = 0, launch = 0, busy = 0, mem = 0, cmp = 0, floor = 0;
-  double schedule = 0, prepare = 0, postprocess = 0;
-  bool graphs = false;
+  const double launch = LaunchUs(sums, cal);
+  const double schedule = sums.schedule_us, prepare = sums.prepare_us,
+               postprocess = sums.postprocess_us;
+  const double busy = sums.device_busy_in_wall_us;
+  const bool graphs = sums.any_graph_replayed;
+  double wall = sums.wall_us, mem = 0, cmp = 0, floor = 0;
+  auto add_floor = [&](double bytes, double flops) {
+    const double m = cal.bandwidth_bytes_per_s > 0 ? bytes / cal.bandwidth_bytes_per_s : 0;
+    const double c = cal.gemm_flops_per_s > 0 ? flops / cal.gemm_flops_per_s : 0;
+    mem += m * 1e6, cmp += c * 1e6, floor += std::max(m, c) * 1e6;
+  };
   for (const StepRecord& r : steps) {
-    wall += r.wall_us();
-    launch += LaunchUs(r, cal);
-    schedule += r.schedule_us, prepare += r.prepare_us, postprocess += r.postprocess_us;
-    busy += std::min(r.device_busy_us, r.wall_us());
-    graphs = graphs || r.graph_replayed;
-    for (const OpClassStats& s : r.by_class) {
-      const double m = cal.bandwidth_bytes_per_s > 0 ? s.bytes / cal.bandwidth_bytes_per_s : 0;
-      const double c = cal.gemm_flops_per_s > 0 ? s.flops / cal.gemm_flops_per_s : 0;
-      mem += m * 1e6, cmp += c * 1e6, floor += std::max(m, c) * 1e6;
-    }
+    for (const OpClassStats& c : r.by_class) add_floor(c.bytes, c.flops);
   }
+  // Steps kept only as sums: each class's floor over its summed bytes and FLOPs (at most the
+  // per-step floors' sum; the same where a class's intensity holds steady, as in decode).
+  for (const StepSums::Class& c : ctx.earlier.by_class) add_floor(c.bytes, c.flops);
   // The engine loop's own gaps between steps are host time the device waits through.
   const double host = schedule + prepare + postprocess + p.loop_gap_us;
-  const double n_steps = static_cast<double>(steps.size());
+  const double n_steps = static_cast<double>(sums.steps);
   v.host_per_step = {schedule / n_steps, prepare / n_steps, postprocess / n_steps,
                      p.loop_gap_us / n_steps};
   wall = std::max(wall + p.loop_gap_us, 1e-9);
@@ -228,7 +222,7 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   } else {
     v.bottleneck = v.step_bound;
   }
-  NameHeadroom(steps, p, cal, th, &v);
+  NameHeadroom(sums, p, cal, th, &v);
   switch (v.bottleneck) {
     case Bottleneck::kUnderloaded:
       v.summary = idle ? absl::StrFormat(
@@ -245,10 +239,10 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
       v.summary = absl::StrFormat(
           "LAUNCH_BOUND: per-step overhead (%.0f us dispatch + %.0f us host) is %.1fx the "
           "roofline floor (%.0f us); the device waits on the host",
-          launch / steps.size(), host / steps.size(), over.value, floor / steps.size());
+          launch / n_steps, host / n_steps, over.value, floor / n_steps);
       break;
     case Bottleneck::kHostBound: {
-      const double n = double(steps.size());
+      const double n = n_steps;
       v.summary = absl::StrFormat(
           "HOST_BOUND: the server's host path takes %.0f us of each %.0f us step (schedule %.1f, "
           "prepare %.1f, postprocess: scheduler update and %s %.1f, loop gaps %.1f us) "
@@ -299,7 +293,7 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
                                       "of this gap is theirs, not the kernels'",
                                       100 * v.run_share));
     }
-  } else if (v.run_share < th.contended_run_share && !steps.empty()) {
+  } else if (v.run_share < th.contended_run_share && sums.steps > 0) {
     absl::StrAppend(&v.summary,
                     absl::StrFormat(" (contended: the engine's threads ran %.0f%% of the time "
                                     "they were runnable; other processes held the cores)",
@@ -307,15 +301,25 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   }
   // Too few complete steps: say so (the server widens the window when it can, see
   // diagnostics_state.cc; when it could not, the verdict stands qualified).
-  if (int(steps.size()) < th.min_window_steps) {
+  if (sums.steps < th.min_window_steps) {
     v.window_note = absl::StrFormat(
-        "the window holds only %zu complete step%s (mean %.0f ms)%s: a tentative verdict",
-        steps.size(), steps.size() == 1 ? "" : "s", p.mean_step_ms,
+        "the window holds only %d complete step%s (mean %.0f ms)%s: a tentative verdict",
+        static_cast<int>(sums.steps), sums.steps == 1 ? "" : "s", p.mean_step_ms,
         ctx.step_in_flight ? ", one more in flight at its end" : "");
   } else if (ctx.widened_from_s > 0) {
     v.window_note = absl::StrFormat(
         "the %.1f s window asked for held fewer than %d complete steps: widened to %.1f s",
         ctx.widened_from_s, th.min_window_steps, p.window_s);
+  } else if (p.summed_steps > 0) {
+    const double records_s =
+        steps.empty() ? 0 : (steps.back().end_us - steps.front().start_us) * 1e-6;
+    v.window_note = absl::StrFormat(
+        "covers %.1f s of the %.1f s asked (%s): the newest %zu steps (%.1f s) as records and "
+        "the %d before them as the step history's per-second sums; the step model and plan "
+        "read the records (--step_history_mb sets how many)",
+        p.window_s, ctx.truncated_from_s,
+        ctx.earlier_cut ? "the per-second sums keep the last hour" : "from its first whole second",
+        steps.size(), records_s, p.summed_steps);
   } else if (ctx.truncated_from_s > 0) {
     v.window_note = absl::StrFormat(
         "covers the last %.1f s of the %.1f s asked: the step history holds the last %zu steps "
@@ -326,7 +330,7 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
         "a step was in flight at the window's edge: its %.0f ms inside the window count as busy",
         p.edge_busy_us * 1e-3);
   }
-  if (!v.window_note.empty() && int(steps.size()) < th.min_window_steps) {
+  if (!v.window_note.empty() && sums.steps < th.min_window_steps) {
     absl::StrAppend(&v.summary, " (", v.window_note, ")");
   }
   return v;

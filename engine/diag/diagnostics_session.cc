@@ -122,17 +122,29 @@ DiagnosticsReport DiagnosticsSession::BuildReport(const WindowInput& input,
                                                   std::vector<StepRecord>* steps_out) {
   double begin_us = input.begin_us;
   const double end_us = input.end_us;
-  std::vector<StepRecord> steps = input.Since(begin_us);
-  // The ring forgot the window's start: analyse only what it still holds, rather than count
-  // the forgotten steps as idle time.
+  AnalyzerContext ctx = input.context;
   double truncated_from_s = 0;
-  if (input.ring_total_steps > static_cast<int64_t>(input.ring_capacity) &&
+  const EvictedSums& earlier = input.earlier;
+  const bool summed = (earlier.sums.steps > 0 || earlier.complete) && earlier.begin_us > begin_us &&
+                      earlier.begin_us < end_us;
+  if (summed) {
+    // The records start after the window's start: the ring's per-second sums of the steps it
+    // evicted stand for them, from the first whole second of the window (or the oldest second
+    // it still keeps); the note says how much of the asked span that covers.
+    truncated_from_s = (end_us - begin_us) * 1e-6;
+    begin_us = earlier.begin_us;
+    ctx.earlier = earlier.sums;
+    ctx.earlier_cut = !earlier.complete;
+  }
+  std::vector<StepRecord> steps = input.Since(begin_us);
+  // The ring forgot the window's start and has no sums for it (a recording without them):
+  // analyse only what it still holds, rather than count the forgotten steps as idle time.
+  if (!summed && input.ring_total_steps > static_cast<int64_t>(input.ring_capacity) &&
       steps.size() >= input.ring_capacity && !steps.empty() && steps.front().start_us > begin_us) {
     truncated_from_s = (end_us - begin_us) * 1e-6;
     begin_us = steps.front().start_us;
   }
   const WindowEdges edges = FitWindow(input, &steps, &begin_us, end_us);
-  AnalyzerContext ctx = input.context;
   ctx.truncated_from_s = truncated_from_s;
   ctx.ring_steps = input.ring_capacity;
   ctx.edge_busy_us = edges.busy_us;

@@ -236,6 +236,94 @@ AnalyzerContext ContextFrom(const json& j) {
   return c;
 }
 
+// StepSums as a JSON object, one key per field.
+constexpr std::pair<const char*, double StepSums::*> kSumDoubles[] = {
+    {"first_start_us", &StepSums::first_start_us},
+    {"last_end_us", &StepSums::last_end_us},
+    {"last_wall_us", &StepSums::last_wall_us},
+    {"wall_us", &StepSums::wall_us},
+    {"device_busy_us", &StepSums::device_busy_us},
+    {"device_busy_in_wall_us", &StepSums::device_busy_in_wall_us},
+    {"schedule_us", &StepSums::schedule_us},
+    {"prepare_us", &StepSums::prepare_us},
+    {"postprocess_us", &StepSums::postprocess_us},
+    {"loop_gap_us", &StepSums::loop_gap_us},
+    {"lead_gap_us", &StepSums::lead_gap_us},
+    {"sched_run_us", &StepSums::sched_run_us},
+    {"sched_wait_us", &StepSums::sched_wait_us},
+    {"prefill_tokens", &StepSums::prefill_tokens},
+    {"decode_tokens", &StepSums::decode_tokens},
+    {"sampled", &StepSums::sampled},
+    {"seqs", &StepSums::seqs},
+    {"queue_depth", &StepSums::queue_depth},
+    {"running", &StepSums::running},
+    {"kv_usage", &StepSums::kv_usage},
+    {"kv_usage_max", &StepSums::kv_usage_max},
+    {"decode_wall_us", &StepSums::decode_wall_us},
+    {"decode_seqs", &StepSums::decode_seqs},
+    {"decode_context", &StepSums::decode_context},
+    {"padding_tokens", &StepSums::padding_tokens},
+    {"replay_rows", &StepSums::replay_rows},
+    {"timed_wall_us", &StepSums::timed_wall_us},
+};
+constexpr std::pair<const char*, int64_t StepSums::*> kSumCounts[] = {
+    {"steps", &StepSums::steps},
+    {"issued_ops", &StepSums::issued_ops},
+    {"replay_steps", &StepSums::replay_steps},
+    {"preemptions", &StepSums::preemptions},
+    {"decode_steps", &StepSums::decode_steps},
+    {"replayed_decode_steps", &StepSums::replayed_decode_steps},
+    {"timed_steps", &StepSums::timed_steps},
+};
+
+json SumsJson(const EvictedSums& e) {
+  const StepSums& s = e.sums;
+  json j = {{"begin_us", e.begin_us},
+            {"complete", e.complete},
+            {"any_graph_replayed", s.any_graph_replayed},
+            {"max_queue_depth", s.max_queue_depth}};
+  for (const auto& [name, field] : kSumDoubles) j[name] = s.*field;
+  for (const auto& [name, field] : kSumCounts) j[name] = s.*field;
+  json classes = json::array();
+  for (const StepSums::Class& c : s.by_class) {
+    classes.push_back({{"flops", c.flops},
+                       {"bytes", c.bytes},
+                       {"timed_us", c.timed_us},
+                       {"timed_flops", c.timed_flops},
+                       {"timed_bytes", c.timed_bytes},
+                       {"max_count", c.max_count}});
+  }
+  j["by_class"] = std::move(classes);
+  return j;
+}
+
+EvictedSums SumsFrom(const json& j) {
+  EvictedSums e;
+  StepSums& s = e.sums;
+  e.begin_us = j.at("begin_us").get<double>();
+  e.complete = j.at("complete").get<bool>();
+  s.any_graph_replayed = j.at("any_graph_replayed").get<bool>();
+  s.max_queue_depth = j.at("max_queue_depth").get<int>();
+  for (const auto& [name, field] : kSumDoubles) s.*field = j.at(name).get<double>();
+  for (const auto& [name, field] : kSumCounts) s.*field = j.at(name).get<int64_t>();
+  const json& classes = j.at("by_class");
+  if (!classes.is_array() || classes.size() != s.by_class.size()) {
+    throw json::other_error::create(
+        501, "\"earlier\".\"by_class\" must hold one entry per op class", &classes);
+  }
+  for (size_t c = 0; c < s.by_class.size(); ++c) {
+    const json& k = classes[c];
+    StepSums::Class& o = s.by_class[c];
+    o.flops = k.at("flops").get<double>();
+    o.bytes = k.at("bytes").get<double>();
+    o.timed_us = k.at("timed_us").get<double>();
+    o.timed_flops = k.at("timed_flops").get<double>();
+    o.timed_bytes = k.at("timed_bytes").get<double>();
+    o.max_count = k.at("max_count").get<int>();
+  }
+  return e;
+}
+
 }  // namespace
 
 std::vector<StepRecord> WindowInput::Since(double since_us) const {
@@ -267,6 +355,7 @@ std::string RecordingToJson(const Recording& r) {
             {"ring_total_steps", in.ring_total_steps},
             {"ring_capacity", in.ring_capacity},
             {"in_flight_since_us", in.in_flight_since_us},
+            {"earlier", SumsJson(in.earlier)},
             {"context", ContextJson(in.context)},
             {"step_columns", Columns()},
             {"steps", std::move(steps)}};
@@ -306,6 +395,8 @@ absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
     in.ring_total_steps = j.at("ring_total_steps").get<int64_t>();
     in.ring_capacity = j.at("ring_capacity").get<size_t>();
     in.in_flight_since_us = j.at("in_flight_since_us").get<double>();
+    // Recordings from before the ring kept per-second sums have none.
+    if (j.contains("earlier")) in.earlier = SumsFrom(j.at("earlier"));
     in.context = ContextFrom(j.at("context"));
     for (const json& row : j.at("steps")) in.steps.push_back(StepFromRow(row));
   } catch (const json::exception& e) {

@@ -22,6 +22,9 @@ struct WindowInput {
   // The ring's newest records from a few steps before begin_us (oldest first), without their
   // per-op records (only traces read those).
   std::vector<StepRecord> steps;
+  // Where the records start after begin_us: the sums of the window's older steps that the ring
+  // evicted (StepRing::WindowWithEvicted; empty otherwise).
+  EvictedSums earlier;
   int64_t ring_total_steps = 0;   // steps the ring has seen since the engine started
   size_t ring_capacity = 0;       // records it keeps
   double in_flight_since_us = 0;  // start of a step still running at capture (0: none)
