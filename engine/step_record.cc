@@ -151,7 +151,7 @@ std::vector<StepRecord> StepRing::WindowFrom(double since_us, size_t before) con
   return v.CopyFrom(lo - std::min(before, lo));
 }
 
-std::vector<StepRecord> StepRing::WindowWithEvicted(double since_us, size_t before,
+std::vector<StepRecord> StepRing::WindowWithEvicted(double since_us, double until_us, size_t before,
                                                     EvictedSums* earlier) const {
   *earlier = EvictedSums();
   View v;
@@ -161,7 +161,7 @@ std::vector<StepRecord> StepRing::WindowWithEvicted(double since_us, size_t befo
     v.head = head_;
     v.open = open_;
     const bool reaches = size_ > 0 && v.at(0).start_us <= since_us;
-    if (any_evicted_ && !reaches) {
+    if (any_evicted_ && !reaches && last_evicted_.end_us <= until_us) {
       // From the first whole second at or after since_us, or the oldest second still kept.
       double begin = std::ceil(since_us / kSumIntervalUs) * kSumIntervalUs;
       earlier->complete = evicted_dropped_through_ < begin;
@@ -175,8 +175,9 @@ std::vector<StepRecord> StepRing::WindowWithEvicted(double since_us, size_t befo
       earlier->sums.lead_gap_us = 0;
     }
   }
-  if (earlier->sums.steps == 0 && !earlier->complete) *earlier = EvictedSums();
-  const double from = earlier->sums.steps > 0 || earlier->complete ? earlier->begin_us : since_us;
+  // No evicted step in the window: the records alone, from since_us.
+  if (earlier->sums.steps == 0) *earlier = EvictedSums();
+  const double from = earlier->sums.steps > 0 ? earlier->begin_us : since_us;
   const size_t lo = v.FirstFrom(from);
   return v.CopyFrom(lo - std::min(before, lo));
 }

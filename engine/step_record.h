@@ -92,8 +92,10 @@ struct EvictedSums {
 // with readers, so a reader copies a window without holding the engine's Push for it.
 class StepRing {
  public:
-  // Seconds of per-second sums kept (the longest diagnostics window, an hour, and a margin):
-  // about 0.6 kB each, 2.2 MB in all.
+  // Seconds of per-second sums kept: the newest kSumSeconds seconds that held a step (idle
+  // seconds cost nothing), at least the longest diagnostics window (an hour) and a margin;
+  // about 0.5 kB each, 2 MB in all. Their loop gaps use kIdleGapFloorUs (the analyzer's
+  // default threshold).
   static constexpr size_t kSumSeconds = 3660;
   static constexpr double kSumIntervalUs = 1e6;
 
@@ -111,10 +113,13 @@ class StepRing {
   // The records from `before` records ahead of the first one with start_us >= since_us to the
   // newest, oldest first, without their per-op records (what a diagnostics window reads).
   std::vector<StepRecord> WindowFrom(double since_us, size_t before) const;
-  // The window from since_us, as WindowFrom(since_us, 0) and, in the same instant, the sums
-  // of the evicted records from the first whole second at or after since_us (so the two never
-  // hold the same step). `earlier` is left empty when the records reach back to since_us.
-  std::vector<StepRecord> WindowWithEvicted(double since_us, size_t before,
+  // The window [since_us, until_us]: as WindowFrom(since_us, before) and, in the same instant,
+  // the sums of the evicted records from the first whole second at or after since_us (so the
+  // two never hold the same step); the records then start after the sums. `earlier` is left
+  // empty where the records reach back to since_us, where no evicted step starts in the window,
+  // and where an evicted step ends after until_us (a window wholly in the past: the sums cannot
+  // be cut at its end).
+  std::vector<StepRecord> WindowWithEvicted(double since_us, double until_us, size_t before,
                                             EvictedSums* earlier) const;
   int64_t total_steps() const;
   void Clear();

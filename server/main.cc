@@ -58,7 +58,7 @@ ABSL_FLAG(int, max_queued_requests, 1024,
           "Waiting requests beyond which Generate returns RESOURCE_EXHAUSTED (0: unbounded)");
 ABSL_FLAG(int, step_history_mb, 64,
           "Memory for the step records diagnostics windows read (about 0.4 kB a step; 64 MiB: "
-          "about 170k steps, 32 s at 5,300 steps a second); older steps stay an hour as "
+          "about 170k steps, 32 s at 5,300 steps a second); older steps stay at least an hour as "
           "per-second sums (about 2 MB), which a report's profile and verdict count, while its "
           "step model and plan read the records; in [0, 16384]");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),

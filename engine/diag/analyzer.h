@@ -96,7 +96,8 @@ struct AnalyzerContext {
   // (StepRing::WindowWithEvicted; steps 0: none). The profile and verdict count them with the
   // records; the step model and the plan read the records alone.
   StepSums earlier;
-  bool earlier_cut = false;  // the sums no longer reach the window's start (kept an hour)
+  bool earlier_cut =
+      false;  // the sums no longer reach the window's start (they keep the newest seconds)
   // Share of runnable time the server's threads ran since the previous report (schedstat;
   // 1: no contention seen): under 1, other processes held the cores.
   double run_share = 1;

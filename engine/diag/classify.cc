@@ -318,7 +318,8 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
         "the %d before them as the step history's per-second sums; the step model and plan "
         "read the records (--step_history_mb sets how many)",
         p.window_s, ctx.truncated_from_s,
-        ctx.earlier_cut ? "the per-second sums keep the last hour" : "from its first whole second",
+        ctx.earlier_cut ? "the per-second sums reach back no further"
+                        : "from its first whole second",
         steps.size(), records_s, p.summed_steps);
   } else if (ctx.truncated_from_s > 0) {
     v.window_note = absl::StrFormat(

@@ -125,8 +125,8 @@ DiagnosticsReport DiagnosticsSession::BuildReport(const WindowInput& input,
   AnalyzerContext ctx = input.context;
   double truncated_from_s = 0;
   const EvictedSums& earlier = input.earlier;
-  const bool summed = (earlier.sums.steps > 0 || earlier.complete) && earlier.begin_us > begin_us &&
-                      earlier.begin_us < end_us;
+  const bool summed = earlier.sums.steps > 0 && earlier.begin_us >= begin_us &&
+                      earlier.begin_us < end_us && earlier.sums.last_end_us <= end_us;
   if (summed) {
     // The records start after the window's start: the ring's per-second sums of the steps it
     // evicted stand for them, from the first whole second of the window (or the oldest second

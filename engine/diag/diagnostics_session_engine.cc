@@ -135,7 +135,7 @@ WindowInput DiagnosticsSession::Capture(const Engine& engine, double begin_us, d
   in.begin_us = begin_us;
   in.end_us = end_us;
   const StepRing& ring = engine.steps();
-  in.steps = ring.WindowWithEvicted(begin_us, kStepsBefore, &in.earlier);
+  in.steps = ring.WindowWithEvicted(begin_us, end_us, kStepsBefore, &in.earlier);
   in.ring_total_steps = ring.total_steps();
   in.ring_capacity = ring.capacity();
   in.in_flight_since_us = engine.step_in_flight_since_us();

@@ -19,7 +19,10 @@ CalibrationCheck CheckCalibration(const std::vector<StepRecord>& steps, const Pr
   out.judged_bytes_per_s = cal.bandwidth_bytes_per_s;
   out.raw_mfu = p.mfu;
   out.raw_mbu = p.mbu;
-  if (steps.empty() || !(cal.gemm_flops_per_s > 0) || !(cal.bandwidth_bytes_per_s > 0)) return out;
+  // The window's steps: its records and the per-second sums of older ones (ctx.earlier).
+  const StepSums sums = SumWindow(steps, ctx, th);
+  if (sums.steps == 0 || !(cal.gemm_flops_per_s > 0) || !(cal.bandwidth_bytes_per_s > 0))
+    return out;
 
   // Candidates: the whole window over its step time, and each op class over its own time.
   struct Seen {
@@ -27,12 +30,9 @@ CalibrationCheck CheckCalibration(const std::vector<StepRecord>& steps, const Pr
     double flops_per_s, bytes_per_s;
   };
   std::vector<Seen> seen;
-  double wall = 0, flops = 0, bytes = 0;
-  for (const StepRecord& r : steps) {
-    wall += r.wall_us();
-    flops += r.total_flops();
-    bytes += r.total_bytes();
-  }
+  const double wall = sums.wall_us;
+  double flops = 0, bytes = 0;
+  for (const StepSums::Class& c : sums.by_class) flops += c.flops, bytes += c.bytes;
   if (wall > 0)
     seen.push_back({"the window's steps", flops / (wall * 1e-6), bytes / (wall * 1e-6)});
   for (const ClassProfile& c : p.classes) {

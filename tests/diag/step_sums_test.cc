@@ -74,7 +74,7 @@ Split Through(const std::vector<StepRecord>& steps, size_t capacity, double sinc
   StepRing ring(capacity, 16);
   for (const StepRecord& r : steps) ring.Push(r);
   Split s;
-  s.records = ring.WindowWithEvicted(since_us, 0, &s.earlier);
+  s.records = ring.WindowWithEvicted(since_us, 1e12, 0, &s.earlier);
   const double from = s.earlier.sums.steps > 0 ? s.earlier.begin_us : since_us;
   for (const StepRecord& r : steps) {
     if (r.start_us >= from) s.all.push_back(r);
@@ -100,6 +100,35 @@ TEST(StepSumsTest, RecordsAndEvictedSumsHoldEachStepOnce) {
     EXPECT_GE(s.earlier.sums.first_start_us, s.earlier.begin_us);
     EXPECT_LT(s.earlier.sums.last_end_us, s.records.front().end_us);
     EXPECT_EQ(s.earlier.sums.last_end_us, s.all[s.all.size() - 301].end_us);
+  }
+  // A window wholly in the past (an evicted step ends after it): no sums, which could not be
+  // cut at its end.
+  EvictedSums past;
+  {
+    StepRing ring(300, 16);
+    for (const StepRecord& r : steps) ring.Push(r);
+    (void)ring.WindowWithEvicted(1e6, 2e6, 0, &past);
+  }
+  EXPECT_EQ(past.sums.steps, 0);
+  // A window starting on a whole second: the session uses the sums from exactly there.
+  {
+    StepRing ring(300, 16);
+    for (const StepRecord& r : steps) ring.Push(r);
+    WindowInput in;
+    in.begin_us = 2e6;
+    in.end_us = steps.back().end_us + 10;
+    in.steps = ring.WindowWithEvicted(in.begin_us, in.end_us, 8, &in.earlier);
+    in.ring_total_steps = ring.total_steps();
+    in.ring_capacity = ring.capacity();
+    in.context = testing_diag::TestContext(testing_diag::Micro(), 16);
+    DiagnosticsSession session("test");
+    session.StartOffline(testing_diag::TestCalibration());
+    const DiagnosticsReport r = session.BuildReport(in);
+    EXPECT_EQ(r.window_begin_us, 2e6);
+    EXPECT_GT(r.profile.summed_steps, 0);
+    const auto from_2s = std::count_if(steps.begin(), steps.end(),
+                                       [](const StepRecord& x) { return x.start_us >= 2e6; });
+    EXPECT_EQ(r.profile.steps, int(from_2s));
   }
   // A window the records reach back to needs no sums.
   const Split recent = Through(steps, 300, steps[steps.size() - 100].start_us);
@@ -205,7 +234,7 @@ TEST(StepSumsTest, OnlyTheNewestSecondsAreKeptAndAWindowPastThemSaysSo) {
     ring.Push(r);
   }
   EvictedSums earlier;
-  const std::vector<StepRecord> records = ring.WindowWithEvicted(0, 0, &earlier);
+  const std::vector<StepRecord> records = ring.WindowWithEvicted(0, 1e12, 0, &earlier);
   // Evicted: steps 0 .. n-11; kept as sums: the newest kSumSeconds of them.
   EXPECT_FALSE(earlier.complete);
   EXPECT_EQ(earlier.sums.steps, int64_t(StepRing::kSumSeconds));
@@ -230,7 +259,7 @@ TEST(StepSumsTest, OnlyTheNewestSecondsAreKeptAndAWindowPastThemSaysSo) {
   EXPECT_NE(r.verdict.window_note.find("per-second sums"), std::string::npos)
       << r.verdict.window_note;
   EXPECT_NE(r.verdict.window_note.find("of the " + std::to_string(n) +
-                                       ".0 s asked (the per-second sums keep"),
+                                       ".0 s asked (the per-second sums reach back"),
             std::string::npos)
       << r.verdict.window_note;
 }
@@ -243,7 +272,8 @@ TEST(StepSumsTest, ARecordingCarriesTheSumsAndJudgesTheSame) {
   rec.calibration = testing_diag::TestCalibration();
   rec.input.begin_us = 700'000;
   rec.input.end_us = steps.back().end_us + 10;
-  rec.input.steps = ring.WindowWithEvicted(rec.input.begin_us, 8, &rec.input.earlier);
+  rec.input.steps =
+      ring.WindowWithEvicted(rec.input.begin_us, rec.input.end_us, 8, &rec.input.earlier);
   rec.input.ring_total_steps = ring.total_steps();
   rec.input.ring_capacity = ring.capacity();
   rec.input.context = testing_diag::TestContext(testing_diag::Micro(), 16);
