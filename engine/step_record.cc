@@ -111,8 +111,12 @@ size_t StepRing::View::FirstFrom(double since_us) const {
 }
 
 StepRing::View StepRing::Snapshot() const {
-  View v;
   std::lock_guard<std::mutex> lock(mu_);
+  return SnapshotLocked();
+}
+
+StepRing::View StepRing::SnapshotLocked() const {
+  View v;
   v.sealed.assign(sealed_.begin(), sealed_.end());
   v.head = head_;
   v.open = open_;
@@ -157,9 +161,7 @@ std::vector<StepRecord> StepRing::WindowWithEvicted(double since_us, double unti
   View v;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    v.sealed.assign(sealed_.begin(), sealed_.end());
-    v.head = head_;
-    v.open = open_;
+    v = SnapshotLocked();
     const bool reaches = size_ > 0 && v.at(0).start_us <= since_us;
     if (any_evicted_ && !reaches && last_evicted_.end_us <= until_us) {
       // From the first whole second at or after since_us, or the oldest second still kept.

@@ -142,6 +142,7 @@ class StepRing {
     size_t FirstFrom(double since_us) const;  // index of the first record starting at or after
   };
   View Snapshot() const;
+  View SnapshotLocked() const;  // the same, with mu_ held by the caller
   // Attaches the ops tier's per-op records to `out` (ordered by step_id).
   void AttachOps(std::vector<StepRecord>* out) const;
 
