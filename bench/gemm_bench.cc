@@ -23,6 +23,7 @@
 #include "engine/flags_help.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/stream_memory.h"
 #include "kernels/cpu/thread_pool.h"
@@ -106,8 +107,11 @@ int Main() {
   }
   std::printf("calibrated: bandwidth %.1f GB/s, GEMM peak %.1f GFLOP/s (%d threads)\n",
               cal->bandwidth_bytes_per_s / 1e9, cal->gemm_flops_per_s / 1e9, threads);
-  std::printf("kernels %s | OpenBLAS core %s\n", cpu::CpuFeatureSummary().c_str(),
-              openblas_get_corename());
+  const char* bf16_dot = cpu::DetectCpuFeatures().avx512_bf16
+                             ? cpu::Bf16DotFormName(cpu::Bf16DotFormInUse())
+                             : "none (no AVX512-BF16)";
+  std::printf("kernels %s | bf16 dot products: %s | OpenBLAS core %s\n",
+              cpu::CpuFeatureSummary().c_str(), bf16_dot, openblas_get_corename());
   const bool amx = cpu::AmxRuns(cpu::BestIsa(), bf16 ? DType::kBF16 : DType::kF32);
   std::printf("%5s %12s %12s %12s %12s %14s %10s %14s\n", "M", "skinny ms", "blocked ms",
               "openblas ms", amx ? "amx ms" : "(no amx)", amx ? "amx_stream ms" : "", "winner",
@@ -119,6 +123,7 @@ int Main() {
   out["dtype"] = absl::GetFlag(FLAGS_dtype);
   out["isa"] = cpu::CpuFeatureSummary();
   out["openblas_core"] = openblas_get_corename();
+  out["bf16_dot_form"] = bf16_dot;
   for (int m : ms) {
     const Tensor x{xs.data(), DType::kF32, m, k}, o{os.data(), DType::kF32, m, n};
     const Tensor w =

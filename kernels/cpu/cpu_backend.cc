@@ -49,6 +49,16 @@ std::string AmxNote(cpu::Isa isa, DType weight_dtype) {
   return "";
 }
 
+// ", bf16 products by ..." where bf16 weights meet the AVX512-BF16 dot-product kernel: which
+// of its two forms this CPU measured faster (isa_kernels.h: Bf16DotForm).
+std::string Bf16DotNote(cpu::Isa isa, DType weight_dtype) {
+  if (weight_dtype != DType::kBF16 || isa != cpu::Isa::kAvx512 ||
+      !cpu::DetectCpuFeatures().avx512_bf16) {
+    return "";
+  }
+  return absl::StrCat(", bf16 products by ", cpu::Bf16DotFormName(cpu::Bf16DotFormInUse()));
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int num_threads, DType weight_dtype, DType kv_dtype, cpu::Isa isa, int64_t poll_us,
@@ -57,10 +67,10 @@ class CpuBackend final : public Backend {
         kernels_(cpu::KernelsFor(isa)),
         weight_dtype_(weight_dtype),
         kv_dtype_(kv_dtype),
-        device_name_(absl::StrCat(CpuModelName(), " (", num_threads, " threads) ",
-                                  cpu::IsaName(isa), AmxNote(isa, weight_dtype), ", ",
-                                  DTypeName(weight_dtype), " weights",
-                                  batch_invariant ? "" : ", not batch-invariant")) {
+        device_name_(absl::StrCat(
+            CpuModelName(), " (", num_threads, " threads) ", cpu::IsaName(isa),
+            AmxNote(isa, weight_dtype), ", ", DTypeName(weight_dtype), " weights",
+            Bf16DotNote(isa, weight_dtype), batch_invariant ? "" : ", not batch-invariant")) {
     planner_.set_tuned_dtype(weight_dtype);
     planner_.set_batch_invariant(batch_invariant);
   }

@@ -79,9 +79,9 @@ bool UseBf16Dot(const IsaKernels& kernels, const Tensor& w) {
   return w.dtype == DType::kBF16 && kernels.isa == Isa::kAvx512 && DetectCpuFeatures().avx512_bf16;
 }
 
-// Each part's args; x_bf16 where the vdpbf16ps kernels run.
+// Each part's args; x_bf16 (and x_split) where the bf16 dot-product kernels run.
 std::vector<SkinnyArgs> ArgsOfParts(const IsaKernels& kernels, const Tensor& x,
-                                    const uint16_t* x_bf16, const Tensor& w,
+                                    const uint16_t* x_bf16, const float* x_split, const Tensor& w,
                                     absl::Span<const Part> parts) {
   const bool dot = UseBf16Dot(kernels, w);
   std::vector<SkinnyArgs> args;
@@ -89,6 +89,7 @@ std::vector<SkinnyArgs> ArgsOfParts(const IsaKernels& kernels, const Tensor& x,
   for (const Part& p : parts) {
     args.push_back(PartArgs(x, w, p));
     args.back().x_bf16 = dot ? x_bf16 : nullptr;
+    args.back().x_split = dot ? x_split : nullptr;
   }
   return args;
 }
@@ -111,14 +112,14 @@ std::pair<int64_t, int64_t> SkinnyTiles(int64_t m, int64_t k, int64_t x_bytes, i
 }
 
 void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const uint16_t* x_bf16,
-            const Tensor& w, absl::Span<const Part> parts, int prefetch_blocks,
-            int64_t prefetch_bytes, bool one_chain) {
+            const float* x_split, const Tensor& w, absl::Span<const Part> parts,
+            int prefetch_blocks, int64_t prefetch_bytes, bool one_chain) {
   auto kernel = w.dtype == DType::kF32 ? kernels.skinny_f32 : kernels.skinny_bf16;
   const bool dot = UseBf16Dot(kernels, w);
   if (dot) kernel = SkinnyBf16Dot;
   const auto [panel_rows, group_rows] =
       SkinnyTiles(x.rows, x.cols, dot ? 2 : 4, static_cast<int64_t>(DTypeSize(w.dtype)));
-  std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, w, parts);
+  std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, x_split, w, parts);
   for (SkinnyArgs& a : args) {
     a.prefetch_blocks = prefetch_blocks;
     a.prefetch_bytes = prefetch_bytes;
@@ -137,7 +138,7 @@ void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const
              const Tensor& w, absl::Span<const Part> parts) {
   auto kernel = w.dtype == DType::kF32 ? kernels.blocked_f32 : kernels.blocked_bf16;
   if (UseBf16Dot(kernels, w)) kernel = BlockedBf16Dot;
-  const std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, w, parts);
+  const std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, nullptr, w, parts);
   ForUnits(pool, parts, kBlockedPanel, 1, [&](size_t i, int64_t b, int64_t e) {
     thread_local std::vector<float> pack;  // pool threads persist: allocated once each
     if (pack.size() < kBlockedPackFloats) pack.resize(kBlockedPackFloats);
@@ -283,10 +284,23 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
     xin.data = xrp;
     x_bf16 = xbp;
   }
+  // The split form of the bf16 dot-product kernel takes x's pairs split into f32 halves.
+  const float* x_split = nullptr;
+  if (path == GemmPath::kSkinny && UseBf16Dot(kernels, w) &&
+      Bf16DotFormInUse() == Bf16DotForm::kSplit) {
+    thread_local std::vector<float> xs;
+    const int64_t k = x.cols, k32 = k & ~int64_t{31};
+    if (static_cast<int64_t>(xs.size()) < x.rows * k32) xs.resize(x.rows * k32);
+    float* xsp = xs.data();  // a plain pointer, as above
+    pool.ParallelFor(
+        x.rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(k, 1)),
+        [&](int64_t b, int64_t e) { SplitBf16Pairs(x_bf16 + b * k, e - b, k, xsp + b * k32); });
+    x_split = xsp;
+  }
   switch (path) {
     case GemmPath::kSkinny: {
       const auto t0 = std::chrono::steady_clock::now();
-      Skinny(pool, kernels, xin, x_bf16, w, parts, prefetch_blocks, prefetch_bytes,
+      Skinny(pool, kernels, xin, x_bf16, x_split, w, parts, prefetch_blocks, prefetch_bytes,
              planner != nullptr && planner->batch_invariant());
       if (tuned_stream) {
         planner->RecordStream(

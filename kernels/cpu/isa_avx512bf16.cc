@@ -1,9 +1,16 @@
 // The bf16 dot-product GEMM kernels (isa_kernels.h: SkinnyBf16Dot, BlockedBf16Dot): bf16
-// weights against bf16-rounded input rows with vdpbf16ps (32 products per instruction, f32
-// accumulation). Only called where DetectCpuFeatures().avx512_bf16.
-//  - skinny: at M = 1 one weight row at a time in address order (gemm_skinny.inc's Stream),
-//    else eight weight rows against two input rows per pass (4 x 4 tiles from four input
-//    rows on), like gemm_skinny.inc.
+// weights against bf16-rounded input rows, f32 accumulation. Only called where
+// DetectCpuFeatures().avx512_bf16.
+//  - skinny, in one of two forms with the same sums (Bf16DotForm):
+//    - dpbf16: vdpbf16ps, 32 products per instruction;
+//    - split: each 32 bf16 pairs split into their odd and their even halves as f32 (an AND and
+//      a shift) and two FMAs, odd first as vdpbf16ps adds them. Twice the instructions, but
+//      where vdpbf16ps issues at half the FMA rate (a 2-core Xeon VM, cpuinfo model 207: 0.5
+//      a cycle against 2 FMAs) it is ~1.5x faster on many rows. The input rows come split
+//      once per GEMM (SkinnyArgs::x_split).
+//    At M = 1 one weight row at a time in address order (gemm_skinny.inc's Stream), else eight
+//    weight rows against two input rows per pass (4 x 4 tiles from four input rows on), like
+//    gemm_skinny.inc.
 //  - blocked: gemm_blocked.inc's Goto blocking, but the packed panels stay bf16 (half the
 //    bytes packed, half the multiply instructions of the widening path). Panel layout: for
 //    each pair of k (p2), the 32 weight rows' two values side by side,
@@ -14,7 +21,10 @@
 #if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 11)
 #include <immintrin.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <vector>
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))), \
@@ -27,16 +37,35 @@
 namespace saturn::cpu {
 namespace {
 
+#include "kernels/cpu/reduce16_avx512.inc"
+
 inline __m512bh Load32(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
-inline float Finish(__m512 acc, const uint16_t* xr, const uint16_t* wr, int64_t k32, int64_t k) {
-  float s = _mm512_reduce_add_ps(acc);
+// The k tail (k % 32 elements) of row pair (x row, weight row), added to the vector's sum s.
+inline float AddTail(float s, const uint16_t* xr, const uint16_t* wr, int64_t k32, int64_t k) {
   for (int64_t p = k32; p < k; ++p) s += Bf16ToF32(xr[p]) * Bf16ToF32(wr[p]);
   return s;
 }
+inline float Finish(__m512 acc, const uint16_t* xr, const uint16_t* wr, int64_t k32, int64_t k) {
+  return AddTail(ReduceAddTree(acc), xr, wr, k32, k);
+}
 
-// out rows [i, i + XR) x columns [j, j + WR), 32 products per vdpbf16ps.
-template <int WR, int XR>
+// The split form's halves of 32 bf16 pairs (as 16 32-bit lanes): the odd elements (each
+// lane's high half) and the even ones (its low half moved up), exact as f32.
+inline __m512 OddF32(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+inline __m512 EvenF32(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+
+// acc + the 32 products of pairs w and x (x_split's odd and even halves xo, xe), in
+// vdpbf16ps's order: each lane adds its odd product, then its even one (both exact in f32).
+inline __m512 DotSplit(__m512 acc, __m512i w, __m512 xo, __m512 xe) {
+  return _mm512_fmadd_ps(xe, EvenF32(w), _mm512_fmadd_ps(xo, OddF32(w), acc));
+}
+
+// out rows [i, i + XR) x columns [j, j + WR), 32 products per vdpbf16ps (or per two FMAs in
+// the split form).
+template <int WR, int XR, bool kSplit>
 inline void Block(const SkinnyArgs& a, int64_t i, int64_t j) {
   const uint16_t* w = static_cast<const uint16_t*>(a.w);
   const int64_t n = a.n, k = a.k, k32 = k & ~int64_t{31};
@@ -44,8 +73,12 @@ inline void Block(const SkinnyArgs& a, int64_t i, int64_t j) {
 #pragma GCC unroll 16
   for (int r = 0; r < WR; ++r) wr[r] = w + (j + r) * k;
   const uint16_t* xr[XR];
+  const float* xs[XR];  // the split form's input rows (row stride k32)
 #pragma GCC unroll 16
-  for (int c = 0; c < XR; ++c) xr[c] = a.x_bf16 + (i + c) * k;
+  for (int c = 0; c < XR; ++c) {
+    xr[c] = a.x_bf16 + (i + c) * k;
+    xs[c] = kSplit ? a.x_split + (i + c) * k32 : nullptr;
+  }
   __m512 acc[XR][WR];
 #pragma GCC unroll 16
   for (auto& row : acc) {
@@ -61,30 +94,72 @@ inline void Block(const SkinnyArgs& a, int64_t i, int64_t j) {
 #pragma GCC unroll 16
       for (int r = 0; r < WR; ++r) __builtin_prefetch(next + r * k + p, 0, 3);
     }
-    __m512bh xv[XR];
+    if constexpr (kSplit) {
+      __m512 xo[XR], xe[XR];
 #pragma GCC unroll 16
-    for (int c = 0; c < XR; ++c) xv[c] = Load32(xr[c] + p);
+      for (int c = 0; c < XR; ++c) {
+        xo[c] = _mm512_loadu_ps(xs[c] + p);
+        xe[c] = _mm512_loadu_ps(xs[c] + p + 16);
+      }
 #pragma GCC unroll 16
-    for (int r = 0; r < WR; ++r) {
-      const __m512bh wv = Load32(wr[r] + p);
+      for (int r = 0; r < WR; ++r) {
+        const __m512i wv = _mm512_loadu_si512(wr[r] + p);
+        const __m512 wo = OddF32(wv), we = EvenF32(wv);
 #pragma GCC unroll 16
-      for (int c = 0; c < XR; ++c) acc[c][r] = _mm512_dpbf16_ps(acc[c][r], wv, xv[c]);
+        for (int c = 0; c < XR; ++c) {
+          acc[c][r] = _mm512_fmadd_ps(xe[c], we, _mm512_fmadd_ps(xo[c], wo, acc[c][r]));
+        }
+      }
+    } else {
+      __m512bh xv[XR];
+#pragma GCC unroll 16
+      for (int c = 0; c < XR; ++c) xv[c] = Load32(xr[c] + p);
+#pragma GCC unroll 16
+      for (int r = 0; r < WR; ++r) {
+        const __m512bh wv = Load32(wr[r] + p);
+#pragma GCC unroll 16
+        for (int c = 0; c < XR; ++c) acc[c][r] = _mm512_dpbf16_ps(acc[c][r], wv, xv[c]);
+      }
     }
   }
+  if constexpr (WR * XR == 16) {  // the 4 x 4 tiles: the 16 sums together, the same bits
+    alignas(64) float sum[16];
+    ReduceAdd16(&acc[0][0], sum);
 #pragma GCC unroll 16
-  for (int c = 0; c < XR; ++c) {
+    for (int c = 0; c < XR; ++c) {
 #pragma GCC unroll 16
-    for (int r = 0; r < WR; ++r)
-      a.out[(i + c) * n + j + r] = Finish(acc[c][r], xr[c], wr[r], k32, k);
+      for (int r = 0; r < WR; ++r)
+        a.out[(i + c) * n + j + r] = AddTail(sum[c * WR + r], xr[c], wr[r], k32, k);
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int c = 0; c < XR; ++c) {
+#pragma GCC unroll 16
+      for (int r = 0; r < WR; ++r)
+        a.out[(i + c) * n + j + r] = Finish(acc[c][r], xr[c], wr[r], k32, k);
+    }
+  }
+}
+
+// acc + the products of w and x at p: vdpbf16ps, or the split form's two FMAs.
+template <bool kSplit>
+inline __m512 Dot(__m512 acc, const uint16_t* w, const uint16_t* x, const float* xs, int64_t p) {
+  if constexpr (kSplit) {
+    return DotSplit(acc, _mm512_loadu_si512(w + p), _mm512_loadu_ps(xs + p),
+                    _mm512_loadu_ps(xs + p + 16));
+  } else {
+    return _mm512_dpbf16_ps(acc, Load32(w + p), Load32(x + p));
   }
 }
 
 // M = 1: one weight row at a time in address order with a software prefetch
 // a.prefetch_bytes ahead into L2, as gemm_skinny.inc's Stream (why there); 128 products per
 // step.
+template <bool kSplit>
 void Stream(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   const uint16_t* w = static_cast<const uint16_t*>(a.w);
   const uint16_t* x = a.x_bf16;
+  const float* xs = a.x_split;
   const int64_t k = a.k, k128 = k & ~int64_t{127}, k32 = k & ~int64_t{31};
   const int64_t ahead = a.prefetch_bytes / 2;
   for (int64_t j = n_begin; j < n_end; ++j) {
@@ -95,7 +170,7 @@ void Stream(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
     if (a.one_chain) {  // Block's order: one chain over k (see SkinnyArgs::one_chain)
       for (; p < k32; p += 32) {
         if (ahead > 0) __builtin_prefetch(wr + p + ahead, 0, 2);
-        acc[0] = _mm512_dpbf16_ps(acc[0], Load32(wr + p), Load32(x + p));
+        acc[0] = Dot<kSplit>(acc[0], wr, x, xs, p);
       }
       a.out[j] = Finish(acc[0], x, wr, k32, k);
       continue;
@@ -106,10 +181,9 @@ void Stream(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
         for (int u = 0; u < 4; ++u) __builtin_prefetch(wr + p + 32 * u + ahead, 0, 2);
       }
 #pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u)
-        acc[u] = _mm512_dpbf16_ps(acc[u], Load32(wr + p + 32 * u), Load32(x + p + 32 * u));
+      for (int u = 0; u < 4; ++u) acc[u] = Dot<kSplit>(acc[u], wr, x, xs, p + 32 * u);
     }
-    for (; p < k32; p += 32) acc[0] = _mm512_dpbf16_ps(acc[0], Load32(wr + p), Load32(x + p));
+    for (; p < k32; p += 32) acc[0] = Dot<kSplit>(acc[0], wr, x, xs, p);
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     a.out[j] = Finish(sum, x, wr, k32, k);
   }
@@ -190,9 +264,8 @@ void MicroUpTo(int mr, const uint16_t* x, int64_t ldx, const uint16_t* wp, int64
   Micro<MR>(x, ldx, wp, kc, out, ldo, accumulate, cols);
 }
 
-}  // namespace
-
 // Many input rows: L2 panels x weight groups of 4 x 4 tiles, as gemm_skinny.inc's Tiled.
+template <bool kSplit>
 void Tiled(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   for (int64_t i0 = 0; i0 < a.m; i0 += a.panel_rows) {
     const int64_t i1 = a.m - i0 < a.panel_rows ? a.m : i0 + a.panel_rows;
@@ -201,38 +274,110 @@ void Tiled(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
       int64_t i = i0;
       for (; i + 4 <= i1; i += 4) {
         int64_t j = j0;
-        for (; j + 4 <= j1; j += 4) Block<4, 4>(a, i, j);
-        for (; j < j1; ++j) Block<1, 4>(a, i, j);
+        for (; j + 4 <= j1; j += 4) Block<4, 4, kSplit>(a, i, j);
+        for (; j < j1; ++j) Block<1, 4, kSplit>(a, i, j);
       }
       for (; i < i1; ++i) {
         int64_t j = j0;
-        for (; j + 4 <= j1; j += 4) Block<4, 1>(a, i, j);
-        for (; j < j1; ++j) Block<1, 1>(a, i, j);
+        for (; j + 4 <= j1; j += 4) Block<4, 1, kSplit>(a, i, j);
+        for (; j < j1; ++j) Block<1, 1, kSplit>(a, i, j);
       }
     }
   }
 }
 
-void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
+template <bool kSplit>
+void Skinny(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   const int64_t m = a.m;
-  if (m == 1) return Stream(a, n_begin, n_end);
-  if (a.panel_rows > 0) return Tiled(a, n_begin, n_end);
+  if (m == 1) return Stream<kSplit>(a, n_begin, n_end);
+  if (a.panel_rows > 0) return Tiled<kSplit>(a, n_begin, n_end);
   int64_t j = n_begin;
   for (; j + 8 <= n_end; j += 8) {
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) {  // 4 x 4 tiles from four input rows on, as gemm_skinny.inc
-      Block<4, 4>(a, i, j);
-      Block<4, 4>(a, i, j + 4);
+      Block<4, 4, kSplit>(a, i, j);
+      Block<4, 4, kSplit>(a, i, j + 4);
     }
-    for (; i + 2 <= m; i += 2) Block<8, 2>(a, i, j);
-    for (; i < m; ++i) Block<8, 1>(a, i, j);
+    for (; i + 2 <= m; i += 2) Block<8, 2, kSplit>(a, i, j);
+    for (; i < m; ++i) Block<8, 1, kSplit>(a, i, j);
   }
   for (; j + 4 <= n_end; j += 4) {
-    for (int64_t i = 0; i < m; ++i) Block<4, 1>(a, i, j);
+    for (int64_t i = 0; i < m; ++i) Block<4, 1, kSplit>(a, i, j);
   }
   for (; j < n_end; ++j) {
-    for (int64_t i = 0; i < m; ++i) Block<1, 1>(a, i, j);
+    for (int64_t i = 0; i < m; ++i) Block<1, 1, kSplit>(a, i, j);
   }
+}
+
+// The time of `calls` SkinnyBf16DotAs calls on a 4 x 4-tile shape that sits in L1 (best of
+// three), for MeasureForm.
+double TimeForm(Bf16DotForm form, const SkinnyArgs& a, int calls) {
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < calls; ++c) SkinnyBf16DotAs(form, a, 0, a.n);
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// The faster form on this CPU: both timed on the same 8 x 16 x 512 GEMM, interleaved.
+Bf16DotForm MeasureForm() {
+  constexpr int64_t kM = 8, kN = 16, kK = 512;
+  std::vector<uint16_t> x(kM * kK), w(kN * kK);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = F32ToBf16(0.25f + 0.001f * static_cast<float>(i % 97));
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = F32ToBf16(0.5f - 0.002f * static_cast<float>(i % 89));
+  std::vector<float> xs(kM * kK), out(kM * kN);
+  SplitBf16Pairs(x.data(), kM, kK, xs.data());
+  SkinnyArgs a;
+  a.x_bf16 = x.data();
+  a.x_split = xs.data();
+  a.w = w.data();
+  a.out = out.data();
+  a.m = kM;
+  a.n = kN;
+  a.k = kK;
+  a.prefetch_blocks = 0;
+  a.one_chain = true;
+  double dp = 1e30, split = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    dp = std::min(dp, TimeForm(Bf16DotForm::kDpbf16, a, 200));
+    split = std::min(split, TimeForm(Bf16DotForm::kSplit, a, 200));
+  }
+  return split < dp ? Bf16DotForm::kSplit : Bf16DotForm::kDpbf16;
+}
+
+}  // namespace
+
+void SplitBf16Pairs(const uint16_t* x_bf16, int64_t rows, int64_t k, float* x_split) {
+  const int64_t k32 = k & ~int64_t{31};
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint16_t* src = x_bf16 + i * k;
+    float* dst = x_split + i * k32;
+    for (int64_t p = 0; p < k32; p += 32) {
+      for (int l = 0; l < 16; ++l) {
+        dst[p + l] = Bf16ToF32(src[p + 2 * l + 1]);
+        dst[p + 16 + l] = Bf16ToF32(src[p + 2 * l]);
+      }
+    }
+  }
+}
+
+void SkinnyBf16DotAs(Bf16DotForm form, const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
+  if (form == Bf16DotForm::kSplit) return Skinny<true>(a, n_begin, n_end);
+  Skinny<false>(a, n_begin, n_end);
+}
+
+Bf16DotForm Bf16DotFormInUse() {
+  static const Bf16DotForm form = MeasureForm();
+  return form;
+}
+
+void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
+  SkinnyBf16DotAs(Bf16DotFormInUse(), a, n_begin, n_end);
 }
 
 void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack_space) {
@@ -271,6 +416,21 @@ void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* 
 
 #else  // no compiler support: never selected (DetectCpuFeatures reports no avx512_bf16)
 namespace saturn::cpu {
+void SplitBf16Pairs(const uint16_t* x_bf16, int64_t rows, int64_t k, float* x_split) {
+  const int64_t k32 = k & ~int64_t{31};
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t p = 0; p < k32; p += 32) {
+      for (int l = 0; l < 16; ++l) {
+        x_split[i * k32 + p + l] = Bf16ToF32(x_bf16[i * k + p + 2 * l + 1]);
+        x_split[i * k32 + p + 16 + l] = Bf16ToF32(x_bf16[i * k + p + 2 * l]);
+      }
+    }
+  }
+}
+void SkinnyBf16DotAs(Bf16DotForm, const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
+  KernelsFor(Isa::kScalar).skinny_bf16(a, n_begin, n_end);
+}
+Bf16DotForm Bf16DotFormInUse() { return Bf16DotForm::kDpbf16; }
 void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   KernelsFor(Isa::kScalar).skinny_bf16(a, n_begin, n_end);
 }

@@ -51,7 +51,10 @@ struct SkinnyArgs {
   const float* x = nullptr;          // [m, k] f32
   const void* w = nullptr;           // [n, k] f32 or bf16
   const uint16_t* x_bf16 = nullptr;  // [m, k] x rounded to bf16 (bf16 dot-product kernel only)
-  float* out = nullptr;              // [m, n]
+  // [m, k & ~31] x_bf16 as f32, each 32 columns' odd ones then their even ones
+  // (SplitBf16Pairs): the bf16 dot-product kernel's split form only.
+  const float* x_split = nullptr;
+  float* out = nullptr;  // [m, n]
   int64_t m = 0, n = 0, k = 0;
   // Software prefetch distance in weight-row blocks (0: none; 1: the next block), M > 1.
   int prefetch_blocks = 1;
@@ -94,9 +97,22 @@ struct IsaKernels {
 // The kernels for `isa`, which the CPU must support (IsaSupported).
 const IsaKernels& KernelsFor(Isa isa);
 
-// bf16 weights and bf16-rounded x multiplied with vdpbf16ps (f32 accumulation); only where
-// DetectCpuFeatures().avx512_bf16. Needs a.x_bf16.
-void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+// bf16 weights and bf16-rounded x, f32 accumulation; only where
+// DetectCpuFeatures().avx512_bf16. Two forms with the same sums: vdpbf16ps, or each bf16 pair
+// split into f32 halves and two FMAs (odd, then even, as vdpbf16ps adds them). The bits agree
+// wherever no input or partial sum is subnormal (vdpbf16ps flushes those to zero; FMAs keep
+// them). Bf16DotFormInUse is the faster on this CPU, measured once per process, so every
+// GEMM of a process sums one way (batch invariance). Needs a.x_bf16, and a.x_split for the
+// split form.
+enum class Bf16DotForm { kDpbf16, kSplit };
+inline const char* Bf16DotFormName(Bf16DotForm f) {
+  return f == Bf16DotForm::kSplit ? "split fma" : "vdpbf16ps";
+}
+Bf16DotForm Bf16DotFormInUse();
+void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);  // in the form in use
+void SkinnyBf16DotAs(Bf16DotForm form, const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+// x_split[rows, k & ~31] from x_bf16[rows, k] (SkinnyArgs::x_split).
+void SplitBf16Pairs(const uint16_t* x_bf16, int64_t rows, int64_t k, float* x_split);
 // The AMX GEMMs (gemm_amx.cc): bf16 weights against x rounded to bf16, in 16 x 16 f32 tiles;
 // only where DetectCpuFeatures().amx_usable. Callers split n at multiples of kAmxPanel and
 // give each thread AmxPackElems(kp) of scratch.

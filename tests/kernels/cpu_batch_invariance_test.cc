@@ -90,7 +90,12 @@ TEST(CpuBatchInvarianceTest, SkinnyTilesKeepEachOutputsChain) {
     std::vector<std::pair<std::string, Kernel>> variants = {{"f32", kernels.skinny_f32},
                                                             {"bf16", kernels.skinny_bf16}};
     if (isa == cpu::Isa::kAvx512 && cpu::DetectCpuFeatures().avx512_bf16) {
-      variants.push_back({"bf16 dot", cpu::SkinnyBf16Dot});
+      variants.push_back({"bf16 dot vdpbf16ps", [](const cpu::SkinnyArgs& a, int64_t b, int64_t e) {
+                            cpu::SkinnyBf16DotAs(cpu::Bf16DotForm::kDpbf16, a, b, e);
+                          }});
+      variants.push_back({"bf16 dot split", [](const cpu::SkinnyArgs& a, int64_t b, int64_t e) {
+                            cpu::SkinnyBf16DotAs(cpu::Bf16DotForm::kSplit, a, b, e);
+                          }});
     }
     for (const auto& [name, kernel] : variants) {
       for (int k : {129, 2 * int{cpu::kSkinnyChunk} + 35}) {
@@ -103,6 +108,9 @@ TEST(CpuBatchInvarianceTest, SkinnyTilesKeepEachOutputsChain) {
           xb[i] = F32ToBf16(x[i]);
           if (bf16) x[i] = Bf16ToF32(xb[i]);  // what cpu::Gemm hands a bf16 kernel
         }
+        const int64_t k32 = k & ~31;
+        std::vector<float> xs(size_t(m) * k32);
+        cpu::SplitBf16Pairs(xb.data(), m, k, xs.data());
         cpu::SkinnyArgs base;
         base.w = bf16 ? static_cast<const void*>(wb.data()) : wf.data();
         base.n = n;
@@ -113,6 +121,7 @@ TEST(CpuBatchInvarianceTest, SkinnyTilesKeepEachOutputsChain) {
           cpu::SkinnyArgs a = base;
           a.x = x.data() + size_t(first) * k;
           a.x_bf16 = xb.data() + size_t(first) * k;
+          a.x_split = xs.data() + size_t(first) * k32;
           a.m = rows;
           a.panel_rows = panel;
           a.group_rows = group;
@@ -137,6 +146,56 @@ TEST(CpuBatchInvarianceTest, SkinnyTilesKeepEachOutputsChain) {
       }
     }
   }
+}
+
+// The bf16 dot-product kernel's two forms (vdpbf16ps, and the split pairs' two FMAs) give
+// the same bits for normal inputs at every M, tile and k tail, so the form a process measures
+// as faster changes its speed, not its tokens.
+TEST(CpuBatchInvarianceTest, Bf16DotFormsGiveTheSameBits) {
+  if (!cpu::DetectCpuFeatures().avx512_bf16) {
+    GTEST_SKIP() << "this CPU has no AVX512-BF16: the bf16 dot-product kernel never runs";
+  }
+  std::mt19937 rng(44);
+  const int n = 45;
+  for (int k : {32, 129, 768, 2 * int{cpu::kSkinnyChunk} + 35}) {
+    for (int m : {1, 2, 5, 16, 37}) {
+      SCOPED_TRACE(absl::StrCat("m ", m, " k ", k));
+      const std::vector<float> xf = Random(rng, size_t(m) * k), wf = Random(rng, size_t(n) * k);
+      std::vector<uint16_t> xb(xf.size()), wb(wf.size());
+      for (size_t i = 0; i < xf.size(); ++i) xb[i] = F32ToBf16(xf[i]);
+      for (size_t i = 0; i < wf.size(); ++i) wb[i] = F32ToBf16(wf[i]);
+      const int64_t k32 = k & ~31;
+      std::vector<float> xs(size_t(m) * k32);
+      cpu::SplitBf16Pairs(xb.data(), m, k, xs.data());
+      for (bool one_chain : {true, false}) {
+        for (int64_t panel : {int64_t{0}, int64_t{8}}) {
+          auto run = [&](cpu::Bf16DotForm form) {
+            cpu::SkinnyArgs a;
+            a.x_bf16 = xb.data();
+            a.x_split = xs.data();
+            a.w = wb.data();
+            a.m = m;
+            a.n = n;
+            a.k = k;
+            a.prefetch_blocks = 1;
+            a.prefetch_bytes = 4096;
+            a.one_chain = one_chain;
+            a.panel_rows = panel;
+            a.group_rows = panel > 0 ? 12 : 0;
+            std::vector<float> out(size_t(m) * n, -7.0f);
+            a.out = out.data();
+            cpu::SkinnyBf16DotAs(form, a, 0, n);
+            return out;
+          };
+          ASSERT_EQ(run(cpu::Bf16DotForm::kSplit), run(cpu::Bf16DotForm::kDpbf16))
+              << "one_chain " << one_chain << " panel " << panel;
+        }
+      }
+    }
+  }
+  const cpu::Bf16DotForm f = cpu::Bf16DotFormInUse();
+  EXPECT_TRUE(f == cpu::Bf16DotForm::kSplit || f == cpu::Bf16DotForm::kDpbf16);
+  EXPECT_EQ(cpu::Bf16DotFormInUse(), f) << "measured once: every GEMM of a process sums one way";
 }
 
 // The backend is batch-invariant unless told otherwise, and says so where it is not.
