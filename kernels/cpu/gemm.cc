@@ -96,7 +96,8 @@ std::vector<SkinnyArgs> ArgsOfParts(const IsaKernels& kernels, const Tensor& x,
 
 // The skinny kernel's L2 tiles for many input rows (SkinnyArgs::panel_rows): a panel of input
 // rows in half of L2, a group of weight rows whose k chunk fills an eighth, both multiples of
-// 4; {0, 0} (the block order) where x fits the panel anyway. Measured on a 2-core Xeon
+// 4; {0, 0} (the block order) where x fits the panel and the block order's working set fits
+// L1 (below). Measured on a 2-core Xeon
 // (2 MiB L2), f32, M = 512: k = 2048 7.2-7.5 ms against 9.2 unchunked and 10.9 in block
 // order (blocked 5.9); k = 768 7.3 ms against 8.8 in block order (blocked 6.4).
 std::pair<int64_t, int64_t> SkinnyTiles(int64_t m, int64_t k, int64_t x_bytes, int64_t w_bytes) {
@@ -104,9 +105,21 @@ std::pair<int64_t, int64_t> SkinnyTiles(int64_t m, int64_t k, int64_t x_bytes, i
     const size_t b = CacheBytes(2);
     return static_cast<int64_t>(b > 0 ? b : size_t{1} << 20);
   }();
+  static const int64_t l1 = [] {
+    const size_t b = CacheBytes(1);
+    return static_cast<int64_t>(b > 0 ? b : size_t{32} << 10);
+  }();
   k = std::max<int64_t>(k, 1);
-  const int64_t panel = std::max<int64_t>(4, l2 / 2 / (k * x_bytes) / 4 * 4);
-  if (panel >= m) return {0, 0};
+  int64_t panel = std::max<int64_t>(4, l2 / 2 / (k * x_bytes) / 4 * 4);
+  if (panel >= m) {
+    // x fits half of L2. The block order keeps an 8-row weight block and four input rows in
+    // L1 for the whole of k; where they outgrow it (k = 2048 f32: 96 KiB), one panel of all
+    // the rows with k in chunks instead (2-core Xeon VM, 48 KiB L1, n = 768, k = 2048, f32:
+    // M = 64 1.21 -> 0.88 ms, M = 16 0.36 -> 0.28; bf16 split form, M = 64 1.03 -> 0.95).
+    // Under four rows the tiles would be single rows: the block order's pairs stay.
+    if (m < 4 || (8 * w_bytes + 4 * x_bytes) * k <= l1) return {0, 0};
+    panel = (m + 3) / 4 * 4;
+  }
   const int64_t chunk = std::min(k, kSkinnyChunk) * w_bytes;
   return {panel, std::clamp<int64_t>(l2 / 8 / chunk / 4 * 4, 4, kSkinnyMaxGroupRows)};
 }
@@ -118,7 +131,8 @@ void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const 
   const bool dot = UseBf16Dot(kernels, w);
   if (dot) kernel = SkinnyBf16Dot;
   const auto [panel_rows, group_rows] =
-      SkinnyTiles(x.rows, x.cols, dot ? 2 : 4, static_cast<int64_t>(DTypeSize(w.dtype)));
+      SkinnyTiles(x.rows, x.cols, dot && Bf16DotFormInUse() == Bf16DotForm::kDpbf16 ? 2 : 4,
+                  static_cast<int64_t>(DTypeSize(w.dtype)));
   std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, x_split, w, parts);
   for (SkinnyArgs& a : args) {
     a.prefetch_blocks = prefetch_blocks;
