@@ -131,7 +131,7 @@ void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const 
   const bool dot = UseBf16Dot(kernels, w);
   if (dot) kernel = SkinnyBf16Dot;
   const auto [panel_rows, group_rows] =
-      SkinnyTiles(x.rows, x.cols, dot && Bf16DotFormInUse() == Bf16DotForm::kDpbf16 ? 2 : 4,
+      SkinnyTiles(x.rows, x.cols, dot && x_split == nullptr ? 2 : 4,  // x_split: f32
                   static_cast<int64_t>(DTypeSize(w.dtype)));
   std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, x_split, w, parts);
   for (SkinnyArgs& a : args) {

@@ -381,20 +381,6 @@ Bf16DotForm MeasureForm() {
 
 }  // namespace
 
-void SplitBf16Pairs(const uint16_t* x_bf16, int64_t rows, int64_t k, float* x_split) {
-  const int64_t k32 = k & ~int64_t{31};
-  for (int64_t i = 0; i < rows; ++i) {
-    const uint16_t* src = x_bf16 + i * k;
-    float* dst = x_split + i * k32;
-    for (int64_t p = 0; p < k32; p += 32) {
-      for (int l = 0; l < 16; ++l) {
-        dst[p + l] = Bf16ToF32(src[p + 2 * l + 1]);
-        dst[p + 16 + l] = Bf16ToF32(src[p + 2 * l]);
-      }
-    }
-  }
-}
-
 void SkinnyBf16DotAs(Bf16DotForm form, const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   if (form == Bf16DotForm::kSplit) return Skinny<true>(a, n_begin, n_end);
   Skinny<false>(a, n_begin, n_end);
@@ -445,17 +431,6 @@ void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* 
 
 #else  // no compiler support: never selected (DetectCpuFeatures reports no avx512_bf16)
 namespace saturn::cpu {
-void SplitBf16Pairs(const uint16_t* x_bf16, int64_t rows, int64_t k, float* x_split) {
-  const int64_t k32 = k & ~int64_t{31};
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t p = 0; p < k32; p += 32) {
-      for (int l = 0; l < 16; ++l) {
-        x_split[i * k32 + p + l] = Bf16ToF32(x_bf16[i * k + p + 2 * l + 1]);
-        x_split[i * k32 + p + 16 + l] = Bf16ToF32(x_bf16[i * k + p + 2 * l]);
-      }
-    }
-  }
-}
 void SkinnyBf16DotAs(Bf16DotForm, const SkinnyArgs& a, int64_t n_begin, int64_t n_end) {
   KernelsFor(Isa::kScalar).skinny_bf16(a, n_begin, n_end);
 }
@@ -468,3 +443,20 @@ void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* 
 }
 }  // namespace saturn::cpu
 #endif
+
+// Plain code, for either branch above (the split form's input rows).
+namespace saturn::cpu {
+void SplitBf16Pairs(const uint16_t* x_bf16, int64_t rows, int64_t k, float* x_split) {
+  const int64_t k32 = k & ~int64_t{31};
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint16_t* src = x_bf16 + i * k;
+    float* dst = x_split + i * k32;
+    for (int64_t p = 0; p < k32; p += 32) {
+      for (int l = 0; l < 16; ++l) {
+        dst[p + l] = Bf16ToF32(src[p + 2 * l + 1]);
+        dst[p + 16 + l] = Bf16ToF32(src[p + 2 * l]);
+      }
+    }
+  }
+}
+}  // namespace saturn::cpu
