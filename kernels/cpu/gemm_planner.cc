@@ -212,10 +212,6 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
     }
     plan.at[i] = paths[best];
   }
-  // Past the last probe the skinny kernel too where it won the last probe: its L2 panels
-  // (gemm.cc: SkinnyTiles) keep its cost per row as M grows (bf16 prefill 512 of small on the
-  // 2-core Xeon VM: 1215-1247 tok/s skinny, 934 with the blocked kernel beyond M = 256).
-  if (plan.at[kProbes - 1] == GemmPath::kSkinny) plan.beyond = GemmPath::kSkinny;
   // The skinny kernel's edge (one pass over the weights, no packing) only shrinks as M
   // grows, so a probe it lost below one it won was noise: it runs up to its largest win.
   for (int i = kProbes - 1; i > 0; --i) {
