@@ -16,7 +16,8 @@
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
 // f32), but each path sums in its own order; a batch-invariant planner
 // (GemmPlanner::set_batch_invariant, the CPU backend's default) keeps every M on the skinny
-// path, whose per-row sums do not depend on M. kAuto asks the GemmPlanner, which measured
+// path, whose per-row sums do not depend on M (bf16 weights where AMX runs: the two AMX
+// kernels, which sum each output alike). kAuto asks the GemmPlanner, which measured
 // the paths on this machine (gemm_planner.h). GemmSplit runs one GEMM whose output columns
 // go to several tensors (q, k and v from the fused projection) as one dispatch: at batch 1
 // each dispatch costs a few microseconds of thread hand-off, a tenth of a 0.4 MB bf16 GEMM.

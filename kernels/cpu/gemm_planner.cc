@@ -176,7 +176,8 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   Plan plan;
   plan.prefetch_blocks = static_cast<int>(PrefetchFor(pool, kernels, w, PrefetchKind::kBlocks));
   plan.prefetch_bytes = PrefetchFor(pool, kernels, w, PrefetchKind::kBytes);
-  if (batch_invariant_) {  // one path for every M: nothing to choose
+  const bool amx = AmxRuns(kernels.isa, w.dtype);  // a candidate only where it can run
+  if (batch_invariant_ && !amx) {                  // one path for every M: nothing to choose
     std::fill(std::begin(plan.at), std::end(plan.at), GemmPath::kSkinny);
     plan.beyond = GemmPath::kSkinny;
     return plan;
@@ -184,22 +185,25 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   const int pf = plan.prefetch_blocks;
   const int64_t pf_bytes = plan.prefetch_bytes;
   int skinny_losses = 0;
-  const bool amx = AmxRuns(kernels.isa, w.dtype);  // a candidate only where it can run
   for (int i = 0; i < kProbes; ++i) {
     const int64_t m = int64_t{1} << i;
     const bool streamed = m <= kStreamProbeMaxM;
     const Tensor x{xs.data(), DType::kF32, m, k};
     const Tensor out = streamed ? Tensor{stream_os.data(), DType::kF32, m, stream_rows}
                                 : Tensor{os.data(), DType::kF32, m, rows};
-    // The many-row paths first (the first of equals wins), then the few-row ones.
-    std::vector<GemmPath> paths = {GemmPath::kBlas, GemmPath::kBlocked};
+    // The many-row paths first (the first of equals wins), then the few-row ones. Batch
+    // invariant with AMX: only the two AMX kernels, which sum each output alike
+    // (gemm_planner.h: set_batch_invariant).
+    std::vector<GemmPath> paths;
+    if (!batch_invariant_) paths = {GemmPath::kBlas, GemmPath::kBlocked};
     if (amx) paths.push_back(GemmPath::kAmx);
     const size_t many_row_paths = paths.size();
     if (amx) paths.push_back(GemmPath::kAmxStream);
-    if (skinny_losses < 2) paths.push_back(GemmPath::kSkinny);
+    if (skinny_losses < 2 && !batch_invariant_) paths.push_back(GemmPath::kSkinny);
     const std::vector<double> us =
         FastestUs(pool, kernels, x, streamed ? ws : wp, out, paths, pf, pf_bytes, streamed);
     size_t best = 0;
+    if (many_row_paths == 1) plan.beyond = paths[0];
     for (size_t c = 1; c < paths.size(); ++c) {
       if (us[c] < us[best]) best = c;
       // Past the last probe only the many-row paths: the AMX stream kernel re-reads all of x
@@ -283,7 +287,7 @@ std::string GemmPlanner::Describe() const {
         &s, s.empty() ? "" : "; ", "k", key.first, "/", DTypeName(static_cast<DType>(key.second)),
         ": prefetch=", plan.prefetch_blocks,
         " prefetch_bytes=", tuned ? tuner_->Describe() : absl::StrCat(plan.prefetch_bytes));
-    if (batch_invariant_) {
+    if (batch_invariant_ && !IsAmx(plan.beyond)) {
       absl::StrAppend(&s, " every M=skinny (batch invariant)");
       continue;
     }
@@ -291,6 +295,7 @@ std::string GemmPlanner::Describe() const {
       absl::StrAppend(&s, " ", int64_t{1} << i, "=", GemmPathName(plan.at[i]));
     }
     absl::StrAppend(&s, " more=", GemmPathName(plan.beyond));
+    if (batch_invariant_) absl::StrAppend(&s, " (batch invariant: AMX tiles' chains)");
   }
   return s;
 }

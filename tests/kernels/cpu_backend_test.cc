@@ -60,9 +60,11 @@ TEST(CpuBackendTest, KvCacheDtypeFollowsTheWeightsUnlessNamed) {
 
 // The backend reports the GEMM kernels its planner chose, per weight (K, dtype) and input-row
 // count, once a GEMM has run; nothing before.
-// The kernel plan: one path for every M when batch-invariant (the default), else the
-// measured path per probed M.
+// The kernel plan: one path for every M when batch-invariant (the default; bf16 weights where
+// AMX runs: the faster AMX kernel per probed M, both summing alike), else the measured path
+// per probed M.
 TEST(CpuBackendTest, KernelPlanNamesTheChosenPaths) {
+  const bool amx = cpu::AmxRuns(cpu::BestIsa(), DType::kBF16);
   for (bool invariant : {true, false}) {
     std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::BestIsa(), "bf16", invariant);
     EXPECT_EQ(b->KernelPlan(), "");
@@ -75,9 +77,17 @@ TEST(CpuBackendTest, KernelPlanNamesTheChosenPaths) {
     ASSERT_TRUE(b->Gemm(x.t, w.t, out.t).ok());
     const std::string plan = b->KernelPlan();
     EXPECT_TRUE(absl::StrContains(plan, "k96/bf16:")) << plan;
-    EXPECT_EQ(absl::StrContains(plan, "every M=skinny (batch invariant)"), invariant) << plan;
-    EXPECT_EQ(absl::StrContains(plan, " 1="), !invariant) << plan;
-    EXPECT_EQ(absl::StrContains(plan, " more="), !invariant) << plan;
+    EXPECT_EQ(absl::StrContains(plan, "every M=skinny (batch invariant)"), invariant && !amx)
+        << plan;
+    EXPECT_EQ(absl::StrContains(plan, "(batch invariant: AMX tiles' chains)"), invariant && amx)
+        << plan;
+    EXPECT_EQ(absl::StrContains(plan, " 1="), !invariant || amx) << plan;
+    EXPECT_EQ(absl::StrContains(plan, " more="), !invariant || amx) << plan;
+    if (invariant && amx) {  // only the AMX kernels
+      EXPECT_FALSE(absl::StrContains(plan, "skinny") || absl::StrContains(plan, "blocked") ||
+                   absl::StrContains(plan, "blas"))
+          << plan;
+    }
   }
 }
 

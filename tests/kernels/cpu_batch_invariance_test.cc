@@ -70,7 +70,10 @@ TEST(CpuBatchInvarianceTest, EachRowsBitsDoNotDependOnTheBatch) {
                                    all.begin() + size_t(i) * n + 64));
           }
         }
-        EXPECT_TRUE(absl::StrContains(planner.Describe(), "every M=skinny (batch invariant)"))
+        const bool amx = cpu::AmxRuns(isa, wdt);  // bf16 on AMX: the AMX kernels' chains
+        EXPECT_TRUE(
+            absl::StrContains(planner.Describe(), amx ? "(batch invariant: AMX tiles' chains)"
+                                                      : "every M=skinny (batch invariant)"))
             << planner.Describe();
       }
     }
@@ -196,6 +199,46 @@ TEST(CpuBatchInvarianceTest, Bf16DotFormsGiveTheSameBits) {
   const cpu::Bf16DotForm f = cpu::Bf16DotFormInUse();
   EXPECT_TRUE(f == cpu::Bf16DotForm::kSplit || f == cpu::Bf16DotForm::kDpbf16);
   EXPECT_EQ(cpu::Bf16DotFormInUse(), f) << "measured once: every GEMM of a process sums one way";
+}
+
+// Where AMX runs, the batch-invariant planner gives bf16 weights the two AMX kernels (tiles of
+// x against packed weights, and weight tiles streamed against packed x), the faster per M.
+// Each output is one chain of tile products over k in k's order, so a row's bits must not
+// depend on M, on its place in a 16-row tile, on the thread split or on which kernel ran.
+TEST(CpuBatchInvarianceTest, AmxKernelsGiveEachRowTheSameBits) {
+  if (!cpu::AmxRuns(cpu::Isa::kAvx512, DType::kBF16)) {
+    GTEST_SKIP() << "AMX does not run here (" << cpu::DetectCpuFeatures().amx_note
+                 << "): the batch-invariant planner keeps bf16 weights on the skinny kernel";
+  }
+  std::mt19937 rng(55);
+  std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::Isa::kAvx512, "bf16");
+  const cpu::IsaKernels& kernels = cpu::KernelsFor(cpu::Isa::kAvx512);
+  for (int k : {768, 129, 2048}) {
+    const int n = 203;  // 32-row panels plus a tail
+    SCOPED_TRACE(absl::StrCat("k ", k));
+    std::vector<float> x = Random(rng, size_t{kRows} * k), w = Random(rng, size_t{n} * k);
+    DevTensor dw = Empty(*b, DType::kBF16, n, k);
+    ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
+    auto run = [&](int first, int m, int threads, cpu::GemmPath path) {
+      cpu::ThreadPool pool(threads);
+      std::vector<float> xs(x.begin() + size_t(first) * k, x.begin() + size_t(first + m) * k);
+      DevTensor dx = F32(*b, m, k, xs), out = Poisoned(*b, m, n);
+      EXPECT_TRUE(cpu::Gemm(pool, kernels, nullptr, dx.t, dw.t, out.t, path).ok());
+      return ToHost<float>(*b, out.t);
+    };
+    const std::vector<float> all = run(0, kRows, 2, cpu::GemmPath::kAmx);
+    for (cpu::GemmPath path : {cpu::GemmPath::kAmx, cpu::GemmPath::kAmxStream}) {
+      for (int m : {1, 2, 5, 16, 17, 33, 64, kRows}) {
+        for (int threads : {1, 3}) {
+          const int first = kRows - m;  // rows at other places in their tiles than in `all`
+          const std::vector<float> part = run(first, m, threads, path);
+          ASSERT_TRUE(std::equal(part.begin(), part.end(), all.begin() + size_t(first) * n))
+              << cpu::GemmPathName(path) << ": rows " << first << ".." << kRows << " as M = " << m
+              << " on " << threads << " threads differ from the same rows at M = " << kRows;
+        }
+      }
+    }
+  }
 }
 
 // The backend is batch-invariant unless told otherwise, and says so where it is not.
