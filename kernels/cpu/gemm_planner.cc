@@ -174,10 +174,13 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
   const Tensor ws{stream_ws.get(), w.dtype, stream_rows, k};
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f;
   Plan plan;
-  plan.prefetch_blocks = static_cast<int>(PrefetchFor(pool, kernels, w, PrefetchKind::kBlocks));
-  plan.prefetch_bytes = PrefetchFor(pool, kernels, w, PrefetchKind::kBytes);
   const bool amx = AmxRuns(kernels.isa, w.dtype);  // a candidate only where it can run
-  if (batch_invariant_ && !amx) {                  // one path for every M: nothing to choose
+  plan.skinny_runs = !(batch_invariant_ && amx);   // else only the AMX kernels run
+  if (plan.skinny_runs) {  // the skinny kernel's distances, where it may run
+    plan.prefetch_blocks = static_cast<int>(PrefetchFor(pool, kernels, w, PrefetchKind::kBlocks));
+    plan.prefetch_bytes = PrefetchFor(pool, kernels, w, PrefetchKind::kBytes);
+  }
+  if (batch_invariant_ && !amx) {  // one path for every M: nothing to choose
     std::fill(std::begin(plan.at), std::end(plan.at), GemmPath::kSkinny);
     plan.beyond = GemmPath::kSkinny;
     return plan;
@@ -203,8 +206,7 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
     const std::vector<double> us =
         FastestUs(pool, kernels, x, streamed ? ws : wp, out, paths, pf, pf_bytes, streamed);
     size_t best = 0;
-    if (many_row_paths == 1) plan.beyond = paths[0];
-    for (size_t c = 1; c < paths.size(); ++c) {
+    for (size_t c = 0; c < paths.size(); ++c) {
       if (us[c] < us[best]) best = c;
       // Past the last probe only the many-row paths: the AMX stream kernel re-reads all of x
       // for each 32-row weight panel, which leaves the L2 as M grows (measured on a 2-core
@@ -283,11 +285,13 @@ std::string GemmPlanner::Describe() const {
   std::string s;
   for (const auto& [key, plan] : plans_) {
     const bool tuned = tuner_ != nullptr && key.second == static_cast<int>(tuned_dtype_);
-    absl::StrAppend(
-        &s, s.empty() ? "" : "; ", "k", key.first, "/", DTypeName(static_cast<DType>(key.second)),
-        ": prefetch=", plan.prefetch_blocks,
-        " prefetch_bytes=", tuned ? tuner_->Describe() : absl::StrCat(plan.prefetch_bytes));
-    if (batch_invariant_ && !IsAmx(plan.beyond)) {
+    absl::StrAppend(&s, s.empty() ? "" : "; ", "k", key.first, "/",
+                    DTypeName(static_cast<DType>(key.second)), ":");
+    if (plan.skinny_runs) {
+      absl::StrAppend(&s, " prefetch=", plan.prefetch_blocks, " prefetch_bytes=",
+                      tuned ? tuner_->Describe() : absl::StrCat(plan.prefetch_bytes));
+    }
+    if (batch_invariant_ && plan.skinny_runs) {
       absl::StrAppend(&s, " every M=skinny (batch invariant)");
       continue;
     }

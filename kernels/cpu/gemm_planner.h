@@ -7,13 +7,13 @@
 // and keeps the fastest per probed M (the skinny kernel for every M below its largest win:
 // its edge only shrinks with M, so a loss below a win is noise). An M between probes takes the
 // choice of the nearest probe in log scale, an M past the last probe the fastest of the
-// many-row paths (blocked, BLAS, AMX) there. Before that it takes the skinny kernel's software
-// prefetch distances (SkinnyArgs:: prefetch_blocks for its 8-row blocks, measured at M = 2;
-// prefetch_bytes for its M = 1 row stream), each measured once per process for each kernel level,
-// weight dtype and thread count on a 16 MiB synthetic weight matrix evicted from the caches
-// before each run, so the rows come from memory as a decode step's do (and with the L2 prefetch
-// hint, gemm_skinny.inc's Stream): candidates interleaved over rotated rounds, each
-// scored against no prefetch in the same round, a distance kept only where it wins clearly
+// many-row paths (blocked, BLAS, AMX) there. Before that, where the skinny kernel may run, it
+// takes its software prefetch distances (SkinnyArgs:: prefetch_blocks for its 8-row blocks,
+// measured at M = 2; prefetch_bytes for its M = 1 row stream), each measured once per process for
+// each kernel level, weight dtype and thread count on a 16 MiB synthetic weight matrix evicted from
+// the caches before each run, so the rows come from memory as a decode step's do (and with the L2
+// prefetch hint, gemm_skinny.inc's Stream): candidates interleaved over rotated rounds, each scored
+// against no prefetch in the same round, a distance kept only where it wins clearly
 // (gemm_planner.cc); the path probes then run with those distances. Later calls are a lookup.
 // Thread-safe.
 #pragma once
@@ -79,6 +79,8 @@ class GemmPlanner {
     GemmPath beyond;       // past the last probe
     int prefetch_blocks = 1;
     int64_t prefetch_bytes = 0;
+    // False where only the AMX kernels run (batch-invariant bf16 on AMX): no distances then.
+    bool skinny_runs = true;
   };
   Plan Probe(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
   const Plan& PlanFor(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);  // mu_ held
