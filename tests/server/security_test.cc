@@ -163,7 +163,7 @@ TEST(SecurityTest, ScopeAllGuardsEveryRpcAndMetrics) {
   httplib::SSLClient api("127.0.0.1", server->http_port());
   api.set_ca_cert_path(kData + "ca.pem");
   api.enable_server_certificate_verification(true);
-  const std::string body = R"({"prompt": [1, 2], "max_tokens": 2})";
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 2, "ignore_eos": true})";
   httplib::Result refused = api.Post("/v1/completions", body, "application/json");
   ASSERT_TRUE(refused) << httplib::to_string(refused.error());
   EXPECT_EQ(refused->status, 401);
