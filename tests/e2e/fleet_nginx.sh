@@ -247,7 +247,7 @@ if [ "$http_front" = 1 ]; then
     "$tmp/models.json")" || fail "GET /v1/models through nginx names no model"
   for i in 1 2 3 4; do
     curl -sf --max-time 120 "$base/v1/completions" -H 'Content-Type: application/json' \
-      -d "{\"model\": \"$model\", \"prompt\": [1, 2, 3, $i], \"max_tokens\": 8}" \
+      -d "{\"model\": \"$model\", \"prompt\": [1, 2, 3, $i], \"max_tokens\": 8, \"ignore_eos\": true}" \
       >"$tmp/completion$i.json" || fail "POST /v1/completions $i through nginx failed"
     python3 -c 'import json, sys
 c = json.load(open(sys.argv[1]))
@@ -256,7 +256,7 @@ assert c["usage"]["completion_tokens"] == 8, c["usage"]' "$tmp/completion$i.json
       fail "completion $i: $(cat "$tmp/completion$i.json")"
   done
   curl -sfN --max-time 120 "$base/v1/completions" -H 'Content-Type: application/json' \
-    -d "{\"model\": \"$model\", \"prompt\": [1, 2, 3], \"max_tokens\": 8, \"stream\": true}" \
+    -d "{\"model\": \"$model\", \"prompt\": [1, 2, 3], \"max_tokens\": 8, \"ignore_eos\": true, \"stream\": true}" \
     >"$tmp/stream.txt" || fail "streamed POST /v1/completions through nginx failed"
   python3 -c 'import json, sys
 events = [l[len("data: "):] for l in open(sys.argv[1]).read().splitlines() if l.startswith("data: ")]
