@@ -83,6 +83,7 @@ struct Row {
   // decode step reads, so this is its read bandwidth bound.
   double read_bound_tokens_per_s = 0;
   int steps = 0;
+  double ops_per_step = 0;  // ops issued (kernels launched or captured) per step, mean
   double graph_steps = 0;
   int per_op_timed_skipped = 0;  // steps left out because per-op events slowed them
   // Per op class (OpClass order): its timed device time / step wall, over the timed steps.
@@ -156,6 +157,7 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
     row.mean_context += double(r.context_tokens) / std::max(1, r.num_decode_tokens);
     tokens += r.num_decode_tokens;
     row.graph_steps += r.graph_replayed ? 1 : 0;
+    row.ops_per_step += r.op_count;
     ++row.steps;
     if (r.per_op_timed) {
       timed_wall += r.wall_us();
@@ -176,6 +178,7 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
   row.bandwidth_share = bw / wall;
   row.compute_share = fl / wall;
   row.bytes_per_step /= row.steps;
+  row.ops_per_step /= row.steps;
   row.mean_context /= row.steps;
   row.bandwidth_bound_tokens_per_s = batch * cal.bandwidth_bytes_per_s / row.bytes_per_step;
   row.read_bound_tokens_per_s = batch * cal.stream_bandwidth_bytes_per_s / row.bytes_per_step;
@@ -275,9 +278,9 @@ void PrintRow(const Row& row, const Calibration& cal) {
               100 * row.compute_share);
   for (double c : row.class_share) std::printf(" %5.1f", 100 * c);
   std::printf(
-      "\n       %.1f MB a step: %.1f tok/s at the bandwidth ceiling; at the read-stream's %.1f "
-      "GB/s %.1f tok/s (%.1f %% of it reached)\n",
-      row.bytes_per_step / 1e6, row.bandwidth_bound_tokens_per_s,
+      "\n       %.1f MB and %.0f ops a step: %.1f tok/s at the bandwidth ceiling; at the "
+      "read-stream's %.1f GB/s %.1f tok/s (%.1f %% of it reached)\n",
+      row.bytes_per_step / 1e6, row.ops_per_step, row.bandwidth_bound_tokens_per_s,
       cal.stream_bandwidth_bytes_per_s / 1e9, row.read_bound_tokens_per_s, 100 * row.read_share());
   for (const auto& [kb, t] : row.gemm_us_bytes) {  // where the GEMM time goes
     const double ops = t.second / (std::max<int64_t>(kb, 1) * 1024.0);
@@ -521,6 +524,7 @@ int Main() {
                         {"read_bound_tokens_per_s", r.read_bound_tokens_per_s},
                         {"read_bound_share", r.read_share()},
                         {"steps", r.steps},
+                        {"ops_per_step", r.ops_per_step},
                         {"graph_steps", r.graph_steps},
                         {"per_op_timed_skipped", r.per_op_timed_skipped},
                         {"mean_context", r.mean_context}};

@@ -378,8 +378,8 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
     }
     const Tensor qkv[] = {q, k, v};
     RETURN_IF_ERROR(backend_->GemmSplit(normed, L.wqkv_t, qkv));
-    RETURN_IF_ERROR(backend_->Rope(q, k, positions, m.head_dim, m.Rope()));
-    RETURN_IF_ERROR(backend_->KvWrite(k, v, slots, b.k_cache[l], b.v_cache[l]));
+    RETURN_IF_ERROR(backend_->RopeKvWrite(q, k, v, positions, m.head_dim, m.Rope(), slots,
+                                          b.k_cache[l], b.v_cache[l]));
     RETURN_IF_ERROR(backend_->Attention(q, b.k_cache[l], b.v_cache[l], batch, shape, attn_out));
     RETURN_IF_ERROR(backend_->Gemm(attn_out, L.wo_t, tmp));
     RETURN_IF_ERROR(backend_->AddRmsNorm(tmp, hidden, L.mlp_norm_t, m.rms_norm_eps, normed));

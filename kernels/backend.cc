@@ -154,27 +154,64 @@ absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& residual, const 
              [&] { return DoAddRmsNorm(x, residual, weight, eps, out); });
 }
 
+namespace {
+
+absl::Status CheckRope(const char* op, const Tensor& q, const Tensor& k, const Tensor& positions,
+                       int head_dim) {
+  SATURN_EXPECT(head_dim > 0 && head_dim % 2 == 0, op, "head_dim must be even");
+  SATURN_EXPECT(q.cols % head_dim == 0 && k.cols % head_dim == 0, op,
+                "q and k widths must be multiples of head_dim");
+  SATURN_EXPECT(k.rows == q.rows, op, "q and k row counts differ");
+  RETURN_IF_ERROR(ExpectDType(op, "positions", positions, DType::kI32));
+  return ExpectShape(op, "positions", positions, 1, q.rows);
+}
+
+absl::Status CheckKvWrite(const char* op, const Tensor& k, const Tensor& v,
+                          const Tensor& slot_mapping, const Tensor& k_cache,
+                          const Tensor& v_cache) {
+  RETURN_IF_ERROR(ExpectShape(op, "v", v, k.rows, k.cols));
+  RETURN_IF_ERROR(ExpectDType(op, "slot_mapping", slot_mapping, DType::kI32));
+  RETURN_IF_ERROR(ExpectShape(op, "slot_mapping", slot_mapping, 1, k.rows));
+  SATURN_EXPECT(k_cache.cols == k.cols && v_cache.cols == k.cols, op,
+                "cache width differs from k/v width");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Backend::Rope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
                            const RopeParams& rope) {
-  SATURN_EXPECT(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be even");
-  SATURN_EXPECT(q.cols % head_dim == 0 && k.cols % head_dim == 0, "rope",
-                "q and k widths must be multiples of head_dim");
-  SATURN_EXPECT(k.rows == q.rows, "rope", "q and k row counts differ");
-  RETURN_IF_ERROR(ExpectDType("rope", "positions", positions, DType::kI32));
-  RETURN_IF_ERROR(ExpectShape("rope", "positions", positions, 1, q.rows));
+  RETURN_IF_ERROR(CheckRope("rope", q, k, positions, head_dim));
   return Run(OpKind::kRope, cost::Rope(q, k),
              [&] { return DoRope(q, k, positions, head_dim, rope); });
 }
 
 absl::Status Backend::KvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                               const Tensor& k_cache, const Tensor& v_cache) {
-  RETURN_IF_ERROR(ExpectShape("kv_write", "v", v, k.rows, k.cols));
-  RETURN_IF_ERROR(ExpectDType("kv_write", "slot_mapping", slot_mapping, DType::kI32));
-  RETURN_IF_ERROR(ExpectShape("kv_write", "slot_mapping", slot_mapping, 1, k.rows));
-  SATURN_EXPECT(k_cache.cols == k.cols && v_cache.cols == k.cols, "kv_write",
-                "cache width differs from k/v width");
+  RETURN_IF_ERROR(CheckKvWrite("kv_write", k, v, slot_mapping, k_cache, v_cache));
   return Run(OpKind::kKvWrite, cost::KvWrite(k, v, k_cache),
              [&] { return DoKvWrite(k, v, slot_mapping, k_cache, v_cache); });
+}
+
+absl::Status Backend::RopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& positions, int head_dim, const RopeParams& rope,
+                                  const Tensor& slot_mapping, const Tensor& k_cache,
+                                  const Tensor& v_cache) {
+  if (!FusesRopeKvWrite()) {
+    RETURN_IF_ERROR(Rope(q, k, positions, head_dim, rope));
+    return KvWrite(k, v, slot_mapping, k_cache, v_cache);
+  }
+  RETURN_IF_ERROR(CheckRope("rope_kv_write", q, k, positions, head_dim));
+  RETURN_IF_ERROR(CheckKvWrite("rope_kv_write", k, v, slot_mapping, k_cache, v_cache));
+  return Run(OpKind::kRopeKvWrite, cost::RopeKvWrite(q, k, v, k_cache), [&] {
+    return DoRopeKvWrite(q, k, v, positions, head_dim, rope, slot_mapping, k_cache, v_cache);
+  });
+}
+
+absl::Status Backend::DoRopeKvWrite(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
+                                    const RopeParams&, const Tensor&, const Tensor&,
+                                    const Tensor&) {
+  return absl::UnimplementedError("this backend does not fuse rope and kv_write");
 }
 
 absl::Status Backend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

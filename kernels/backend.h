@@ -196,6 +196,15 @@ class Backend {
   // kv_cache_dtype() (rounded where it is narrower than k and v).
   absl::Status KvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                        const Tensor& k_cache, const Tensor& v_cache);
+  // Rope on q and k, then k and v into the cache: one op ("rope_kv_write") where the backend
+  // fuses them (FusesRopeKvWrite), q rotated in place and k's rotated rows written only to
+  // k_cache (k is scratch afterwards, rotated or not); elsewhere Rope then KvWrite, two ops.
+  absl::Status RopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const Tensor& positions, int head_dim, const RopeParams& rope,
+                           const Tensor& slot_mapping, const Tensor& k_cache,
+                           const Tensor& v_cache);
+  // Whether RopeKvWrite runs as one fused op (CUDA --cuda_kernels=v2).
+  virtual bool FusesRopeKvWrite() const { return false; }
   // out[T, Hq*hd] = softmax(q k^T * scale) v over the paged cache (see AttentionBatch).
   absl::Status Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                          const AttentionBatch& batch, const AttentionShape& shape,
@@ -257,6 +266,11 @@ class Backend {
                               int head_dim, const RopeParams& rope) = 0;
   virtual absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                                  const Tensor& k_cache, const Tensor& v_cache) = 0;
+  // Only called where FusesRopeKvWrite() says so.
+  virtual absl::Status DoRopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& positions, int head_dim, const RopeParams& rope,
+                                     const Tensor& slot_mapping, const Tensor& k_cache,
+                                     const Tensor& v_cache);
   virtual absl::Status DoAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                    const AttentionBatch& batch, const AttentionShape& shape,
                                    const Tensor& out) = 0;

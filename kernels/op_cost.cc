@@ -36,6 +36,10 @@ OpCost KvWrite(const Tensor& k, const Tensor& v, const Tensor& k_cache) {
   return {0.0, read * (1.0 + double(DTypeSize(k_cache.dtype)) / double(DTypeSize(k.dtype)))};
 }
 
+OpCost RopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache) {
+  return {Rope(q, k).flops, 2.0 * B(q) + KvWrite(k, v, k_cache).bytes};
+}
+
 OpCost Attention(const Tensor& q, const Tensor& k_cache, const AttentionBatch& batch,
                  const AttentionShape& shape) {
   return Attention(AttentionCostShape{q.rows, q.cols, q.dtype, k_cache.cols, k_cache.dtype,

@@ -12,6 +12,8 @@ OpCost RmsNorm(const Tensor& x, const Tensor& weight);
 OpCost AddRmsNorm(const Tensor& x, const Tensor& weight);
 OpCost Rope(const Tensor& q, const Tensor& k);
 OpCost KvWrite(const Tensor& k, const Tensor& v, const Tensor& k_cache);
+// Rope's FLOPs; bytes: q read and written, k and v read once, their rows written to the cache.
+OpCost RopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache);
 OpCost Attention(const Tensor& q, const Tensor& k_cache, const AttentionBatch& batch,
                  const AttentionShape& shape);
 // What attention's cost depends on, as plain numbers. The overload above reads them from its

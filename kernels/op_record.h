@@ -23,6 +23,7 @@ enum class OpKind : uint8_t {
   kGatherRows,
   kSample,
   kCopy,
+  kRopeKvWrite,  // Rope and KvWrite as one op, where the backend fuses them
   kCount
 };
 
@@ -46,9 +47,9 @@ inline OpClass ClassOf(OpKind k) {
 }
 
 // Each enumerator's name, in enum order (kernels/enum_table.h checks the count).
-inline constexpr std::array kOpKindNames{"embedding", "gemm",        "rms_norm",  "add_rms_norm",
-                                         "rope",      "kv_write",    "attention", "swiglu",
-                                         "add",       "gather_rows", "sample",    "copy"};
+inline constexpr std::array kOpKindNames{
+    "embedding", "gemm", "rms_norm",    "add_rms_norm", "rope", "kv_write",     "attention",
+    "swiglu",    "add",  "gather_rows", "sample",       "copy", "rope_kv_write"};
 inline constexpr std::array kOpClassNames{"gemm", "attention", "norm", "elementwise", "sampling"};
 
 inline const char* OpKindName(OpKind k) { return EnumLookup(kOpKindNames, k, "?"); }

@@ -189,6 +189,15 @@ class CudaBackend final : public Backend {
     OpScope op(this, "kv_write");
     return gpu::KvWrite(stream_, k, v, slot_mapping, k_cache, v_cache);
   }
+  bool FusesRopeKvWrite() const override { return kernels_v2_; }
+  absl::Status DoRopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& positions, int head_dim, const RopeParams& rope,
+                             const Tensor& slot_mapping, const Tensor& k_cache,
+                             const Tensor& v_cache) override {
+    OpScope op(this, "rope_kv_write");
+    return gpu::RopeKvWrite(stream_, q, k, v, positions, head_dim, rope, slot_mapping, k_cache,
+                            v_cache);
+  }
   absl::Status DoAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                            const AttentionBatch& batch, const AttentionShape& shape,
                            const Tensor& out) override {
@@ -268,7 +277,8 @@ class CudaBackend final : public Backend {
   int device_;
   cudaDeviceProp prop_;
   bool batch_invariant_ = false;  // gemm_invariant.cu and the prefill attention kernel only
-  bool kernels_v2_ = false;       // --cuda_kernels=v2: gemm_skinny.cu, attention_decode_split.cu
+  bool kernels_v2_ = false;       // --cuda_kernels=v2: gemm_skinny.cu, attention_decode_split.cu,
+                                  // rope_kv_write.cu
   float* split_workspace_ = nullptr;  // split attention's partials (v2), gpu::kSplitWorkspaceBytes
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

@@ -20,7 +20,7 @@ const char* KernelFamilyName(KernelFamily f) {
       "embedding",      "rms_norm",          "add_rms_norm",      "rope",
       "swiglu",         "elementwise",       "gather_rows",       "convert_f32_bf16",
       "kv_write",       "attention_decode",  "attention_prefill", "sample",
-      "gemm_invariant", "attention_combine", "gemm_skinny"};
+      "gemm_invariant", "attention_combine", "gemm_skinny",       "rope_kv_write"};
   return EnumLookup(kNames, f, "?");
 }
 

@@ -30,6 +30,11 @@ absl::Status Copy(cudaStream_t s, const Tensor& src, const Tensor& dst);
 absl::Status ConvertF32ToBF16(cudaStream_t s, const float* src, void* dst, int64_t n);
 absl::Status KvWrite(cudaStream_t s, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                      const Tensor& k_cache, const Tensor& v_cache);
+// Rope then KvWrite in one kernel (v2; rope_kv_write.cu): k's rotated rows go only to the
+// cache. All dtypes equal.
+absl::Status RopeKvWrite(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& positions, int head_dim, const RopeParams& rope,
+                         const Tensor& slot_mapping, const Tensor& k_cache, const Tensor& v_cache);
 // One query row per sequence (batch.max_query_len == 1).
 absl::Status AttentionDecode(cudaStream_t s, const Tensor& q, const Tensor& k_cache,
                              const Tensor& v_cache, const AttentionBatch& batch,
@@ -79,6 +84,7 @@ enum class KernelFamily : int {
   kGemmInvariant,
   kAttentionCombine,
   kGemmSkinny,
+  kRopeKvWrite,
   kCount
 };
 const char* KernelFamilyName(KernelFamily f);

@@ -7,17 +7,11 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/rope_rotate.cuh"
 #include "kernels/cuda/vector_access.cuh"
 
 namespace saturn::gpu {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ void RotatePair(T* head, int i, int half, float c, float s) {
-  const float x1 = Load(head, i), x2 = Load(head, i + half);
-  Store(head, i, x1 * c - x2 * s);
-  Store(head, i + half, x2 * c + x1 * s);
-}
 
 template <typename T>
 __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions, int q_heads,
@@ -30,38 +24,11 @@ __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions, in
   const int pairs = (q_heads + k_heads) * half;
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
     const int head = p / half, i = p % half;
-    // inv_freq = theta^(-2i/hd); angle in f32 with sincosf (full-range reduction).
-    const float inv_freq =
-        ScaleRopeInvFreq<float>(rope, exp2f(-log2_theta * (2.0f * i / head_dim)));
     float s, c;
-    sincosf(pos * inv_freq, &s, &c);
-    if (head < q_heads) {
-      RotatePair(qrow + head * head_dim, i, half, c, s);
-    } else {
-      RotatePair(krow + (head - q_heads) * head_dim, i, half, c, s);
-    }
+    RopeCosSin(pos, i, head_dim, log2_theta, rope, &c, &s);
+    T* h = head < q_heads ? qrow + head * head_dim : krow + (head - q_heads) * head_dim;
+    RotatePair(h, h, i, half, c, s);
   }
-}
-
-template <typename T>
-__device__ __forceinline__ void RotatePairsVec(T* head, int i, int half, float pos,
-                                               float log2_theta, int head_dim,
-                                               const RopeParams& rope) {
-  constexpr int N = kVec<T>;
-  float x1[N], x2[N], o1[N], o2[N];
-  LoadVec(head, i, x1);
-  LoadVec(head, i + half, x2);
-#pragma unroll
-  for (int e = 0; e < N; ++e) {
-    const float inv_freq =
-        ScaleRopeInvFreq<float>(rope, exp2f(-log2_theta * (2.0f * (i + e) / head_dim)));
-    float s, c;
-    sincosf(pos * inv_freq, &s, &c);
-    o1[e] = x1[e] * c - x2[e] * s;
-    o2[e] = x2[e] * c + x1[e] * s;
-  }
-  StoreVec(head, i, o1);
-  StoreVec(head, i + half, o2);
 }
 
 template <typename T>
@@ -77,7 +44,7 @@ __global__ void RopeVecKernel(T* q, T* k, const int32_t* __restrict__ positions,
   for (int p = threadIdx.x; p < packs; p += blockDim.x) {
     const int head = p / packs_per_head, i = (p % packs_per_head) * N;
     T* h = head < q_heads ? qrow + head * head_dim : krow + (head - q_heads) * head_dim;
-    RotatePairsVec(h, i, half, pos, log2_theta, head_dim, rope);
+    RotatePairsVec(h, h, i, half, pos, log2_theta, head_dim, rope);
   }
 }
 

@@ -3,7 +3,9 @@
 // and f32 outputs, the fused projection's three outputs in one launch (odd widths), odd shapes that
 // fall back to cuBLAS; split-K GQA decode attention (attention_decode_split.cu) at batch 1 (many
 // splits, empty ones for short contexts), batch 64 (two splits), groups of 1-8 and one past 8 (v1
-// fallback), head_dim 32-256. Skips without a CUDA device. bench/gpu_check.sh runs it.
+// fallback), head_dim 32-256; the fused rope + KV write (rope_kv_write.cu) against CPU Rope
+// then KvWrite, aligned and not, with Llama 3 scaling, and its skip of negative slots. Skips
+// without a CUDA device. bench/gpu_check.sh runs it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,6 +123,103 @@ TEST(CudaKernelsV2Test, SkinnyGemmSplitFillsEachPart) {
       (b == cpu.get() ? ref : got) = all;
     }
     EXPECT_LT(RelError(got, ref), kBf16Tolerance) << "m " << m;
+  }
+}
+
+struct RopeKvCase {
+  int tokens, q_heads, kv_heads, head_dim;
+  bool llama3;      // Llama 3.x frequency scaling
+  bool misaligned;  // views one element into their buffers: the scalar kernel
+};
+
+// The fused rope + KV write (v2) gives CPU Rope then KvWrite's q and caches, as one op.
+TEST(CudaKernelsV2Test, FusedRopeKvWriteMatchesCpuRopeThenKvWrite) {
+  SATURN_REQUIRE_CUDA_V2(v2);
+  std::unique_ptr<Backend> cpu = Cpu();
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_TRUE(v2->FusesRopeKvWrite());
+  EXPECT_FALSE(cpu->FusesRopeKvWrite());
+  const RopeKvCase cases[] = {{1, 12, 4, 64, false, false},  {5, 32, 8, 64, true, false},
+                              {64, 12, 4, 64, false, false}, {3, 4, 4, 128, false, false},
+                              {7, 4, 2, 32, true, true},     {2, 8, 8, 64, false, true}};
+  for (const RopeKvCase& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.tokens, " tokens, ", c.q_heads, "/", c.kv_heads, " heads of ",
+                              c.head_dim, c.llama3 ? ", llama3" : "",
+                              c.misaligned ? ", misaligned" : ""));
+    const int qw = c.q_heads * c.head_dim, kw = c.kv_heads * c.head_dim;
+    const int cache_rows = 4 * c.tokens + 8, shift = c.misaligned ? 1 : 0;
+    const auto q = RandomValues(size_t(c.tokens) * qw + shift, 51),
+               k = RandomValues(size_t(c.tokens) * kw + shift, 52),
+               v = RandomValues(size_t(c.tokens) * kw + shift, 53),
+               cache = RandomValues(size_t(cache_rows) * kw + shift, 54);
+    std::vector<int32_t> pos(c.tokens), slots(c.tokens);
+    for (int t = 0; t < c.tokens; ++t) {
+      pos[t] = (t * 977 + 5) % 9000;      // past Llama 3's original 8192 positions too
+      slots[t] = cache_rows - 1 - 3 * t;  // distinct, scattered, in range
+    }
+    RopeParams rope(500000.0f);
+    if (c.llama3) rope.llama3_factor = 8.0f;
+    std::vector<std::vector<float>> ref, got;
+    for (Backend* b : {cpu.get(), v2.get()}) {
+      DevTensor dq = ComputeTensor(b, 1, q.size(), q), dk = ComputeTensor(b, 1, k.size(), k),
+                dv = ComputeTensor(b, 1, v.size(), v),
+                kc = ComputeTensor(b, 1, cache.size(), cache),
+                vc = ComputeTensor(b, 1, cache.size(), cache),
+                dp = RawTensor(b, DType::kI32, 1, c.tokens, pos),
+                ds = RawTensor(b, DType::kI32, 1, c.tokens, slots);
+      const size_t off = shift * DTypeSize(b->compute_dtype());
+      const Tensor tq = dq.buf.View(dq.t.dtype, c.tokens, qw, off),
+                   tk = dk.buf.View(dk.t.dtype, c.tokens, kw, off),
+                   tv = dv.buf.View(dv.t.dtype, c.tokens, kw, off),
+                   tkc = kc.buf.View(kc.t.dtype, cache_rows, kw, off),
+                   tvc = vc.buf.View(vc.t.dtype, cache_rows, kw, off);
+      gpu::RecordLaunch(gpu::KernelFamily::kRopeKvWrite, nullptr, 0, 0, 0);
+      b->BeginStep(false);
+      ASSERT_TRUE(b->RopeKvWrite(tq, tk, tv, dp.t, c.head_dim, rope, ds.t, tkc, tvc).ok());
+      auto timing = b->EndStep();
+      ASSERT_TRUE(timing.ok()) << timing.status();
+      if (b == v2.get()) {  // one op, one launch
+        ASSERT_EQ(timing->ops.size(), 1u);
+        EXPECT_EQ(timing->ops[0].kind, OpKind::kRopeKvWrite);
+        EXPECT_EQ(gpu::LastLaunch(gpu::KernelFamily::kRopeKvWrite).grid_blocks, c.tokens);
+      }
+      (b == cpu.get() ? ref : got) = {ReadFloats(b, tq), ReadFloats(b, tkc), ReadFloats(b, tvc)};
+    }
+    EXPECT_LT(RelError(got[0], ref[0]), kBf16Tolerance) << "q";
+    EXPECT_LT(RelError(got[1], ref[1]), kBf16Tolerance) << "k cache";
+    EXPECT_EQ(got[2], ref[2]) << "v cache: a copy";
+  }
+}
+
+// A negative slot (a padding row) writes no cache row; its q is rotated all the same, as v1's
+// Rope rotates it.
+TEST(CudaKernelsV2Test, FusedRopeKvWriteSkipsNegativeSlots) {
+  SATURN_REQUIRE_CUDA_V2(v2);
+  auto v1_or = CreateBackend("cuda");
+  ASSERT_TRUE(v1_or.ok()) << v1_or.status();
+  std::unique_ptr<Backend> v1 = std::move(*v1_or);
+  const int tokens = 3, hd = 64, qw = 4 * hd, kw = 2 * hd, cache_rows = 16;
+  const auto q = RandomValues(tokens * qw, 61), k = RandomValues(tokens * kw, 62),
+             cache = RandomValues(cache_rows * kw, 63);
+  const std::vector<int32_t> pos = {3, 900, 17}, slots = {5, -1, 9};
+  DevTensor dq = ComputeTensor(v2.get(), tokens, qw, q),
+            dk = ComputeTensor(v2.get(), tokens, kw, k),
+            kc = ComputeTensor(v2.get(), cache_rows, kw, cache),
+            vc = ComputeTensor(v2.get(), cache_rows, kw, cache),
+            dp = RawTensor(v2.get(), DType::kI32, 1, tokens, pos),
+            ds = RawTensor(v2.get(), DType::kI32, 1, tokens, slots);
+  ASSERT_TRUE(v2->RopeKvWrite(dq.t, dk.t, dk.t, dp.t, hd, RopeParams{}, ds.t, kc.t, vc.t).ok());
+  DevTensor rq = ComputeTensor(v1.get(), tokens, qw, q),
+            rk = ComputeTensor(v1.get(), tokens, kw, k),
+            rp = RawTensor(v1.get(), DType::kI32, 1, tokens, pos);
+  ASSERT_TRUE(v1->Rope(rq.t, rk.t, rp.t, hd, RopeParams{}).ok());
+  EXPECT_LT(RelError(ReadFloats(v2.get(), dq.t), ReadFloats(v1.get(), rq.t)), kBf16Tolerance);
+  const std::vector<float> got = ReadFloats(v2.get(), vc.t);
+  for (int r = 0; r < cache_rows; ++r) {
+    if (r == 5 || r == 9) continue;
+    for (int e = 0; e < kw; ++e) {
+      ASSERT_EQ(got[r * kw + e], cache[r * kw + e]) << "row " << r << " was written";
+    }
   }
 }
 

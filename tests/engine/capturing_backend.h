@@ -24,7 +24,8 @@ class CapturingBackend final : public Backend {
   explicit CapturingBackend(std::unique_ptr<Backend> cpu) : cpu_(std::move(cpu)) {}
 
   std::vector<std::string> log;
-  std::string fail_in_capture;  // an op kind that fails while capturing ("" = none)
+  std::string fail_in_capture;      // an op kind that fails while capturing ("" = none)
+  bool fuse_rope_kv_write = false;  // FusesRopeKvWrite, as CUDA's v2 kernels do
 
   std::string name() const override { return "capturing-cpu"; }
   std::string device_name() const override { return cpu_->device_name(); }
@@ -68,6 +69,7 @@ class CapturingBackend final : public Backend {
     return Backend::EndStep();
   }
 
+  bool FusesRopeKvWrite() const override { return fuse_rope_kv_write; }
   bool SupportsGraphs() const override { return true; }
   absl::Status BeginGraphCapture() override {
     log.push_back("begin_capture");
@@ -146,6 +148,14 @@ class CapturingBackend final : public Backend {
   absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slots, const Tensor& kc,
                          const Tensor& vc) override {
     return Op("kv_write", [=, this] { return cpu_->KvWrite(k, v, slots, kc, vc); });
+  }
+  absl::Status DoRopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                             int hd, const RopeParams& rope, const Tensor& slots, const Tensor& kc,
+                             const Tensor& vc) override {
+    return Op("rope_kv_write", [=, this] {
+      if (absl::Status s = cpu_->Rope(q, k, pos, hd, rope); !s.ok()) return s;
+      return cpu_->KvWrite(k, v, slots, kc, vc);
+    });
   }
   absl::Status DoAttention(const Tensor& q, const Tensor& kc, const Tensor& vc,
                            const AttentionBatch& b, const AttentionShape& sh,

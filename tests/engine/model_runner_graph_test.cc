@@ -108,12 +108,15 @@ TEST_F(GraphCaptureTest, AFailedCaptureIsAbortedNotInstantiated) {
   EXPECT_EQ(backend_->num_graphs(), 2u);
 }
 
-// A prompt for each of `n` sequences, then decode steps; returns the tokens of the last step.
+// A prompt for each of `n` sequences, then decode steps; returns the tokens of the last step
+// (and, where `logprobs`, each decode token's logprob, which such steps compute eagerly).
 struct DecodeRun {
   std::vector<int> tokens;
+  std::vector<float> logprobs;
   RunnerOutput last;
 };
-DecodeRun Decode(ModelRunner* runner, int n, int steps, CapturingBackend* log_owner) {
+DecodeRun Decode(ModelRunner* runner, int n, int steps, CapturingBackend* log_owner,
+                 bool logprobs = false) {
   BlockManager blocks(64, 4);
   std::vector<ScheduledSeq> seqs(n);
   StepPlan prefill;
@@ -124,6 +127,7 @@ DecodeRun Decode(ModelRunner* runner, int n, int steps, CapturingBackend* log_ow
     EXPECT_TRUE(blocks.EnsureCapacity(&s.block_table, 5 + 3 * i + steps + 1));
     s.sample = true;
     s.is_prefill = true;
+    s.sampling.logprobs = logprobs ? 0 : -1;
     prefill.seqs.push_back(s);
   }
   auto out = runner->Execute(prefill, false);
@@ -147,6 +151,9 @@ DecodeRun Decode(ModelRunner* runner, int n, int steps, CapturingBackend* log_ow
     if (!o.ok()) return run;
     next = o->sampled;
     run.tokens.insert(run.tokens.end(), next.begin(), next.end());
+    for (const SeqLogprobs& l : o->logprobs) {
+      if (l.sampled.has_value()) run.logprobs.push_back(l.sampled->token.logprob);
+    }
     run.last = *o;
   }
   return run;
@@ -206,6 +213,76 @@ TEST_F(GraphCaptureTest, ReplayedAttentionCostsWhatTheEagerStepDoes) {
     EXPECT_DOUBLE_EQ(got_costs[i].flops, want_costs[i].flops) << "layer " << i;
     EXPECT_DOUBLE_EQ(got_costs[i].bytes, want_costs[i].bytes) << "layer " << i;
   }
+}
+
+// Where the backend fuses rope and the KV write (CUDA v2), the runner issues one
+// rope_kv_write op per layer in their place, costed as one pass, and the tokens and logprobs
+// stay the same (the tokens replayed too).
+TEST_F(GraphCaptureTest, AFusedRopeKvWriteIsOneOpPerLayerAndKeepsTheTokens) {
+  auto count = [](const StepTiming& t, OpKind kind) {
+    return std::count_if(t.ops.begin(), t.ops.end(),
+                         [kind](const OpRecord& op) { return op.kind == kind; });
+  };
+  auto first = [](const StepTiming& t, OpKind kind) {
+    return *std::find_if(t.ops.begin(), t.ops.end(),
+                         [kind](const OpRecord& op) { return op.kind == kind; });
+  };
+  auto unfused_runner = MakeRunner({});
+  ASSERT_NE(unfused_runner, nullptr);
+  const DecodeRun unfused = Decode(unfused_runner.get(), 3, 3, backend_.get(), true);
+  ASSERT_EQ(unfused.logprobs.size(), 9u);
+  const int layers = weights_.config.num_layers;
+  ASSERT_EQ(count(unfused.last.timing, OpKind::kRope), layers);
+  ASSERT_EQ(count(unfused.last.timing, OpKind::kKvWrite), layers);
+  EXPECT_EQ(count(unfused.last.timing, OpKind::kRopeKvWrite), 0);
+
+  backend_->fuse_rope_kv_write = true;
+  auto eager = MakeRunner({});
+  ASSERT_NE(eager, nullptr);
+  const DecodeRun fused = Decode(eager.get(), 3, 3, backend_.get(), true);
+  EXPECT_EQ(fused.tokens, unfused.tokens);
+  EXPECT_EQ(fused.logprobs, unfused.logprobs);  // the same arithmetic, to the bit
+  const StepTiming& t = fused.last.timing;
+  EXPECT_EQ(count(t, OpKind::kRopeKvWrite), layers);
+  EXPECT_EQ(count(t, OpKind::kRope), 0);
+  EXPECT_EQ(count(t, OpKind::kKvWrite), 0);
+  EXPECT_EQ(t.ops.size() + layers, unfused.last.timing.ops.size());
+  EXPECT_EQ(std::count(backend_->log.begin(), backend_->log.end(), "op:rope_kv_write"), layers);
+  // One pass: the rotation's FLOPs, and fewer bytes than rope's read-write of k plus the copy.
+  const OpRecord& f = first(t, OpKind::kRopeKvWrite);
+  const OpRecord& r = first(unfused.last.timing, OpKind::kRope);
+  const OpRecord& w = first(unfused.last.timing, OpKind::kKvWrite);
+  EXPECT_DOUBLE_EQ(f.cost.flops, r.cost.flops);
+  EXPECT_LT(f.cost.bytes, r.cost.bytes + w.cost.bytes);
+  EXPECT_GT(f.cost.bytes, w.cost.bytes);
+
+  auto graphs = MakeRunner({4});
+  ASSERT_NE(graphs, nullptr);
+  ASSERT_TRUE(graphs->SetUseGraphs(true).ok());
+  const DecodeRun replayed = Decode(graphs.get(), 3, 3, backend_.get());
+  ASSERT_TRUE(replayed.last.graph_replayed);
+  EXPECT_EQ(replayed.tokens, unfused.tokens);
+  EXPECT_EQ(count(replayed.last.timing, OpKind::kRopeKvWrite), layers);
+}
+
+// The fused op checks what Rope and KvWrite check, and names itself.
+TEST_F(GraphCaptureTest, AFusedRopeKvWriteNamesItselfInShapeErrors) {
+  backend_->fuse_rope_kv_write = true;
+  auto buf = backend_->Allocate(1 << 16);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  const Tensor q = buf->View(DType::kF32, 2, 64), k = buf->View(DType::kF32, 2, 32),
+               cache = buf->View(DType::kF32, 8, 32), pos = buf->View(DType::kI32, 1, 2),
+               bad_slots = buf->View(DType::kI32, 1, 3);
+  backend_->BeginStep(false);
+  const absl::Status s =
+      backend_->RopeKvWrite(q, k, k, pos, 16, RopeParams{}, bad_slots, cache, cache);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("rope_kv_write"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("slot_mapping"), std::string::npos) << s;
+  const absl::Status odd = backend_->RopeKvWrite(q, k, k, pos, 15, RopeParams{}, pos, cache, cache);
+  EXPECT_EQ(odd.code(), absl::StatusCode::kInvalidArgument) << odd;
+  EXPECT_NE(odd.message().find("head_dim"), std::string::npos) << odd;
+  EXPECT_EQ(std::count(backend_->log.begin(), backend_->log.end(), "op:rope_kv_write"), 0);
 }
 
 TEST_F(GraphCaptureTest, EagerStepMarksItsEndAfterSampleBeforeTheDownload) {
