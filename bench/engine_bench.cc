@@ -164,7 +164,7 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
       for (size_t c = 0; c < class_us.size(); ++c) class_us[c] += r.by_class[c].device_us;
       ++row.timed_steps;
       for (const OpRecord& op : r.ops) {
-        if (op.kind != OpKind::kGemm || op.device_begin_us < 0) continue;
+        if (ClassOf(op.kind) != OpClass::kGemm || op.device_begin_us < 0) continue;
         auto& [us, bytes] = row.gemm_us_bytes[static_cast<int64_t>(op.cost.bytes / 1024)];
         us += op.device_end_us - op.device_begin_us;
         bytes += op.cost.bytes;

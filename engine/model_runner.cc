@@ -383,8 +383,7 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
     RETURN_IF_ERROR(backend_->Attention(q, b.k_cache[l], b.v_cache[l], batch, shape, attn_out));
     RETURN_IF_ERROR(backend_->Gemm(attn_out, L.wo_t, tmp));
     RETURN_IF_ERROR(backend_->AddRmsNorm(tmp, hidden, L.mlp_norm_t, m.rms_norm_eps, normed));
-    RETURN_IF_ERROR(backend_->Gemm(normed, L.w_gate_up_t, gate_up));
-    RETURN_IF_ERROR(backend_->SwiGlu(gate_up, act));
+    RETURN_IF_ERROR(backend_->GemmSwiGlu(normed, L.w_gate_up_t, gate_up, act));
     RETURN_IF_ERROR(backend_->Gemm(act, L.w_down_t, tmp));
   }
   if (R == 0) return absl::OkStatus();

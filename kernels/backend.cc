@@ -36,6 +36,44 @@ absl::Status ExpectDType(const char* op, const char* name, const Tensor& t, DTyp
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
+// The checks of the ops that fused ops stand for, under the name of the op that makes them.
+absl::Status CheckGemm(const char* op, const Tensor& x, const Tensor& w, const Tensor& out) {
+  SATURN_EXPECT(x.cols == w.cols, op,
+                absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
+                             " (inner dimensions differ)"));
+  RETURN_IF_ERROR(ExpectShape(op, "out", out, x.rows, w.rows));
+  SATURN_EXPECT(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(out.dtype), op,
+                "operands must be floating point");
+  return absl::OkStatus();
+}
+
+absl::Status CheckSwiGlu(const char* op, const Tensor& gate_up, const Tensor& out) {
+  RETURN_IF_ERROR(ExpectShape(op, "out", out, gate_up.rows, gate_up.cols / 2));
+  SATURN_EXPECT(gate_up.cols % 2 == 0, op, "gate_up width must be even");
+  return absl::OkStatus();
+}
+
+absl::Status CheckRope(const char* op, const Tensor& q, const Tensor& k, const Tensor& positions,
+                       int head_dim) {
+  SATURN_EXPECT(head_dim > 0 && head_dim % 2 == 0, op, "head_dim must be even");
+  SATURN_EXPECT(q.cols % head_dim == 0 && k.cols % head_dim == 0, op,
+                "q and k widths must be multiples of head_dim");
+  SATURN_EXPECT(k.rows == q.rows, op, "q and k row counts differ");
+  RETURN_IF_ERROR(ExpectDType(op, "positions", positions, DType::kI32));
+  return ExpectShape(op, "positions", positions, 1, q.rows);
+}
+
+absl::Status CheckKvWrite(const char* op, const Tensor& k, const Tensor& v,
+                          const Tensor& slot_mapping, const Tensor& k_cache,
+                          const Tensor& v_cache) {
+  RETURN_IF_ERROR(ExpectShape(op, "v", v, k.rows, k.cols));
+  RETURN_IF_ERROR(ExpectDType(op, "slot_mapping", slot_mapping, DType::kI32));
+  RETURN_IF_ERROR(ExpectShape(op, "slot_mapping", slot_mapping, 1, k.rows));
+  SATURN_EXPECT(k_cache.cols == k.cols && v_cache.cols == k.cols, op,
+                "cache width differs from k/v width");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
@@ -98,12 +136,7 @@ absl::Status Backend::Embedding(const Tensor& ids, const Tensor& table, const Te
 }
 
 absl::Status Backend::Gemm(const Tensor& x, const Tensor& w, const Tensor& out) {
-  SATURN_EXPECT(x.cols == w.cols, "gemm",
-                absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
-                             " (inner dimensions differ)"));
-  RETURN_IF_ERROR(ExpectShape("gemm", "out", out, x.rows, w.rows));
-  SATURN_EXPECT(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(out.dtype), "gemm",
-                "operands must be floating point");
+  RETURN_IF_ERROR(CheckGemm("gemm", x, w, out));
   if (x.rows == 0) return absl::OkStatus();
   return Run(OpKind::kGemm, cost::Gemm(x, w, out), [&] { return DoGemm(x, w, out); });
 }
@@ -153,31 +186,6 @@ absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& residual, const 
   return Run(OpKind::kAddRmsNorm, cost::AddRmsNorm(x, weight),
              [&] { return DoAddRmsNorm(x, residual, weight, eps, out); });
 }
-
-namespace {
-
-absl::Status CheckRope(const char* op, const Tensor& q, const Tensor& k, const Tensor& positions,
-                       int head_dim) {
-  SATURN_EXPECT(head_dim > 0 && head_dim % 2 == 0, op, "head_dim must be even");
-  SATURN_EXPECT(q.cols % head_dim == 0 && k.cols % head_dim == 0, op,
-                "q and k widths must be multiples of head_dim");
-  SATURN_EXPECT(k.rows == q.rows, op, "q and k row counts differ");
-  RETURN_IF_ERROR(ExpectDType(op, "positions", positions, DType::kI32));
-  return ExpectShape(op, "positions", positions, 1, q.rows);
-}
-
-absl::Status CheckKvWrite(const char* op, const Tensor& k, const Tensor& v,
-                          const Tensor& slot_mapping, const Tensor& k_cache,
-                          const Tensor& v_cache) {
-  RETURN_IF_ERROR(ExpectShape(op, "v", v, k.rows, k.cols));
-  RETURN_IF_ERROR(ExpectDType(op, "slot_mapping", slot_mapping, DType::kI32));
-  RETURN_IF_ERROR(ExpectShape(op, "slot_mapping", slot_mapping, 1, k.rows));
-  SATURN_EXPECT(k_cache.cols == k.cols && v_cache.cols == k.cols, op,
-                "cache width differs from k/v width");
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status Backend::Rope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
                            const RopeParams& rope) {
@@ -239,9 +247,25 @@ absl::Status Backend::Attention(const Tensor& q, const Tensor& k_cache, const Te
 }
 
 absl::Status Backend::SwiGlu(const Tensor& gate_up, const Tensor& out) {
-  RETURN_IF_ERROR(ExpectShape("swiglu", "out", out, gate_up.rows, gate_up.cols / 2));
-  SATURN_EXPECT(gate_up.cols % 2 == 0, "swiglu", "gate_up width must be even");
+  RETURN_IF_ERROR(CheckSwiGlu("swiglu", gate_up, out));
   return Run(OpKind::kSwiGlu, cost::SwiGlu(gate_up, out), [&] { return DoSwiGlu(gate_up, out); });
+}
+
+absl::Status Backend::GemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& gate_up,
+                                 const Tensor& act) {
+  if (!FusesGemmSwiGlu(x, w, act)) {
+    RETURN_IF_ERROR(Gemm(x, w, gate_up));
+    return SwiGlu(gate_up, act);
+  }
+  RETURN_IF_ERROR(CheckGemm("gemm_swiglu", x, w, gate_up));
+  RETURN_IF_ERROR(CheckSwiGlu("gemm_swiglu", gate_up, act));
+  if (x.rows == 0) return absl::OkStatus();
+  return Run(OpKind::kGemmSwiGlu, cost::GemmSwiGlu(x, w, act),
+             [&] { return DoGemmSwiGlu(x, w, act); });
+}
+
+absl::Status Backend::DoGemmSwiGlu(const Tensor&, const Tensor&, const Tensor&) {
+  return absl::UnimplementedError("this backend does not fuse gemm and swiglu");
 }
 
 absl::Status Backend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {

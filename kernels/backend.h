@@ -211,6 +211,17 @@ class Backend {
                          const Tensor& out);
   // out[T, F] = silu(gate_up[:, :F]) * gate_up[:, F:]
   absl::Status SwiGlu(const Tensor& gate_up, const Tensor& out);
+  // act = SwiGlu(x w^T), through gate_up [M, w.rows] (gate rows of w first): one op
+  // ("gemm_swiglu", a GEMM by class) where the backend fuses them for these shapes
+  // (FusesGemmSwiGlu), and gate_up is then not written; elsewhere Gemm then SwiGlu, two ops.
+  absl::Status GemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& gate_up,
+                          const Tensor& act);
+  // Whether GemmSwiGlu runs as one fused op for these operands (CUDA --cuda_kernels=v2 at the
+  // skinny GEMM's 1-16 rows).
+  virtual bool FusesGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) const {
+    (void)x, (void)w, (void)act;
+    return false;
+  }
   // out = a + b (elementwise, same shape)
   absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out);
   // out[i, :] = x[indices[i], :]   indices i32 [1, R]
@@ -275,6 +286,8 @@ class Backend {
                                    const AttentionBatch& batch, const AttentionShape& shape,
                                    const Tensor& out) = 0;
   virtual absl::Status DoSwiGlu(const Tensor& gate_up, const Tensor& out) = 0;
+  // Only called where FusesGemmSwiGlu(x, w, act) says so.
+  virtual absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act);
   virtual absl::Status DoAdd(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   virtual absl::Status DoGatherRows(const Tensor& x, const Tensor& indices, const Tensor& out) = 0;
   virtual absl::Status DoSample(const Tensor& logits, const SamplingBatch& params,

@@ -62,6 +62,11 @@ OpCost SwiGlu(const Tensor& gate_up, const Tensor& out) {
   return {5.0 * N(out), B(gate_up) + B(out)};
 }
 
+OpCost GemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) {
+  const Tensor gate_up{nullptr, act.dtype, x.rows, w.rows};
+  return {Gemm(x, w, gate_up).flops + SwiGlu(gate_up, act).flops, B(x) + B(w) + B(act)};
+}
+
 OpCost Add(const Tensor& a) { return {N(a), 3.0 * B(a)}; }
 
 OpCost GatherRows(const Tensor& out) { return {0.0, 2.0 * B(out)}; }

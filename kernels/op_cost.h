@@ -32,6 +32,8 @@ struct AttentionCostShape {
 };
 OpCost Attention(const AttentionCostShape& shape);
 OpCost SwiGlu(const Tensor& gate_up, const Tensor& out);
+// The GEMM into gate_up's shape and SwiGLU's FLOPs; bytes: x and w read, only act written.
+OpCost GemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act);
 OpCost Add(const Tensor& a);
 OpCost GatherRows(const Tensor& out);
 OpCost Sample(const Tensor& logits);

@@ -24,6 +24,7 @@ enum class OpKind : uint8_t {
   kSample,
   kCopy,
   kRopeKvWrite,  // Rope and KvWrite as one op, where the backend fuses them
+  kGemmSwiGlu,   // a GEMM with SwiGLU in its epilogue, where the backend fuses them
   kCount
 };
 
@@ -33,6 +34,7 @@ enum class OpClass : uint8_t { kGemm, kAttention, kNorm, kElementwise, kSampling
 inline OpClass ClassOf(OpKind k) {
   switch (k) {
     case OpKind::kGemm:
+    case OpKind::kGemmSwiGlu:
       return OpClass::kGemm;
     case OpKind::kAttention:
       return OpClass::kAttention;
@@ -48,8 +50,8 @@ inline OpClass ClassOf(OpKind k) {
 
 // Each enumerator's name, in enum order (kernels/enum_table.h checks the count).
 inline constexpr std::array kOpKindNames{
-    "embedding", "gemm", "rms_norm",    "add_rms_norm", "rope", "kv_write",     "attention",
-    "swiglu",    "add",  "gather_rows", "sample",       "copy", "rope_kv_write"};
+    "embedding", "gemm", "rms_norm",    "add_rms_norm", "rope", "kv_write",      "attention",
+    "swiglu",    "add",  "gather_rows", "sample",       "copy", "rope_kv_write", "gemm_swiglu"};
 inline constexpr std::array kOpClassNames{"gemm", "attention", "norm", "elementwise", "sampling"};
 
 inline const char* OpKindName(OpKind k) { return EnumLookup(kOpKindNames, k, "?"); }

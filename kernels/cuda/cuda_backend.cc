@@ -169,6 +169,14 @@ class CudaBackend final : public Backend {
     }
     return Backend::DoGemmSplit(x, w, outs);
   }
+  // v2 at few rows: SwiGLU in the skinny GEMM's epilogue (v1: a GEMM, then swiglu.cu).
+  bool FusesGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) const override {
+    return kernels_v2_ && gpu::GemmSkinnySwiGluApplies(x, w, act);
+  }
+  absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) override {
+    OpScope op(this, "gemm_swiglu");
+    return gpu::GemmSkinnySwiGlu(stream_, prop_.multiProcessorCount, x, w, act);
+  }
   absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
                          const Tensor& out) override {
     OpScope op(this, "rms_norm");
@@ -277,8 +285,9 @@ class CudaBackend final : public Backend {
   int device_;
   cudaDeviceProp prop_;
   bool batch_invariant_ = false;  // gemm_invariant.cu and the prefill attention kernel only
-  bool kernels_v2_ = false;       // --cuda_kernels=v2: gemm_skinny.cu, attention_decode_split.cu,
-                                  // rope_kv_write.cu
+  // --cuda_kernels=v2: gemm_skinny.cu (with its SwiGLU epilogue), attention_decode_split.cu,
+  // rope_kv_write.cu.
+  bool kernels_v2_ = false;
   float* split_workspace_ = nullptr;  // split attention's partials (v2), gpu::kSplitWorkspaceBytes
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

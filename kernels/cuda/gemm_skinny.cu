@@ -42,8 +42,19 @@ __device__ __forceinline__ void Unpack(const uint4& raw, float (&v)[kVec<T>]) {
   for (int i = 0; i < kVec<T>; ++i) v[i] = Load(e, i);
 }
 
-// MT: rows of x the kernel is built for (m <= MT at run time).
-template <typename T, typename TO, int MT>
+// v rounded to T, as a store to a T tensor and a load back would round it.
+template <typename T>
+__device__ __forceinline__ float RoundTo(float v) {
+  T t[1];
+  Store(t, 0, v);
+  return Load(t, 0);
+}
+
+// MT: rows of x the kernel is built for (m <= MT at run time). SWIGLU: w is [gate; up]
+// (n = 2F rows) and a warp's column pair is gate column j and up column F + j, so the epilogue
+// writes silu(gate) * up to outs.data[0], [M, F] of T, with swiglu.cu's arithmetic on the
+// sums rounded to T as gate_up would hold them: the unfused GEMM then SwiGLU, to the bit.
+template <typename T, typename TO, int MT, bool SWIGLU>
 __global__ void __launch_bounds__(kSkinnyWarps * 32)
     GemmSkinnyKernel(const T* __restrict__ x, const T* __restrict__ w, SkinnyOuts outs, int m,
                      int64_t n, int64_t k, int slices) {
@@ -52,8 +63,8 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int pairs_per_block = kSkinnyWarps / slices;
   const int slice = warp % slices;
-  const int64_t col0 =
-      (static_cast<int64_t>(blockIdx.x) * pairs_per_block + warp / slices) * kSkinnyCols;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * pairs_per_block + warp / slices;
+  const int64_t col0 = pair * kSkinnyCols, half_n = n / 2;
   // The slice's k range, whole 32-lane vector rows (the last slice takes the rest).
   const int64_t row_elems = int64_t{32} * V;
   const int64_t per_slice = (k / slices + row_elems - 1) / row_elems * row_elems;
@@ -70,8 +81,9 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
   bool live[kSkinnyCols];
 #pragma unroll
   for (int c = 0; c < kSkinnyCols; ++c) {
-    live[c] = col0 + c < n;
-    wr[c] = w + (live[c] ? col0 + c : 0) * k;
+    const int64_t col = SWIGLU ? pair + c * half_n : col0 + c;
+    live[c] = SWIGLU ? pair < half_n : col < n;
+    wr[c] = w + (live[c] ? col : 0) * k;
   }
   for (int64_t k0 = k_begin + lane * V; k0 < k_end; k0 += row_elems * kUnroll) {
     uint4 raw[kUnroll][kSkinnyCols];
@@ -113,6 +125,18 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
     }
   }
   __syncthreads();
+  if constexpr (SWIGLU) {  // lane r of the pair's first warp: row r's gate and up sums
+    if (slice != 0 || lane >= m || pair >= half_n) return;
+    float g = 0.0f, u = 0.0f;
+    for (int s = 0; s < slices; ++s) {
+      g += red[warp + s][lane][0];
+      u += red[warp + s][lane][1];
+    }
+    g = RoundTo<T>(g);
+    u = RoundTo<T>(u);
+    Store(static_cast<T*>(outs.data[0]), lane * half_n + pair, g / (1.0f + __expf(-g)) * u);
+    return;
+  }
   // The first warp of each column pair's slices sums them (in slice order) and stores.
   if (slice != 0 || lane >= MT * kSkinnyCols) return;
   const int r = lane / kSkinnyCols, c = lane % kSkinnyCols;
@@ -135,7 +159,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
   Store(static_cast<TO*>(dst), r * (last - first) + (col - first), v);
 }
 
-template <typename T, typename TO, int MT>
+template <typename T, typename TO, int MT, bool SWIGLU>
 absl::Status Launch(cudaStream_t s, int num_sms, const Tensor& x, const Tensor& w,
                     const SkinnyOuts& outs) {
   const int64_t n = w.rows, k = w.cols;
@@ -143,23 +167,23 @@ absl::Status Launch(cudaStream_t s, int num_sms, const Tensor& x, const Tensor& 
   const int64_t cols_per_block = int64_t{kSkinnyWarps / slices} * kSkinnyCols;
   const int64_t blocks = (n + cols_per_block - 1) / cols_per_block;
   if (blocks > INT32_MAX) return absl::InvalidArgumentError("gemm (skinny): n too large");
-  GemmSkinnyKernel<T, TO, MT><<<static_cast<unsigned>(blocks), kSkinnyWarps * 32, 0, s>>>(
+  GemmSkinnyKernel<T, TO, MT, SWIGLU><<<static_cast<unsigned>(blocks), kSkinnyWarps * 32, 0, s>>>(
       x.as<T>(), w.as<T>(), outs, static_cast<int>(x.rows), n, k, slices);
   CUDA_CHECK_LAUNCH("GemmSkinnyKernel");
   RecordLaunch(KernelFamily::kGemmSkinny,
-               reinterpret_cast<const void*>(&GemmSkinnyKernel<T, TO, MT>), blocks,
+               reinterpret_cast<const void*>(&GemmSkinnyKernel<T, TO, MT, SWIGLU>), blocks,
                kSkinnyWarps * 32, 0);
   return absl::OkStatus();
 }
 
-template <typename T, typename TO>
+template <typename T, typename TO, bool SWIGLU = false>
 absl::Status ByRows(cudaStream_t s, int num_sms, const Tensor& x, const Tensor& w,
                     const SkinnyOuts& outs) {
-  if (x.rows <= 1) return Launch<T, TO, 1>(s, num_sms, x, w, outs);
-  if (x.rows <= 2) return Launch<T, TO, 2>(s, num_sms, x, w, outs);
-  if (x.rows <= 4) return Launch<T, TO, 4>(s, num_sms, x, w, outs);
-  if (x.rows <= 8) return Launch<T, TO, 8>(s, num_sms, x, w, outs);
-  return Launch<T, TO, 16>(s, num_sms, x, w, outs);
+  if (x.rows <= 1) return Launch<T, TO, 1, SWIGLU>(s, num_sms, x, w, outs);
+  if (x.rows <= 2) return Launch<T, TO, 2, SWIGLU>(s, num_sms, x, w, outs);
+  if (x.rows <= 4) return Launch<T, TO, 4, SWIGLU>(s, num_sms, x, w, outs);
+  if (x.rows <= 8) return Launch<T, TO, 8, SWIGLU>(s, num_sms, x, w, outs);
+  return Launch<T, TO, 16, SWIGLU>(s, num_sms, x, w, outs);
 }
 
 }  // namespace
@@ -206,6 +230,31 @@ absl::Status GemmSkinny(cudaStream_t s, int num_sms, const Tensor& x, const Tens
   if (x.dtype == DType::kF32) return ByRows<float, float>(s, num_sms, x, w, o);
   if (f32_out) return ByRows<__nv_bfloat16, float>(s, num_sms, x, w, o);
   return ByRows<__nv_bfloat16, __nv_bfloat16>(s, num_sms, x, w, o);
+}
+
+bool GemmSkinnySwiGluApplies(const Tensor& x, const Tensor& w, const Tensor& act) {
+  // gate_up as the plain kernel would write it (act's dtype, never f32 logits).
+  const Tensor gate_up{act.data, act.dtype, x.rows, w.rows};
+  return w.rows % 2 == 0 && act.rows == x.rows && act.cols == w.rows / 2 && act.dtype == x.dtype &&
+         GemmSkinnyApplies(x, w, {gate_up});
+}
+
+absl::Status GemmSkinnySwiGlu(cudaStream_t s, int num_sms, const Tensor& x, const Tensor& w,
+                              const Tensor& act) {
+  if (!GemmSkinnySwiGluApplies(x, w, act)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm_swiglu (skinny): needs 1..", kSkinnyMaxRows,
+        " rows, w of an even number of rows, act [rows, w rows / 2] in x's dtype and 16-byte "
+        "rows; got x ",
+        x.ShapeString(), " w ", w.ShapeString(), " act ", act.ShapeString()));
+  }
+  if (w.rows == 0) return absl::OkStatus();
+  SkinnyOuts o{};
+  o.parts = 1;
+  o.data[0] = act.data;
+  o.first_col[1] = act.cols;
+  if (x.dtype == DType::kF32) return ByRows<float, float, true>(s, num_sms, x, w, o);
+  return ByRows<__nv_bfloat16, __nv_bfloat16, true>(s, num_sms, x, w, o);
 }
 
 }  // namespace saturn::gpu

@@ -66,6 +66,13 @@ absl::Status AttentionDecodeSplit(cudaStream_t s, const Tensor& q, const Tensor&
 bool GemmSkinnyApplies(const Tensor& x, const Tensor& w, absl::Span<const Tensor> outs);
 absl::Status GemmSkinny(cudaStream_t s, int num_sms, const Tensor& x, const Tensor& w,
                         absl::Span<const Tensor> outs);
+// The same kernel with SwiGLU in its epilogue: act [M, F] = silu(x w_gate^T) * (x w_up^T),
+// w = [gate; up] (2F rows); a warp reads gate row j and up row j, and gate_up is never
+// written. Equals GemmSkinny into gate_up then SwiGlu, to the bit. Applies where GemmSkinny
+// would for gate_up in act's dtype.
+bool GemmSkinnySwiGluApplies(const Tensor& x, const Tensor& w, const Tensor& act);
+absl::Status GemmSkinnySwiGlu(cudaStream_t s, int num_sms, const Tensor& x, const Tensor& w,
+                              const Tensor& act);
 
 // The kernel families, for the occupancy report (kernels/cuda/cuda_backend.h).
 enum class KernelFamily : int {

@@ -3,9 +3,10 @@
 // and f32 outputs, the fused projection's three outputs in one launch (odd widths), odd shapes that
 // fall back to cuBLAS; split-K GQA decode attention (attention_decode_split.cu) at batch 1 (many
 // splits, empty ones for short contexts), batch 64 (two splits), groups of 1-8 and one past 8 (v1
-// fallback), head_dim 32-256; the fused rope + KV write (rope_kv_write.cu) against CPU Rope
-// then KvWrite, aligned and not, with Llama 3 scaling, and its skip of negative slots. Skips
-// without a CUDA device. bench/gpu_check.sh runs it.
+// fallback), head_dim 32-256; SwiGLU in the skinny GEMM's epilogue against the GEMM then SwiGLU;
+// the fused rope + KV write (rope_kv_write.cu) against CPU Rope then KvWrite, aligned and not,
+// with Llama 3 scaling, and its skip of negative slots. Skips without a CUDA device.
+// bench/gpu_check.sh runs it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,6 +124,49 @@ TEST(CudaKernelsV2Test, SkinnyGemmSplitFillsEachPart) {
       (b == cpu.get() ? ref : got) = all;
     }
     EXPECT_LT(RelError(got, ref), kBf16Tolerance) << "m " << m;
+  }
+}
+
+// SwiGLU in the skinny GEMM's epilogue (GemmSwiGlu on v2 at 1-16 rows) gives the unfused
+// skinny GEMM then SwiGLU to the bit, and the CPU within bf16; past 16 rows it stays two ops.
+TEST(CudaKernelsV2Test, SkinnyGemmSwiGluEqualsGemmThenSwiGlu) {
+  SATURN_REQUIRE_CUDA_V2(v2);
+  std::unique_ptr<Backend> cpu = Cpu();
+  ASSERT_NE(cpu, nullptr);
+  const GemmCase cases[] = {{1, 2 * 2048, 768},
+                            {3, 2 * 5632, 2048},
+                            {8, 2 * 101, 64},
+                            {16, 2 * 2048, 768},
+                            {17, 2 * 64, 64}};  // 17 rows: apart
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(absl::StrCat("m ", c.m, " f ", c.n / 2, " k ", c.k));
+    const int f = c.n / 2;
+    const auto x = RandomValues(size_t(c.m) * c.k, 71), w = RandomValues(size_t(c.n) * c.k, 72);
+    std::vector<float> ref, apart, fused;
+    for (Backend* b : {cpu.get(), v2.get()}) {
+      DevTensor dx = ComputeTensor(b, c.m, c.k, x), dw = ComputeTensor(b, c.n, c.k, w);
+      DevTensor gate_up = ComputeTensor(b, c.m, c.n, {}), act = ComputeTensor(b, c.m, f, {});
+      Poison(b, act.t);
+      b->BeginStep(false);
+      ASSERT_TRUE(b->GemmSwiGlu(dx.t, dw.t, gate_up.t, act.t).ok());
+      auto timing = b->EndStep();
+      ASSERT_TRUE(timing.ok()) << timing.status();
+      if (b == cpu.get()) {
+        ref = ReadFloats(b, act.t);
+        continue;
+      }
+      const bool skinny = c.m <= gpu::kSkinnyMaxRows;
+      EXPECT_EQ(v2->FusesGemmSwiGlu(dx.t, dw.t, act.t), skinny);
+      ASSERT_EQ(timing->ops.size(), skinny ? 1u : 2u);
+      EXPECT_EQ(timing->ops[0].kind, skinny ? OpKind::kGemmSwiGlu : OpKind::kGemm);
+      fused = ReadFloats(b, act.t);
+      Poison(b, act.t);
+      ASSERT_TRUE(b->Gemm(dx.t, dw.t, gate_up.t).ok());
+      ASSERT_TRUE(b->SwiGlu(gate_up.t, act.t).ok());
+      apart = ReadFloats(b, act.t);
+    }
+    EXPECT_EQ(fused, apart);
+    EXPECT_LT(RelError(fused, ref), kBf16Tolerance);
   }
 }
 

@@ -24,8 +24,9 @@ class CapturingBackend final : public Backend {
   explicit CapturingBackend(std::unique_ptr<Backend> cpu) : cpu_(std::move(cpu)) {}
 
   std::vector<std::string> log;
-  std::string fail_in_capture;      // an op kind that fails while capturing ("" = none)
-  bool fuse_rope_kv_write = false;  // FusesRopeKvWrite, as CUDA's v2 kernels do
+  std::string fail_in_capture;        // an op kind that fails while capturing ("" = none)
+  bool fuse_rope_kv_write = false;    // FusesRopeKvWrite, as CUDA's v2 kernels do
+  int fuse_gemm_swiglu_max_rows = 0;  // FusesGemmSwiGlu up to this many rows (CUDA v2: 16)
 
   std::string name() const override { return "capturing-cpu"; }
   std::string device_name() const override { return cpu_->device_name(); }
@@ -70,6 +71,9 @@ class CapturingBackend final : public Backend {
   }
 
   bool FusesRopeKvWrite() const override { return fuse_rope_kv_write; }
+  bool FusesGemmSwiGlu(const Tensor& x, const Tensor&, const Tensor&) const override {
+    return x.rows <= fuse_gemm_swiglu_max_rows;
+  }
   bool SupportsGraphs() const override { return true; }
   absl::Status BeginGraphCapture() override {
     log.push_back("begin_capture");
@@ -165,6 +169,20 @@ class CapturingBackend final : public Backend {
   absl::Status DoSwiGlu(const Tensor& gu, const Tensor& out) override {
     return Op("swiglu", [=, this] { return cpu_->SwiGlu(gu, out); });
   }
+  // The CPU's GEMM into a scratch gate_up of this backend's own, then its SwiGLU.
+  absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) override {
+    return Op("gemm_swiglu", [=, this]() -> absl::Status {
+      const size_t bytes = static_cast<size_t>(x.rows * w.rows) * DTypeSize(act.dtype);
+      if (scratch_.bytes() < bytes) {
+        absl::StatusOr<DeviceBuffer> b = cpu_->Allocate(bytes);
+        if (!b.ok()) return b.status();
+        scratch_ = std::move(*b);
+      }
+      const Tensor gate_up = scratch_.View(act.dtype, x.rows, w.rows);
+      if (absl::Status s = cpu_->Gemm(x, w, gate_up); !s.ok()) return s;
+      return cpu_->SwiGlu(gate_up, act);
+    });
+  }
   absl::Status DoAdd(const Tensor& a, const Tensor& b, const Tensor& out) override {
     return Op("add", [=, this] { return cpu_->Add(a, b, out); });
   }
@@ -211,6 +229,7 @@ class CapturingBackend final : public Backend {
   }
 
   std::unique_ptr<Backend> cpu_;
+  DeviceBuffer scratch_;  // gemm_swiglu's gate_up, from cpu_ (declared after it: freed first)
   bool capturing_ = false;
   size_t capture_first_op_ = 0;
   std::vector<Fn> pending_;

@@ -265,6 +265,56 @@ TEST_F(GraphCaptureTest, AFusedRopeKvWriteIsOneOpPerLayerAndKeepsTheTokens) {
   EXPECT_EQ(count(replayed.last.timing, OpKind::kRopeKvWrite), layers);
 }
 
+// Where the backend fuses SwiGLU into the GEMM at few rows (CUDA v2's skinny kernel), decode
+// steps issue one gemm_swiglu op per layer, a GEMM by class, with the same tokens and logprobs
+// (replayed too); steps past the row limit keep the GEMM and SwiGLU apart.
+TEST_F(GraphCaptureTest, AFusedGemmSwiGluRunsAtFewRowsAndKeepsTheTokens) {
+  auto count = [](const StepTiming& t, OpKind kind) {
+    return std::count_if(t.ops.begin(), t.ops.end(),
+                         [kind](const OpRecord& op) { return op.kind == kind; });
+  };
+  EXPECT_EQ(ClassOf(OpKind::kGemmSwiGlu), OpClass::kGemm);
+  auto unfused_runner = MakeRunner({});
+  ASSERT_NE(unfused_runner, nullptr);
+  const DecodeRun unfused = Decode(unfused_runner.get(), 3, 3, backend_.get(), true);
+  const int layers = weights_.config.num_layers;
+  ASSERT_EQ(count(unfused.last.timing, OpKind::kSwiGlu), layers);
+
+  backend_->fuse_gemm_swiglu_max_rows = 16;
+  auto eager = MakeRunner({});
+  ASSERT_NE(eager, nullptr);
+  const DecodeRun fused = Decode(eager.get(), 3, 3, backend_.get(), true);
+  EXPECT_EQ(fused.tokens, unfused.tokens);
+  EXPECT_EQ(fused.logprobs, unfused.logprobs);
+  const StepTiming& t = fused.last.timing;
+  EXPECT_EQ(count(t, OpKind::kGemmSwiGlu), layers);
+  EXPECT_EQ(count(t, OpKind::kSwiGlu), 0);
+  EXPECT_EQ(t.ops.size() + layers, unfused.last.timing.ops.size());
+  // The fused op does the GEMM's and SwiGLU's FLOPs and moves less than the two apart.
+  auto totals = [](const StepTiming& st) {
+    OpCost sum;
+    for (const OpRecord& op : st.ops) sum.flops += op.cost.flops, sum.bytes += op.cost.bytes;
+    return sum;
+  };
+  EXPECT_DOUBLE_EQ(totals(t).flops, totals(unfused.last.timing).flops);
+  EXPECT_LT(totals(t).bytes, totals(unfused.last.timing).bytes);
+
+  // Past the backend's row limit (3 decode rows against 2) the GEMM and SwiGLU stay apart.
+  backend_->fuse_gemm_swiglu_max_rows = 2;
+  (void)Decode(eager.get(), 3, 1, backend_.get());
+  EXPECT_EQ(std::count(backend_->log.begin(), backend_->log.end(), "op:swiglu"), layers);
+  EXPECT_EQ(std::count(backend_->log.begin(), backend_->log.end(), "op:gemm_swiglu"), 0);
+
+  auto graphs = MakeRunner({4});
+  ASSERT_NE(graphs, nullptr);
+  backend_->fuse_gemm_swiglu_max_rows = 16;
+  ASSERT_TRUE(graphs->SetUseGraphs(true).ok());
+  const DecodeRun replayed = Decode(graphs.get(), 3, 3, backend_.get());
+  ASSERT_TRUE(replayed.last.graph_replayed);
+  EXPECT_EQ(replayed.tokens, unfused.tokens);
+  EXPECT_EQ(count(replayed.last.timing, OpKind::kGemmSwiGlu), layers);
+}
+
 // The fused op checks what Rope and KvWrite check, and names itself.
 TEST_F(GraphCaptureTest, AFusedRopeKvWriteNamesItselfInShapeErrors) {
   backend_->fuse_rope_kv_write = true;
