@@ -228,7 +228,7 @@ class Backend {
   absl::Status GatherRows(const Tensor& x, const Tensor& indices, const Tensor& out);
   // tokens i32 [1, B] drawn from logits f32 [B, V] (logits may be overwritten as scratch).
   // Row semantics, identical on every backend: temperature <= 0 -> argmax (lowest index on
-  // ties). Otherwise z = logits / temperature; if top_k > 0 keep the top_k largest z (lower
+  // ties; NaN logits never win, a row of NaNs gives 0). Otherwise z = logits / temperature; if top_k > 0 keep the top_k largest z (lower
   // index wins ties); p = softmax over the kept; sort kept by p descending (lower index on
   // ties); if top_p < 1 keep the shortest prefix whose mass reaches top_p (at least one);
   // u = SampleUniform(seed, step) * kept mass; return the first token whose cumulative

@@ -23,12 +23,15 @@ bool Before(const Candidate& a, const Candidate& b) {
   return a.z > b.z || (a.z == b.z && a.id < b.id);
 }
 
+// The lowest index of the largest value. A NaN never wins, wherever it stands (the CUDA
+// sampler's rule); a row of NaNs gives 0.
 int32_t Argmax(const float* x, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (x[i] > x[best]) best = i;
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) continue;
+    if (best < 0 || x[i] > x[best]) best = i;
   }
-  return static_cast<int32_t>(best);
+  return static_cast<int32_t>(best < 0 ? 0 : best);
 }
 
 struct RowParams {

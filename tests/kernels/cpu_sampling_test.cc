@@ -1,7 +1,9 @@
-// CPU sampler: greedy = argmax, top-k and top-p never leave their kept sets, the token for a
-// (seed, step) is reproducible and matches a straightforward full-sort reference of the row
-// semantics on Backend::Sample, and different seeds spread over a flat distribution.
+// CPU sampler: greedy = argmax (NaN never wins), top-k and top-p never leave their kept sets, the
+// token for a (seed, step) is reproducible and matches a straightforward full-sort reference of the
+// row semantics on Backend::Sample, and different seeds spread over a flat distribution.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -88,6 +90,16 @@ TEST_P(CpuSamplingTest, GreedyIsArgmaxLowestIndexOnTies) {
       EXPECT_EQ(SampleRows(*b_, logits, rows)[0], 3);
     }
   }
+}
+
+// NaN never wins a greedy row, at the front or anywhere else (as on CUDA); all NaN gives 0.
+TEST_P(CpuSamplingTest, GreedySkipsNaNWhereverItStands) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<Row> greedy(1, Row{0.0f});
+  EXPECT_EQ(SampleRows(*b_, {nan, 1.0f, 3.0f, nan, 3.0f}, greedy)[0], 2);
+  EXPECT_EQ(SampleRows(*b_, {2.0f, nan, 5.0f}, greedy)[0], 2);
+  EXPECT_EQ(SampleRows(*b_, {nan, -INFINITY, nan}, greedy)[0], 1);
+  EXPECT_EQ(SampleRows(*b_, {nan, nan}, greedy)[0], 0);
 }
 
 TEST_P(CpuSamplingTest, TopKStaysInTopK) {
