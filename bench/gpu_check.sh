@@ -241,13 +241,15 @@ run_pass1() {
     group_stage 30 memcheck:capture "" "$WORK/memcheck.sh" "$BIN/cuda_capture_test" \
       --gtest_filter='-*StepEnd*'
     group_stage 30 memcheck:kernels-v2 "" "$WORK/memcheck.sh" "$BIN/cuda_kernels_v2_test" \
-      --gtest_filter='*b1_short*:*b2_group8*:*b3_mha*:*SkinnyGemmSplit*'
+      --gtest_filter='*b1_short*:*b2_group8*:*b3_mha*:*SkinnyGemmSplit*:*FusedRopeKvWrite*'
   else
     log "memcheck: compute-sanitizer not on PATH, skipped"
   fi
   stage bench:small 90 "$WORK/bench_small.json" "$BIN/saturn-bench-engine" --backend=cuda \
     --model=small --batches=1,2,4,8,16,32,64 --graphs=both --json="$WORK/bench_small.json"
-  # The same with --cuda_kernels=v2 (skinny GEMM, split-K decode attention), beside v1.
+  # The same with --cuda_kernels=v2 (skinny GEMM with q/k/v in one launch and SwiGLU in its
+  # epilogue, split-K decode attention, RoPE fused with the KV write, split greedy sampling),
+  # beside v1; each row's ops_per_step shows the launches a step saves.
   stage bench:small-v2 60 "$WORK/bench_small_v2.json" "$BIN/saturn-bench-engine" --backend=cuda \
     --model=small --batches=1,8,64 --graphs=both --cuda_kernels=v2 \
     --json="$WORK/bench_small_v2.json"

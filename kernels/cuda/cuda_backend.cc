@@ -242,6 +242,10 @@ class CudaBackend final : public Backend {
   absl::Status DoSample(const Tensor& logits, const SamplingBatch& params,
                         const Tensor& tokens) override {
     OpScope op(this, "sample");
+    if (kernels_v2_) {
+      return gpu::SampleSplit(stream_, prop_.multiProcessorCount, logits, params, tokens,
+                              sample_workspace_);
+    }
     return gpu::Sample(stream_, logits, params, tokens);
   }
   absl::Status DoCopy(const Tensor& src, const Tensor& dst) override {
@@ -289,6 +293,8 @@ class CudaBackend final : public Backend {
   // rope_kv_write.cu.
   bool kernels_v2_ = false;
   float* split_workspace_ = nullptr;  // split attention's partials (v2), gpu::kSplitWorkspaceBytes
+  gpu::GreedySplitWorkspace sample_workspace_;  // split greedy sampling's partials (v2)
+  void* sample_workspace_memory_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
@@ -327,6 +333,17 @@ absl::Status CudaBackend::Init() {
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
   if (kernels_v2_) {
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&split_workspace_), gpu::kSplitWorkspaceBytes));
+    const size_t parts = size_t{gpu::kSampleMaxRows} * gpu::kSampleMaxSplits;
+    const size_t bytes =
+        parts * (sizeof(float) + sizeof(int)) + gpu::kSampleMaxRows * sizeof(unsigned);
+    CUDA_CHECK(cudaMalloc(&sample_workspace_memory_, bytes));
+    // The counters start at zero; on stream_, so every launch on it comes after.
+    CUDA_CHECK(cudaMemsetAsync(sample_workspace_memory_, 0, bytes, stream_));
+    char* base = static_cast<char*>(sample_workspace_memory_);
+    sample_workspace_.values = reinterpret_cast<float*>(base);
+    sample_workspace_.indices = reinterpret_cast<int*>(base + parts * sizeof(float));
+    sample_workspace_.done =
+        reinterpret_cast<unsigned*>(base + parts * (sizeof(float) + sizeof(int)));
   }
   CUDA_CHECK(cudaEventCreate(&step_start_event_));
   CUDA_CHECK(cudaEventCreate(&step_end_event_));
@@ -356,6 +373,7 @@ CudaBackend::~CudaBackend() {
   if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
   if (cublas_workspace_ != nullptr) (void)cudaFree(cublas_workspace_);
   if (split_workspace_ != nullptr) (void)cudaFree(split_workspace_);
+  if (sample_workspace_memory_ != nullptr) (void)cudaFree(sample_workspace_memory_);
   if (staging_ != nullptr) (void)cudaFree(staging_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }

@@ -1,5 +1,5 @@
-// Device helpers shared by the .cu files: typed load/store through float, warp and block
-// reductions. Header-only, device code only; no kernels and no state.
+// Device helpers shared by the .cu files: typed load/store through float, SwiGLU's step, warp
+// and block reductions. Header-only, device code only; no kernels and no state.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,6 +19,10 @@ __device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; 
 __device__ __forceinline__ void Store(__nv_bfloat16* p, int64_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
 }
+
+// SwiGLU's step, silu(g) * u, written once: swiglu.cu and the skinny GEMM's SwiGLU epilogue
+// (gemm_skinny.cu) must round alike to give the same bits.
+__device__ __forceinline__ float SiluMul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

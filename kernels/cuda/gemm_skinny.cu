@@ -58,6 +58,7 @@ template <typename T, typename TO, int MT, bool SWIGLU>
 __global__ void __launch_bounds__(kSkinnyWarps * 32)
     GemmSkinnyKernel(const T* __restrict__ x, const T* __restrict__ w, SkinnyOuts outs, int m,
                      int64_t n, int64_t k, int slices) {
+  static_assert(!SWIGLU || kSkinnyCols == 2, "SWIGLU pairs one gate with one up column");
   constexpr int V = kVec<T>;
   __shared__ float red[kSkinnyWarps][MT][kSkinnyCols];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
     }
     g = RoundTo<T>(g);
     u = RoundTo<T>(u);
-    Store(static_cast<T*>(outs.data[0]), lane * half_n + pair, g / (1.0f + __expf(-g)) * u);
+    Store(static_cast<T*>(outs.data[0]), lane * half_n + pair, SiluMul(g, u));
     return;
   }
   // The first warp of each column pair's slices sums them (in slice order) and stores.

@@ -45,6 +45,17 @@ absl::Status AttentionPrefill(cudaStream_t s, const Tensor& q, const Tensor& k_c
                               const AttentionShape& shape, const Tensor& out);
 absl::Status Sample(cudaStream_t s, const Tensor& logits, const SamplingBatch& params,
                     const Tensor& tokens);
+// v2: the same tokens, with greedy rows' vocabulary split over blocks where SampleSplits
+// (kernel_plan.h) says so, else Sample. The workspace holds kSampleMaxRows x kSampleMaxSplits
+// partials and a counter per row, zero between launches (allocated zeroed once).
+struct GreedySplitWorkspace {
+  float* values = nullptr;
+  int* indices = nullptr;
+  unsigned* done = nullptr;
+};
+absl::Status SampleSplit(cudaStream_t s, int num_sms, const Tensor& logits,
+                         const SamplingBatch& params, const Tensor& tokens,
+                         const GreedySplitWorkspace& ws);
 // out = x w^T through cuBLAS (handle already bound to the stream and a workspace).
 absl::Status Gemm(cublasHandle_t h, const Tensor& x, const Tensor& w, const Tensor& out);
 // The same with one warp per output in a fixed order: a row's result does not depend on M

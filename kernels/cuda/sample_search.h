@@ -114,6 +114,27 @@ SATURN_HD void ArgMaxMerge(float ov, int oi, int n, float& bv, int& bi) {
   }
 }
 
+// Greedy over splits (sampling.cu's split kernel, --cuda_kernels=v2): split s of `splits`
+// scans [begin, end) of the row, equal chunks (the last ones may be empty), and the partials
+// (each split's best value and index, n for none) merge in split order. (value desc, index
+// asc) is a total order on non-NaN values, so the token is the one-block ArgMax's for any
+// number of splits.
+struct GreedyRange {
+  int begin, end;
+};
+SATURN_HD GreedyRange GreedySplitRange(int n, int splits, int s) {
+  const int chunk = (n + splits - 1) / splits;
+  const int begin = s * chunk < n ? s * chunk : n;
+  return {begin, begin + chunk < n ? begin + chunk : n};
+}
+template <typename Values, typename Indices>
+SATURN_HD int GreedyMerge(Values v, Indices idx, int splits, int n) {
+  float bv = -INFINITY;
+  int bi = n;
+  for (int s = 0; s < splits; ++s) ArgMaxMerge(v[s], idx[s], n, bv, bi);
+  return bi < n ? bi : 0;
+}
+
 // The block's last combining step: per-warp sums added in warp order from 0.
 SATURN_HD double CombineWarps(const double* warp_sums, int stride) {
   double s = 0.0;
@@ -279,6 +300,13 @@ class EmulatedBlock {
     return mx;
   }
   int ArgMax(const float* x, int n) {
+    float bv;
+    int bi;
+    ArgMaxRange(x, 0, n, n, &bv, &bi);
+    return bi < n ? bi : 0;
+  }
+  // The best of x[begin, end) as the device block finds it (value, and index or n for none).
+  void ArgMaxRange(const float* x, int begin, int end, int n, float* best_v, int* best_i) {
     ++passes_;
     float wv[kWarps];
     int wi[kWarps];
@@ -288,7 +316,7 @@ class EmulatedBlock {
       for (int l = 0; l < kWarpSize; ++l) {
         lv[l] = -INFINITY;
         li[l] = n;
-        for (int i = w * kWarpSize + l; i < n; i += kThreads)
+        for (int i = begin + w * kWarpSize + l; i < end; i += kThreads)
           ArgMaxElement(x[i], i, n, lv[l], li[l]);
       }
       for (int o = kWarpSize / 2; o > 0; o >>= 1) {
@@ -310,7 +338,8 @@ class EmulatedBlock {
     float bv = -INFINITY;
     int bi = n;
     for (int w = 0; w < kWarps; ++w) ArgMaxMerge(wv[w], wi[w], n, bv, bi);
-    return bi < n ? bi : 0;
+    *best_v = bv;
+    *best_i = bi;
   }
   int passes() const { return passes_; }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/kernel_plan.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sample_search.h"
 
@@ -77,9 +78,18 @@ struct DeviceBlock {
   }
 
   __device__ int ArgMax(const float* x, int n) {
+    float bv;
+    int bi;
+    ArgMaxRange(x, 0, n, n, &bv, &bi);
+    return bi < n ? bi : 0;
+  }
+
+  // The best of x[begin, end): value, and index or n for none; every thread gets it.
+  __device__ void ArgMaxRange(const float* x, int begin, int end, int n, float* best_v,
+                              int* best_i) {
     float bv = -INFINITY;
     int bi = n;
-    for (int i = threadIdx.x; i < n; i += kThreads) ss::ArgMaxElement(x[i], i, n, bv, bi);
+    for (int i = begin + threadIdx.x; i < end; i += kThreads) ss::ArgMaxElement(x[i], i, n, bv, bi);
     for (int o = ss::kWarpSize / 2; o > 0; o >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
       const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -97,7 +107,8 @@ struct DeviceBlock {
     bv = -INFINITY;
     bi = n;
     for (int w = 0; w < ss::kWarps; ++w) ss::ArgMaxMerge(s_v[w], s_i[w], n, bv, bi);
-    return bi < n ? bi : 0;
+    *best_v = bv;
+    *best_i = bi;
   }
 };
 
@@ -115,19 +126,78 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) tokens[row] = t;
 }
 
-}  // namespace
+// v2: a grid of (row, split). Sampled rows run the one-block search in split 0's block (the
+// others return). Greedy rows scan a split each; the block that finishes last (threadfence,
+// then a per-row counter, as CUDA's threadFenceReduction sample) merges the partials in
+// split order and resets the counter for the next launch.
+__global__ void __launch_bounds__(kThreads)
+    SampleSplitKernel(float* logits, int vocab, const float* __restrict__ temperature,
+                      const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
+                      const int64_t* __restrict__ seed, const int32_t* __restrict__ step,
+                      int32_t* __restrict__ tokens, GreedySplitWorkspace ws, int splits) {
+  __shared__ double red[ss::kWarps * kProbes];
+  __shared__ float fred[32];
+  const int row = blockIdx.x, split = blockIdx.y;
+  DeviceBlock block{red, fred};
+  float* x = logits + static_cast<int64_t>(row) * vocab;
+  if (temperature[row] > 0.0f) {
+    if (split != 0) return;
+    const int t = ss::SampleRowSearch(block, x, vocab, temperature[row], top_k[row], top_p[row],
+                                      seed[row], step[row]);
+    if (threadIdx.x == 0) tokens[row] = t;
+    return;
+  }
+  const ss::GreedyRange range = ss::GreedySplitRange(vocab, splits, split);
+  float bv;
+  int bi;
+  block.ArgMaxRange(x, range.begin, range.end, vocab, &bv, &bi);
+  if (threadIdx.x != 0) return;
+  const int64_t part = static_cast<int64_t>(row) * splits;
+  ws.values[part + split] = bv;
+  ws.indices[part + split] = bi;
+  __threadfence();  // the partial is visible before the count says so
+  if (atomicAdd(&ws.done[row], 1u) != static_cast<unsigned>(splits - 1)) return;
+  __threadfence();
+  const volatile float* values = ws.values + part;
+  const volatile int* indices = ws.indices + part;
+  tokens[row] = ss::GreedyMerge(values, indices, splits, vocab);
+  ws.done[row] = 0;
+}
 
-absl::Status Sample(cudaStream_t s, const Tensor& logits, const SamplingBatch& p,
-                    const Tensor& tokens) {
+absl::Status CheckSampleArgs(const Tensor& logits, const SamplingBatch& p, const Tensor& tokens) {
   if (tokens.dtype != DType::kI32 || p.top_k.dtype != DType::kI32 || p.step.dtype != DType::kI32 ||
       p.temperature.dtype != DType::kF32 || p.top_p.dtype != DType::kF32) {
     return absl::InvalidArgumentError(
         "sample: expected i32 tokens/top_k/step and f32 temperature/top_p");
   }
-  if (logits.rows == 0) return absl::OkStatus();
-  if (logits.cols <= 0 || logits.cols > INT_MAX / 2) {
+  if (logits.rows > 0 && (logits.cols <= 0 || logits.cols > INT_MAX / 2)) {
     return absl::InvalidArgumentError(absl::StrCat("sample: bad vocabulary size ", logits.cols));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SampleSplit(cudaStream_t s, int num_sms, const Tensor& logits, const SamplingBatch& p,
+                         const Tensor& tokens, const GreedySplitWorkspace& ws) {
+  if (absl::Status st = CheckSampleArgs(logits, p, tokens); !st.ok()) return st;
+  const int splits = SampleSplits(logits.rows, logits.cols, num_sms);
+  if (splits <= 1) return Sample(s, logits, p, tokens);
+  const dim3 grid(static_cast<unsigned>(logits.rows), static_cast<unsigned>(splits));
+  SampleSplitKernel<<<grid, kThreads, 0, s>>>(
+      logits.as<float>(), static_cast<int>(logits.cols), p.temperature.as<float>(),
+      p.top_k.as<int32_t>(), p.top_p.as<float>(), p.seed.as<int64_t>(), p.step.as<int32_t>(),
+      tokens.as<int32_t>(), ws, splits);
+  CUDA_CHECK_LAUNCH("SampleSplitKernel");
+  RecordLaunch(KernelFamily::kSample, reinterpret_cast<const void*>(&SampleSplitKernel),
+               logits.rows * splits, kThreads, 0);
+  return absl::OkStatus();
+}
+
+absl::Status Sample(cudaStream_t s, const Tensor& logits, const SamplingBatch& p,
+                    const Tensor& tokens) {
+  if (absl::Status st = CheckSampleArgs(logits, p, tokens); !st.ok()) return st;
+  if (logits.rows == 0) return absl::OkStatus();
   SampleKernel<<<static_cast<unsigned>(logits.rows), kThreads, 0, s>>>(
       logits.as<float>(), static_cast<int>(logits.cols), p.temperature.as<float>(),
       p.top_k.as<int32_t>(), p.top_p.as<float>(), p.seed.as<int64_t>(), p.step.as<int32_t>(),

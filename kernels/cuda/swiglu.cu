@@ -19,7 +19,7 @@ __global__ void SwiGluKernel(const T* __restrict__ gate_up, T* __restrict__ out,
     const int64_t t = i / f, j = i % f;
     const float g = Load(gate_up, t * 2 * f + j);
     const float u = Load(gate_up, t * 2 * f + f + j);
-    Store(out, i, g / (1.0f + __expf(-g)) * u);
+    Store(out, i, SiluMul(g, u));
   }
 }
 
@@ -34,7 +34,7 @@ __global__ void SwiGluVecKernel(const T* __restrict__ gate_up, T* __restrict__ o
     LoadVec(gate_up, t * 2 * f + j, g);
     LoadVec(gate_up, t * 2 * f + f + j, u);
 #pragma unroll
-    for (int k = 0; k < N; ++k) g[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
+    for (int k = 0; k < N; ++k) g[k] = SiluMul(g[k], u[k]);
     StoreVec(out, e, g);
   }
 }

@@ -5,12 +5,13 @@
 // splits, empty ones for short contexts), batch 64 (two splits), groups of 1-8 and one past 8 (v1
 // fallback), head_dim 32-256; SwiGLU in the skinny GEMM's epilogue against the GEMM then SwiGLU;
 // the fused rope + KV write (rope_kv_write.cu) against CPU Rope then KvWrite, aligned and not,
-// with Llama 3 scaling, and its skip of negative slots. Skips without a CUDA device.
-// bench/gpu_check.sh runs it.
+// with Llama 3 scaling, and its skip of slots outside the cache; split greedy sampling against
+// the CPU. Skips without a CUDA device. bench/gpu_check.sh runs it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include "kernels/cuda/kernel_plan.h"
 #include "kernels/cuda/ops.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/kernels/sampling_test_util.h"
 
 namespace saturn::testing {
 namespace {
@@ -229,40 +231,107 @@ TEST(CudaKernelsV2Test, FusedRopeKvWriteMatchesCpuRopeThenKvWrite) {
       }
       (b == cpu.get() ? ref : got) = {ReadFloats(b, tq), ReadFloats(b, tkc), ReadFloats(b, tvc)};
     }
+    // The written cache rows only (the rest is the untouched input, which would dilute).
+    auto written = [&](const std::vector<float>& c) {
+      std::vector<float> rows;
+      for (int32_t slot : slots) {
+        const auto first = c.begin() + shift + size_t(slot) * kw;
+        rows.insert(rows.end(), first, first + kw);
+      }
+      return rows;
+    };
     EXPECT_LT(RelError(got[0], ref[0]), kBf16Tolerance) << "q";
-    EXPECT_LT(RelError(got[1], ref[1]), kBf16Tolerance) << "k cache";
+    EXPECT_LT(RelError(written(got[1]), written(ref[1])), kBf16Tolerance) << "k cache rows";
     EXPECT_EQ(got[2], ref[2]) << "v cache: a copy";
   }
 }
 
-// A negative slot (a padding row) writes no cache row; its q is rotated all the same, as v1's
-// Rope rotates it.
-TEST(CudaKernelsV2Test, FusedRopeKvWriteSkipsNegativeSlots) {
+// Slots that are negative (padding rows) or past the cache write no cache row, k's or v's, in
+// either kernel (aligned: vectors; one element off: scalar); q is rotated all the same. v1's
+// Rope then KvWrite is the reference to the bit (the same rotation code), guard rows around
+// the caches included.
+TEST(CudaKernelsV2Test, FusedRopeKvWriteSkipsSlotsOutsideTheCache) {
   SATURN_REQUIRE_CUDA_V2(v2);
   auto v1_or = CreateBackend("cuda");
   ASSERT_TRUE(v1_or.ok()) << v1_or.status();
   std::unique_ptr<Backend> v1 = std::move(*v1_or);
-  const int tokens = 3, hd = 64, qw = 4 * hd, kw = 2 * hd, cache_rows = 16;
-  const auto q = RandomValues(tokens * qw, 61), k = RandomValues(tokens * kw, 62),
-             cache = RandomValues(cache_rows * kw, 63);
-  const std::vector<int32_t> pos = {3, 900, 17}, slots = {5, -1, 9};
-  DevTensor dq = ComputeTensor(v2.get(), tokens, qw, q),
-            dk = ComputeTensor(v2.get(), tokens, kw, k),
-            kc = ComputeTensor(v2.get(), cache_rows, kw, cache),
-            vc = ComputeTensor(v2.get(), cache_rows, kw, cache),
-            dp = RawTensor(v2.get(), DType::kI32, 1, tokens, pos),
-            ds = RawTensor(v2.get(), DType::kI32, 1, tokens, slots);
-  ASSERT_TRUE(v2->RopeKvWrite(dq.t, dk.t, dk.t, dp.t, hd, RopeParams{}, ds.t, kc.t, vc.t).ok());
-  DevTensor rq = ComputeTensor(v1.get(), tokens, qw, q),
-            rk = ComputeTensor(v1.get(), tokens, kw, k),
-            rp = RawTensor(v1.get(), DType::kI32, 1, tokens, pos);
-  ASSERT_TRUE(v1->Rope(rq.t, rk.t, rp.t, hd, RopeParams{}).ok());
-  EXPECT_LT(RelError(ReadFloats(v2.get(), dq.t), ReadFloats(v1.get(), rq.t)), kBf16Tolerance);
-  const std::vector<float> got = ReadFloats(v2.get(), vc.t);
-  for (int r = 0; r < cache_rows; ++r) {
-    if (r == 5 || r == 9) continue;
-    for (int e = 0; e < kw; ++e) {
-      ASSERT_EQ(got[r * kw + e], cache[r * kw + e]) << "row " << r << " was written";
+  const int tokens = 5, hd = 64, qw = 4 * hd, kw = 2 * hd, cache_rows = 16;
+  const std::vector<int32_t> pos = {3, 900, 17, 4, 5},
+                             slots = {5, -1, 9, cache_rows, std::numeric_limits<int32_t>::max()};
+  for (int shift : {0, 1}) {
+    SCOPED_TRACE(shift ? "misaligned (scalar kernel)" : "aligned (vector kernel)");
+    const auto q = RandomValues(tokens * qw + shift, 61), k = RandomValues(tokens * kw + shift, 62),
+               v = RandomValues(tokens * kw + shift, 63),
+               cache = RandomValues((cache_rows + 2) * kw + shift, 64);
+    std::vector<std::vector<float>> got[2];
+    for (Backend* b : {v1.get(), v2.get()}) {
+      const size_t off = shift * DTypeSize(b->compute_dtype());
+      const size_t row = kw * DTypeSize(b->compute_dtype());
+      DevTensor dq = ComputeTensor(b, 1, q.size(), q), dk = ComputeTensor(b, 1, k.size(), k),
+                dv = ComputeTensor(b, 1, v.size(), v),
+                kc = ComputeTensor(b, 1, cache.size(), cache),
+                vc = ComputeTensor(b, 1, cache.size(), cache),
+                dp = RawTensor(b, DType::kI32, 1, tokens, pos),
+                ds = RawTensor(b, DType::kI32, 1, tokens, slots);
+      const DType dt = b->compute_dtype();
+      const Tensor tq = dq.buf.View(dt, tokens, qw, off), tk = dk.buf.View(dt, tokens, kw, off),
+                   tv = dv.buf.View(dt, tokens, kw, off),
+                   tkc = kc.buf.View(dt, cache_rows, kw, off + row),  // a guard row each side
+          tvc = vc.buf.View(dt, cache_rows, kw, off + row);
+      if (b == v2.get()) {
+        ASSERT_TRUE(b->RopeKvWrite(tq, tk, tv, dp.t, hd, RopeParams{}, ds.t, tkc, tvc).ok());
+      } else {
+        ASSERT_TRUE(b->Rope(tq, tk, dp.t, hd, RopeParams{}).ok());
+        ASSERT_TRUE(b->KvWrite(tk, tv, ds.t, tkc, tvc).ok());
+      }
+      got[b == v2.get()] = {ReadFloats(b, dq.t), ReadFloats(b, kc.t), ReadFloats(b, vc.t)};
+    }
+    EXPECT_EQ(got[1][0], got[0][0]) << "q";
+    EXPECT_EQ(got[1][1], got[0][1]) << "k cache and its guards";
+    EXPECT_EQ(got[1][2], got[0][2]) << "v cache and its guards";
+    // Only cache rows 5 and 9 (buffer rows 6 and 10) changed.
+    for (int r = 0; r < cache_rows + 2; ++r) {
+      if (r == 6 || r == 10) continue;
+      for (int e = 0; e < kw; ++e) {
+        const size_t i = shift + size_t(r) * kw + e;
+        ASSERT_EQ(got[1][1][i], cache[i]) << "k cache buffer row " << r << " was written";
+        ASSERT_EQ(got[1][2][i], cache[i]) << "v cache buffer row " << r << " was written";
+      }
+    }
+  }
+}
+
+// v2's greedy rows split their vocabulary over blocks (kernel_plan.h's SampleSplits) and merge
+// the partials: the CPU's tokens, ties across split boundaries and NaNs included, beside
+// sampled rows (which stay one block each), on repeated launches (the per-row counters reset).
+TEST(CudaKernelsV2Test, SplitGreedySamplingMatchesCpu) {
+  SATURN_REQUIRE_CUDA_V2(v2);
+  auto cpu = CreateBackend("cpu", 2, "f32");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::mt19937 rng(81);
+  for (int vocab : {32000, 128256}) {
+    for (int rows : {1, 3, 8}) {
+      SCOPED_TRACE(absl::StrCat("vocab ", vocab, ", rows ", rows));
+      std::vector<float> logits = LmLikeLogits(rng, rows, vocab);
+      std::vector<SamplingRow> params(rows, SamplingRow{0.0f});
+      const int splits = gpu::SampleSplits(rows, vocab, sms);
+      ASSERT_GT(splits, 1);  // few rows, a large vocabulary: always split
+      const int chunk = (vocab + splits - 1) / splits;
+      // Row 0: the maximum tied at the last entry of split 0 and the first of split 1.
+      logits[chunk - 1] = logits[chunk] = 1000.0f;
+      if (rows > 1) {  // row 1: NaNs everywhere but a few entries of the last split
+        for (int i = 0; i < vocab; ++i) logits[vocab + i] = i < vocab - 7 ? NAN : 0.5f * i;
+      }
+      if (rows > 2) params[2] = SamplingRow{0.8f, 40, 0.9f, 7, 3};  // a sampled row
+      const auto want = SampleOn(**cpu, logits, vocab, params);
+      EXPECT_EQ(want[0], chunk - 1);
+      for (int launch = 0; launch < 3; ++launch) {
+        gpu::RecordLaunch(gpu::KernelFamily::kSample, nullptr, 0, 0, 0);
+        EXPECT_EQ(SampleOn(*v2, logits, vocab, params), want) << "launch " << launch;
+        EXPECT_EQ(gpu::LastLaunch(gpu::KernelFamily::kSample).grid_blocks, int64_t{rows} * splits);
+      }
     }
   }
 }

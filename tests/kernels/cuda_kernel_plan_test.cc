@@ -1,5 +1,6 @@
 // The launch rules of the v2 CUDA kernels (kernels/cuda/kernel_plan.h), checked on the host:
-// split-K decode attention's split count and ranges, and the skinny GEMM's k slices. The
+// split-K decode attention's split count and ranges, the skinny GEMM's k slices and greedy
+// sampling's vocabulary splits. The
 // kernels run the same arithmetic on the device (tests/cuda/cuda_kernels_v2_test.cc checks
 // their results where a GPU exists).
 #include <gtest/gtest.h>
@@ -137,6 +138,29 @@ TEST(CudaKernelPlanTest, SkinnySlicesFillTheSmsWithoutThinSlices) {
       const int s = SkinnySlices(n, k, kH200Sms);
       ASSERT_TRUE(s == 1 || s == 2 || s == 4 || s == 8);
       if (s > 1) ASSERT_GE(k / s, kSkinnyMinSlice) << "n " << n << " k " << k;
+    }
+  }
+}
+
+TEST(CudaKernelPlanTest, SampleSplitsCoverTheSmsForFewGreedyRows) {
+  // 1b's 128256-entry vocabulary at batch 1: 264 blocks wanted, 32 splits at most, 31 of at
+  // least 4096 entries; small's 32000 entries: 7.
+  EXPECT_EQ(SampleSplits(1, 128256, kH200Sms), 31);
+  EXPECT_EQ(SampleSplits(1, 256000, kH200Sms), kSampleMaxSplits);
+  EXPECT_EQ(SampleSplits(1, 32000, kH200Sms), 7);
+  EXPECT_EQ(SampleSplits(8, 128256, kH200Sms), 31);   // 264 / 8 = 33, 31 by the vocabulary
+  EXPECT_EQ(SampleSplits(64, 128256, kH200Sms), 5);   // ceil(264 / 64)
+  EXPECT_EQ(SampleSplits(264, 128256, kH200Sms), 1);  // a block a row covers the SMs
+  EXPECT_EQ(SampleSplits(1, 8191, kH200Sms), 1);      // no split under 4096 entries
+  EXPECT_EQ(SampleSplits(kSampleMaxRows + 1, 1 << 20, 1000), 1);  // past the workspace
+  EXPECT_EQ(SampleSplits(0, 32000, kH200Sms), 1);
+  EXPECT_EQ(SampleSplits(1, 32000, 0), 1);
+  for (int64_t rows : {1, 2, 7, 64, 200, 1024}) {
+    for (int64_t vocab : {1, 4096, 32000, 128256, 256000}) {
+      const int s = SampleSplits(rows, vocab, kH200Sms);
+      ASSERT_GE(s, 1);
+      ASSERT_LE(s, kSampleMaxSplits);
+      if (s > 1) ASSERT_GE(vocab / s, kSampleMinSplit) << rows << " x " << vocab;
     }
   }
 }

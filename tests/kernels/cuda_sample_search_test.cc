@@ -2,7 +2,8 @@
 // kernel's thread partition and summation order (EmulatedBlock), picks the same token as
 // the CPU sampler on every row: random rows at vocabulary 4096 and 32000 with temperature,
 // top-k and top-p, rows of exact ties at top-p boundaries, tie-heavy random rows, greedy rows
-// and rows holding both -0.0 and +0.0. Needs no GPU: it is the same code the kernel runs.
+// (one block, and v2's vocabulary splits merged in split order) and rows holding both -0.0 and
+// +0.0. Needs no GPU: it is the same code the kernel runs.
 #include <memory>
 #include <random>
 #include <vector>
@@ -110,6 +111,53 @@ TEST(SampleSearchTest, GreedyRowsTakeTheLowestIndexOfTheMaximum) {
   const auto got = EmulatedTokens(logits, vocab, rows);
   EXPECT_EQ(got[1], 700);
   EXPECT_EQ(got[2], 5);
+}
+
+// v2's split greedy kernel: each split's block scans its range, the partials merge in split
+// order; the token is the one-block kernel's and the CPU's for every split count, with ties
+// across split boundaries, NaNs, infinities and empty splits.
+TEST(SampleSearchTest, GreedyOverSplitsTakesTheOneBlockToken) {
+  const int vocab = 5000;
+  std::mt19937 rng(12);
+  std::vector<float> logits = Random(rng, 6 * vocab);
+  logits[0 * vocab + 4999] = 50.0f;  // the last element, in the last split
+  logits[1 * vocab + 3000] = 9.0f;   // a tie far apart: the lower index wins
+  logits[1 * vocab + 157] = 9.0f;
+  logits[2 * vocab + 1250] = 9.0f;  // ties on both sides of the 2- and 4-split boundaries
+  logits[2 * vocab + 1249] = 9.0f;
+  logits[2 * vocab + 2500] = 9.0f;
+  for (int i = 0; i < vocab; ++i) {
+    logits[3 * vocab + i] = i % 3 == 0 ? NAN : -INFINITY;  // NaN never wins; the first -inf does
+    logits[4 * vocab + i] = NAN;                           // all NaN: token 0, as the CPU
+    logits[5 * vocab + i] = i < 4000 ? NAN : 1.0f;         // the early splits find nothing
+  }
+  const std::vector<Row> rows(6, Row{0.0f});
+  const std::vector<int32_t> cpu = SampleOn(*MakeCpu(1), logits, vocab, rows);
+  auto block = std::make_unique<ss::EmulatedBlock>();
+  for (int r = 0; r < 6; ++r) {
+    const float* x = logits.data() + r * vocab;
+    const int one_block = block->ArgMax(x, vocab);
+    EXPECT_EQ(one_block, cpu[r]) << "row " << r;
+    for (int splits = 1; splits <= 33; ++splits) {
+      std::vector<float> values(splits);
+      std::vector<int> indices(splits);
+      int covered = 0;
+      for (int s = 0; s < splits; ++s) {
+        const ss::GreedyRange g = ss::GreedySplitRange(vocab, splits, s);
+        ASSERT_EQ(g.begin, std::min(covered, vocab)) << "splits leave a gap";
+        covered = g.end;
+        block->ArgMaxRange(x, g.begin, g.end, vocab, &values[s], &indices[s]);
+      }
+      ASSERT_EQ(covered, vocab);
+      EXPECT_EQ(ss::GreedyMerge(values.data(), indices.data(), splits, vocab), one_block)
+          << "row " << r << ", " << splits << " splits";
+    }
+  }
+  EXPECT_EQ(cpu[0], 4999);
+  EXPECT_EQ(cpu[1], 157);
+  EXPECT_EQ(cpu[2], 1249);
+  EXPECT_EQ(cpu[3], 1);
+  EXPECT_EQ(cpu[5], 4000);
 }
 
 // -0.0 and +0.0 compare equal on the CPU, so the lower index comes first; keyed by raw bits,
