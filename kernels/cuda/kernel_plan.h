@@ -76,15 +76,17 @@ inline int SkinnySlices(int64_t n, int64_t k, int num_sms) {
 }
 
 // Greedy sampling over splits (sampling.cu's split kernel): where few rows would leave SMs
-// idle with one block a row, a greedy row's vocabulary is split over blocks that cover the SMs
-// kBlocksPerSm times, at most kSampleMaxSplits, none under kSampleMinSplit entries. 1 (the
-// one-block kernel) where that gives no split or rows pass kSampleMaxRows (the workspace's).
+// idle with one block a row, a greedy row's vocabulary is split over blocks, one wave of them:
+// the kernel's 512 threads at ~104 registers leave room for one resident block per SM, so
+// rows x splits stays within the SM count. At most kSampleMaxSplits, none under
+// kSampleMinSplit entries; 1 (the one-block kernel) where that gives no split or rows pass
+// kSampleMaxRows (the workspace's).
 constexpr int kSampleMaxSplits = 32;
 constexpr int64_t kSampleMinSplit = 4096;
 constexpr int kSampleMaxRows = 1024;
 inline int SampleSplits(int64_t rows, int64_t vocab, int num_sms) {
   if (rows <= 0 || rows > kSampleMaxRows || num_sms <= 0) return 1;
-  int64_t splits = (int64_t{num_sms} * kBlocksPerSm + rows - 1) / rows;
+  int64_t splits = int64_t{num_sms} / rows;
   splits = std::min<int64_t>(splits, kSampleMaxSplits);
   splits = std::min<int64_t>(splits, vocab / kSampleMinSplit);
   return static_cast<int>(std::max<int64_t>(splits, 1));

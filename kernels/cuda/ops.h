@@ -47,7 +47,8 @@ absl::Status Sample(cudaStream_t s, const Tensor& logits, const SamplingBatch& p
                     const Tensor& tokens);
 // v2: the same tokens, with greedy rows' vocabulary split over blocks where SampleSplits
 // (kernel_plan.h) says so, else Sample. The workspace holds kSampleMaxRows x kSampleMaxSplits
-// partials and a counter per row, zero between launches (allocated zeroed once).
+// partials and a counter per row, zero between launches (allocated zeroed once); one stream
+// uses it (launches on two streams at once would share the counters).
 struct GreedySplitWorkspace {
   float* values = nullptr;
   int* indices = nullptr;

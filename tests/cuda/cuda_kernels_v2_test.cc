@@ -325,8 +325,17 @@ TEST(CudaKernelsV2Test, SplitGreedySamplingMatchesCpu) {
         for (int i = 0; i < vocab; ++i) logits[vocab + i] = i < vocab - 7 ? NAN : 0.5f * i;
       }
       if (rows > 2) params[2] = SamplingRow{0.8f, 40, 0.9f, 7, 3};  // a sampled row
+      if (rows == 8) {
+        params[3].temperature = -1.0f;  // greedy too, as <= 0 and NaN are
+        params[4].temperature = NAN;
+        for (int i = 0; i < vocab; ++i) {
+          logits[5 * size_t(vocab) + i] = NAN;        // all NaN: token 0
+          logits[6 * size_t(vocab) + i] = -INFINITY;  // all -inf: the first
+        }
+      }
       const auto want = SampleOn(**cpu, logits, vocab, params);
       EXPECT_EQ(want[0], chunk - 1);
+      if (rows == 8) EXPECT_EQ(want[5], 0);
       for (int launch = 0; launch < 3; ++launch) {
         gpu::RecordLaunch(gpu::KernelFamily::kSample, nullptr, 0, 0, 0);
         EXPECT_EQ(SampleOn(*v2, logits, vocab, params), want) << "launch " << launch;

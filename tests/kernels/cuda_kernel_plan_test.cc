@@ -143,16 +143,16 @@ TEST(CudaKernelPlanTest, SkinnySlicesFillTheSmsWithoutThinSlices) {
 }
 
 TEST(CudaKernelPlanTest, SampleSplitsCoverTheSmsForFewGreedyRows) {
-  // 1b's 128256-entry vocabulary at batch 1: 264 blocks wanted, 32 splits at most, 31 of at
-  // least 4096 entries; small's 32000 entries: 7.
+  // 1b's 128256-entry vocabulary at batch 1: 31 splits of at least 4096 entries (32 at most);
+  // small's 32000 entries: 7. More rows: one wave of blocks, rows x splits <= 132.
   EXPECT_EQ(SampleSplits(1, 128256, kH200Sms), 31);
   EXPECT_EQ(SampleSplits(1, 256000, kH200Sms), kSampleMaxSplits);
   EXPECT_EQ(SampleSplits(1, 32000, kH200Sms), 7);
-  EXPECT_EQ(SampleSplits(8, 128256, kH200Sms), 31);   // 264 / 8 = 33, 31 by the vocabulary
-  EXPECT_EQ(SampleSplits(64, 128256, kH200Sms), 5);   // ceil(264 / 64)
-  EXPECT_EQ(SampleSplits(264, 128256, kH200Sms), 1);  // a block a row covers the SMs
-  EXPECT_EQ(SampleSplits(1, 8191, kH200Sms), 1);      // no split under 4096 entries
-  EXPECT_EQ(SampleSplits(kSampleMaxRows + 1, 1 << 20, 1000), 1);  // past the workspace
+  EXPECT_EQ(SampleSplits(8, 128256, kH200Sms), 16);  // 128 blocks
+  EXPECT_EQ(SampleSplits(64, 128256, kH200Sms), 2);
+  EXPECT_EQ(SampleSplits(67, 128256, kH200Sms), 1);                 // a block a row fills the SMs
+  EXPECT_EQ(SampleSplits(1, 8191, kH200Sms), 1);                    // no split under 4096 entries
+  EXPECT_EQ(SampleSplits(kSampleMaxRows + 1, 1 << 20, 100000), 1);  // past the workspace
   EXPECT_EQ(SampleSplits(0, 32000, kH200Sms), 1);
   EXPECT_EQ(SampleSplits(1, 32000, 0), 1);
   for (int64_t rows : {1, 2, 7, 64, 200, 1024}) {
@@ -160,7 +160,10 @@ TEST(CudaKernelPlanTest, SampleSplitsCoverTheSmsForFewGreedyRows) {
       const int s = SampleSplits(rows, vocab, kH200Sms);
       ASSERT_GE(s, 1);
       ASSERT_LE(s, kSampleMaxSplits);
-      if (s > 1) ASSERT_GE(vocab / s, kSampleMinSplit) << rows << " x " << vocab;
+      if (s > 1) {
+        ASSERT_GE(vocab / s, kSampleMinSplit) << rows << " x " << vocab;
+        ASSERT_LE(rows * s, kH200Sms) << rows << " x " << vocab;
+      }
     }
   }
 }
