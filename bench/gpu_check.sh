@@ -411,6 +411,13 @@ for s in report["stages"]:
         detail = ", ".join("%s=%s" % (k, v) for k, v in list(s["result"].items())[:4]
                            if not isinstance(v, (list, dict)))[:90]
     rows.append("%-34s %8s %6d  %s" % (s["name"], s["rc"], s["seconds"], detail))
+    # Engine bench stages: a line per decode row, so v1 and v2 (tokens/s, ops a step) compare.
+    for r in (s["result"].get("rows", []) if isinstance(s.get("result"), dict) else []):
+        if isinstance(r, dict) and "tokens_per_s" in r:
+            rows.append("    batch %-4s graphs %-3s %10.1f tok/s %6.1f ms %5.0f ops/step %5.1f %% of read bound"
+                        % (r.get("batch"), "on" if r.get("graphs") else "off", r["tokens_per_s"],
+                           r.get("step_ms", 0), r.get("ops_per_step", 0),
+                           100 * r.get("read_bound_share", 0)))
 rows.append("overall: " + ("OK" if report["ok"] else "FAILURES"))
 text = "\n".join(rows)
 open(os.path.join(results, "gpu_check.txt"), "w").write(text + "\n")
