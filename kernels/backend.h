@@ -218,8 +218,8 @@ class Backend {
                           const Tensor& act);
   // Whether GemmSwiGlu runs as one fused op for these operands (CUDA --cuda_kernels=v2 at the
   // skinny GEMM's 1-16 rows).
-  virtual bool FusesGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) const {
-    (void)x, (void)w, (void)act;
+  virtual bool FusesGemmSwiGlu(const Tensor& /*x*/, const Tensor& /*w*/,
+                               const Tensor& /*act*/) const {
     return false;
   }
   // out = a + b (elementwise, same shape)
@@ -228,11 +228,11 @@ class Backend {
   absl::Status GatherRows(const Tensor& x, const Tensor& indices, const Tensor& out);
   // tokens i32 [1, B] drawn from logits f32 [B, V] (logits may be overwritten as scratch).
   // Row semantics, identical on every backend: temperature <= 0 -> argmax (lowest index on
-  // ties; NaN logits never win, a row of NaNs gives 0). Otherwise z = logits / temperature; if top_k > 0 keep the top_k largest z (lower
-  // index wins ties); p = softmax over the kept; sort kept by p descending (lower index on
-  // ties); if top_p < 1 keep the shortest prefix whose mass reaches top_p (at least one);
-  // u = SampleUniform(seed, step) * kept mass; return the first token whose cumulative
-  // mass exceeds u.
+  // ties; NaN logits never win, a row of NaNs gives 0). Otherwise z = logits / temperature; if
+  // top_k > 0 keep the top_k largest z (lower index wins ties); p = softmax over the kept; sort
+  // kept by p descending (lower index on ties); if top_p < 1 keep the shortest prefix whose mass
+  // reaches top_p (at least one); u = SampleUniform(seed, step) * kept mass; return the first token
+  // whose cumulative mass exceeds u.
   absl::Status Sample(const Tensor& logits, const SamplingBatch& params, const Tensor& tokens);
   // dst = src (same dtype and size); used by calibration to measure bandwidth
   absl::Status Copy(const Tensor& src, const Tensor& dst);
