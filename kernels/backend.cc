@@ -216,10 +216,12 @@ absl::Status Backend::RopeKvWrite(const Tensor& q, const Tensor& k, const Tensor
   });
 }
 
-absl::Status Backend::DoRopeKvWrite(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
-                                    const RopeParams&, const Tensor&, const Tensor&,
-                                    const Tensor&) {
-  return absl::UnimplementedError("this backend does not fuse rope and kv_write");
+absl::Status Backend::DoRopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& positions, int head_dim, const RopeParams& rope,
+                                    const Tensor& slot_mapping, const Tensor& k_cache,
+                                    const Tensor& v_cache) {
+  RETURN_IF_ERROR(DoRope(q, k, positions, head_dim, rope));
+  return DoKvWrite(k, v, slot_mapping, k_cache, v_cache);
 }
 
 absl::Status Backend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -261,11 +263,13 @@ absl::Status Backend::GemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor&
   RETURN_IF_ERROR(CheckSwiGlu("gemm_swiglu", gate_up, act));
   if (x.rows == 0) return absl::OkStatus();
   return Run(OpKind::kGemmSwiGlu, cost::GemmSwiGlu(x, w, act),
-             [&] { return DoGemmSwiGlu(x, w, act); });
+             [&] { return DoGemmSwiGlu(x, w, gate_up, act); });
 }
 
-absl::Status Backend::DoGemmSwiGlu(const Tensor&, const Tensor&, const Tensor&) {
-  return absl::UnimplementedError("this backend does not fuse gemm and swiglu");
+absl::Status Backend::DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& gate_up,
+                                   const Tensor& act) {
+  RETURN_IF_ERROR(DoGemm(x, w, gate_up));
+  return DoSwiGlu(gate_up, act);
 }
 
 absl::Status Backend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {

@@ -277,7 +277,8 @@ class Backend {
                               int head_dim, const RopeParams& rope) = 0;
   virtual absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                                  const Tensor& k_cache, const Tensor& v_cache) = 0;
-  // Only called where FusesRopeKvWrite() says so.
+  // Called where FusesRopeKvWrite() says so; by default DoRope then DoKvWrite (a backend
+  // that fuses them overrides it).
   virtual absl::Status DoRopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& positions, int head_dim, const RopeParams& rope,
                                      const Tensor& slot_mapping, const Tensor& k_cache,
@@ -286,8 +287,10 @@ class Backend {
                                    const AttentionBatch& batch, const AttentionShape& shape,
                                    const Tensor& out) = 0;
   virtual absl::Status DoSwiGlu(const Tensor& gate_up, const Tensor& out) = 0;
-  // Only called where FusesGemmSwiGlu(x, w, act) says so.
-  virtual absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act);
+  // Called where FusesGemmSwiGlu(x, w, act) says so; by default DoGemm into gate_up then
+  // DoSwiGlu (a backend that fuses them overrides it, and need not write gate_up).
+  virtual absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& gate_up,
+                                    const Tensor& act);
   virtual absl::Status DoAdd(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   virtual absl::Status DoGatherRows(const Tensor& x, const Tensor& indices, const Tensor& out) = 0;
   virtual absl::Status DoSample(const Tensor& logits, const SamplingBatch& params,

@@ -173,7 +173,8 @@ class CudaBackend final : public Backend {
   bool FusesGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) const override {
     return kernels_v2_ && gpu::GemmSkinnySwiGluApplies(x, w, act);
   }
-  absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) override {
+  absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& /*gate_up*/,
+                            const Tensor& act) override {
     OpScope op(this, "gemm_swiglu");
     return gpu::GemmSkinnySwiGlu(stream_, prop_.multiProcessorCount, x, w, act);
   }

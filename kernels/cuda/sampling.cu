@@ -180,9 +180,9 @@ absl::Status CheckSampleArgs(const Tensor& logits, const SamplingBatch& p, const
 
 absl::Status SampleSplit(cudaStream_t s, int num_sms, const Tensor& logits, const SamplingBatch& p,
                          const Tensor& tokens, const GreedySplitWorkspace& ws) {
-  if (absl::Status st = CheckSampleArgs(logits, p, tokens); !st.ok()) return st;
   const int splits = SampleSplits(logits.rows, logits.cols, num_sms);
   if (splits <= 1) return Sample(s, logits, p, tokens);
+  if (absl::Status st = CheckSampleArgs(logits, p, tokens); !st.ok()) return st;
   const dim3 grid(static_cast<unsigned>(logits.rows), static_cast<unsigned>(splits));
   SampleSplitKernel<<<grid, kThreads, 0, s>>>(
       logits.as<float>(), static_cast<int>(logits.cols), p.temperature.as<float>(),

@@ -169,16 +169,9 @@ class CapturingBackend final : public Backend {
   absl::Status DoSwiGlu(const Tensor& gu, const Tensor& out) override {
     return Op("swiglu", [=, this] { return cpu_->SwiGlu(gu, out); });
   }
-  // The CPU's GEMM into a scratch gate_up of this backend's own, then its SwiGLU.
-  absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) override {
-    return Op("gemm_swiglu", [=, this]() -> absl::Status {
-      const size_t bytes = static_cast<size_t>(x.rows * w.rows) * DTypeSize(act.dtype);
-      if (scratch_.bytes() < bytes) {
-        absl::StatusOr<DeviceBuffer> b = cpu_->Allocate(bytes);
-        if (!b.ok()) return b.status();
-        scratch_ = std::move(*b);
-      }
-      const Tensor gate_up = scratch_.View(act.dtype, x.rows, w.rows);
+  absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& gate_up,
+                            const Tensor& act) override {
+    return Op("gemm_swiglu", [=, this] {
       if (absl::Status s = cpu_->Gemm(x, w, gate_up); !s.ok()) return s;
       return cpu_->SwiGlu(gate_up, act);
     });
@@ -229,7 +222,6 @@ class CapturingBackend final : public Backend {
   }
 
   std::unique_ptr<Backend> cpu_;
-  DeviceBuffer scratch_;  // gemm_swiglu's gate_up, from cpu_ (declared after it: freed first)
   bool capturing_ = false;
   size_t capture_first_op_ = 0;
   std::vector<Fn> pending_;

@@ -215,26 +215,28 @@ TEST_F(GraphCaptureTest, ReplayedAttentionCostsWhatTheEagerStepDoes) {
   }
 }
 
+// A step's ops of one kind: how many, and the first (which must exist).
+int CountOps(const StepTiming& t, OpKind kind) {
+  return static_cast<int>(std::count_if(t.ops.begin(), t.ops.end(),
+                                        [kind](const OpRecord& op) { return op.kind == kind; }));
+}
+const OpRecord& FirstOp(const StepTiming& t, OpKind kind) {
+  return *std::find_if(t.ops.begin(), t.ops.end(),
+                       [kind](const OpRecord& op) { return op.kind == kind; });
+}
+
 // Where the backend fuses rope and the KV write (CUDA v2), the runner issues one
 // rope_kv_write op per layer in their place, costed as one pass, and the tokens and logprobs
 // stay the same (the tokens replayed too).
 TEST_F(GraphCaptureTest, AFusedRopeKvWriteIsOneOpPerLayerAndKeepsTheTokens) {
-  auto count = [](const StepTiming& t, OpKind kind) {
-    return std::count_if(t.ops.begin(), t.ops.end(),
-                         [kind](const OpRecord& op) { return op.kind == kind; });
-  };
-  auto first = [](const StepTiming& t, OpKind kind) {
-    return *std::find_if(t.ops.begin(), t.ops.end(),
-                         [kind](const OpRecord& op) { return op.kind == kind; });
-  };
   auto unfused_runner = MakeRunner({});
   ASSERT_NE(unfused_runner, nullptr);
   const DecodeRun unfused = Decode(unfused_runner.get(), 3, 3, backend_.get(), true);
   ASSERT_EQ(unfused.logprobs.size(), 9u);
   const int layers = weights_.config.num_layers;
-  ASSERT_EQ(count(unfused.last.timing, OpKind::kRope), layers);
-  ASSERT_EQ(count(unfused.last.timing, OpKind::kKvWrite), layers);
-  EXPECT_EQ(count(unfused.last.timing, OpKind::kRopeKvWrite), 0);
+  ASSERT_EQ(CountOps(unfused.last.timing, OpKind::kRope), layers);
+  ASSERT_EQ(CountOps(unfused.last.timing, OpKind::kKvWrite), layers);
+  EXPECT_EQ(CountOps(unfused.last.timing, OpKind::kRopeKvWrite), 0);
 
   backend_->fuse_rope_kv_write = true;
   auto eager = MakeRunner({});
@@ -243,15 +245,15 @@ TEST_F(GraphCaptureTest, AFusedRopeKvWriteIsOneOpPerLayerAndKeepsTheTokens) {
   EXPECT_EQ(fused.tokens, unfused.tokens);
   EXPECT_EQ(fused.logprobs, unfused.logprobs);  // the same arithmetic, to the bit
   const StepTiming& t = fused.last.timing;
-  EXPECT_EQ(count(t, OpKind::kRopeKvWrite), layers);
-  EXPECT_EQ(count(t, OpKind::kRope), 0);
-  EXPECT_EQ(count(t, OpKind::kKvWrite), 0);
+  EXPECT_EQ(CountOps(t, OpKind::kRopeKvWrite), layers);
+  EXPECT_EQ(CountOps(t, OpKind::kRope), 0);
+  EXPECT_EQ(CountOps(t, OpKind::kKvWrite), 0);
   EXPECT_EQ(t.ops.size() + layers, unfused.last.timing.ops.size());
   EXPECT_EQ(std::count(backend_->log.begin(), backend_->log.end(), "op:rope_kv_write"), layers);
   // One pass: the rotation's FLOPs, and fewer bytes than rope's read-write of k plus the copy.
-  const OpRecord& f = first(t, OpKind::kRopeKvWrite);
-  const OpRecord& r = first(unfused.last.timing, OpKind::kRope);
-  const OpRecord& w = first(unfused.last.timing, OpKind::kKvWrite);
+  const OpRecord& f = FirstOp(t, OpKind::kRopeKvWrite);
+  const OpRecord& r = FirstOp(unfused.last.timing, OpKind::kRope);
+  const OpRecord& w = FirstOp(unfused.last.timing, OpKind::kKvWrite);
   EXPECT_DOUBLE_EQ(f.cost.flops, r.cost.flops);
   EXPECT_LT(f.cost.bytes, r.cost.bytes + w.cost.bytes);
   EXPECT_GT(f.cost.bytes, w.cost.bytes);
@@ -262,23 +264,19 @@ TEST_F(GraphCaptureTest, AFusedRopeKvWriteIsOneOpPerLayerAndKeepsTheTokens) {
   const DecodeRun replayed = Decode(graphs.get(), 3, 3, backend_.get());
   ASSERT_TRUE(replayed.last.graph_replayed);
   EXPECT_EQ(replayed.tokens, unfused.tokens);
-  EXPECT_EQ(count(replayed.last.timing, OpKind::kRopeKvWrite), layers);
+  EXPECT_EQ(CountOps(replayed.last.timing, OpKind::kRopeKvWrite), layers);
 }
 
 // Where the backend fuses SwiGLU into the GEMM at few rows (CUDA v2's skinny kernel), decode
 // steps issue one gemm_swiglu op per layer, a GEMM by class, with the same tokens and logprobs
 // (replayed too); steps past the row limit keep the GEMM and SwiGLU apart.
 TEST_F(GraphCaptureTest, AFusedGemmSwiGluRunsAtFewRowsAndKeepsTheTokens) {
-  auto count = [](const StepTiming& t, OpKind kind) {
-    return std::count_if(t.ops.begin(), t.ops.end(),
-                         [kind](const OpRecord& op) { return op.kind == kind; });
-  };
   EXPECT_EQ(ClassOf(OpKind::kGemmSwiGlu), OpClass::kGemm);
   auto unfused_runner = MakeRunner({});
   ASSERT_NE(unfused_runner, nullptr);
   const DecodeRun unfused = Decode(unfused_runner.get(), 3, 3, backend_.get(), true);
   const int layers = weights_.config.num_layers;
-  ASSERT_EQ(count(unfused.last.timing, OpKind::kSwiGlu), layers);
+  ASSERT_EQ(CountOps(unfused.last.timing, OpKind::kSwiGlu), layers);
 
   backend_->fuse_gemm_swiglu_max_rows = 16;
   auto eager = MakeRunner({});
@@ -287,8 +285,8 @@ TEST_F(GraphCaptureTest, AFusedGemmSwiGluRunsAtFewRowsAndKeepsTheTokens) {
   EXPECT_EQ(fused.tokens, unfused.tokens);
   EXPECT_EQ(fused.logprobs, unfused.logprobs);
   const StepTiming& t = fused.last.timing;
-  EXPECT_EQ(count(t, OpKind::kGemmSwiGlu), layers);
-  EXPECT_EQ(count(t, OpKind::kSwiGlu), 0);
+  EXPECT_EQ(CountOps(t, OpKind::kGemmSwiGlu), layers);
+  EXPECT_EQ(CountOps(t, OpKind::kSwiGlu), 0);
   EXPECT_EQ(t.ops.size() + layers, unfused.last.timing.ops.size());
   // The fused op does the GEMM's and SwiGLU's FLOPs and moves less than the two apart.
   auto totals = [](const StepTiming& st) {
@@ -312,7 +310,7 @@ TEST_F(GraphCaptureTest, AFusedGemmSwiGluRunsAtFewRowsAndKeepsTheTokens) {
   const DecodeRun replayed = Decode(graphs.get(), 3, 3, backend_.get());
   ASSERT_TRUE(replayed.last.graph_replayed);
   EXPECT_EQ(replayed.tokens, unfused.tokens);
-  EXPECT_EQ(count(replayed.last.timing, OpKind::kGemmSwiGlu), layers);
+  EXPECT_EQ(CountOps(replayed.last.timing, OpKind::kGemmSwiGlu), layers);
 }
 
 // The fused op checks what Rope and KvWrite check, and names itself.
