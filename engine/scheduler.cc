@@ -8,6 +8,10 @@
 //
 // Preemption drops the KV and resets num_computed to 0; the known tokens are kept, so the
 // recompute chunk(s) end at the last output and sampling resumes at the next index.
+//
+// Schedule() advances num_computed and appends a kPendingToken for each chunk that samples;
+// Update() writes the token over it (by position, so a request preempted meanwhile still gets
+// its token) and checks the stop conditions up to that token.
 #include "engine/scheduler.h"
 
 #include <algorithm>
@@ -23,6 +27,8 @@ struct Scheduler::State {
   int prompt_logprobs_done = 0;  // positions whose next-prompt-token logprobs were produced
   std::vector<int> block_table;
   Usage usage;
+  int pending = 0;             // kPendingToken entries in tokens (plans awaiting Update)
+  int pending_sample_at = -1;  // the newest one's index in its plan's sampled tokens
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_outputs() const { return num_tokens() - num_prompt; }
@@ -112,9 +118,34 @@ void AddPromptLogprobTargets(const std::vector<int>& tokens, int num_prompt, int
 
 }  // namespace
 
+void Scheduler::Commit(State* s, ScheduledSeq* seq, int* samples) {
+  if (s->pending > 0 && s->tokens.back() == kPendingToken &&
+      seq->context_len() == s->num_tokens()) {
+    seq->feed_from = s->pending_sample_at;  // decodes the token the step in flight samples
+  }
+  s->num_computed += seq->num_new_tokens();
+  if (!seq->prompt_logprob_targets.empty()) {
+    s->prompt_logprobs_done = seq->start_position + seq->prompt_logprob_row +
+                              static_cast<int>(seq->prompt_logprob_targets.size());
+  }
+  if (!seq->sample) return;
+  s->tokens.push_back(kPendingToken);
+  ++s->pending;
+  s->pending_sample_at = (*samples)++;
+}
+
+// A request whose newest token is pending can run only its decode of that token, and only if
+// that token does not end it by length (known now; a stop token is not).
+bool Scheduler::CanScheduleWhilePending(const State& s) const {
+  if (s.pending == 0) return true;
+  if (s.num_computed != s.num_tokens() - 1) return false;
+  return s.num_outputs() < s.sampling.max_tokens && s.num_tokens() < config_.max_model_len;
+}
+
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
   int budget = config_.max_num_batched_tokens;
+  int samples = 0;  // sampling seqs in the plan so far: the index of the next one's token
 
   // Running requests, oldest first, at most max_num_seqs of them: after max_num_seqs was
   // lowered, the newest running requests beyond it are paused (kept with their KV blocks, not
@@ -124,7 +155,7 @@ StepPlan Scheduler::Schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0 && plan.seqs.size() < max_seqs;) {
     State* s = states_.at(running_[i]).get();
     const int num_new = std::min(s->num_tokens() - s->num_computed, budget);
-    if (num_new <= 0) {
+    if (num_new <= 0 || !CanScheduleWhilePending(*s)) {
       ++i;
       continue;
     }
@@ -145,6 +176,7 @@ StepPlan Scheduler::Schedule() {
            s->num_outputs(), &plan);
     AddPromptLogprobTargets(s->tokens, s->num_prompt, s->prompt_logprobs_done,
                             s->sampling.prompt_logprobs, &plan.seqs.back());
+    Commit(s, &plan.seqs.back(), &samples);
     budget -= num_new;
     ++i;
   }
@@ -155,6 +187,8 @@ StepPlan Scheduler::Schedule() {
     while (!waiting_.empty() && budget > 0 &&
            static_cast<int>(running_.size()) < config_.max_num_seqs) {
       State* s = states_.at(waiting_.front()).get();
+      // Preempted while its token was in flight: it waits for that token (FCFS holds).
+      if (s->pending > 0) break;
       const int num_new = std::min(s->num_tokens() - s->num_computed, budget);
       if (num_new > 0 && !blocks_.EnsureCapacity(&s->block_table, s->num_computed + num_new)) {
         break;
@@ -166,6 +200,7 @@ StepPlan Scheduler::Schedule() {
                s->sampling, s->num_outputs(), &plan);
         AddPromptLogprobTargets(s->tokens, s->num_prompt, s->prompt_logprobs_done,
                                 s->sampling.prompt_logprobs, &plan.seqs.back());
+        Commit(s, &plan.seqs.back(), &samples);
         budget -= num_new;
       }
     }
@@ -179,40 +214,40 @@ std::vector<RequestUpdate> Scheduler::Update(const StepPlan& plan,
   std::vector<RequestUpdate> updates;
   size_t next_sample = 0;
   for (const ScheduledSeq& seq : plan.seqs) {
-    const bool has_token = seq.sample && next_sample < sampled.size();
+    if (!seq.sample) continue;  // its chunk was committed by Schedule()
+    const bool has_token = next_sample < sampled.size();
     const int token = has_token ? sampled[next_sample] : -1;
-    if (seq.sample) ++next_sample;
+    ++next_sample;
 
     auto it = states_.find(seq.request_id);
-    // Cancelled between Schedule() and Update(); a request re-added under the same id in
-    // that window starts from 0 and does not match this chunk either.
-    if (it == states_.end() || it->second->num_computed != seq.start_position) continue;
+    // Finished or cancelled since Schedule(): the token is dropped. A request re-added under
+    // the same id starts from 0 and has no pending token at this position.
+    const int at = seq.context_len();  // where Schedule() put this chunk's pending token
+    if (it == states_.end()) continue;
     State& s = *it->second;
-    s.num_computed += seq.num_new_tokens();
-    if (!seq.prompt_logprob_targets.empty()) {
-      s.prompt_logprobs_done = seq.start_position + seq.prompt_logprob_row +
-                               static_cast<int>(seq.prompt_logprob_targets.size());
-    }
-    if (!seq.sample) continue;
+    if (at >= s.num_tokens() || s.tokens[at] != kPendingToken) continue;
 
     RequestUpdate u;
     u.request_id = s.id;
+    --s.pending;
     if (!has_token) {
       // The runner returned fewer tokens than the plan asked for: without a token the
       // request can never advance, so finish it rather than let it hang.
       u.finish = FinishReason::kError;
     } else {
-      s.tokens.push_back(token);
+      s.tokens[at] = token;
       ++s.usage.completion_tokens;
       u.new_tokens.push_back(token);
+      // Stop conditions up to this token (a later pending token is not counted).
+      const int tokens_through = at + 1, outputs_through = tokens_through - s.num_prompt;
       const auto& stops = s.sampling.stop_token_ids;
       if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
         u.finish = FinishReason::kStop;
       } else if (token == config_.eos_token_id && !s.sampling.ignore_eos) {
         u.finish = FinishReason::kStop;
-      } else if (s.num_outputs() >= s.sampling.max_tokens) {
+      } else if (outputs_through >= s.sampling.max_tokens) {
         u.finish = FinishReason::kLength;
-      } else if (s.num_tokens() >= config_.max_model_len) {
+      } else if (tokens_through >= config_.max_model_len) {
         u.finish = FinishReason::kLength;
       }
     }
@@ -220,6 +255,8 @@ std::vector<RequestUpdate> Scheduler::Update(const StepPlan& plan,
     if (u.finish != FinishReason::kNone) {
       blocks_.Release(&s.block_table);
       running_.erase(std::remove(running_.begin(), running_.end(), s.id), running_.end());
+      // Preempted while its token was in flight, it waits in the queue.
+      waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s.id), waiting_.end());
       states_.erase(it);
     }
     updates.push_back(std::move(u));

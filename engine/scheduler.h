@@ -10,6 +10,15 @@
 //
 // Pure, deterministic CPU code: Schedule() returns a plain StepPlan, Update() takes the
 // runner's sampled tokens. No timing, no threads, no device.
+//
+// Schedule() commits the plan: the chunks count as computed and each sampled token is a
+// placeholder (kPendingToken) until Update() fills it. So one step may be scheduled while the
+// step before it still runs (the engine's overlapped loop, as vLLM v1's async scheduling): a
+// request whose last token is still pending decodes it as its next input (ScheduledSeq::
+// feed_from: the runner takes it from the previous step's sampled tokens); a request that
+// will end by length when its pending token lands is not scheduled again; one that ends on a
+// stop token computes one row for nothing, which Update() discards. Called in turn (Schedule,
+// Update, Schedule, ...), every plan is exactly what it was without placeholders.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +48,9 @@ struct ScheduledSeq {
   bool is_prefill = false;       // chunk computes tokens the request already knew (prompt or
                                  // recompute after preemption) rather than one decode token
   bool sample = false;           // chunk ends at the last known token: sample the next one
+  // >= 0: token_ids.back() is the token the previous plan samples at this index of its
+  // sampled tokens (Update() for it has not run yet; token_ids holds kPendingToken there).
+  int feed_from = -1;
   // Sampling inputs when sample is true.
   SamplingParams sampling;
   int sample_step = 0;  // index of the output token being drawn (0 = first)
@@ -71,6 +83,9 @@ struct RequestUpdate {
   Usage usage;  // running totals
 };
 
+// A token drawn by a step whose Update() has not run yet.
+constexpr int kPendingToken = -1;
+
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, int num_kv_blocks, int block_size);
@@ -86,10 +101,12 @@ class Scheduler {
   // Returns false if the id is unknown (already finished).
   bool Cancel(int64_t request_id);
 
+  // The next step's plan, committed (see the top of this file). At most one plan may await
+  // its Update() when Schedule() is called.
   StepPlan Schedule();
   // sampled[i] is the token drawn for the i-th seq of `plan` that has sample == true.
   // Returns one update per scheduled request that produced a token or finished; finished
-  // requests have released their blocks.
+  // requests have released their blocks. Plans are updated in the order they were scheduled.
   std::vector<RequestUpdate> Update(const StepPlan& plan, const std::vector<int>& sampled);
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
@@ -105,6 +122,9 @@ class Scheduler {
   // Frees the state's blocks and resets it to recompute from scratch.
   void Preempt(State* s);
   bool IsPrefill(const State& s) const;
+  // Commits `seq`, the chunk just planned for `s` (see scheduler.cc).
+  void Commit(State* s, ScheduledSeq* seq, int* samples);
+  bool CanScheduleWhilePending(const State& s) const;
 
   SchedulerConfig config_;
   BlockManager blocks_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <vector>
@@ -428,35 +429,212 @@ TEST(SchedulerTest, LoweringMaxNumSeqsPausesTheNewestRunning) {
   EXPECT_EQ(sim.sched.blocks().num_free(), 64);
 }
 
+// Drives `sim` through 3000 seeded random actions (add, with a stop token at 1 in `stop_odds`;
+// cancel at `cancel_pct` %; new limits at 3 %; else a step), then runs it dry with the limits
+// restored. Returns the ids added; `cancelled` gets those cancelled while still known.
+template <class SimT>
+std::vector<int64_t> RandomActions(SimT& sim, uint32_t seed, int stop_odds, int cancel_pct,
+                                   std::set<int64_t>* cancelled) {
+  std::mt19937 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<int64_t> ids;
+  int64_t next_id = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const int action = uniform(0, 99);
+    if (action < 25) {
+      GenerateRequest r = Req(uniform(1, 40), uniform(1, 30), uniform(3, 50));
+      if (uniform(0, stop_odds - 1) == 0) r.sampling.stop_token_ids = {uniform(3, 99)};
+      sim.Add(next_id, r);
+      ids.push_back(next_id++);
+    } else if (action < 25 + cancel_pct && !ids.empty()) {
+      const int64_t id = ids[uniform(0, static_cast<int>(ids.size()) - 1)];
+      if (sim.sched.Cancel(id)) cancelled->insert(id);
+      sim.kv.erase(id);
+    } else if (action < 28 + cancel_pct) {
+      sim.sched.SetLimits(uniform(1, 8), uniform(1, 40));
+    } else {
+      sim.Step();
+    }
+    EXPECT_EQ(sim.sched.blocks().num_used() + sim.sched.blocks().num_free(), 24);
+  }
+  sim.sched.SetLimits(6, 24);
+  sim.RunAll();
+  EXPECT_EQ(sim.sched.blocks().num_free(), 24) << "seed " << seed;
+  EXPECT_GT(sim.preemptions, 0) << "seed " << seed;
+  return ids;
+}
+
 TEST(SchedulerTest, SeededStressEndsWithAllBlocksFree) {
   for (uint32_t seed : {1u, 2u, 3u}) {
-    std::mt19937 rng(seed);
-    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     Sim sim(Config(6, 24, 128), 24, 4);  // longest request: 70 tokens = 18 blocks
-    std::vector<int64_t> ids;
-    int64_t next_id = 0;
-    for (int i = 0; i < 3000; ++i) {
-      const int action = uniform(0, 99);
-      if (action < 25) {
-        GenerateRequest r = Req(uniform(1, 40), uniform(1, 30), uniform(3, 50));
-        if (uniform(0, 3) == 0) r.sampling.stop_token_ids = {uniform(3, 99)};
-        sim.Add(next_id, r);
-        ids.push_back(next_id++);
-      } else if (action < 33 && !ids.empty()) {
-        const int64_t id = ids[uniform(0, static_cast<int>(ids.size()) - 1)];
-        sim.sched.Cancel(id);
-        sim.kv.erase(id);
-      } else if (action < 36) {
-        sim.sched.SetLimits(uniform(1, 8), uniform(1, 40));
-      } else {
-        sim.Step();
+    std::set<int64_t> cancelled;
+    RandomActions(sim, seed, /*stop_odds=*/4, /*cancel_pct=*/8, &cancelled);
+  }
+}
+
+// Plays the runner of the engine's overlapped loop: each plan is "launched" (its tokens drawn
+// from the fake model, a pending input fed from the previous plan's sampled tokens) before the
+// previous plan's Update(), as the engine does while the device runs.
+struct PipelinedSim : Sim {
+  std::optional<std::pair<StepPlan, std::vector<int>>> in_flight;
+  int fed = 0, discarded_rows = 0;
+  std::map<int64_t, GenerateRequest> requests;
+
+  PipelinedSim(const SchedulerConfig& c, int blocks, int block_size) : Sim(c, blocks, block_size) {}
+
+  void Add(int64_t id, const GenerateRequest& r) {
+    requests[id] = r;
+    sched.Add(id, r);
+  }
+
+  std::vector<int> Launch(const StepPlan& plan) {
+    std::vector<int> sampled;
+    for (const ScheduledSeq& s : plan.seqs) {
+      std::vector<int>& ctx = kv[s.request_id];
+      EXPECT_EQ(s.start_position, static_cast<int>(ctx.size())) << "id " << s.request_id;
+      for (int j = 0; j < s.num_new_tokens(); ++j) {
+        int t = s.token_ids[j];
+        if (t == kPendingToken) {
+          EXPECT_EQ(j, s.num_new_tokens() - 1) << "a pending token is only ever the last input";
+          EXPECT_TRUE(in_flight.has_value());
+          EXPECT_GE(s.feed_from, 0);
+          if (!in_flight || s.feed_from < 0 ||
+              s.feed_from >= static_cast<int>(in_flight->second.size())) {
+            ADD_FAILURE() << "no token to feed";
+            t = 0;
+          } else {
+            t = in_flight->second[s.feed_from];
+            ++fed;
+          }
+        } else if (j == s.num_new_tokens() - 1) {
+          EXPECT_EQ(s.feed_from, -1);
+        }
+        ctx.push_back(t);
       }
-      EXPECT_EQ(sim.sched.blocks().num_used() + sim.sched.blocks().num_free(), 24);
+      if (s.sample) {
+        EXPECT_LT(s.sample_step, s.sampling.max_tokens) << "scheduled past its length";
+        sampled.push_back(NextToken(ctx));
+      }
     }
-    sim.sched.SetLimits(6, 24);
-    sim.RunAll();
-    EXPECT_EQ(sim.sched.blocks().num_free(), 24) << "seed " << seed;
-    EXPECT_GT(sim.preemptions, 0) << "seed " << seed;
+    return sampled;
+  }
+
+  void Resolve() {
+    if (!in_flight) return;
+    const auto [plan, sampled] = std::move(*in_flight);
+    in_flight.reset();
+    std::set<int64_t> updated;
+    for (const RequestUpdate& u : sched.Update(plan, sampled)) {
+      updated.insert(u.request_id);
+      auto& o = out[u.request_id];
+      o.insert(o.end(), u.new_tokens.begin(), u.new_tokens.end());
+      if (u.finish != FinishReason::kNone) {
+        finished[u.request_id] = u;
+        kv.erase(u.request_id);
+      }
+    }
+    for (const ScheduledSeq& s : plan.seqs) {
+      if (s.sample && !updated.count(s.request_id)) ++discarded_rows;
+    }
+  }
+
+  // Schedule the next plan while the previous one is in flight, launch it, then update the
+  // previous one; with nothing to schedule, drain.
+  void Step() {
+    StepPlan plan = sched.Schedule();
+    for (int64_t id : plan.preempted) kv[id].clear();
+    preemptions += static_cast<int>(plan.preempted.size());
+    EXPECT_LE(plan.num_tokens(), sched.config().max_num_batched_tokens);
+    EXPECT_LE(static_cast<int>(plan.seqs.size()), sched.config().max_num_seqs);
+    std::vector<int> sampled;
+    if (!plan.empty()) sampled = Launch(plan);
+    Resolve();
+    if (!plan.empty()) in_flight.emplace(std::move(plan), std::move(sampled));
+  }
+
+  void RunAll(int max_steps = 10000) {
+    for (int i = 0; i < max_steps && (sched.HasWork() || in_flight); ++i) Step();
+    EXPECT_FALSE(sched.HasWork());
+  }
+
+  // What the request's stream must be: the fake model's tokens up to max_tokens, or through
+  // its first stop token.
+  std::vector<int> Expected(int64_t id) const {
+    const GenerateRequest& r = requests.at(id);
+    std::vector<int> want = Reference(r);
+    const auto& stops = r.sampling.stop_token_ids;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::find(stops.begin(), stops.end(), want[i]) != stops.end()) {
+        want.resize(i + 1);
+        break;
+      }
+    }
+    return want;
+  }
+};
+
+TEST(SchedulerTest, DecodeIsScheduledWhileItsTokenIsInFlight) {
+  PipelinedSim sim(Config(8, 64), 64, 4);
+  sim.Add(1, Req(5, 4));
+  sim.Add(2, Req(3, 4, 40));
+  sim.Step();  // both prompts: in flight
+  ASSERT_TRUE(sim.in_flight.has_value());
+  const StepPlan next = sim.sched.Schedule();  // scheduled before the prompts' tokens are known
+  ASSERT_EQ(next.seqs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const ScheduledSeq& s = next.seqs[i];
+    EXPECT_FALSE(s.is_prefill);
+    EXPECT_EQ(s.token_ids, std::vector<int>{kPendingToken});
+    EXPECT_EQ(s.feed_from, static_cast<int>(i));
+    EXPECT_EQ(s.sample_step, 1);
+  }
+  EXPECT_EQ(next.seqs[0].start_position, 5);
+  EXPECT_EQ(next.seqs[1].start_position, 3);
+  // The prompts' update lands after the next plan was made: it carries the first tokens.
+  const std::vector<int> sampled = sim.Launch(next);
+  sim.Resolve();
+  sim.in_flight.emplace(next, sampled);
+  EXPECT_EQ(sim.out[1].size(), 1u);
+  EXPECT_EQ(sim.out[2].size(), 1u);
+  sim.RunAll();
+  EXPECT_EQ(sim.out[1], sim.Expected(1));
+  EXPECT_EQ(sim.out[2], sim.Expected(2));
+  EXPECT_EQ(sim.fed, 6);             // tokens 1-3 of both were fed from the step before
+  EXPECT_EQ(sim.discarded_rows, 0);  // an end by length is never scheduled ahead
+  EXPECT_EQ(sim.sched.blocks().num_free(), 64);
+}
+
+TEST(SchedulerTest, RowAfterAStopTokenIsDiscarded) {
+  PipelinedSim sim(Config(8, 64), 64, 4);
+  GenerateRequest r = Req(5, 20);
+  const std::vector<int> ref = Reference(r);
+  r.sampling.stop_token_ids = {ref[2]};  // the third token stops it
+  sim.Add(1, r);
+  sim.RunAll();
+  EXPECT_EQ(sim.out[1], std::vector<int>(ref.begin(), ref.begin() + 3));
+  EXPECT_EQ(sim.finished[1].finish, FinishReason::kStop);
+  EXPECT_EQ(sim.finished[1].usage.completion_tokens, 3);
+  EXPECT_EQ(sim.discarded_rows, 1);  // its fourth token was drawn ahead and dropped
+  EXPECT_EQ(sim.sched.blocks().num_free(), 64);
+}
+
+TEST(SchedulerTest, PipelinedStressGivesTheSameStreams) {
+  for (uint32_t seed : {11u, 12u, 13u}) {
+    PipelinedSim sim(Config(6, 24, 128), 24, 4);
+    std::set<int64_t> cancelled;
+    const std::vector<int64_t> ids =
+        RandomActions(sim, seed, /*stop_odds=*/3, /*cancel_pct=*/5, &cancelled);
+    EXPECT_GT(sim.fed, 0) << "seed " << seed;
+    EXPECT_GT(sim.discarded_rows, 0) << "seed " << seed;
+    int checked = 0;
+    for (int64_t id : ids) {
+      if (cancelled.count(id)) continue;
+      ASSERT_TRUE(sim.finished.count(id)) << "seed " << seed << " id " << id;
+      EXPECT_EQ(sim.out[id], sim.Expected(id)) << "seed " << seed << " id " << id;
+      EXPECT_EQ(sim.finished[id].usage.completion_tokens, static_cast<int>(sim.out[id].size()));
+      ++checked;
+    }
+    EXPECT_GT(checked, 100) << "seed " << seed;
   }
 }
 
