@@ -239,7 +239,8 @@ absl::Status ModelRunner::AllocateBuffers() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_seqs) {
+absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_seqs,
+                                               const std::vector<int>& prev_sampled) {
   Buffers& b = *buf_;
   const int n = static_cast<int>(plan.seqs.size());
   const int num_seqs = std::max(n, padded_seqs);
@@ -290,9 +291,15 @@ absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_
     b.h_prefill[i] = s.is_prefill ? 1 : 0;
     std::copy(s.block_table.begin(), s.block_table.end(), table);
     std::fill(table + s.block_table.size(), table + width, scratch);
+    if (s.feed_from >= static_cast<int>(prev_sampled.size())) {
+      return absl::InternalError(absl::StrCat("request ", s.request_id, ": its input is token ",
+                                              s.feed_from, " of the previous step, which drew ",
+                                              prev_sampled.size()));
+    }
     for (int j = 0; j < s.num_new_tokens(); ++j, ++t) {
       const int pos = s.start_position + j;
-      b.h_ids[t] = s.token_ids[j];
+      b.h_ids[t] = s.feed_from >= 0 && j + 1 == s.num_new_tokens() ? prev_sampled[s.feed_from]
+                                                                   : s.token_ids[j];
       b.h_positions[t] = pos;
       b.h_slots[t] = s.block_table[pos / bs] * bs + pos % bs;
       b.attended_pairs += pos + 1;
@@ -452,15 +459,22 @@ int ModelRunner::GraphSizeFor(int num_seqs) const {
 }
 
 absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per_op_timing) {
-  RunnerOutput out;
+  RETURN_IF_ERROR(Launch(plan, per_op_timing));
+  return Finish(plan);
+}
+
+absl::Status ModelRunner::Launch(const StepPlan& plan, bool per_op_timing,
+                                 const std::vector<int>& prev_sampled) {
+  if (launched_) return absl::FailedPreconditionError("Launch: the previous step is not finished");
+  Launched l;
+  RunnerOutput& out = l.out;
   const int n = static_cast<int>(plan.seqs.size());
-  const bool logprobs = WantsLogprobs(plan);
-  const int graph_size = use_graphs_ && !logprobs && IsUniformDecode(plan) ? GraphSizeFor(n) : 0;
+  l.logprobs = WantsLogprobs(plan);
+  const int graph_size = use_graphs_ && !l.logprobs && IsUniformDecode(plan) ? GraphSizeFor(n) : 0;
   const double t0 = NowUs();
   backend_->BeginStep(per_op_timing && graph_size == 0);
-  int rows = 0;
   if (graph_size > 0) {
-    ASSIGN_OR_RETURN(rows, PrepareInputs(plan, graph_size));
+    ASSIGN_OR_RETURN(l.rows, PrepareInputs(plan, graph_size, prev_sampled));
     out.prepare_us = NowUs() - t0;
     int handle = -1;
     for (const auto& [size, h] : graphs_) {
@@ -471,20 +485,30 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
     out.graph_batch_size = graph_size;
     out.padding_tokens = graph_size - n;
   } else {
-    ASSIGN_OR_RETURN(rows, PrepareInputs(plan, 0));
+    ASSIGN_OR_RETURN(l.rows, PrepareInputs(plan, 0, prev_sampled));
     out.prepare_us = NowUs() - t0;
     int num_tokens, max_query, max_context;
     PlanBounds(plan, &num_tokens, &max_query, &max_context);
-    RETURN_IF_ERROR(Forward(num_tokens, n, rows, max_query, max_context, logprobs));
-    if (logprobs) RETURN_IF_ERROR(SampleWithLogprobs(plan, rows, &out));
+    RETURN_IF_ERROR(Forward(num_tokens, n, l.rows, max_query, max_context, l.logprobs));
+    if (l.logprobs) RETURN_IF_ERROR(SampleWithLogprobs(plan, l.rows, &out));
   }
   backend_->MarkStepEnd();  // the device span ends with Sample, not with the copy back
-  const int32_t* tokens = static_cast<const int32_t*>(buf_->h_tokens.get());
-  if (rows > 0) {
+  if (l.rows > 0) {
     RETURN_IF_ERROR(
-        backend_->Download(buf_->tokens.View(DType::kI32, 1, rows), buf_->h_tokens.get()));
+        backend_->DownloadAsync(buf_->tokens.View(DType::kI32, 1, l.rows), buf_->h_tokens.get()));
   }
-  ASSIGN_OR_RETURN(out.timing, backend_->EndStep());
+  launched_ = std::move(l);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunnerOutput> ModelRunner::Finish(const StepPlan& plan) {
+  if (!launched_) return absl::FailedPreconditionError("Finish: no step was launched");
+  Launched l = std::move(*launched_);
+  launched_.reset();
+  RunnerOutput& out = l.out;
+  const int n = static_cast<int>(plan.seqs.size()), rows = l.rows;
+  ASSIGN_OR_RETURN(out.timing, backend_->EndStep());  // waits: the tokens are home after it
+  const int32_t* tokens = static_cast<const int32_t*>(buf_->h_tokens.get());
   if (out.graph_replayed) {
     // Captured attention records carry the capture-time cost; restate this step's from its
     // shapes: its n real rows (padding rows attend nothing) over its own contexts.
@@ -505,7 +529,7 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
   }
   const int keep = out.graph_replayed ? n : rows;  // padding rows are discarded
   out.sampled.assign(tokens, tokens + std::min(keep, rows));
-  if (logprobs) {
+  if (l.logprobs) {
     // The sampled tokens are known now: their logprobs from the logits kept before sampling.
     const int vocab = model_.vocab_size;
     int row = 0;
@@ -519,7 +543,7 @@ absl::StatusOr<RunnerOutput> ModelRunner::Execute(const StepPlan& plan, bool per
       ++row;
     }
   }
-  return out;
+  return std::move(out);
 }
 
 absl::Status ModelRunner::SampleWithLogprobs(const StepPlan& plan, int rows, RunnerOutput* out) {
@@ -583,8 +607,9 @@ absl::Status ModelRunner::PromptLogprobs(const StepPlan& plan, RunnerOutput* out
 absl::StatusOr<RunnerOutput> ModelRunner::ExecuteWithLogits(const StepPlan& plan,
                                                             std::vector<float>* logits) {
   RunnerOutput out;
+  if (launched_) return absl::FailedPreconditionError("ExecuteWithLogits: a step is launched");
   backend_->BeginStep(true);
-  ASSIGN_OR_RETURN(const int rows, PrepareInputs(plan, 0));
+  ASSIGN_OR_RETURN(const int rows, PrepareInputs(plan, 0, {}));
   int num_tokens, max_query, max_context;
   PlanBounds(plan, &num_tokens, &max_query, &max_context);
   RETURN_IF_ERROR(Forward(num_tokens, static_cast<int>(plan.seqs.size()), rows, max_query,
@@ -605,6 +630,7 @@ absl::Status ModelRunner::CaptureGraphs() {
         absl::StrCat("cuda_graphs: the ", backend_->name(), " backend cannot capture graphs"));
   }
   if (!graphs_.empty()) return absl::OkStatus();
+  if (launched_) return absl::FailedPreconditionError("CaptureGraphs: a step is launched");
   std::vector<int> sizes;
   for (int s : config_.graph_sizes) {
     if (s >= 1 && s <= buf_->max_seqs) sizes.push_back(s);
@@ -616,7 +642,7 @@ absl::Status ModelRunner::CaptureGraphs() {
   StepPlan empty;
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {  // largest first
     const int s = *it;
-    ASSIGN_OR_RETURN(const int rows, PrepareInputs(empty, s));
+    ASSIGN_OR_RETURN(const int rows, PrepareInputs(empty, s, {}));
     // One eager forward at this size first, so each GEMM shape's first cuBLAS call and each
     // kernel's lazy module load happen outside the capture (PyTorch's practice).
     backend_->BeginStep(false);

@@ -7,6 +7,8 @@
 // params) -> one upload each -> embedding -> N x [norm, qkv gemm, rope, kv write, attention,
 // o gemm, add+norm, gate_up gemm, swiglu, down gemm] -> final norm of the rows that sample ->
 // lm head gemm -> sample -> download the sampled tokens (the step's only host round trip).
+// Launch issues all of it (the download queued behind the step); Finish waits for it, so the
+// engine may schedule the next step while the device runs this one.
 //
 // Uniform decode steps (every sequence decodes one token) replay a captured graph when graphs
 // are on: the batch is padded to the next captured size; padding rows read and write a
@@ -69,8 +71,19 @@ class ModelRunner {
                                                              const RunnerConfig& config);
   ~ModelRunner();
 
-  // Runs one step. per_op_timing asks the backend for each op's device interval.
+  // Runs one step: Launch, then Finish. per_op_timing asks the backend for each op's device
+  // interval.
   absl::StatusOr<RunnerOutput> Execute(const StepPlan& plan, bool per_op_timing);
+  // Issues one step and returns without waiting for the device where the backend runs
+  // asynchronously (CUDA); the sampled tokens are copied back behind the step. A seq with
+  // feed_from >= 0 (Scheduler: its input is the token the previous step sampled) takes
+  // prev_sampled[feed_from] as its last input. At most one step is launched at a time: the
+  // caller calls Finish before the next Launch.
+  absl::Status Launch(const StepPlan& plan, bool per_op_timing,
+                      const std::vector<int>& prev_sampled = {});
+  // Waits for the launched step and returns its output; `plan` is the one launched.
+  absl::StatusOr<RunnerOutput> Finish(const StepPlan& plan);
+  bool launched() const { return launched_.has_value(); }
   // Like Execute but also returns the logits (f32 [R, vocab], R = seqs that sample, in plan
   // order) before sampling; always eager. For tests and tools.
   absl::StatusOr<RunnerOutput> ExecuteWithLogits(const StepPlan& plan, std::vector<float>* logits);
@@ -99,7 +112,8 @@ class ModelRunner {
   absl::Status AllocateBuffers();
   // Fills and uploads the step inputs for `plan`, padded to `padded_seqs` decode rows when
   // > 0. Returns the number of rows that sample.
-  absl::StatusOr<int> PrepareInputs(const StepPlan& plan, int padded_seqs);
+  absl::StatusOr<int> PrepareInputs(const StepPlan& plan, int padded_seqs,
+                                    const std::vector<int>& prev_sampled);
   // Issues the forward pass and sampling for the prepared inputs.
   absl::Status Forward(int num_tokens, int num_seqs, int num_sample_rows, int max_query_len,
                        int max_context_len, bool keep_logits);
@@ -124,6 +138,13 @@ class ModelRunner {
   bool use_graphs_ = false;
   GraphInfo graph_info_;
   std::vector<std::pair<int, int>> graphs_;  // (batch size, backend graph handle), ascending
+  // The step between Launch and Finish: its output so far and the rows that sample.
+  struct Launched {
+    RunnerOutput out;
+    int rows = 0;
+    bool logprobs = false;
+  };
+  std::optional<Launched> launched_;
 };
 
 }  // namespace saturn

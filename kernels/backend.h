@@ -172,7 +172,15 @@ class Backend {
   virtual absl::Status UploadF32(const float* host, const Tensor& dst) = 0;
   // Waits for all issued work, then copies src into host memory.
   virtual absl::Status Download(const Tensor& src, void* host) = 0;
+  // Queues the copy of src into host memory behind the issued work and returns without
+  // waiting: the bytes are there once the next EndStep()/Synchronize()/Download() returns, and
+  // the host memory must not be read or reused before that. Where ops run as they are issued
+  // (RunsAsync() false) it copies at once.
+  virtual absl::Status DownloadAsync(const Tensor& src, void* host) { return Download(src, host); }
   virtual absl::Status Synchronize() = 0;
+  // Whether issued ops may still be running when the call that issued them returns (CUDA's
+  // stream), so the host can work while the device does (the engine's overlapped loop).
+  virtual bool RunsAsync() const { return false; }
 
   // --- ops (shapes checked here, work done by Do*) ----------------------------------------
   // out[T, D] = table[ids[t], :]

@@ -122,6 +122,15 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return absl::OkStatus();
   }
+  absl::Status DownloadAsync(const Tensor& src, void* host) override {
+    RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "DownloadAsync"));
+    CUDA_CHECK(UseDevice(device_));
+    if (src.bytes() > 0) {  // host is page-locked (AllocateHost): the copy is truly async
+      CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+    }
+    return absl::OkStatus();
+  }
+  bool RunsAsync() const override { return true; }
   absl::Status Synchronize() override {
     RETURN_IF_ERROR(RefuseDuringCapture(capturing_, "Synchronize"));
     CUDA_CHECK(UseDevice(device_));

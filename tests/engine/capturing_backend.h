@@ -1,13 +1,17 @@
 // A backend that captures like CUDA does, on top of the CPU backend, for host tests of what
 // the CUDA backend relies on: ops issued during a capture are recorded, not run; a replay runs
 // them and appends their records (Backend::AppendReplayedOps); host round trips and
-// allocations inside a capture fail the test; every call is logged. Test code only.
+// allocations inside a capture fail the test; every call is logged. With async_downloads, a
+// DownloadAsync lands only at the next EndStep/Synchronize/Download, copied then (its host bytes
+// are poisoned until it lands), so a runner that reads them early, or lets a later op overwrite
+// the source first, reads the wrong tokens, as it would on CUDA's stream. Test code only.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,6 +31,7 @@ class CapturingBackend final : public Backend {
   std::string fail_in_capture;        // an op kind that fails while capturing ("" = none)
   bool fuse_rope_kv_write = false;    // FusesRopeKvWrite, as CUDA's v2 kernels do
   int fuse_gemm_swiglu_max_rows = 0;  // FusesGemmSwiGlu up to this many rows (CUDA v2: 16)
+  bool async_downloads = false;       // DownloadAsync lands late and RunsAsync() is true
 
   std::string name() const override { return "capturing-cpu"; }
   std::string device_name() const override { return cpu_->device_name(); }
@@ -52,10 +57,20 @@ class CapturingBackend final : public Backend {
   }
   absl::Status Download(const Tensor& src, void* host) override {
     if (absl::Status s = Host("download"); !s.ok()) return s;
+    if (absl::Status s = Land(); !s.ok()) return s;
     return cpu_->Download(src, host);
   }
+  absl::Status DownloadAsync(const Tensor& src, void* host) override {
+    if (absl::Status s = Host("download_async"); !s.ok()) return s;
+    if (!async_downloads) return cpu_->Download(src, host);
+    std::memset(host, 0xA5, src.bytes());
+    queued_.emplace_back(src, host);
+    return absl::OkStatus();
+  }
+  bool RunsAsync() const override { return async_downloads; }
   absl::Status Synchronize() override {
     if (absl::Status s = Host("synchronize"); !s.ok()) return s;
+    if (absl::Status s = Land(); !s.ok()) return s;
     return cpu_->Synchronize();
   }
   void Free(void*) override { ADD_FAILURE() << "buffers are owned by the CPU backend"; }
@@ -67,6 +82,7 @@ class CapturingBackend final : public Backend {
   void MarkStepEnd() override { log.push_back("mark_step_end"); }
   absl::StatusOr<StepTiming> EndStep() override {
     log.push_back("end_step");
+    if (absl::Status s = Land(); !s.ok()) return s;
     return Backend::EndStep();
   }
 
@@ -132,6 +148,16 @@ class CapturingBackend final : public Backend {
 
  protected:
   using Fn = std::function<absl::Status()>;
+  // The queued async downloads, copied now (the device's stream reaching them).
+  absl::Status Land() {
+    std::vector<std::pair<Tensor, void*>> queued;
+    queued.swap(queued_);
+    for (const auto& [src, host] : queued) {
+      if (absl::Status s = cpu_->Download(src, host); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::pair<Tensor, void*>> queued_;
   absl::Status DoEmbedding(const Tensor& ids, const Tensor& t, const Tensor& out) override {
     return Op("embedding", [=, this] { return cpu_->Embedding(ids, t, out); });
   }

@@ -38,12 +38,7 @@ class GraphCaptureTest : public ::testing::Test {
     backend_ = std::make_unique<CapturingBackend>(std::move(*cpu));
   }
   std::unique_ptr<ModelRunner> MakeRunner(std::vector<int> graph_sizes) {
-    const RunnerConfig rc{.max_num_seqs_limit = 4,
-                          .max_num_batched_tokens_limit = 64,
-                          .max_model_len = 64,
-                          .block_size = 4,
-                          .num_kv_blocks = 64,
-                          .graph_sizes = std::move(graph_sizes)};
+    const RunnerConfig rc = testing_runner::SmallRunnerConfig(64, std::move(graph_sizes));
     auto r = ModelRunner::Create(backend_.get(), weights_, rc);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(*r) : nullptr;
@@ -182,7 +177,7 @@ TEST_F(GraphCaptureTest, ReplayedDecodeGivesTheEagerTokensAndCountsIssueOnce) {
   }
   EXPECT_EQ(t.ops.back().kind, OpKind::kSample);
   // The step end is marked after the replay and before the tokens come back.
-  const size_t replay = Find("replay"), mark = Find("mark_step_end"), down = Find("download");
+  const size_t replay = Find("replay"), mark = Find("mark_step_end"), down = Find("download_async");
   EXPECT_LT(replay, mark);
   EXPECT_LT(mark, down);
   EXPECT_LT(down, backend_->log.size());
@@ -338,7 +333,7 @@ TEST_F(GraphCaptureTest, EagerStepMarksItsEndAfterSampleBeforeTheDownload) {
   ASSERT_NE(runner, nullptr);
   (void)Decode(runner.get(), 2, 1, backend_.get());
   const auto& log = backend_->log;
-  const size_t mark = Find("mark_step_end"), down = Find("download");
+  const size_t mark = Find("mark_step_end"), down = Find("download_async");
   ASSERT_LT(mark, log.size());
   ASSERT_GT(mark, 0u);
   EXPECT_EQ(log[mark - 1], "op:sample");
@@ -346,7 +341,7 @@ TEST_F(GraphCaptureTest, EagerStepMarksItsEndAfterSampleBeforeTheDownload) {
   EXPECT_LT(down, Find("end_step"));
   // The step's inputs go up packed in one copy, its tokens come back in one.
   EXPECT_EQ(std::count(log.begin(), log.end(), "upload"), 1);
-  EXPECT_EQ(std::count(log.begin(), log.end(), "download"), 1);
+  EXPECT_EQ(std::count(log.begin(), log.end(), "download_async"), 1);
 }
 
 }  // namespace
@@ -405,11 +400,7 @@ TEST(StepProbeGraphs, TheCpuBackendTimesOneSetting) {
   ModelWeights w = testing_runner::TinyWeights(3, 128);
   auto cpu = CreateBackend("cpu", 1, "f32");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  const RunnerConfig rc{.max_num_seqs_limit = 4,
-                        .max_num_batched_tokens_limit = 64,
-                        .max_model_len = 64,
-                        .block_size = 4,
-                        .num_kv_blocks = 64};
+  const RunnerConfig rc = testing_runner::SmallRunnerConfig(64);
   auto runner = ModelRunner::Create(cpu->get(), w, rc);
   ASSERT_TRUE(runner.ok()) << runner.status();
   BlockManager blocks(64, 4);

@@ -28,6 +28,16 @@ inline ModelWeights TinyWeights(uint64_t seed, int max_position = 0) {
   return w.ok() ? std::move(*w) : ModelWeights{};
 }
 
+// The runner tests' limits: 4 sequences, 64 tokens a step and of context, blocks of 4 tokens.
+inline RunnerConfig SmallRunnerConfig(int num_kv_blocks, std::vector<int> graph_sizes = {}) {
+  return RunnerConfig{.max_num_seqs_limit = 4,
+                      .max_num_batched_tokens_limit = 64,
+                      .max_model_len = 64,
+                      .block_size = 4,
+                      .num_kv_blocks = num_kv_blocks,
+                      .graph_sizes = std::move(graph_sizes)};
+}
+
 // One sampling sequence (request 1) holding the whole prompt, its blocks taken from `blocks`.
 inline StepPlan WholePromptPlan(BlockManager& blocks, std::vector<int> tokens) {
   ScheduledSeq s;
