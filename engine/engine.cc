@@ -37,7 +37,16 @@ absl::Status EngineConfig::Validate() const {
   if (max_queued_requests < 0) {
     return absl::InvalidArgumentError("max_queued_requests: must be >= 0");
   }
-  return ParseEventThread(event_thread).status();
+  RETURN_IF_ERROR(ParseEventThread(event_thread).status());
+  return ResolveAsyncScheduling(async_scheduling, false).status();
+}
+
+absl::StatusOr<bool> ResolveAsyncScheduling(const std::string& setting, bool backend_runs_async) {
+  if (setting == "auto") return backend_runs_async;
+  if (setting == "on") return true;
+  if (setting == "off") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat("async_scheduling: \"", setting, "\" is not one of auto, on or off"));
 }
 
 absl::StatusOr<int> ParseEventThread(const std::string& setting) {
@@ -137,6 +146,8 @@ absl::Status Engine::Impl::Init() {
   graph_info_ = runner_->graph_info();
   options_ = config_.options;
   FillFixedInfo(max_len, per_block, rc.graph_sizes);
+  ASSIGN_OR_RETURN(async_, ResolveAsyncScheduling(config_.async_scheduling, backend_->RunsAsync()));
+  fixed_.async_scheduling = async_;
   RETURN_IF_ERROR(Warmup());
   fixed_.event_threads = ResolveEventThreads(config_.event_thread, *backend_);
   if (fixed_.event_threads > 0) events_.Start(fixed_.event_threads);
@@ -193,13 +204,14 @@ absl::Status Engine::Impl::Warmup() {
       failure = absl::InternalError(ev.error);
   });
   scheduler_->Add(0, req);
-  while (scheduler_->HasWork()) {
+  while (scheduler_->HasWork() || in_flight_) {
     Step();
     if (generated >= kMinTokens && !backend_->TuningOnServedSteps() && scheduler_->Cancel(0)) {
       live_.erase(0);
       break;
     }
   }
+  FinishInFlight();
   steps_.Clear();
   step_id_ = 0;
   {

@@ -61,6 +61,12 @@ struct EngineConfig {
   // step's postprocess (off). auto: on where the backend leaves a core free for it (CUDA; a CPU
   // backend with fewer threads than cores), off where its threads compute on every core.
   std::string event_thread = "auto";
+  // The overlapped step loop (vLLM v1's async scheduling): the next step is scheduled while
+  // the device runs the current one, and the current one's tokens are posted while the device
+  // runs the next; a decode whose input is still on the device is fed from it (Scheduler,
+  // ModelRunner::Launch). on | off | auto (on where the backend runs asynchronously: CUDA; off
+  // where ops run as issued, where it could only delay every token by a step).
+  std::string async_scheduling = "auto";
   int max_queued_requests = 0;  // 0: unbounded; past it Submit returns RESOURCE_EXHAUSTED
 
   absl::Status Validate() const;
@@ -70,6 +76,9 @@ struct EngineConfig {
 // event_thread and what it accepts.
 constexpr int kEventThreadAuto = -1, kEventThreadOn = -2, kMaxEventThreads = 16;
 absl::StatusOr<int> ParseEventThread(const std::string& setting);
+// EngineConfig::async_scheduling resolved for `backend_runs_async` (Backend::RunsAsync); the
+// error names async_scheduling and what it accepts.
+absl::StatusOr<bool> ResolveAsyncScheduling(const std::string& setting, bool backend_runs_async);
 
 class Engine {
  public:

@@ -63,10 +63,25 @@ struct Engine::Impl {
   EngineOptions options() const;
   std::optional<StepProbe> step_probe() const;
 
+  // A step the runner launched and the loop has not finished (engine thread only).
+  struct InFlight {
+    StepPlan plan;
+    int64_t step_id = 0;
+  };
+
   // engine_loop.cc (engine thread).
   void Loop();
-  // One step: returns false when there was nothing to do.
+  // One turn of the loop: schedules the next step; finishes the step in flight, if any;
+  // launches the next one; then updates, posts and records the finished one. Without
+  // async_scheduling the step launched is finished in the same turn. Returns false when
+  // there was nothing to do.
   bool Step();
+  // Waits for the step in flight, if any, and completes it (a turn that launches nothing).
+  void FinishInFlight();
+  // The finished step's scheduler update, events, counters and record; `rec` holds the turn's
+  // start, schedule time and CPU counters.
+  void Complete(const InFlight& step, absl::StatusOr<RunnerOutput> out, StepRecord rec,
+                const SchedStat& sched0);
   // Moves submitted requests into the scheduler and applies cancels.
   void DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* cancels);
   void ApplyPendingOptions();
@@ -110,6 +125,8 @@ struct Engine::Impl {
   std::optional<StepProbe> step_probe_;     // guarded by mu_
   std::unordered_map<int64_t, Live> live_;  // engine thread only
   int64_t step_id_ = 0;                     // engine thread only
+  bool async_ = false;                      // EngineConfig::async_scheduling resolved at Init
+  std::optional<InFlight> in_flight_;       // engine thread only: launched, not finished
   ThreadSchedSet sched_threads_;            // engine thread only: the threads that run steps
   bool sched_complete_ = false;             // engine thread only: every worker tracked
 

@@ -59,6 +59,7 @@ struct EngineInfo {
   bool supports_graphs = false;  // the backend can capture CUDA graphs
   int event_threads = 0;  // threads token events go out on (EngineConfig::event_thread); 0: the
                           // engine thread
+  bool async_scheduling = false;        // the overlapped step loop (EngineConfig::async_scheduling)
   bool per_op_timing_is_cheap = false;  // else every Nth eager step is timed per op
   size_t weight_bytes = 0;              // device weights, all of them
   std::vector<int> graph_sizes;         // the decode batch sizes graphs are captured at, ascending

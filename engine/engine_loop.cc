@@ -60,7 +60,7 @@ void Engine::Impl::Loop() {
     bool apply_options = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (!scheduler_->HasWork()) {
+      if (!scheduler_->HasWork() && !in_flight_) {
         cv_.wait(lock, [&] {
           return stopping_ || !incoming_.empty() || !cancels_.empty() || has_pending_options_ ||
                  !between_steps_.empty();
@@ -72,12 +72,15 @@ void Engine::Impl::Loop() {
       apply_options = has_pending_options_;
       tasks.swap(between_steps_);
     }
+    // Tasks and option changes use the runner and backend: no step may be in flight.
+    if (!tasks.empty() || apply_options) FinishInFlight();
     for (auto& task : tasks) task(true);
     tasks.clear();
     DrainIncoming(&incoming, &cancels);
     if (apply_options) ApplyPendingOptions();
     Step();
   }
+  FinishInFlight();
   {
     std::lock_guard<std::mutex> lock(mu_);
     tasks.swap(between_steps_);
@@ -214,13 +217,13 @@ void Engine::Impl::TrackSchedThreads() {
 }
 
 bool Engine::Impl::Step() {
-  StepRecord rec;
+  StepRecord rec;  // of the step this turn finishes
   if (config_.instrument) TrackSchedThreads();
   const SchedStat sched0 = config_.instrument ? sched_threads_.Read() : SchedStat{};
   rec.start_us = NowUs();
-  StepPlan plan = scheduler_->Schedule();
+  StepPlan plan = scheduler_->Schedule();  // overlaps the device's step in flight, if any
   rec.schedule_us = NowUs() - rec.start_us;
-  if (plan.empty()) {
+  if (plan.empty() && !in_flight_) {
     // Work exists but nothing fits this step (cannot happen with validated requests, but
     // never spin): yield briefly. Not a step: no record, never shown as in flight (a report
     // built meanwhile must not count an idle engine's wake-up as busy time).
@@ -228,27 +231,79 @@ bool Engine::Impl::Step() {
     return false;
   }
   step_in_flight_since_us_ = rec.start_us;  // from its start: scheduling is part of the step
-  struct InFlight {                         // cleared on every return
+  struct InFlightMark {                     // cleared on every return
     std::atomic<double>* since;
-    ~InFlight() { *since = 0; }
-  } in_flight{&step_in_flight_since_us_};
+    ~InFlightMark() { *since = 0; }
+  } in_flight_mark{&step_in_flight_since_us_};
   for (const ScheduledSeq& s : plan.seqs) {
     auto it = live_.find(s.request_id);
     if (it != live_.end() && it->second.timings.first_scheduled_us == 0) {
       it->second.timings.first_scheduled_us = rec.start_us;
     }
   }
-  const int64_t id = step_id_++;
-  const bool per_op = config_.instrument &&
-                      (backend_->per_op_timing_is_cheap() || id % config_.per_op_timing_every == 0);
-  absl::StatusOr<RunnerOutput> out = runner_->Execute(plan, per_op);
+  // The step in flight: wait for it. Its sampled tokens are the inputs of this plan's decodes
+  // that Schedule() could not know yet (ScheduledSeq::feed_from).
+  std::optional<InFlight> prev;
+  absl::StatusOr<RunnerOutput> prev_out;
+  if (in_flight_) {
+    prev = std::move(in_flight_);
+    in_flight_.reset();
+    prev_out = runner_->Finish(prev->plan);
+  }
+  if (!plan.empty()) {
+    const int64_t id = step_id_++;
+    const bool per_op = config_.instrument && (backend_->per_op_timing_is_cheap() ||
+                                               id % config_.per_op_timing_every == 0);
+    std::vector<int> fed;
+    if (prev_out.ok() && prev) {
+      fed = prev_out->sampled;
+    } else if (prev) {  // it failed: its requests end with it, their rows here are dropped
+      for (const ScheduledSeq& s : prev->plan.seqs) {
+        if (s.sample) fed.push_back(0);
+      }
+    }
+    absl::Status launched = runner_->Launch(plan, per_op, fed);
+    if (launched.ok()) {
+      in_flight_ = InFlight{std::move(plan), id};
+    } else {
+      // A failed step fails the requests in it; the engine keeps serving the others.
+      std::cerr << "saturn: step " << id << " failed: " << launched << "\n";
+      std::vector<int64_t> ids;
+      for (const ScheduledSeq& s : plan.seqs) ids.push_back(s.request_id);
+      EndRequests(ids, FinishReason::kError, std::string(launched.message()));
+    }
+  }
+  if (prev) {
+    // The device runs the step just launched while the host completes the one before.
+    Complete(*prev, std::move(prev_out), rec, sched0);
+  } else if (!async_ && in_flight_) {
+    InFlight now = std::move(*in_flight_);
+    in_flight_.reset();
+    Complete(now, runner_->Finish(now.plan), rec, sched0);
+  }
+  return true;
+}
+
+void Engine::Impl::FinishInFlight() {
+  if (!in_flight_) return;
+  StepRecord rec;
+  const SchedStat sched0 = config_.instrument ? sched_threads_.Read() : SchedStat{};
+  rec.start_us = NowUs();
+  InFlight step = std::move(*in_flight_);
+  in_flight_.reset();
+  Complete(step, runner_->Finish(step.plan), rec, sched0);
+}
+
+void Engine::Impl::Complete(const InFlight& step, absl::StatusOr<RunnerOutput> out, StepRecord rec,
+                            const SchedStat& sched0) {
+  const StepPlan& plan = step.plan;
   if (!out.ok()) {
     // A failed step fails the requests in it; the engine keeps serving the others.
-    std::cerr << "saturn: step " << id << " failed: " << out.status() << "\n";
+    std::cerr << "saturn: step " << step.step_id << " failed: " << out.status() << "\n";
     std::vector<int64_t> ids;
     for (const ScheduledSeq& s : plan.seqs) ids.push_back(s.request_id);
     EndRequests(ids, FinishReason::kError, std::string(out.status().message()));
-    return true;
+    return;
   }
   const double post0 = NowUs();
   std::vector<RequestUpdate> updates = scheduler_->Update(plan, out->sampled);
@@ -268,7 +323,7 @@ bool Engine::Impl::Step() {
       ++finished;
     }
   }
-  rec.step_id = id;
+  rec.step_id = step.step_id;
   RecordStepWork(plan, &*out, &rec);
   RecordServingState(*scheduler_, &rec);
   // The counters first, the events after: a client that has seen its final event reads
@@ -285,13 +340,19 @@ bool Engine::Impl::Step() {
     }
     counters_.num_waiting = rec.queue_depth;
     counters_.num_running = rec.num_running;
-    counters_.steps = id + 1;
+    counters_.steps = step.step_id + 1;
     kv_free_ = rec.kv_blocks_free;
   }
   for (size_t k = 0; k < updates.size(); ++k) Emit(updates[k].request_id, std::move(events[k]));
   PostEvents();  // with the event thread, the callbacks run while the next step starts
   rec.end_us = NowUs();
   rec.postprocess_us = rec.end_us - post0;
+  if (in_flight_ && backend_->RunsAsync()) {
+    // This turn's schedule and postprocess ran while the device had the next step queued:
+    // hidden behind it up to that step's device time (taken as this one's, as in a steady
+    // decode); the rest the device waited for.
+    rec.hidden_host_us = std::min(rec.schedule_us + rec.postprocess_us, rec.device_busy_us);
+  }
   if (config_.instrument) {
     const SchedStat sched1 = sched_threads_.Read();
     rec.sched_known = sched0.available && sched1.available;
@@ -301,7 +362,6 @@ bool Engine::Impl::Step() {
     }
     steps_.Push(std::move(rec));
   }
-  return true;
 }
 
 }  // namespace saturn

@@ -1,5 +1,12 @@
 // One record per engine step, written by the engine loop after the runner returns, kept in a
 // bounded ring for the diagnostics (engine/diag/) to read. Plain data plus the ring.
+//
+// A record spans one turn of the loop, so records tile the engine's time. With the plain loop
+// a turn schedules, runs and completes one step. With the overlapped loop
+// (EngineConfig::async_scheduling) a turn schedules step N+1, waits for step N, launches N+1
+// and completes N: the record is N's (its work, ops, prepare, issue and device times), its
+// schedule_us is N+1's scheduling, done in the same turn, and hidden_host_us says how much of
+// schedule + postprocess ran while the device had work queued.
 #pragma once
 
 #include <array>
@@ -35,6 +42,10 @@ struct StepRecord {
   double prepare_us = 0;      // building and uploading inputs
   double issue_us = 0;        // inside op issue calls (launches on CUDA)
   double postprocess_us = 0;  // Scheduler::Update and token events
+  // Of schedule + postprocess, the part the device did not wait for: with the overlapped loop
+  // (EngineConfig::async_scheduling) on an asynchronous backend they run while the next step is
+  // queued on the device; counted up to a step's device busy time. 0 otherwise.
+  double hidden_host_us = 0;
   // Device.
   double device_busy_us = 0;  // union of op device intervals (or the step span when per-op
                               // timing was off)

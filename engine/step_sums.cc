@@ -35,6 +35,7 @@ void StepSums::Add(const StepRecord& r, const StepRecord* prev, double idle_gap_
   schedule_us += r.schedule_us;
   prepare_us += r.prepare_us;
   postprocess_us += r.postprocess_us;
+  hidden_host_us += r.hidden_host_us;
   const int replayed = std::clamp(r.replayed_ops, 0, r.op_count);
   issued_ops += r.op_count - replayed;
   if (replayed > 0) ++replay_steps;
@@ -102,6 +103,7 @@ void StepSums::Merge(const StepSums& later) {
   schedule_us += later.schedule_us;
   prepare_us += later.prepare_us;
   postprocess_us += later.postprocess_us;
+  hidden_host_us += later.hidden_host_us;
   loop_gap_us += later.loop_gap_us;
   issued_ops += later.issued_ops;
   replay_steps += later.replay_steps;

@@ -40,10 +40,11 @@ struct StepSums {
   double device_busy_us = 0;
   double device_busy_in_wall_us = 0;  // sum of min(device busy, wall)
   double schedule_us = 0, prepare_us = 0, postprocess_us = 0;
-  double loop_gap_us = 0;    // between consecutive records added (LoopGapUs)
-  double lead_gap_us = 0;    // of loop_gap_us, the gap before the first record (from one before)
-  int64_t issued_ops = 0;    // ops launched one by one (op_count - replayed_ops)
-  int64_t replay_steps = 0;  // steps with replayed ops (one graph launch each)
+  double hidden_host_us = 0;  // of schedule + postprocess, overlapped with the device
+  double loop_gap_us = 0;     // between consecutive records added (LoopGapUs)
+  double lead_gap_us = 0;     // of loop_gap_us, the gap before the first record (from one before)
+  int64_t issued_ops = 0;     // ops launched one by one (op_count - replayed_ops)
+  int64_t replay_steps = 0;   // steps with replayed ops (one graph launch each)
   bool any_graph_replayed = false;
   double sched_run_us = 0, sched_wait_us = 0;  // steps with sched_known only
 

@@ -54,6 +54,11 @@ ABSL_FLAG(std::string, event_thread, "auto",
           "(N of them; on: the CPU's spare cores, or one per 8 cores with CUDA, at most 4) while "
           "the engine runs the next step; off, on the engine thread inside each step (auto: on "
           "for CUDA and for a CPU backend with a core to spare, see --threads)");
+ABSL_FLAG(std::string, async_scheduling, "auto",
+          "auto | on | off: on, the engine schedules the next step while the device runs the "
+          "current one and posts the current one's tokens while it runs the next (a decode "
+          "whose input token is still on the device is fed from there); auto: on where the "
+          "backend runs asynchronously (CUDA), off on the CPU backend, whose ops run as issued");
 ABSL_FLAG(int, max_queued_requests, 1024,
           "Waiting requests beyond which Generate returns RESOURCE_EXHAUSTED (0: unbounded)");
 ABSL_FLAG(int, step_history_mb, 64,
@@ -134,6 +139,7 @@ int main(int argc, char** argv) {
   config.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   config.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   config.engine.event_thread = absl::GetFlag(FLAGS_event_thread);
+  config.engine.async_scheduling = absl::GetFlag(FLAGS_async_scheduling);
   config.step_history_mb = absl::GetFlag(FLAGS_step_history_mb);
   config.engine.weight_seed = absl::GetFlag(FLAGS_seed);
   config.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);

@@ -181,6 +181,7 @@ void FillServerInfo(const Engine& engine, const PromptLimits& limits,
   bi->set_device_memory_bytes(static_cast<int64_t>(info.device_memory_bytes));
   bi->set_supports_cuda_graphs(info.supports_graphs);
   bi->set_event_threads(info.event_threads);
+  bi->set_async_scheduling(info.async_scheduling);
 
   ToProto(engine.options(), out->mutable_options());
 

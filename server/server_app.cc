@@ -148,7 +148,8 @@ absl::Status ServerApp::LoadEngine() {
                    " tokens, token events on ",
                    info.event_threads > 0 ? absl::StrCat(info.event_threads, " event thread(s)")
                                           : std::string("the engine thread"),
-                   ", on ", address(), " (SERVING)"));
+                   info.async_scheduling ? ", steps overlapped (async scheduling)" : "", ", on ",
+                   address(), " (SERVING)"));
   if (config_.metrics_port != 0) {
     metrics_ =
         std::make_unique<MetricsHttpServer>(&state_, diag_.get(), config_.metrics_window_seconds);

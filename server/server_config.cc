@@ -89,6 +89,9 @@ absl::Status ServerConfig::Validate() const {
   if (absl::Status s = ParseEventThread(engine.event_thread).status(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
   }
+  if (absl::Status s = ResolveAsyncScheduling(engine.async_scheduling, false).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
+  }
   if (engine.model.empty()) {
     return absl::InvalidArgumentError("--model: must name a preset or a checkpoint directory");
   }

@@ -89,11 +89,12 @@ std::string RenderInfo(const v1::ServerInfo& info, const v1::Calibration* calibr
                         FormatSi(static_cast<double>(m.num_parameters()), ""),
                         m.weight_bytes() / kMiB);
   absl::StrAppendFormat(
-      &out, "%-12s %s on %s, %s, %.0f MiB usable, CUDA graphs %s, token events on %s\n", "backend",
-      b.name(), b.device_name(), b.compute_dtype(), b.device_memory_bytes() / kMiB,
+      &out, "%-12s %s on %s, %s, %.0f MiB usable, CUDA graphs %s, token events on %s%s\n",
+      "backend", b.name(), b.device_name(), b.compute_dtype(), b.device_memory_bytes() / kMiB,
       b.supports_cuda_graphs() ? "supported" : "not supported",
       b.event_threads() > 0 ? absl::StrCat(b.event_threads(), " event thread(s)")
-                            : "the engine thread");
+                            : "the engine thread",
+      b.async_scheduling() ? ", steps overlapped (async scheduling)" : "");
   absl::StrAppendFormat(&out,
                         "%-12s max_num_seqs %d (limit %d), max_num_batched_tokens %d (limit %d), "
                         "cuda_graphs %s\n",

@@ -191,6 +191,7 @@ json SessionToJson(const SessionResult& res) {
                        {"compute_dtype", i.backend().compute_dtype()},
                        {"supports_cuda_graphs", i.backend().supports_cuda_graphs()},
                        {"event_threads", i.backend().event_threads()},
+                       {"async_scheduling", i.backend().async_scheduling()},
                        {"max_num_seqs", i.options().max_num_seqs()},
                        {"max_num_batched_tokens", i.options().max_num_batched_tokens()},
                        {"cuda_graphs", i.options().cuda_graphs()},

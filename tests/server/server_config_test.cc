@@ -70,6 +70,11 @@ TEST(ServerConfigTest, BadFlagsNameTheFlag) {
   c.engine.event_thread = "4";
   EXPECT_TRUE(c.Validate().ok());
   c = Valid();
+  c.engine.async_scheduling = "maybe";
+  ExpectNames(c, "--async_scheduling");
+  c.engine.async_scheduling = "on";
+  EXPECT_TRUE(c.Validate().ok());
+  c = Valid();
   c.engine.model = "";
   ExpectNames(c, "--model");
   c = Valid();
