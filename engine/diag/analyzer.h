@@ -224,6 +224,10 @@ struct Verdict {
   // The engine thread's host phases, microseconds per busy step (the host-bound evidence).
   struct HostPhases {
     double schedule_us = 0, prepare_us = 0, postprocess_us = 0, loop_gap_us = 0;
+    // The overlapped loop hid part of schedule and postprocess (their values above are what
+    // the device still waited for).
+    bool overlapped = false;
+    bool device_async = false;  // the backend runs ops asynchronously (CUDA): overlap can help
   } host_per_step;
 };
 

@@ -101,11 +101,33 @@ std::string HostPathChange(const Verdict& v, bool event_thread) {
         "would recover it",
         h.loop_gap_us);
   }
+  if (h.overlapped && largest == h.schedule_us) {
+    return absl::StrFormat(
+        "the largest phase is schedule (%.0f us a step left after the overlapped loop hid what "
+        "the device's step covers): the host's schedule and postprocess outlast the device's "
+        "step; fewer running requests per replica would recover it",
+        largest);
+  }
+  if (largest == h.prepare_us) {
+    return absl::StrFormat(
+        "the largest phase is prepare (%.0f us a step, growing with the running requests): "
+        "building and uploading the step's inputs runs between the device's steps even with "
+        "the overlapped loop (the inputs wait for the previous step's tokens); fewer running "
+        "requests per replica would recover it",
+        largest);
+  }
+  if (!h.device_async) {
+    return absl::StrFormat(
+        "the largest phase is schedule (%.0f us a step, growing with the running requests): "
+        "the backend runs its ops on the host as they are issued, so there is no device step "
+        "to hide it behind; fewer running requests per replica would recover it",
+        largest);
+  }
   return absl::StrFormat(
-      "the largest phase is %s (%.0f us a step, growing with the running requests): overlapping "
-      "it with the device's previous step (async scheduling, as vLLM v1 and SGLang do) would "
-      "recover it; Saturn runs it between steps",
-      largest == h.schedule_us ? "schedule" : "prepare", largest);
+      "the largest phase is schedule (%.0f us a step, growing with the running requests): "
+      "saturn-server --async_scheduling=on overlaps it with the device's step (as vLLM v1's "
+      "async scheduling and SGLang's overlap scheduler do)",
+      largest);
 }
 
 Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const Calibration& cal,
@@ -138,8 +160,14 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   }
   // Step-level sums over the busy steps.
   const double launch = LaunchUs(sums, cal);
-  const double schedule = sums.schedule_us, prepare = sums.prepare_us,
-               postprocess = sums.postprocess_us;
+  // Schedule and postprocess count where the device waited for them: with the overlapped loop,
+  // less the part hidden behind the device's next step (StepRecord::hidden_host_us), taken
+  // from both in proportion.
+  const double overlappable = sums.schedule_us + sums.postprocess_us;
+  const double exposed =
+      overlappable > 0 ? std::max(0.0, 1.0 - sums.hidden_host_us / overlappable) : 1.0;
+  const double schedule = sums.schedule_us * exposed, prepare = sums.prepare_us,
+               postprocess = sums.postprocess_us * exposed;
   const double busy = sums.device_busy_in_wall_us;
   const bool graphs = sums.any_graph_replayed;
   double wall = sums.wall_us, mem = 0, cmp = 0, floor = 0;
@@ -157,8 +185,8 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   // The engine loop's own gaps between steps are host time the device waits through.
   const double host = schedule + prepare + postprocess + p.loop_gap_us;
   const double n_steps = static_cast<double>(sums.steps);
-  v.host_per_step = {schedule / n_steps, prepare / n_steps, postprocess / n_steps,
-                     p.loop_gap_us / n_steps};
+  v.host_per_step = {schedule / n_steps,      prepare / n_steps,       postprocess / n_steps,
+                     p.loop_gap_us / n_steps, sums.hidden_host_us > 0, ctx.backend == "cuda"};
   wall = std::max(wall + p.loop_gap_us, 1e-9);
   const double overhead = launch + host;
   Signal over =

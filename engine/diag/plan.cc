@@ -594,7 +594,7 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   double dec_seqs = 0, dec_steps = 0, host = 0, demand = 0;
   int prefill_steps = 0, budget_hits = 0;
   for (const StepRecord& r : steps) {
-    host += r.schedule_us + r.prepare_us + r.postprocess_us;
+    host += r.schedule_us + r.prepare_us + r.postprocess_us - r.hidden_host_us;
     demand = std::max(demand, double(r.num_running + r.queue_depth));
     if (r.num_prefill_tokens == 0 && r.num_decode_tokens > 0) dec_seqs += r.num_seqs, ++dec_steps;
     if (r.num_prefill_tokens > 0) {

@@ -68,7 +68,7 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
   p.busy_fraction = std::min(1.0, (s.device_busy_us + p.edge_busy_us) / span_us);
   p.idle_share =
       std::clamp((span_us - s.wall_us - p.loop_gap_us - p.edge_busy_us) / span_us, 0.0, 1.0);
-  const double host = s.schedule_us + s.prepare_us + s.postprocess_us;
+  const double host = s.schedule_us + s.prepare_us + s.postprocess_us - s.hidden_host_us;
   p.host_share = std::min(1.0, (host + p.loop_gap_us) / span_us);
   p.launch_share = std::min(1.0, LaunchUs(s, cal) / span_us);
   p.flops_per_s = flops / span_s;

@@ -15,13 +15,14 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<const char*, double StepRecord::*>, 11> kDoubleCols{{
+constexpr std::array<std::pair<const char*, double StepRecord::*>, 12> kDoubleCols{{
     {"start_us", &StepRecord::start_us},
     {"end_us", &StepRecord::end_us},
     {"schedule_us", &StepRecord::schedule_us},
     {"prepare_us", &StepRecord::prepare_us},
     {"issue_us", &StepRecord::issue_us},
     {"postprocess_us", &StepRecord::postprocess_us},
+    {"hidden_host_us", &StepRecord::hidden_host_us},
     {"device_busy_us", &StepRecord::device_busy_us},
     {"device_span_us", &StepRecord::device_span_us},
     {"gap_us", &StepRecord::gap_us},
@@ -247,6 +248,7 @@ constexpr std::pair<const char*, double StepSums::*> kSumDoubles[] = {
     {"schedule_us", &StepSums::schedule_us},
     {"prepare_us", &StepSums::prepare_us},
     {"postprocess_us", &StepSums::postprocess_us},
+    {"hidden_host_us", &StepSums::hidden_host_us},
     {"loop_gap_us", &StepSums::loop_gap_us},
     {"lead_gap_us", &StepSums::lead_gap_us},
     {"sched_run_us", &StepSums::sched_run_us},
@@ -304,7 +306,10 @@ EvictedSums SumsFrom(const json& j) {
   e.complete = j.at("complete").get<bool>();
   s.any_graph_replayed = j.at("any_graph_replayed").get<bool>();
   s.max_queue_depth = j.at("max_queue_depth").get<int>();
-  for (const auto& [name, field] : kSumDoubles) s.*field = j.at(name).get<double>();
+  for (const auto& [name, field] : kSumDoubles) {  // hidden_host_us: 0 in older files
+    s.*field =
+        std::string_view(name) == "hidden_host_us" ? j.value(name, 0.0) : j.at(name).get<double>();
+  }
   for (const auto& [name, field] : kSumCounts) s.*field = j.at(name).get<int64_t>();
   const json& classes = j.at("by_class");
   if (!classes.is_array() || classes.size() != s.by_class.size()) {
@@ -378,7 +383,19 @@ absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
       return absl::InvalidArgumentError(
           absl::StrCat("recording: \"version\" ", version, " is not ", Recording::kVersion));
     }
-    if (j.at("step_columns").get<std::vector<std::string>>() != Columns()) {
+    // Columns added since version 1 began may be missing from older files: read as 0.
+    const std::vector<std::string> want = Columns(),
+                                   have = j.at("step_columns").get<std::vector<std::string>>();
+    std::vector<int> from;  // for each column of this build, its index in the file's rows
+    for (const std::string& c : want) {
+      const auto at = std::find(have.begin(), have.end(), c);
+      if (at == have.end() && c != "hidden_host_us") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "recording: \"step_columns\" differ from this build's step record (no \"", c, "\")"));
+      }
+      from.push_back(at == have.end() ? -1 : static_cast<int>(at - have.begin()));
+    }
+    if (have.size() > want.size() - std::count(from.begin(), from.end(), -1)) {
       return absl::InvalidArgumentError(
           "recording: \"step_columns\" differ from this build's step record");
     }
@@ -398,7 +415,11 @@ absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
     // Recordings from before the ring kept per-second sums have none.
     if (j.contains("earlier")) in.earlier = SumsFrom(j.at("earlier"));
     in.context = ContextFrom(j.at("context"));
-    for (const json& row : j.at("steps")) in.steps.push_back(StepFromRow(row));
+    for (const json& row : j.at("steps")) {
+      json ours = json::array();
+      for (int f : from) ours.push_back(f < 0 ? json(0.0) : row.at(static_cast<size_t>(f)));
+      in.steps.push_back(StepFromRow(ours));
+    }
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("recording: ", e.what()));
   }

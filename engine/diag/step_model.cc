@@ -217,7 +217,7 @@ StepModel FitStepModel(const std::vector<StepRecord>& steps, const Calibration& 
   std::vector<double> seqs, host;
   std::vector<double> fallback_host;
   for (const StepRecord& r : steps) {
-    fallback_host.push_back(r.schedule_us + r.prepare_us + r.postprocess_us);
+    fallback_host.push_back(r.schedule_us + r.prepare_us + r.postprocess_us - r.hidden_host_us);
     if (!r.per_op_timed) continue;
     double device = 0;
     for (size_t c = 0; c < kNumOpClasses; ++c) {

@@ -192,6 +192,36 @@ TEST(AnalyzerTest, HostPhasesWithTheDeviceIdleAreHostBound) {
   if (off.plan.actions.empty()) {
     EXPECT_NE(off.plan.note.find("--event_thread=on"), std::string::npos) << off.plan.note;
   }
+  // Schedule as the largest phase: the overlapped loop is the change named, and once it hides
+  // schedule and postprocess behind the device, neither counts as host time the device waited
+  // for, and the change is no longer named.
+  {
+    std::vector<StepRecord> sched = steps;
+    for (StepRecord& st : sched) std::swap(st.schedule_us, st.postprocess_us);
+    const DiagnosticsReport before = Analyze(sched, 0, sched.back().end_us, cal, ctx);
+    ASSERT_EQ(before.verdict.bottleneck, Bottleneck::kHostBound) << before.verdict.summary;
+    EXPECT_NE(before.verdict.summary.find("--async_scheduling=on"), std::string::npos)
+        << before.verdict.summary;
+    EXPECT_FALSE(before.verdict.host_per_step.overlapped);
+    for (StepRecord& st : sched) {
+      st.hidden_host_us = std::min(st.schedule_us + st.postprocess_us, st.device_busy_us);
+    }
+    const DiagnosticsReport after = Analyze(sched, 0, sched.back().end_us, cal, ctx);
+    EXPECT_TRUE(after.verdict.host_per_step.overlapped);
+    EXPECT_LT(after.verdict.host_per_step.schedule_us,
+              before.verdict.host_per_step.schedule_us * 0.75);
+    EXPECT_NEAR(after.verdict.host_per_step.prepare_us, before.verdict.host_per_step.prepare_us,
+                1e-9);
+    EXPECT_LT(after.profile.host_share, before.profile.host_share);
+    EXPECT_EQ(after.verdict.summary.find("--async_scheduling=on"), std::string::npos)
+        << after.verdict.summary;
+    // On a backend that runs ops as issued there is nothing to overlap with: not named.
+    AnalyzerContext cpu = ctx;
+    cpu.backend = "cpu";
+    const DiagnosticsReport on_cpu = Analyze(sched, 0, sched.back().end_us, cal, cpu);
+    EXPECT_EQ(on_cpu.verdict.summary.find("--async_scheduling=on"), std::string::npos)
+        << on_cpu.verdict.summary;
+  }
   ctx.event_thread = true;
   const DiagnosticsReport on = Analyze(steps, 0, steps.back().end_us, cal, ctx);
   ASSERT_EQ(on.verdict.bottleneck, Bottleneck::kHostBound) << on.verdict.summary;
