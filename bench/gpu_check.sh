@@ -16,7 +16,9 @@
 #     saturn-server on the CUDA backend under saturn-load --compare cuda_graphs (small at
 #     c=1,8,64, then 1b at c=1,64), each server's saturn-diag report (text and JSON) and info,
 #     a recording of its last 3 s (saturn-diag record, gzipped), its top plan action at c=1
-#     followed once (saturn-load --follow_plan: predicted vs measured), all in serve-files.tar.gz,
+#     followed once (saturn-load --follow_plan: predicted vs measured), then small at c=64,
+#     graphs on, with the overlapped loop off (--async_scheduling=off; auto runs it on CUDA) to
+#     set beside the compare's graphs-on c=64 phase, all in serve-files.tar.gz,
 #     with nvidia-smi sampled every 250 ms all along (smi.csv beside the results), so the
 #     report's verdicts, the graphs prediction against the measured gain and the NVML figure
 #     against nvidia-smi's can be read off one call.
@@ -335,6 +337,18 @@ print(json.dumps([{\"label\": p[\"label\"], \"follow_note\": p[\"follow_note\"],
   [ "$DRY_RUN" = 1 ] || cp "$WORK/$model-compare.json" "$RESULTS/" 2>/dev/null
   stop_server
 }
+# small at c=64, graphs on, with the plain step loop: the overlapped loop's gain is the
+# compare's graphs-on c=64 tok/s over this one's.
+serve_plain_loop() {
+  start_server small-plain-loop --model small --cuda_graphs --async_scheduling=off
+  [ -n "$SERVER_TARGET" ] || [ "$DRY_RUN" = 1 ] || return 0
+  local t=${SERVER_TARGET:-HOST:PORT}
+  stage "serve:small-plain-loop-c64" 40 "$WORK/small-plain-loop.json" "$BIN/saturn-load" \
+    --target "$t" --concurrency 64 --min_measure_s 6 --input_len 64 --output_len 64 \
+    --progress=false --json "$WORK/small-plain-loop.json"
+  [ "$DRY_RUN" = 1 ] || cp "$WORK/small-plain-loop.json" "$RESULTS/" 2>/dev/null
+  stop_server
+}
 run_serve() {
   local tool
   for tool in saturn-server saturn-load saturn-diag; do
@@ -352,6 +366,7 @@ run_serve() {
   fi
   serve_model small 1,8,64 130
   serve_model 1b 1,64 100
+  serve_plain_loop
   [ -n "$smi" ] && kill "$smi" 2>/dev/null
   # At most 8 files come back from a device call: everything but gpu_check.* in one archive.
   if [ "$DRY_RUN" = 0 ]; then

@@ -7,6 +7,11 @@
 // (scheduler update, token events), gap. Token events go to a callback that only counts them,
 // so a server's stream writes are not in these figures.
 //
+// With --async_scheduling=on the engine runs its overlapped loop: schedule (of the next step),
+// postprocess (of the previous one) and the gap after it (freeing that step's plan, the loop's
+// turn) then run while a GPU would still be running a step, so "exposed" (host us less those
+// three) is what a device step longer than them waits for; with it off, every phase is.
+//
 //   saturn-bench-host --model=small --batches=1,64,256 --decode_tokens=64 --json=host.json
 #include <algorithm>
 #include <atomic>
@@ -31,6 +36,8 @@ ABSL_FLAG(std::string, batches, "1,64,256", "comma-separated decode batch sizes"
 ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
 ABSL_FLAG(int, decode_tokens, 64, "tokens generated per request");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
+ABSL_FLAG(std::string, async_scheduling, "off",
+          "on | off: the engine's overlapped loop (EngineConfig::async_scheduling)");
 
 namespace saturn {
 namespace {
@@ -40,12 +47,15 @@ struct Row {
   int steps = 0;
   double host_us = 0, host_p50_us = 0;  // per step: wall + gap to the next step
   double schedule_us = 0, prepare_us = 0, issue_us = 0, postprocess_us = 0, gap_us = 0;
-  double other_us = 0;  // wall time outside the four phases (sampling's read-back, records)
+  double other_us = 0;    // wall time outside the four phases (sampling's read-back, records)
+  double exposed_us = 0;  // what a longer device step waits for (overlapped loop: less
+                          // schedule, postprocess and gap)
   int ops_per_step = 0;
 };
 
 // Runs `batch` requests to the end; the decode steps that carried all of them.
-absl::StatusOr<Row> RunBatch(Engine* engine, int batch, int prompt_len, int decode_tokens) {
+absl::StatusOr<Row> RunBatch(Engine* engine, int batch, int prompt_len, int decode_tokens,
+                             bool overlapped) {
   std::mutex mu;
   std::condition_variable cv;
   int finished = 0;
@@ -93,6 +103,8 @@ absl::StatusOr<Row> RunBatch(Engine* engine, int batch, int prompt_len, int deco
   row.host_p50_us = host[host.size() / 2];
   row.other_us = std::max(0.0, row.host_us - row.schedule_us - row.prepare_us - row.issue_us -
                                    row.postprocess_us - row.gap_us);
+  row.exposed_us =
+      overlapped ? row.host_us - row.schedule_us - row.postprocess_us - row.gap_us : row.host_us;
   return row;
 }
 
@@ -124,25 +136,32 @@ int Main() {
   config.options.max_num_batched_tokens = std::max(2048, most * prompt_len);
   config.max_model_len = std::max(512, prompt_len + decode_tokens + 1);
   config.max_queued_requests = 0;
+  config.async_scheduling = absl::GetFlag(FLAGS_async_scheduling);
+  if (config.async_scheduling != "on" && config.async_scheduling != "off") {
+    std::fprintf(stderr, "--async_scheduling: must be on or off, got \"%s\"\n",
+                 config.async_scheduling.c_str());
+    return 2;
+  }
+  const bool overlapped = config.async_scheduling == "on";
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config);
   if (!engine.ok()) {
     std::fprintf(stderr, "cannot start the engine: %s\n", engine.status().ToString().c_str());
     return 1;
   }
-  std::printf("host path per decode step, null backend (ops issued, none run), model %s\n",
-              config.model.c_str());
-  std::printf("%6s %6s %9s %9s %9s %9s %9s %9s %9s %9s %5s\n", "batch", "steps", "host us", "p50",
-              "schedule", "prepare", "issue", "postproc", "gap", "other", "ops");
+  std::printf("host path per decode step, null backend (ops issued, none run), model %s, %s loop\n",
+              config.model.c_str(), overlapped ? "overlapped" : "plain");
+  std::printf("%6s %6s %9s %9s %9s %9s %9s %9s %9s %9s %9s %5s\n", "batch", "steps", "host us",
+              "p50", "schedule", "prepare", "issue", "postproc", "gap", "other", "exposed", "ops");
   nlohmann::json rows = nlohmann::json::array();
   for (int b : batches) {
-    absl::StatusOr<Row> r = RunBatch(engine->get(), b, prompt_len, decode_tokens);
+    absl::StatusOr<Row> r = RunBatch(engine->get(), b, prompt_len, decode_tokens, overlapped);
     if (!r.ok()) {
       std::fprintf(stderr, "batch %d: %s\n", b, r.status().ToString().c_str());
       return 1;
     }
-    std::printf("%6d %6d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %5d\n", r->batch, r->steps,
-                r->host_us, r->host_p50_us, r->schedule_us, r->prepare_us, r->issue_us,
-                r->postprocess_us, r->gap_us, r->other_us, r->ops_per_step);
+    std::printf("%6d %6d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %5d\n", r->batch,
+                r->steps, r->host_us, r->host_p50_us, r->schedule_us, r->prepare_us, r->issue_us,
+                r->postprocess_us, r->gap_us, r->other_us, r->exposed_us, r->ops_per_step);
     rows.push_back({{"batch", r->batch},
                     {"steps", r->steps},
                     {"host_us_per_step", r->host_us},
@@ -153,6 +172,7 @@ int Main() {
                     {"postprocess_us", r->postprocess_us},
                     {"gap_us", r->gap_us},
                     {"other_us", r->other_us},
+                    {"exposed_us_per_step", r->exposed_us},
                     {"ops_per_step", r->ops_per_step}});
   }
   (*engine)->Shutdown();
@@ -160,6 +180,7 @@ int Main() {
                            {"model", config.model},
                            {"prompt_len", prompt_len},
                            {"decode_tokens", decode_tokens},
+                           {"async_scheduling", overlapped},
                            {"rows", rows}},
                           absl::GetFlag(FLAGS_json));
 }
