@@ -86,8 +86,9 @@ struct ModelRunner::Buffers {
   std::vector<float> h_temperature, h_top_p;
   std::vector<int64_t> h_seed;
   std::vector<int32_t> h_logprob_rows;
-  std::vector<uint8_t> h_prefill;  // AttentionBatch::prefill (host only)
-  std::vector<float> h_logits;     // downloaded logits of steps that asked for logprobs
+  std::vector<uint8_t> h_prefill;      // AttentionBatch::prefill (host only)
+  std::vector<int32_t> h_decode_from;  // AttentionBatch::decode_from (host only)
+  std::vector<float> h_logits;         // downloaded logits of steps that asked for logprobs
   // Cost-model inputs of the prepared step.
   int64_t attended_pairs = 0, context_tokens = 0;
 };
@@ -259,6 +260,7 @@ absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_
   b.h_query_start.assign(num_seqs + 1, 0);
   b.h_context_lens.assign(num_seqs, 1);
   b.h_prefill.assign(num_seqs, 0);
+  b.h_decode_from.assign(num_seqs, 0);  // padding rows: decode rows
   b.h_sample_rows.clear();
   b.h_temperature.clear();
   b.h_top_k.clear();
@@ -289,6 +291,7 @@ absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_
           absl::StrCat("request ", s.request_id, ": block table does not cover its context"));
     }
     b.h_prefill[i] = s.is_prefill ? 1 : 0;
+    b.h_decode_from[i] = s.num_prompt;
     std::copy(s.block_table.begin(), s.block_table.end(), table);
     std::fill(table + s.block_table.size(), table + width, scratch);
     if (s.feed_from >= static_cast<int>(prev_sampled.size())) {
@@ -368,6 +371,7 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
   batch.attended_pairs = b.attended_pairs;
   batch.context_tokens = b.context_tokens;
   batch.prefill = b.h_prefill.data();
+  batch.decode_from = b.h_decode_from.data();
   AttentionShape shape;
   shape.num_heads = m.num_heads;
   shape.num_kv_heads = m.num_kv_heads;

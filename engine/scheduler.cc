@@ -91,6 +91,7 @@ void AddSeq(int64_t id, const std::vector<int>& tokens, int start, int num_new,
             int num_outputs, StepPlan* plan) {
   ScheduledSeq seq;
   seq.request_id = id;
+  seq.num_prompt = static_cast<int>(tokens.size()) - num_outputs;
   seq.token_ids.assign(tokens.begin() + start, tokens.begin() + start + num_new);
   seq.start_position = start;
   seq.block_table = block_table;

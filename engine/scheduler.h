@@ -44,6 +44,7 @@ struct ScheduledSeq {
   int64_t request_id = 0;
   std::vector<int> token_ids;    // the chunk's input tokens (num_new_tokens of them)
   int start_position = 0;        // position of token_ids[0] == tokens already computed
+  int num_prompt = 0;            // the request's prompt length: generated tokens start there
   std::vector<int> block_table;  // covers start_position + token_ids.size() tokens
   bool is_prefill = false;       // chunk computes tokens the request already knew (prompt or
                                  // recompute after preemption) rather than one decode token

@@ -70,9 +70,15 @@ struct AttentionBatch {
   int64_t attended_pairs = 0;  // sum over query rows of positions attended (cost model only)
   int64_t context_tokens = 0;  // sum over sequences of context_lens (cost model only)
   // Host [num_seqs]: nonzero where the sequence's rows are known tokens (prompt, or recompute
-  // after preemption) rather than one decode row; null where unknown. A batch-invariant CPU
-  // backend computes such rows in one arithmetic whatever their chunking.
+  // after preemption) rather than one decode row; null where unknown.
   const uint8_t* prefill = nullptr;
+  // Host [num_seqs]: the position where the sequence's generated tokens begin (its prompt
+  // length); null where unknown (then a prefill sequence's rows all count as prompt rows). A
+  // batch-invariant CPU backend computes the rows before it (prompt rows) in one arithmetic
+  // whatever their chunking, and the rows from it on (decode rows, and the same positions
+  // recomputed after a preemption) in the decode step's, so a request's bits do not depend on
+  // whether it was preempted.
+  const int32_t* decode_from = nullptr;
 };
 
 struct AttentionShape {

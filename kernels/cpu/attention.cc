@@ -79,22 +79,44 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
   const int32_t* ctx = batch.context_lens.as<int32_t>();
   const int64_t hd = shape.head_dim;
   const int group = shape.num_heads / shape.num_kv_heads;
+  if (group > kAttnTileRows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_heads / num_kv_heads = ", group, " exceeds ", kAttnTileRows));
+  }
   // Tiles: runs of up to kAttnTileRows (query row, head) pairs of one sequence and KV head,
   // pair index (row - first row) * group + head-in-group; the longest first, so the dynamic
-  // schedule ends on short ones.
+  // schedule ends on short ones. Batch-invariant, a row's bits must not depend on the batch, on
+  // how its prompt was chunked, or on whether it was preempted: prompt rows (before
+  // decode_from) take the lanes-over-rows kernel in tiles of any size, and each generated
+  // position's row (a decode row, or the same position recomputed after a preemption) a tile
+  // of its own GQA group, the decode step's tile (the row-at-a-time kernel where the group has
+  // at most kAttnFewRows heads, else lanes over rows).
   struct Work {
     int seq, kv_head;
-    int64_t first_pair;
+    int64_t first_pair, num_pairs;
     int64_t cost;  // positions the tile's last row attends
+    bool lanes_over_rows;
   };
   std::vector<Work> work;
+  auto add = [&](int s, int64_t p0, int64_t n, bool lanes_over_rows) {
+    const int64_t len = qs[s + 1] - qs[s];
+    const int64_t cost = ctx[s] - len + (p0 + n - 1) / group + 1;
+    for (int g = 0; g < shape.num_kv_heads; ++g)
+      work.push_back({s, g, p0, n, cost, lanes_over_rows});
+  };
   for (int s = 0; s < batch.num_seqs; ++s) {
-    const int64_t len = qs[s + 1] - qs[s], pairs = len * group;
-    for (int64_t p0 = 0; p0 < pairs; p0 += kAttnTileRows) {
-      const int64_t last_row = std::min(pairs, p0 + kAttnTileRows) - 1;
-      const int64_t cost = ctx[s] - len + last_row / group + 1;
-      for (int g = 0; g < shape.num_kv_heads; ++g) work.push_back({s, g, p0, cost});
+    const int64_t len = qs[s + 1] - qs[s], start = ctx[s] - len;
+    int64_t split = len;  // rows [0, split) in tiles of kAttnTileRows pairs
+    if (batch_invariant) {
+      const bool prompt = batch.prefill != nullptr && batch.prefill[s] != 0;
+      split = batch.decode_from != nullptr
+                  ? std::clamp<int64_t>(batch.decode_from[s] - start, 0, len)
+                  : (prompt ? len : 0);
     }
+    for (int64_t p0 = 0; p0 < split * group; p0 += kAttnTileRows) {
+      add(s, p0, std::min<int64_t>(kAttnTileRows, split * group - p0), batch_invariant);
+    }
+    for (int64_t r = split; r < len; ++r) add(s, r * group, group, group > kAttnFewRows);
   }
   std::stable_sort(work.begin(), work.end(),
                    [](const Work& a, const Work& b) { return a.cost > b.cost; });
@@ -114,7 +136,7 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
       const Work& w = work[wi];
       const int64_t len = qs[w.seq + 1] - qs[w.seq];
       AttnTile t;
-      t.rows = static_cast<int>(std::min<int64_t>(kAttnTileRows, len * group - w.first_pair));
+      t.rows = static_cast<int>(w.num_pairs);
       for (int i = 0; i < t.rows; ++i) {
         const int64_t pair = w.first_pair + i, r = pair / group;
         const int64_t h = int64_t{w.kv_head} * group + pair % group, row = qs[w.seq] + r;
@@ -126,7 +148,7 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
       t.out = op;
       t.limit = limit;
       t.table = batch.block_tables.as<int32_t>() + w.seq * batch.block_tables.cols;
-      t.lanes_over_rows = batch_invariant && batch.prefill != nullptr && batch.prefill[w.seq] != 0;
+      t.lanes_over_rows = w.lanes_over_rows;
       t.block_size = shape.block_size;
       const size_t head_offset = static_cast<size_t>(w.kv_head * hd) * DTypeSize(k_cache.dtype);
       t.k_base = static_cast<const char*>(k_cache.data) + head_offset;

@@ -16,6 +16,9 @@ namespace saturn::cpu {
 // One attention tile: up to kAttnTileRows (query row, head) pairs of one sequence that share
 // a KV head, attended together so every key and value row is read once per tile.
 constexpr int kAttnTileRows = 64;
+// Tiles of at most this many pairs take the row-at-a-time kernel (lanes over keys) unless
+// AttnTile::lanes_over_rows.
+constexpr int kAttnFewRows = 4;
 struct AttnTile {
   int rows = 0;                     // 1 .. kAttnTileRows
   const float* const* q = nullptr;  // [rows] query vectors, head_dim floats each
@@ -33,9 +36,9 @@ struct AttnTile {
   // The lanes-over-rows kernel whatever the tile's size (attention_tile.inc: tiles of a few
   // pairs otherwise take the row-at-a-time kernel, which sums in another order; each kernel's
   // result for a pair does not depend on the tile's other pairs). A batch-invariant Attention
-  // (ops.h) sets it for prompt rows, so a prompt row's result does not depend on how its
-  // prompt was chunked (a chunk's last tile may hold a few pairs). Decode tiles (one row's GQA
-  // group, the same whatever the batch) keep the kernel of their size.
+  // (ops.h) whose GQA group is wider than kAttnFewRows sets it for every tile; one whose group
+  // fits gives every row a tile of its own group instead, prompt rows as decode rows, so both
+  // sum in the row-at-a-time order.
   bool lanes_over_rows = false;
 };
 // Floats of scratch one AttendTile call needs (the last term: a chunk of 16 keys' and values'

@@ -49,8 +49,10 @@ absl::Status Rope(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tens
                   int head_dim, const RopeParams& rope);
 absl::Status KvWrite(ThreadPool& pool, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                      const Tensor& k_cache, const Tensor& v_cache);
-// batch_invariant: a pair's result does not depend on the batch or on how its prompt was
-// chunked: prompt rows (batch.prefill) always take the lanes-over-rows kernel
+// batch_invariant: a pair's result does not depend on the batch, on how its prompt was chunked
+// or on whether it is a decode row or a prompt row (a request recomputed after a preemption runs
+// its earlier decode positions as prompt rows): every row gets a tile of its own GQA group where
+// the group has at most kAttnFewRows heads, else every tile takes the lanes-over-rows kernel
 // (AttnTile::lanes_over_rows).
 absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor& q,
                        const Tensor& k_cache, const Tensor& v_cache, const AttentionBatch& batch,

@@ -2,7 +2,8 @@
 // (sampled and prompt), run one at a time and then all at once, give bit-identical tokens and
 // logprobs, with f32 and with bf16 weights. All at once, the requests share decode steps of
 // up to 64 rows and their prompts are chunked differently (the token budget is shared), so
-// every GEMM row count and attention tiling the scheduler makes is exercised. No timing: it
+// every GEMM row count and attention tiling the scheduler makes is exercised. Then again with a
+// KV cache too small for all of them, so requests are preempted and recomputed. No timing: it
 // holds on a busy machine under ctest -j.
 #include <gtest/gtest.h>
 
@@ -64,12 +65,20 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 class BatchInvarianceTest : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(BatchInvarianceTest, AloneAndBesideSixtyThreeOthersGiveTheSameBits) {
+// The kRequests requests one at a time, then all at once, on one engine with `dtype` weights
+// and, where kv_blocks > 0, a KV cache of that many blocks (too few for all at once: requests
+// are preempted and recomputed, their earlier decode positions then run as prompt rows).
+void ExpectAloneEqualsTogether(const char* dtype, int kv_blocks) {
   EngineConfig c = testing_engine::TinyConfig();
-  c.dtype = GetParam();
+  c.dtype = dtype;
   c.max_num_seqs_limit = kRequests;
   c.options.max_num_seqs = kRequests;
   c.options.max_num_batched_tokens = 96;
+  if (kv_blocks > 0) {
+    auto probe = Engine::Create(c);
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    c.kv_cache_bytes = (*probe)->info().kv.bytes_per_block * static_cast<size_t>(kv_blocks);
+  }
   auto e = Engine::Create(c);
   ASSERT_TRUE(e.ok()) << e.status();
   std::vector<Output> alone;
@@ -79,6 +88,7 @@ TEST_P(BatchInvarianceTest, AloneAndBesideSixtyThreeOthersGiveTheSameBits) {
     alone.push_back(Collect(s->get()));
     ASSERT_EQ(alone.back().tokens.size(), 10u) << "request " << i;
   }
+  const int64_t preempted_alone = (*e)->counters().preemptions;
   std::vector<std::unique_ptr<RequestStream>> streams;
   for (int i = 0; i < kRequests; ++i) {
     auto s = RequestStream::Open(e->get(), Request(i));
@@ -97,11 +107,23 @@ TEST_P(BatchInvarianceTest, AloneAndBesideSixtyThreeOthersGiveTheSameBits) {
                       << ", logprobs differ";
   }
   EXPECT_EQ(differ, 0) << "of " << kRequests << " requests";
-  // The 64 ran together: some step held many of them.
+  // The 64 ran together: some step held many of them (fewer where the cache is short).
   int most = 0;
   for (const StepRecord& r : (*e)->steps().Since(0)) most = std::max(most, r.num_seqs);
-  EXPECT_GE(most, 16);
+  EXPECT_GE(most, kv_blocks > 0 ? 8 : 16);
+  EXPECT_EQ(preempted_alone, 0);
+  if (kv_blocks > 0)
+    EXPECT_GT((*e)->counters().preemptions, 0) << "the cache was meant to be short";
   testing_engine::WaitAllBlocksFree(e->get());
+}
+
+TEST_P(BatchInvarianceTest, AloneAndBesideSixtyThreeOthersGiveTheSameBits) {
+  ExpectAloneEqualsTogether(GetParam(), 0);
+}
+
+// 48 blocks of 16 tokens hold the longest request (109 tokens: 7 blocks) but not all 64.
+TEST_P(BatchInvarianceTest, PreemptedAndRecomputedGiveTheSameBits) {
+  ExpectAloneEqualsTogether(GetParam(), 48);
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, BatchInvarianceTest, ::testing::Values("f32", "bf16"),

@@ -241,6 +241,72 @@ TEST(CpuBatchInvarianceTest, AmxKernelsGiveEachRowTheSameBits) {
   }
 }
 
+// Attention with the invariant default: a generated position's row (at or past decode_from)
+// gives the same bits decoded alone and recomputed inside a prompt chunk after a preemption,
+// and a prompt row the same bits in chunks of any size, at every kernel level, over f32 and
+// bf16 caches, for GQA groups of 1 to 4 heads (the row-at-a-time kernel for generated rows) and
+// of 8 (lanes over rows everywhere).
+TEST(CpuBatchInvarianceTest, AttentionRowIsTheSameDecodedRecomputedOrChunked) {
+  std::mt19937 rng(34);
+  // One sequence: a 40-token prompt, then generated tokens; rows at positions 30..44.
+  constexpr int kBlock = 16, kCtx = 45, kPrompt = 40, kRows = 15, kHd = 64;
+  for (cpu::Isa isa : SupportedIsas()) {
+    for (DType kv : {DType::kF32, DType::kBF16}) {
+      for (int group : {1, 2, 3, 4, 8}) {
+        SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " ", DTypeName(kv), " group ", group));
+        std::unique_ptr<Backend> b = MakeCpuIsa(2, isa);
+        const int kv_heads = 2, heads = kv_heads * group, width = kv_heads * kHd,
+                  qwidth = heads * kHd, blocks = (kCtx + kBlock - 1) / kBlock;
+        const std::vector<float> keys = Random(rng, size_t{blocks} * kBlock * width),
+                                 values = Random(rng, size_t{blocks} * kBlock * width),
+                                 q = Random(rng, size_t{kRows} * qwidth, -2, 2);
+        auto cache = [&](const std::vector<float>& host) {
+          if (kv == DType::kF32) return F32(*b, blocks * kBlock, width, host);
+          std::vector<uint16_t> h(host.size());
+          for (size_t i = 0; i < host.size(); ++i) h[i] = F32ToBf16(host[i]);
+          return FromHost(*b, DType::kBF16, blocks * kBlock, width, h);
+        };
+        DevTensor kc = cache(keys), vc = cache(values);
+        std::vector<int32_t> table(blocks);
+        for (int i = 0; i < blocks; ++i) table[i] = blocks - 1 - i;  // not in order
+        DevTensor tab = I32(*b, 1, blocks, table);
+        const AttentionShape shape{heads, kv_heads, kHd, kBlock, 0.125f};
+        constexpr int kFirst = kCtx - kRows;  // position of q's row 0
+        // q's rows [first, first + len) as one chunk at their positions; prefill: known tokens.
+        auto run = [&](int first, int len, uint8_t prefill) {
+          std::vector<float> rows(q.begin() + size_t(first) * qwidth,
+                                  q.begin() + size_t(first + len) * qwidth);
+          DevTensor dq = F32(*b, len, qwidth, rows), out = Poisoned(*b, len, qwidth);
+          const int end = kFirst + first + len;
+          DevTensor qs = I32(*b, 1, 2, {0, len}), ctx = I32(*b, 1, 1, {end});
+          AttentionBatch batch{qs.t, ctx.t, tab.t, 1, len, end, 0, 0};
+          const int32_t decode_from = kPrompt;
+          batch.prefill = &prefill;
+          batch.decode_from = &decode_from;
+          EXPECT_TRUE(b->Attention(dq.t, kc.t, vc.t, batch, shape, out.t).ok());
+          return ToHost<float>(*b, out.t);
+        };
+        auto row_of = [&](const std::vector<float>& out, int i) {
+          return std::vector<float>(out.begin() + size_t(i) * qwidth,
+                                    out.begin() + size_t(i + 1) * qwidth);
+        };
+        // All 15 rows recomputed in one chunk (the prompt's last 10, then 5 generated).
+        const std::vector<float> recomputed = run(0, kRows, 1);
+        for (int i = kPrompt - kFirst; i < kRows; ++i) {
+          ASSERT_EQ(run(i, 1, 0), row_of(recomputed, i))
+              << "generated row " << i << ": decoded differs from recomputed";
+        }
+        // The prompt rows chunked 3 + 7: each row the same bits as in the one chunk.
+        const std::vector<float> a = run(0, 3, 1), c = run(3, 7, 1);
+        for (int i = 0; i < 10; ++i) {
+          ASSERT_EQ(i < 3 ? row_of(a, i) : row_of(c, i - 3), row_of(recomputed, i))
+              << "prompt row " << i << " differs between chunkings";
+        }
+      }
+    }
+  }
+}
+
 // The backend is batch-invariant unless told otherwise, and says so where it is not.
 TEST(CpuBatchInvarianceTest, TheBackendIsInvariantByDefault) {
   CpuBackendOptions o;
