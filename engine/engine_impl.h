@@ -78,6 +78,14 @@ struct Engine::Impl {
   bool Step();
   // Waits for the step in flight, if any, and completes it (a turn that launches nothing).
   void FinishInFlight();
+  // A turn that launched a step and completed none (the first of a burst): the next completed
+  // step's record starts at its start and adds its schedule time, so records tile the turns.
+  struct OpenTurn {
+    double start_us = 0;
+    double schedule_us = 0;
+    SchedStat sched0;
+  };
+  void TakeOpenTurn(StepRecord* rec, SchedStat* sched0);
   // The finished step's scheduler update, events, counters and record; `rec` holds the turn's
   // start, schedule time and CPU counters.
   void Complete(const InFlight& step, absl::StatusOr<RunnerOutput> out, StepRecord rec,
@@ -127,6 +135,7 @@ struct Engine::Impl {
   int64_t step_id_ = 0;                     // engine thread only
   bool async_ = false;                      // EngineConfig::async_scheduling resolved at Init
   std::optional<InFlight> in_flight_;       // engine thread only: launched, not finished
+  std::optional<OpenTurn> open_turn_;       // engine thread only
   ThreadSchedSet sched_threads_;            // engine thread only: the threads that run steps
   bool sched_complete_ = false;             // engine thread only: every worker tracked
 

@@ -250,6 +250,7 @@ bool Engine::Impl::Step() {
     in_flight_.reset();
     prev_out = runner_->Finish(prev->plan);
   }
+  absl::Status launched;
   if (!plan.empty()) {
     const int64_t id = step_id_++;
     const bool per_op = config_.instrument && (backend_->per_op_timing_is_cheap() ||
@@ -262,33 +263,52 @@ bool Engine::Impl::Step() {
         if (s.sample) fed.push_back(0);
       }
     }
-    absl::Status launched = runner_->Launch(plan, per_op, fed);
+    launched = runner_->Launch(plan, per_op, fed);
     if (launched.ok()) {
       in_flight_ = InFlight{std::move(plan), id};
     } else {
-      // A failed step fails the requests in it; the engine keeps serving the others.
       std::cerr << "saturn: step " << id << " failed: " << launched << "\n";
-      std::vector<int64_t> ids;
-      for (const ScheduledSeq& s : plan.seqs) ids.push_back(s.request_id);
-      EndRequests(ids, FinishReason::kError, std::string(launched.message()));
     }
   }
+  SchedStat turn_sched0 = sched0;
   if (prev) {
     // The device runs the step just launched while the host completes the one before.
-    Complete(*prev, std::move(prev_out), rec, sched0);
+    TakeOpenTurn(&rec, &turn_sched0);
+    Complete(*prev, std::move(prev_out), rec, turn_sched0);
   } else if (!async_ && in_flight_) {
     InFlight now = std::move(*in_flight_);
     in_flight_.reset();
-    Complete(now, runner_->Finish(now.plan), rec, sched0);
+    Complete(now, runner_->Finish(now.plan), rec, turn_sched0);
+  } else if (in_flight_) {
+    // The first step of a burst: no step to complete yet. The next turn's record starts here.
+    open_turn_ = OpenTurn{rec.start_us, rec.schedule_us, sched0};
+  }
+  if (!launched.ok()) {
+    // A failed step fails the requests in it (after the step before it delivered their
+    // tokens); the engine keeps serving the others.
+    std::vector<int64_t> ids;
+    for (const ScheduledSeq& s : plan.seqs) ids.push_back(s.request_id);
+    EndRequests(ids, FinishReason::kError, std::string(launched.message()));
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
   }
   return true;
+}
+
+void Engine::Impl::TakeOpenTurn(StepRecord* rec, SchedStat* sched0) {
+  if (!open_turn_) return;
+  rec->start_us = open_turn_->start_us;
+  rec->schedule_us += open_turn_->schedule_us;
+  *sched0 = open_turn_->sched0;
+  open_turn_.reset();
 }
 
 void Engine::Impl::FinishInFlight() {
   if (!in_flight_) return;
   StepRecord rec;
-  const SchedStat sched0 = config_.instrument ? sched_threads_.Read() : SchedStat{};
+  SchedStat sched0 = config_.instrument ? sched_threads_.Read() : SchedStat{};
   rec.start_us = NowUs();
+  TakeOpenTurn(&rec, &sched0);
   InFlight step = std::move(*in_flight_);
   in_flight_.reset();
   Complete(step, runner_->Finish(step.plan), rec, sched0);
@@ -347,7 +367,7 @@ void Engine::Impl::Complete(const InFlight& step, absl::StatusOr<RunnerOutput> o
   PostEvents();  // with the event thread, the callbacks run while the next step starts
   rec.end_us = NowUs();
   rec.postprocess_us = rec.end_us - post0;
-  if (in_flight_ && backend_->RunsAsync()) {
+  if (in_flight_ && runner_->step_queued()) {
     // This turn's schedule and postprocess ran while the device had the next step queued:
     // hidden behind it up to that step's device time (taken as this one's, as in a steady
     // decode); the rest the device waited for.

@@ -84,6 +84,11 @@ class ModelRunner {
   // Waits for the launched step and returns its output; `plan` is the one launched.
   absl::StatusOr<RunnerOutput> Finish(const StepPlan& plan);
   bool launched() const { return launched_.has_value(); }
+  // The launched step may still be running on the device: the backend runs asynchronously and
+  // Launch did not wait (a logprobs step downloads its logits, so it waited).
+  bool step_queued() const {
+    return launched_.has_value() && backend_->RunsAsync() && !launched_->logprobs;
+  }
   // Like Execute but also returns the logits (f32 [R, vocab], R = seqs that sample, in plan
   // order) before sampling; always eager. For tests and tools.
   absl::StatusOr<RunnerOutput> ExecuteWithLogits(const StepPlan& plan, std::vector<float>* logits);

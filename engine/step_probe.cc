@@ -80,6 +80,7 @@ StepPlan PrefillPlan(const ProbeSeqs& seqs, int tokens, int per_seq, int vocab) 
     const int n = std::min(left, per_seq);
     for (int j = 0; j < n; ++j) s.token_ids.push_back((j * 17 + 3 + i) % vocab);
     s.block_table = seqs.table(i);
+    s.num_prompt = n;  // prompt rows, tiled as served prompts are (AttentionBatch::decode_from)
     s.is_prefill = true;
     s.sample = true;
     p.seqs.push_back(std::move(s));

@@ -79,10 +79,6 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
   const int32_t* ctx = batch.context_lens.as<int32_t>();
   const int64_t hd = shape.head_dim;
   const int group = shape.num_heads / shape.num_kv_heads;
-  if (group > kAttnTileRows) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_heads / num_kv_heads = ", group, " exceeds ", kAttnTileRows));
-  }
   // Tiles: runs of up to kAttnTileRows (query row, head) pairs of one sequence and KV head,
   // pair index (row - first row) * group + head-in-group; the longest first, so the dynamic
   // schedule ends on short ones. Batch-invariant, a row's bits must not depend on the batch, on
@@ -116,7 +112,11 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
     for (int64_t p0 = 0; p0 < split * group; p0 += kAttnTileRows) {
       add(s, p0, std::min<int64_t>(kAttnTileRows, split * group - p0), batch_invariant);
     }
-    for (int64_t r = split; r < len; ++r) add(s, r * group, group, group > kAttnFewRows);
+    for (int64_t r = split; r < len; ++r) {  // a decode step's tiles: the row's group
+      for (int64_t p0 = 0; p0 < group; p0 += kAttnTileRows) {
+        add(s, r * group + p0, std::min<int64_t>(kAttnTileRows, group - p0), group > kAttnFewRows);
+      }
+    }
   }
   std::stable_sort(work.begin(), work.end(),
                    [](const Work& a, const Work& b) { return a.cost > b.cost; });

@@ -36,9 +36,8 @@ struct AttnTile {
   // The lanes-over-rows kernel whatever the tile's size (attention_tile.inc: tiles of a few
   // pairs otherwise take the row-at-a-time kernel, which sums in another order; each kernel's
   // result for a pair does not depend on the tile's other pairs). A batch-invariant Attention
-  // (ops.h) whose GQA group is wider than kAttnFewRows sets it for every tile; one whose group
-  // fits gives every row a tile of its own group instead, prompt rows as decode rows, so both
-  // sum in the row-at-a-time order.
+  // (ops.h) sets it for prompt rows' tiles of any size, and for a generated position's tile
+  // (its own GQA group, decoded or recomputed) where the group is wider than kAttnFewRows.
   bool lanes_over_rows = false;
 };
 // Floats of scratch one AttendTile call needs (the last term: a chunk of 16 keys' and values'

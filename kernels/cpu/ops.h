@@ -50,10 +50,10 @@ absl::Status Rope(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tens
 absl::Status KvWrite(ThreadPool& pool, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                      const Tensor& k_cache, const Tensor& v_cache);
 // batch_invariant: a pair's result does not depend on the batch, on how its prompt was chunked
-// or on whether it is a decode row or a prompt row (a request recomputed after a preemption runs
-// its earlier decode positions as prompt rows): every row gets a tile of its own GQA group where
-// the group has at most kAttnFewRows heads, else every tile takes the lanes-over-rows kernel
-// (AttnTile::lanes_over_rows).
+// or on whether it was preempted: prompt rows (before batch.decode_from) take the lanes-over-rows
+// kernel (AttnTile::lanes_over_rows) in tiles of any size, and each generated position's row,
+// decoded or recomputed in a prompt chunk after a preemption, the decode step's tile of its own
+// GQA group.
 absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor& q,
                        const Tensor& k_cache, const Tensor& v_cache, const AttentionBatch& batch,
                        const AttentionShape& shape, const Tensor& out,

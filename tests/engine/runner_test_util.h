@@ -43,6 +43,7 @@ inline StepPlan WholePromptPlan(BlockManager& blocks, std::vector<int> tokens) {
   ScheduledSeq s;
   s.request_id = 1;
   s.token_ids = std::move(tokens);
+  s.num_prompt = static_cast<int>(s.token_ids.size());
   EXPECT_TRUE(blocks.EnsureCapacity(&s.block_table, static_cast<int>(s.token_ids.size())));
   s.sample = true;
   StepPlan plan;
