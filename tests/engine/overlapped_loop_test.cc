@@ -6,6 +6,8 @@
 // sampling, logprobs, stop tokens, preemption, cancels), every KV block returned.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <map>
@@ -301,11 +303,14 @@ TEST(OverlappedLoop, CancelsInFlightReturnEveryBlock) {
   Engine* engine = e->get();
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int64_t, Seen> seen;
-  std::vector<int64_t> ids;
-  // Cancel each as soon as it has a few tokens, while steps that hold it are in flight.
+  std::map<int, Seen> seen;
+  std::array<std::atomic<int64_t>, 8> ids;
+  for (auto& id : ids) id = -1;
+  // Each is cancelled from its own event callback once it has 2 + i tokens, so the cancel
+  // lands a few steps later whatever the load on the machine, while steps that hold it are in
+  // flight (its 200 tokens are far off).
   for (int i = 0; i < 8; ++i) {
-    auto id = engine->Submit(Req(4 + i, 200), [&, i](const TokenEvent& ev) {
+    auto id = engine->Submit(Req(4 + i, 200), [&, i, engine](const TokenEvent& ev) {
       std::lock_guard<std::mutex> lock(mu);
       Seen& s = seen[i];
       if (s.final) ++s.events_after_final;
@@ -313,18 +318,13 @@ TEST(OverlappedLoop, CancelsInFlightReturnEveryBlock) {
       if (ev.final) {
         s.final = true;
         s.reason = ev.finish_reason;
+      } else if (s.tokens.size() >= static_cast<size_t>(2 + i) && ids[i] >= 0) {
+        engine->Cancel(ids[i]);  // repeated on later events until it lands: harmless
       }
       cv.notify_all();
     });
     ASSERT_TRUE(id.ok());
-    ids.push_back(*id);
-  }
-  for (int i = 0; i < 8; ++i) {
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return seen[i].tokens.size() >= static_cast<size_t>(2 + i); });
-    }
-    engine->Cancel(ids[i]);
+    ids[i] = *id;
   }
   {
     std::unique_lock<std::mutex> lock(mu);
