@@ -140,7 +140,12 @@ void Scheduler::Commit(State* s, ScheduledSeq* seq, int* samples) {
 bool Scheduler::CanScheduleWhilePending(const State& s) const {
   if (s.pending == 0) return true;
   if (s.num_computed != s.num_tokens() - 1) return false;
-  return s.num_outputs() < s.sampling.max_tokens && s.num_tokens() < config_.max_model_len;
+  return !EndsByLengthWhenPendingLands(s);
+}
+
+bool Scheduler::EndsByLengthWhenPendingLands(const State& s) const {
+  return s.pending > 0 &&
+         (s.num_outputs() >= s.sampling.max_tokens || s.num_tokens() >= config_.max_model_len);
 }
 
 StepPlan Scheduler::Schedule() {
@@ -155,6 +160,14 @@ StepPlan Scheduler::Schedule() {
   const size_t max_seqs = static_cast<size_t>(std::max(config_.max_num_seqs, 1));
   for (size_t i = 0; i < running_.size() && budget > 0 && plan.seqs.size() < max_seqs;) {
     State* s = states_.at(running_[i]).get();
+    if (EndsByLengthWhenPendingLands(*s)) {
+      // Done but for the token in flight: its blocks and its place go now, as they would
+      // have if its update had run first (the step in flight wrote its KV before any later
+      // step can reuse them). Update() still delivers the token and ends it.
+      blocks_.Release(&s->block_table);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
     const int num_new = std::min(s->num_tokens() - s->num_computed, budget);
     if (num_new <= 0 || !CanScheduleWhilePending(*s)) {
       ++i;

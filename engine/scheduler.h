@@ -16,7 +16,8 @@
 // step before it still runs (the engine's overlapped loop, as vLLM v1's async scheduling): a
 // request whose last token is still pending decodes it as its next input (ScheduledSeq::
 // feed_from: the runner takes it from the previous step's sampled tokens); a request that
-// will end by length when its pending token lands is not scheduled again; one that ends on a
+// will end by length when its pending token lands is not scheduled again (its blocks and its
+// place among the running are freed at once, as the plain order would have); one that ends on a
 // stop token computes one row for nothing, which Update() discards. Called in turn (Schedule,
 // Update, Schedule, ...), every plan is exactly what it was without placeholders.
 #pragma once
@@ -126,6 +127,7 @@ class Scheduler {
   // Commits `seq`, the chunk just planned for `s` (see scheduler.cc).
   void Commit(State* s, ScheduledSeq* seq, int* samples);
   bool CanScheduleWhilePending(const State& s) const;
+  bool EndsByLengthWhenPendingLands(const State& s) const;
 
   SchedulerConfig config_;
   BlockManager blocks_;

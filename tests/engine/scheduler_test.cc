@@ -604,6 +604,23 @@ TEST(SchedulerTest, DecodeIsScheduledWhileItsTokenIsInFlight) {
   EXPECT_EQ(sim.sched.blocks().num_free(), 64);
 }
 
+TEST(SchedulerTest, ALengthEndFreesItsBlocksBeforeItsTokenLands) {
+  PipelinedSim sim(Config(8, 64), 16, 4);
+  sim.Add(1, Req(9, 1));  // its first token is its last
+  sim.Step();             // the prompt: in flight
+  ASSERT_TRUE(sim.in_flight.has_value());
+  EXPECT_EQ(sim.sched.blocks().num_free(), 16 - 3);
+  const StepPlan next = sim.sched.Schedule();  // as the plain order would, after its update
+  EXPECT_TRUE(next.empty());
+  EXPECT_EQ(sim.sched.blocks().num_free(), 16);
+  EXPECT_EQ(sim.sched.num_running(), 0);
+  sim.Resolve();  // the token still arrives and ends it
+  EXPECT_EQ(sim.out[1], sim.Expected(1));
+  EXPECT_EQ(sim.finished[1].finish, FinishReason::kLength);
+  EXPECT_EQ(sim.sched.blocks().num_free(), 16);
+  EXPECT_FALSE(sim.sched.HasWork());
+}
+
 TEST(SchedulerTest, RowAfterAStopTokenIsDiscarded) {
   PipelinedSim sim(Config(8, 64), 64, 4);
   GenerateRequest r = Req(5, 20);
