@@ -44,6 +44,9 @@ fi
 
 token="tok-$RANDOM$RANDOM"
 printf '%s\n' "$token" >"$tmp/token"
+# Made here, not by the background job's redirection, which a loaded machine may run only after
+# the first read below (that read, failing under set -e, ended a CI run once).
+: >"$tmp/server.log"
 "$build/server/saturn-server" --model=tiny --backend=cpu --threads=1 --listen=127.0.0.1:0 \
   --http_port=-1 --max_model_len=512 --kv_cache_mb=32 --calibration=quick --shutdown_grace=2s \
   --auth_token_file="$tmp/token" --auth_scope=all >"$tmp/server.log" 2>&1 &
