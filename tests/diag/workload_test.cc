@@ -124,10 +124,15 @@ TEST_F(MicroWorkload, BatchOneIsLaunchBound) {
   ASSERT_GT(steps.size(), 400u);
   const auto r = Diagnose(*engine_, *cal_, steps);
   // The device waits on the host: launches, or (where they cost under 10 % of the step, as
-  // the CPU pool's hand-offs often do) the server's own host path.
-  EXPECT_TRUE(r.verdict.bottleneck == Bottleneck::kLaunchBound ||
-              r.verdict.bottleneck == Bottleneck::kHostBound)
-      << r.verdict.summary;
+  // the CPU pool's hand-offs often do) the server's own host path. Where the engine's threads
+  // had a core under half their runnable time (5 % was seen in CI, beside the spinners of
+  // BatchOneIsLaunchBoundUnderLoad under ctest -j2), a roofline verdict that lays the gap on
+  // the contention is the right one, as in that test.
+  const bool host_side = r.verdict.bottleneck == Bottleneck::kLaunchBound ||
+                         r.verdict.bottleneck == Bottleneck::kHostBound;
+  const bool blames_cores =
+      r.verdict.summary.find("other processes held the cores") != std::string::npos;
+  EXPECT_TRUE(host_side || (r.verdict.run_share < 0.5 && blames_cores)) << r.verdict.summary;
   // No graphs on the CPU backend: the plan never offers them.
   for (const Action& a : r.plan.actions) EXPECT_NE(a.kind, ActionKind::kEnableCudaGraphs);
 }
