@@ -255,15 +255,17 @@ bool Engine::Impl::Step() {
     const int64_t id = step_id_++;
     const bool per_op = config_.instrument && (backend_->per_op_timing_is_cheap() ||
                                                id % config_.per_op_timing_every == 0);
-    std::vector<int> fed;
-    if (prev_out.ok() && prev) {
-      fed = prev_out->sampled;
-    } else if (prev) {  // it failed: its requests end with it, their rows here are dropped
+    std::vector<int> zeros;  // the step before failed: its requests end with it, their rows
+                             // here are dropped
+    const std::vector<int>* fed = &zeros;
+    if (prev && prev_out.ok()) {
+      fed = &prev_out->sampled;  // read in place: no copy on the step loop's path
+    } else if (prev) {
       for (const ScheduledSeq& s : prev->plan.seqs) {
-        if (s.sample) fed.push_back(0);
+        if (s.sample) zeros.push_back(0);
       }
     }
-    launched = runner_->Launch(plan, per_op, fed);
+    launched = runner_->Launch(plan, per_op, *fed);
     if (launched.ok()) {
       in_flight_ = InFlight{std::move(plan), id};
     } else {
