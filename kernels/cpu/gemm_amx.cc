@@ -179,7 +179,10 @@ void GemmAmxStreamBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_
       w0 = scratch;
       ldw = a.kp;
     }
-    // The next panel (contiguous: 32 rows of k), prefetched over the first pass.
+    // The next panel (contiguous: 32 rows of k), prefetched into L2 over the first pass (into
+    // L1 the 48 KiB panel evicts the one being read and holds the core's fill buffers: 200 MB of
+    // bf16 weights, 2-core Xeon, medians of interleaved rounds against the skinny stream's time:
+    // one input row 1.13-1.35x with the L1 hint, 1.07-1.11x with L2's; two rows 1.07x, 0.88x).
     const bool ahead = n0 + 2 * kAmxPanel <= n_end;
     const char* next =
         ahead ? reinterpret_cast<const char*>(a.w + (n0 + kAmxPanel) * a.k) : nullptr;
@@ -196,7 +199,7 @@ void GemmAmxStreamBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         if (ahead && mb == 0) {
           for (int64_t l = kb * lines_per_kb; l < (kb + 1) * lines_per_kb && l < next_lines; ++l)
-            __builtin_prefetch(next + l * 64, 0, 3);
+            __builtin_prefetch(next + l * 64, 0, 2);
         }
         _tile_loadd(4, w0 + kb * kTileK, ldw * 2);
         _tile_loadd(6, xb0 + kb * kTileElems, 64);
