@@ -270,8 +270,22 @@ def cmd_round(a):
     for k, f in figs.items():
         if f["saturn"] is None: warn.append(f"{k}: no Saturn figure in its JSON")
         if f["llama"] is None: warn.append(f"{k}: no llama.cpp figure in its output")
+    # Batch 1 reads every weight once per token, so the read stream measured just before Saturn's
+    # run bounds both engines alike (same shape): each one's share of that bound, and the largest
+    # Saturn / llama.cpp ratio the bound leaves (bound / llama.cpp's rate). Over 100 %: the
+    # machine's bandwidth moved between the calibration and the run.
+    b1 = next((r for r in sat.get("rows", []) if r.get("batch") == 1 and not r.get("graphs")), {})
+    rb = b1.get("read_bound_tokens_per_s")
+    bound = None
+    if rb:
+        bound = {"read_bound_tokens_per_s": rb,
+                 "saturn_share": srow[1] / rb if srow.get(1) else None,
+                 "llama_share": lb_tg[n] / rb if lb_tg.get(n) else None,
+                 "llama_batched_share": bbd[1] / rb if bbd.get(1) else None,
+                 "max_ratio_vs_llama_bench": rb / lb_tg[n] if lb_tg.get(n) else None}
     lb0 = lb[0] if lb else {}
     rec = {"round": int(a["round"]), "first": a["first"], "figures": figs, "warnings": warn,
+           "decode_b1_read_bound": bound,
            "saturn_invariant_off_rows": [{k: r.get(k) for k in ("batch", "tokens_per_s", "step_ms")}
                                          for r in (sat_off or {}).get("rows", [])] if ab_run else None,
            "loadavg_start": a["load0"], "loadavg_end": open("/proc/loadavg").read().split()[:3]
@@ -281,7 +295,8 @@ def cmd_round(a):
            "saturn": {k: sat.get(k) for k in ("model", "backend", "device", "weight_dtype",
                                                "kv_cache_dtype", "weight_bytes", "kernel_plan")},
            "saturn_rows": [{k: r.get(k) for k in ("batch", "graphs", "tokens_per_s", "step_ms",
-                                                  "roofline_share", "mbu", "mfu", "steps", "mean_context")}
+                                                  "roofline_share", "mbu", "mfu", "steps", "mean_context",
+                                                  "read_bound_tokens_per_s", "read_bound_share")}
                            for r in sat.get("rows", [])],
            "saturn_prefill": sat.get("prefill", []),
            "saturn_calibration_bandwidth_bytes_per_s": (sat.get("calibration") or {}).get("bandwidth_bytes_per_s"),
@@ -307,6 +322,13 @@ def cmd_round(a):
             ir = f.get("invariance_ratio")
             extra = f" {fmt(f.get('saturn_invariant_off')):>13s} " + (f"{ir:7.3f}" if ir is not None else f"{'-':>7s}")
         print(f"{f['label']:42s} {fmt(f['saturn'])} {fmt(f['llama']):>14s} {r}{extra}")
+    if bound:
+        pct = lambda v: f"{100 * v:.0f} %" if v is not None else "-"
+        mr = bound["max_ratio_vs_llama_bench"]
+        print(f"decode b1 read bound {bound['read_bound_tokens_per_s']:.1f} t/s (the read stream measured "
+              f"before Saturn's run): Saturn at {pct(bound['saturn_share'])}, llama-bench at "
+              f"{pct(bound['llama_share'])}, batched-bench at {pct(bound['llama_batched_share'])};"
+              + (f" the bound allows at most {mr:.2f}x llama-bench" if mr else ""))
     for w in warn:
         print(f"  warning: {w}")
     sys.stdout.flush()
@@ -344,6 +366,24 @@ def cmd_summary(a):
             if "invariance_ratio" in v:
                 ir = v["invariance_ratio"]
                 print(f"{v['label']:42s} {ir['median']:8.3f} {ir['min']:8.3f} {ir['max']:8.3f}")
+    bounds = [r["decode_b1_read_bound"] for r in rounds if r.get("decode_b1_read_bound")]
+    if bounds:
+        col = lambda key: [b[key] for b in bounds if b.get(key) is not None]
+        bsum = {key: {"median": statistics.median(col(key)), "min": min(col(key)), "max": max(col(key))}
+                for key in ("read_bound_tokens_per_s", "saturn_share", "llama_share", "llama_batched_share",
+                            "max_ratio_vs_llama_bench") if col(key)}
+        ctx["decode_b1_read_bound_summary"] = bsum
+        print(f"\n== decode b1 against the read bound (the read stream measured before each Saturn run;"
+              f" both engines read the same weights a token)")
+        print(f"{'':42s} {'median':>8s} {'min':>8s} {'max':>8s}")
+        for key, label, scale in (("read_bound_tokens_per_s", "bound, tokens/s", 1),
+                                  ("saturn_share", "Saturn, % of the bound", 100),
+                                  ("llama_share", "llama-bench tg, % of the bound", 100),
+                                  ("llama_batched_share", "batched-bench pl=1, % of the bound", 100),
+                                  ("max_ratio_vs_llama_bench", "largest Saturn / llama-bench it allows", 1)):
+            if key in bsum:
+                v = bsum[key]
+                print(f"{label:42s} {scale * v['median']:8.2f} {scale * v['min']:8.2f} {scale * v['max']:8.2f}")
     lbuild = next((r["llama_build"] for r in rounds if r["llama_build"].get("commit")), {})
     ctx["llama_cpp"]["commit"] = ctx["llama_cpp"].get("commit") or lbuild.get("commit")
     ctx["llama_cpp"]["build_number"] = ctx["llama_cpp"].get("build_number") or lbuild.get("number")
