@@ -11,7 +11,7 @@
 #   bench/gpu_bundle.sh --serve    # also saturn-server, saturn-load and saturn-diag from a full
 #                                  # sm_90 build (SERVE_BUILD_DIR=build-gpu-serve), with the
 #                                  # gRPC and protobuf libraries they load, for gpu_check.sh
-#                                  # --pass=serve (about 55 MB packed on 2026-12-04)
+#                                  # --pass=serve (27 MB packed on 2026-12-06)
 set -euo pipefail
 SERVE=0
 for arg in "$@"; do
@@ -79,7 +79,12 @@ strip --strip-unneeded "$stage"/lib/*.so* 2>/dev/null || true
 
 rm -rf "$DEST"
 mkdir -p "$DEST"
-tar -C "$stage" -czf "$DEST/bundle.tar.gz" bin lib
+# xz, not gzip: each CUDA binary carries the same ~10 MB kernel image (.nv_fatbin), which xz's
+# 64 MiB window finds again and gzip's 32 KiB window cannot (2026-12-06, --serve: 71 MB as
+# .tar.gz, over the 64 MiB carry with the tree beside it; 27 MB as .tar.xz). One thread, so one
+# block holds every binary. gpu_check.sh unpacks it with xz, or with python3's tarfile where the
+# GPU machine has no xz.
+tar -C "$stage" -cf - bin lib | xz -9 -T1 >"$DEST/bundle.tar.xz"
 {
   echo "built $(date -u +%FT%TZ) from $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'uncommitted tree')"
   # What gpu_check.sh must find on the GPU machine (its ldd stage checks every binary).
@@ -88,4 +93,13 @@ tar -C "$stage" -czf "$DEST/bundle.tar.gz" bin lib
   (cd "$stage" && ls -l bin lib)
 } >"$DEST/MANIFEST.txt"
 du -sh "$DEST"
+# What travels with `carry [".gpu_bundle"]`: the bundle plus the tracked tree, 64 MiB at most.
+tree_bytes=$(git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 du -cb 2>/dev/null) | tail -n1 | cut -f1)
+bundle_bytes=$(du -sb "$DEST" | cut -f1)
+total=$((bundle_bytes + ${tree_bytes:-0}))
+echo "gpu_bundle: bundle $((bundle_bytes / 1048576)) MiB + tracked tree $((${tree_bytes:-0} / 1048576)) MiB = $((total / 1048576)) MiB of the 64 MiB carry"
+if [ "$total" -gt $((64 * 1048576)) ]; then
+  echo "gpu_bundle: over the device's 64 MiB carry: build without --serve, or leave test binaries out" >&2
+  exit 1
+fi
 echo "gpu_bundle: wrote $DEST (run: bench/gpu_check.sh on the GPU machine, carry [\".gpu_bundle\"])"

@@ -98,7 +98,15 @@ stage() {
 }
 
 # --- the binaries ------------------------------------------------------------------------
-if [ -f "$BUNDLE/bundle.tar.gz" ]; then
+if [ -f "$BUNDLE/bundle.tar.xz" ]; then
+  if command -v xz >/dev/null; then
+    tar -xJf "$BUNDLE/bundle.tar.xz" -C "$WORK"
+  else  # no xz on the machine: python3's tarfile reads it (lzma is in its standard library)
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$BUNDLE/bundle.tar.xz" "$WORK"
+  fi
+  log "bundle: $(head -n1 "$BUNDLE/MANIFEST.txt" 2>/dev/null)"
+elif [ -f "$BUNDLE/bundle.tar.gz" ]; then  # one written before 2026-12-06
   tar -xzf "$BUNDLE/bundle.tar.gz" -C "$WORK"
   log "bundle: $(head -n1 "$BUNDLE/MANIFEST.txt" 2>/dev/null)"
 elif [ "$DRY_RUN" = 1 ] && [ -d "$ROOT/build" ]; then
@@ -112,9 +120,9 @@ elif [ "$DRY_RUN" = 1 ] && [ -d "$ROOT/build" ]; then
   for tool in server/saturn-server clients/saturn-load clients/saturn-diag; do
     [ -x "$ROOT/build/$tool" ] && ln -s "$ROOT/build/$tool" "$WORK/bin/$(basename "$tool")"
   done
-  log "no $BUNDLE/bundle.tar.gz: dry run over the binaries in build/ instead"
+  log "no $BUNDLE/bundle.tar.xz: dry run over the binaries in build/ instead"
 else
-  log "no $BUNDLE/bundle.tar.gz: run bench/gpu_bundle.sh first (and carry .gpu_bundle)"
+  log "no $BUNDLE/bundle.tar.xz: run bench/gpu_bundle.sh first (and carry .gpu_bundle)"
   exit 2
 fi
 BIN=$WORK/bin
