@@ -8,10 +8,13 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/calibration_fields.h"
 #include "engine/calibration_trials.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
@@ -274,32 +277,11 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
 }
 
 std::string CalibrationToJson(const Calibration& c) {
-  nlohmann::json j = {{"backend", c.backend},
-                      {"device", c.device},
-                      {"dtype", c.dtype},
-                      {"gemm_flops_per_s", c.gemm_flops_per_s},
-                      {"bandwidth_bytes_per_s", c.bandwidth_bytes_per_s},
-                      {"op_dispatch_us", c.op_dispatch_us},
-                      {"op_issue_us", c.op_issue_us},
-                      {"graph_launch_us", c.graph_launch_us},
-                      {"ridge_flops_per_byte", c.ridge_flops_per_byte()},
-                      {"gemm_method", c.gemm_method},
-                      {"bandwidth_method", c.bandwidth_method},
-                      {"dispatch_method", c.dispatch_method},
-                      {"gemm_square_flops_per_s", c.gemm_square_flops_per_s},
-                      {"gemm_model_flops_per_s", c.gemm_model_flops_per_s},
-                      {"gemm_model_shape", c.gemm_model_shape},
-                      {"stream_bandwidth_bytes_per_s", c.stream_bandwidth_bytes_per_s},
-                      {"copy_bandwidth_bytes_per_s", c.copy_bandwidth_bytes_per_s},
-                      {"gemm_spread", c.gemm_spread},
-                      {"bandwidth_spread", c.bandwidth_spread},
-                      {"stable", c.stable},
-                      {"run_share", c.run_share},
-                      {"cache_bytes", c.cache_bytes},
-                      {"spec_flops_per_s", c.spec_flops_per_s},
-                      {"spec_bandwidth_bytes_per_s", c.spec_bandwidth_bytes_per_s},
-                      {"spec_method", c.spec_method},
-                      {"measured_unix_s", c.measured_unix_s}};
+  nlohmann::json j = nlohmann::json::object();
+  for (const CalibrationField& f : kCalibrationFields) {
+    std::visit([&](auto member) { j[f.name] = c.*member; }, f.member);
+  }
+  j["ridge_flops_per_byte"] = c.ridge_flops_per_byte();  // derived: for readers, never read back
   return j.dump(2);
 }
 
@@ -310,34 +292,26 @@ absl::StatusOr<Calibration> CalibrationFromJson(const std::string& text) {
   }
   Calibration c;
   try {
-    c.backend = j.at("backend").get<std::string>();
-    c.device = j.at("device").get<std::string>();
-    c.dtype = j.at("dtype").get<std::string>();
-    c.gemm_flops_per_s = j.at("gemm_flops_per_s").get<double>();
-    c.bandwidth_bytes_per_s = j.at("bandwidth_bytes_per_s").get<double>();
-    c.op_dispatch_us = j.at("op_dispatch_us").get<double>();
-    c.op_issue_us = j.value("op_issue_us", c.op_dispatch_us);
-    c.graph_launch_us = j.value("graph_launch_us", 0.0);
-    c.gemm_method = j.value("gemm_method", "");
-    c.bandwidth_method = j.value("bandwidth_method", "");
-    c.dispatch_method = j.value("dispatch_method", "");
-    c.gemm_square_flops_per_s = j.value("gemm_square_flops_per_s", 0.0);
-    c.gemm_model_flops_per_s = j.value("gemm_model_flops_per_s", 0.0);
-    c.gemm_model_shape = j.value("gemm_model_shape", "");
-    c.stream_bandwidth_bytes_per_s = j.value("stream_bandwidth_bytes_per_s", 0.0);
-    c.copy_bandwidth_bytes_per_s = j.value("copy_bandwidth_bytes_per_s", 0.0);
-    c.gemm_spread = j.value("gemm_spread", 0.0);
-    c.bandwidth_spread = j.value("bandwidth_spread", 0.0);
-    c.stable = j.value("stable", true);
-    c.run_share = j.value("run_share", 1.0);
-    c.cache_bytes = j.value("cache_bytes", 0.0);
-    c.spec_flops_per_s = j.value("spec_flops_per_s", 0.0);
-    c.spec_bandwidth_bytes_per_s = j.value("spec_bandwidth_bytes_per_s", 0.0);
-    c.spec_method = j.value("spec_method", "");
-    c.measured_unix_s = j.value("measured_unix_s", 0.0);
+    for (const CalibrationField& f : kCalibrationFields) {
+      auto it = j.find(f.name);
+      if (it == j.end()) {
+        if (f.required) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("calibration: required field '", f.name, "' is missing"));
+        }
+        continue;
+      }
+      std::visit(
+          [&](auto member) {
+            using T = std::remove_cvref_t<decltype(c.*member)>;
+            c.*member = it->template get<T>();
+          },
+          f.member);
+    }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("calibration: ", e.what()));
   }
+  if (!j.contains("op_issue_us")) c.op_issue_us = c.op_dispatch_us;  // files before it existed
   if (!(c.gemm_flops_per_s > 0) || !(c.bandwidth_bytes_per_s > 0) || !(c.op_dispatch_us > 0)) {
     return absl::InvalidArgumentError(
         "calibration: gemm_flops_per_s, bandwidth_bytes_per_s and op_dispatch_us must be > 0");

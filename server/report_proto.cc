@@ -1,9 +1,16 @@
 // Field-by-field copies; the names match the analyzer's structs (docs/DIAGNOSTICS.md).
 #include "server/report_proto.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
 #include <algorithm>
 #include <array>
+#include <string>
+#include <type_traits>
+#include <variant>
 
+#include "engine/calibration_fields.h"
 #include "kernels/enum_table.h"
 #include "proto/render/report_json.h"
 #include "proto/render/report_text.h"
@@ -159,33 +166,29 @@ v1::Bottleneck ToProto(Bottleneck b) {
 }
 
 void ToProto(const Calibration& c, double calibration_ms, v1::Calibration* out) {
-  out->set_backend(c.backend);
-  out->set_device(c.device);
-  out->set_dtype(c.dtype);
-  out->set_gemm_flops_per_s(c.gemm_flops_per_s);
-  out->set_bandwidth_bytes_per_s(c.bandwidth_bytes_per_s);
-  out->set_op_dispatch_us(c.op_dispatch_us);
-  out->set_op_issue_us(c.op_issue_us);
-  out->set_graph_launch_us(c.graph_launch_us);
+  // The stored fields by name (engine/calibration_fields.h; CalibrationProtoTest checks every
+  // name has a v1.Calibration field of its type, and every field of that message a source).
+  const google::protobuf::Descriptor* d = out->GetDescriptor();
+  const google::protobuf::Reflection* r = out->GetReflection();
+  for (const CalibrationField& f : kCalibrationFields) {
+    const google::protobuf::FieldDescriptor* fd = d->FindFieldByName(f.name);
+    if (fd == nullptr) continue;  // file-only (measured_unix_s: the proto carries age_s)
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_cvref_t<decltype(c.*member)>;
+          if constexpr (std::is_same_v<T, std::string>) {
+            r->SetString(out, fd, c.*member);
+          } else if constexpr (std::is_same_v<T, double>) {
+            r->SetDouble(out, fd, c.*member);
+          } else {
+            r->SetBool(out, fd, c.*member);
+          }
+        },
+        f.member);
+  }
   out->set_ridge_flops_per_byte(c.ridge_flops_per_byte());
-  out->set_gemm_method(c.gemm_method);
-  out->set_bandwidth_method(c.bandwidth_method);
-  out->set_dispatch_method(c.dispatch_method);
   out->set_source(c.source);
   out->set_calibration_ms(calibration_ms);
-  out->set_gemm_square_flops_per_s(c.gemm_square_flops_per_s);
-  out->set_gemm_model_flops_per_s(c.gemm_model_flops_per_s);
-  out->set_gemm_model_shape(c.gemm_model_shape);
-  out->set_stream_bandwidth_bytes_per_s(c.stream_bandwidth_bytes_per_s);
-  out->set_copy_bandwidth_bytes_per_s(c.copy_bandwidth_bytes_per_s);
-  out->set_gemm_spread(c.gemm_spread);
-  out->set_bandwidth_spread(c.bandwidth_spread);
-  out->set_stable(c.stable);
-  out->set_run_share(c.run_share);
-  out->set_cache_bytes(c.cache_bytes);
-  out->set_spec_flops_per_s(c.spec_flops_per_s);
-  out->set_spec_bandwidth_bytes_per_s(c.spec_bandwidth_bytes_per_s);
-  out->set_spec_method(c.spec_method);
 }
 
 void ToProto(const GraphInfo& g, v1::CudaGraphInfo* out) {

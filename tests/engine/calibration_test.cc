@@ -1,11 +1,15 @@
 // Calibration's own rules on the host: a graph launch is measured where the backend captures
 // graphs (through the capturing test backend) and released after, not where it cannot; the
-// figure survives the JSON file; trials warm the device up first when asked.
+// figure survives the JSON file; every stored field survives it, and a file without a
+// required one is refused by name; trials warm the device up first when asked.
 #include "engine/calibration.h"
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/calibration_trials.h"
+#include "tests/engine/calibration_values.h"
 #include "tests/engine/capturing_backend.h"
 
 namespace saturn {
@@ -53,6 +57,46 @@ TEST(CalibrationTest, NoGraphLaunchWithoutGraphs) {
   absl::StatusOr<Calibration> old = CalibrationFromJson(json);
   ASSERT_TRUE(old.ok()) << old.status() << json;
   EXPECT_EQ(old->graph_launch_us, 0.0);
+}
+
+TEST(CalibrationTest, EveryStoredFieldSurvivesTheFile) {
+  const Calibration c = testing_calibration::DistinctValues();
+  absl::StatusOr<Calibration> back = CalibrationFromJson(CalibrationToJson(c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (const CalibrationField& f : kCalibrationFields) {
+    std::visit([&](auto member) { EXPECT_EQ((*back).*member, c.*member) << f.name; }, f.member);
+  }
+  const auto j = nlohmann::json::parse(CalibrationToJson(c));
+  EXPECT_DOUBLE_EQ(j.at("ridge_flops_per_byte").get<double>(), c.ridge_flops_per_byte());
+}
+
+TEST(CalibrationTest, AFileWithoutARequiredFieldIsRefusedByName) {
+  const auto full = nlohmann::json::parse(CalibrationToJson(testing_calibration::DistinctValues()));
+  int required = 0;
+  for (const CalibrationField& f : kCalibrationFields) {
+    nlohmann::json j = full;
+    j.erase(f.name);
+    absl::StatusOr<Calibration> c = CalibrationFromJson(j.dump());
+    if (!f.required) {
+      EXPECT_TRUE(c.ok()) << f.name << ": " << c.status();
+      continue;
+    }
+    ++required;
+    ASSERT_FALSE(c.ok()) << f.name;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(f.name), std::string::npos) << c.status();
+  }
+  EXPECT_EQ(required, 6);
+  // Files from before op_issue_us existed read it as the dispatch cost.
+  nlohmann::json j = full;
+  j.erase("op_issue_us");
+  absl::StatusOr<Calibration> old = CalibrationFromJson(j.dump());
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->op_issue_us, old->op_dispatch_us);
+  // A field of the wrong type is refused, not read as a default.
+  j = full;
+  j["stable"] = "yes";
+  EXPECT_FALSE(CalibrationFromJson(j.dump()).ok());
 }
 
 TEST(CalibrationTest, TrialsWarmTheDeviceUpFirstWhenAsked) {

@@ -1,16 +1,23 @@
 // An analyzer's report in its proto (server/report_proto.h) and the proto's two renderings
 // (proto/render/): the JSON carries every part of the report, the text shows the verdict,
-// the profile, the plan and the applied action's outcome.
+// the profile, the plan and the applied action's outcome. Every stored calibration field
+// reaches v1.Calibration, and every field of that message has a source.
 #include "server/report_proto.h"
 
+#include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <variant>
 
 #include "proto/render/report_json.h"
 #include "proto/render/report_text.h"
 #include "tests/diag/synthetic.h"
+#include "tests/engine/calibration_values.h"
 
 namespace saturn {
 namespace {
@@ -52,6 +59,51 @@ TEST(ReportFormatTest, TextShowsVerdictProfileAndPlan) {
   EXPECT_NE(t.find("raise max_num_seqs 4 ->"), std::string::npos);
   EXPECT_NE(t.find("applied"), std::string::npos);
   EXPECT_LT(std::count(t.begin(), t.end(), '\n'), 40);
+}
+
+TEST(CalibrationProtoTest, EveryStoredFieldReachesTheProtoByName) {
+  using google::protobuf::FieldDescriptor;
+  const Calibration c = testing_calibration::DistinctValues();
+  v1::Calibration p;
+  ToProto(c, 12.5, &p);
+  const google::protobuf::Descriptor* d = p.GetDescriptor();
+  const google::protobuf::Reflection* r = p.GetReflection();
+  std::set<std::string> covered;
+  for (const CalibrationField& f : kCalibrationFields) {
+    const FieldDescriptor* fd = d->FindFieldByName(f.name);
+    if (std::string(f.name) == "measured_unix_s") {  // the file's; the proto carries age_s
+      EXPECT_EQ(fd, nullptr);
+      continue;
+    }
+    ASSERT_NE(fd, nullptr) << f.name << " has no v1.Calibration field";
+    covered.insert(f.name);
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_cvref_t<decltype(c.*member)>;
+          if constexpr (std::is_same_v<T, std::string>) {
+            ASSERT_EQ(fd->cpp_type(), FieldDescriptor::CPPTYPE_STRING) << f.name;
+            EXPECT_EQ(r->GetString(p, fd), c.*member);
+          } else if constexpr (std::is_same_v<T, double>) {
+            ASSERT_EQ(fd->cpp_type(), FieldDescriptor::CPPTYPE_DOUBLE) << f.name;
+            EXPECT_EQ(r->GetDouble(p, fd), c.*member);
+          } else {
+            ASSERT_EQ(fd->cpp_type(), FieldDescriptor::CPPTYPE_BOOL) << f.name;
+            EXPECT_EQ(r->GetBool(p, fd), c.*member);
+          }
+        },
+        f.member);
+  }
+  EXPECT_DOUBLE_EQ(p.ridge_flops_per_byte(), c.ridge_flops_per_byte());
+  EXPECT_EQ(p.source(), c.source);
+  EXPECT_EQ(p.calibration_ms(), 12.5);
+  // Set elsewhere: the derived and per-request fields (server/diagnostics_request.cc).
+  const std::set<std::string> others = {
+      "ridge_flops_per_byte", "source", "calibration_ms", "age_s", "suspect", "suspect_reason"};
+  for (int i = 0; i < d->field_count(); ++i) {
+    const std::string& name = d->field(i)->name();
+    EXPECT_TRUE(covered.count(name) > 0 || others.count(name) > 0)
+        << "v1.Calibration." << name << " is in no table: add it to kCalibrationFields";
+  }
 }
 
 }  // namespace
