@@ -93,11 +93,13 @@ tar -C "$stage" -cf - bin lib | xz -9 -T1 >"$DEST/bundle.tar.xz"
   (cd "$stage" && ls -l bin lib)
 } >"$DEST/MANIFEST.txt"
 du -sh "$DEST"
-# What travels with `carry [".gpu_bundle"]`: the bundle plus the tracked tree, 64 MiB at most.
-tree_bytes=$(git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 du -cb 2>/dev/null) | tail -n1 | cut -f1)
+# What travels with `carry [".gpu_bundle"]`: the bundle plus the tree (tracked files and
+# untracked ones git does not ignore), 64 MiB at most.
+tree_bytes=$(git -C "$ROOT" ls-files -z --cached --others --exclude-standard |
+  (cd "$ROOT" && du -cb --files0-from=- 2>/dev/null || true) | tail -n1 | cut -f1)
 bundle_bytes=$(du -sb "$DEST" | cut -f1)
 total=$((bundle_bytes + ${tree_bytes:-0}))
-echo "gpu_bundle: bundle $((bundle_bytes / 1048576)) MiB + tracked tree $((${tree_bytes:-0} / 1048576)) MiB = $((total / 1048576)) MiB of the 64 MiB carry"
+echo "gpu_bundle: bundle $((bundle_bytes / 1048576)) MiB + tree $((${tree_bytes:-0} / 1048576)) MiB = $((total / 1048576)) MiB of the 64 MiB carry"
 if [ "$total" -gt $((64 * 1048576)) ]; then
   echo "gpu_bundle: over the device's 64 MiB carry: build without --serve, or leave test binaries out" >&2
   exit 1

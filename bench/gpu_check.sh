@@ -100,14 +100,16 @@ stage() {
 # --- the binaries ------------------------------------------------------------------------
 if [ -f "$BUNDLE/bundle.tar.xz" ]; then
   if command -v xz >/dev/null; then
-    tar -xJf "$BUNDLE/bundle.tar.xz" -C "$WORK"
+    tar -xJf "$BUNDLE/bundle.tar.xz" -C "$WORK" || { log "bundle: unpacking failed"; exit 2; }
   else  # no xz on the machine: python3's tarfile reads it (lzma is in its standard library)
-    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-      "$BUNDLE/bundle.tar.xz" "$WORK"
+    python3 -c 'import sys, tarfile
+kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$BUNDLE/bundle.tar.xz" "$WORK" ||
+      { log "bundle: unpacking with python3 failed"; exit 2; }
   fi
   log "bundle: $(head -n1 "$BUNDLE/MANIFEST.txt" 2>/dev/null)"
 elif [ -f "$BUNDLE/bundle.tar.gz" ]; then  # one written before 2026-12-06
-  tar -xzf "$BUNDLE/bundle.tar.gz" -C "$WORK"
+  tar -xzf "$BUNDLE/bundle.tar.gz" -C "$WORK" || { log "bundle: unpacking failed"; exit 2; }
   log "bundle: $(head -n1 "$BUNDLE/MANIFEST.txt" 2>/dev/null)"
 elif [ "$DRY_RUN" = 1 ] && [ -d "$ROOT/build" ]; then
   mkdir -p "$WORK/bin" "$WORK/lib"

@@ -274,8 +274,11 @@ def cmd_round(a):
     # run bounds both engines alike (same shape): each one's share of that bound, and the largest
     # Saturn / llama.cpp ratio the bound leaves (bound / llama.cpp's rate). Over 100 %: the
     # machine's bandwidth moved between the calibration and the run.
-    b1 = next((r for r in sat.get("rows", []) if r.get("batch") == 1 and not r.get("graphs")), {})
-    rb = b1.get("read_bound_tokens_per_s")
+    # The batch-1 rows saturn_figures takes (graphs on where there are such rows), median bound.
+    b1 = [r for r in sat.get("rows", []) if int(r.get("batch", 0)) == 1]
+    if any(r.get("graphs") for r in b1): b1 = [r for r in b1 if r.get("graphs")]
+    rbs = [float(r["read_bound_tokens_per_s"]) for r in b1 if r.get("read_bound_tokens_per_s")]
+    rb = statistics.median(rbs) if rbs else None
     bound = None
     if rb:
         bound = {"read_bound_tokens_per_s": rb,

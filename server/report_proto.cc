@@ -172,16 +172,19 @@ void ToProto(const Calibration& c, double calibration_ms, v1::Calibration* out) 
   const google::protobuf::Reflection* r = out->GetReflection();
   for (const CalibrationField& f : kCalibrationFields) {
     const google::protobuf::FieldDescriptor* fd = d->FindFieldByName(f.name);
-    if (fd == nullptr) continue;  // file-only (measured_unix_s: the proto carries age_s)
+    if (fd == nullptr || fd->is_repeated()) continue;  // file-only (measured_unix_s: age_s here)
     std::visit(
         [&](auto member) {
           using T = std::remove_cvref_t<decltype(c.*member)>;
+          using FD = google::protobuf::FieldDescriptor;
+          // A type the message does not have is skipped, never set (reflection would abort).
           if constexpr (std::is_same_v<T, std::string>) {
-            r->SetString(out, fd, c.*member);
+            if (fd->cpp_type() == FD::CPPTYPE_STRING) r->SetString(out, fd, c.*member);
           } else if constexpr (std::is_same_v<T, double>) {
-            r->SetDouble(out, fd, c.*member);
+            if (fd->cpp_type() == FD::CPPTYPE_DOUBLE) r->SetDouble(out, fd, c.*member);
           } else {
-            r->SetBool(out, fd, c.*member);
+            static_assert(std::is_same_v<T, bool>, "a CalibrationField type ToProto cannot set");
+            if (fd->cpp_type() == FD::CPPTYPE_BOOL) r->SetBool(out, fd, c.*member);
           }
         },
         f.member);

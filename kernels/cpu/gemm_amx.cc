@@ -180,9 +180,10 @@ void GemmAmxStreamBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_
       ldw = a.kp;
     }
     // The next panel (contiguous: 32 rows of k), prefetched into L2 over the first pass (into
-    // L1 the 48 KiB panel evicts the one being read and holds the core's fill buffers: 200 MB of
-    // bf16 weights, 2-core Xeon, medians of interleaved rounds against the skinny stream's time:
-    // one input row 1.13-1.35x with the L1 hint, 1.07-1.11x with L2's; two rows 1.07x, 0.88x).
+    // L1 the panel, 64 k bytes (48 KiB at k = 768), evicts the one being read and holds the core's
+    // fill buffers: 200 MB of bf16 weights, 2-core Xeon, medians of interleaved rounds against the
+    // skinny stream's time: one input row 1.13-1.35x with the L1 hint, 1.07-1.11x with L2's; two
+    // rows 1.07x, 0.88x).
     const bool ahead = n0 + 2 * kAmxPanel <= n_end;
     const char* next =
         ahead ? reinterpret_cast<const char*>(a.w + (n0 + kAmxPanel) * a.k) : nullptr;

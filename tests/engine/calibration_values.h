@@ -23,11 +23,13 @@ inline Calibration DistinctValues() {
           } else if constexpr (std::is_same_v<T, double>) {
             c.*member = 1000.25 + i;
           } else {
+            static_assert(std::is_same_v<T, bool>, "a CalibrationField type this cannot set");
             c.*member = !(c.*member);
           }
         },
         f.member);
   }
+  c.source = "a source of its own";  // not stored in files; the proto carries it
   return c;
 }
 
