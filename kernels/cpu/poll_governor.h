@@ -1,21 +1,8 @@
-// Whether an idle pool worker may poll for the next job, decided by measurement on the
-// running machine. Polling keeps a worker's wake-up (tens of microseconds through a condition
-// variable) off a decode step's few hundred back-to-back ops (+5-8 % batch-1 decode measured on a
-// quiet 2-core machine, bench/results 2026-12-01; inside the host's drift on 2026-12-02); on a
-// machine whose cores other processes want, the polling worker takes their CPU (the engine thread's
-// host phases among them) and costs more than it gives. The difference shows in the worker's own
-// run-queue wait (the kernel's schedstat: time runnable but not running), which stays near zero
-// while the core is the worker's alone.
-//
-// Each worker keeps one governor. While the worker polls, the governor measures over intervals
-// of kIntervalNs the share of its runnable time it spent waiting for a core (wait / (run +
-// wait), the same share the diagnostics call run_share's complement); above kMaxWaitShare, that
-// is when other threads took a fifth of the worker's core or more, it stops polling
-// for a back-off (kMinBackoffNs, doubling while contention lasts, at most kMaxBackoffNs) and
-// then measures again. Where schedstat cannot be read, the worker never polls (sleeping at once
-// is the choice that cannot hurt others). The same rule as OpenMP runtimes' spin-then-sleep
-// (KMP_BLOCKTIME, GOMP_SPINCOUNT), with the spin switched off by measured contention instead of
-// a fixed count.
+// Whether an idle pool worker may poll for the next job: while the worker polls, its governor
+// measures over kIntervalNs the share of its runnable time it waited for a core (schedstat);
+// above kMaxWaitShare it stops polling for a back-off (kMinBackoffNs, doubling while contention
+// lasts, at most kMaxBackoffNs). Where schedstat cannot be read the worker never polls. Why, and
+// what polling gains: docs/CPU.md, "Threads".
 #pragma once
 
 #include <cstdint>

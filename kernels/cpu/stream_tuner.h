@@ -1,29 +1,8 @@
-// StreamTuner: the M = 1 weight stream's software prefetch distance, settled on the GEMMs the
-// engine really serves rather than only on a start-up probe.
-//
-// Why: which distance streams fastest depends on where the weights come from, and a probe
-// cannot reproduce that. On a 2-core Xeon VM whose L3 reports 480 MiB, a decode step's 200 MB
-// of bf16 weights come back partly from that cache: there the skinny kernel streamed a
-// decode-like sequence of 49 GEMMs at 39-41 GB/s with 8 KiB of prefetch against 32-33 with
-// 2 KiB (interleaved, four runs), while the planner's probe on 16 MiB evicted from the caches
-// (pure DRAM) ranked 2 KiB first and 8 KiB level with none. f32 weights there stream fastest
-// at 2 KiB in both regimes.
-//
-// How: it starts on the probe's distance (the incumbent). A trial is one pass over the
-// served weights at one candidate: from a GEMM on the first weights the tuner saw until the
-// next GEMM on them, i.e. one batch-1 decode step's M = 1 GEMMs (switching the distance
-// within a pass measured nothing useful: trials of 16-64 MiB rotating mid-step ranked 8 KiB
-// 1.03-1.15x slower than 2 KiB on the same machine where whole steps at 8 KiB decoded
-// 183-187 tok/s against 152-155 at 2 KiB). A round gives every candidate one trial, starting
-// from a different one each round (as the planner's probes do), so drift on a shared machine
-// moves a whole round; a candidate's score in a round is its time per byte over the
-// incumbent's. After kRounds rounds the tuner settles on the candidate with the lowest median
-// score where that median is under kMaxScore and it beat the incumbent in three rounds of four
-// (the probe's sign test), else on the incumbent, and never changes again. The rounds start
-// after kBurnInPasses passes at the incumbent; with 5 candidates that is 56 batch-1 steps,
-// which the engine's warm-up decodes before serving
-// (Backend::TuningOnServedSteps), so calibration and the first requests see the settled
-// distance. Not thread-safe (GemmPlanner holds its lock).
+// StreamTuner: the M = 1 weight stream's software prefetch distance, settled on the engine's
+// own batch-1 decode steps (a whole step per trial, candidates in rotated rounds, a sign test
+// against the start-up probe's distance), since where the weights come from decides the best
+// distance and a probe cannot reproduce that. The measurements behind it: docs/CPU.md. Not
+// thread-safe (GemmPlanner holds its lock).
 #pragma once
 
 #include <cstdint>
