@@ -1,7 +1,7 @@
 // saturn-bench-gemm: the CPU backend's three GEMM paths (the skinny weight-streaming kernel,
 // the blocked kernel and OpenBLAS sgemm) at decode-like shapes, f32 or bf16 weights, against this
 // machine's copy bandwidth and GEMM peak measured in the same run. Shows the M where OpenBLAS
-// starts to win (the backend measures that itself at start-up: kernels/cpu/gemm_planner.h).
+// starts to win (the backend measures that itself at start-up: kernels/cpu/gemm/gemm_planner.h).
 //   saturn-bench-gemm --n=2048 --k=768 --ms=1,2,4,8,16,32,64 --dtype=bf16 --json=gemm.json
 #include <cblas.h>
 

@@ -157,7 +157,7 @@ class Backend {
   // more=amx"); empty where the backend does not choose, or before its first GEMM.
   virtual std::string KernelPlan() const { return ""; }
   // True while the backend is still settling a kernel setting on the steps it serves (CPU: the
-  // M = 1 weight stream's prefetch distance, kernels/cpu/stream_tuner.h), so steps may differ
+  // M = 1 weight stream's prefetch distance, kernels/cpu/gemm/stream_tuner.h), so steps may differ
   // in speed; the engine's warm-up decodes until it is false (or a cap).
   virtual bool TuningOnServedSteps() const { return false; }
 

@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/clock.h"
-#include "kernels/cpu/gemm_planner.h"
+#include "kernels/cpu/gemm/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/stream_memory.h"
 #include "kernels/cpu/thread_pool.h"

@@ -1,7 +1,7 @@
 // The CPU backend: f32 activations and KV cache, f32 or bf16 GEMM weights, in 64-byte
 // aligned host memory; ops run synchronously on the calling thread plus a small pool, with
 // kernels picked at run time for the CPU's instruction set (kernels/cpu/isa_kernels.h) and
-// GEMM paths chosen by measurement (kernels/cpu/gemm_planner.h).
+// GEMM paths chosen by measurement (kernels/cpu/gemm/gemm_planner.h).
 #pragma once
 
 #include <memory>

@@ -37,7 +37,7 @@
 namespace saturn::cpu {
 namespace {
 
-#include "kernels/cpu/reduce16_avx512.inc"
+#include "kernels/cpu/gemm/reduce16_avx512.inc"
 
 inline __m512bh Load32(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "kernels/cpu/gemm/stream_tuner.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/stream_tuner.h"
 #include "tests/kernels/cpu_test_util.h"
 
 namespace saturn::testing {
@@ -92,7 +92,7 @@ TEST(CpuBackendTest, KernelPlanNamesTheChosenPaths) {
 }
 
 // Batch-1 GEMMs on weights of 1 MiB or more settle the M = 1 stream's prefetch distance on
-// passes over them (kernels/cpu/stream_tuner.h): the backend says it is tuning until it has
+// passes over them (kernels/cpu/gemm/stream_tuner.h): the backend says it is tuning until it has
 // settled, names the outcome in its kernel plan, and every pass computes the same outputs.
 // Smaller weights never start it, and a pass that stays in cache is not tuned.
 TEST(CpuBackendTest, BatchOneStreamsSettleThePrefetchDistanceOnServedPasses) {

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/gemm_planner.h"
+#include "kernels/cpu/gemm/gemm_planner.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/half_float.h"

@@ -1,4 +1,4 @@
-// GemmSplit (kernels/cpu/gemm.cc, Backend::GemmSplit): one GEMM whose output columns go to
+// GemmSplit (kernels/cpu/gemm/gemm.cc, Backend::GemmSplit): one GEMM whose output columns go to
 // several tensors, as the runner's fused q/k/v projection. Each part must equal a float64
 // reference of x against its own rows of w, for every path (AMX where it runs; elsewhere it is
 // refused), kernel level and weight dtype,
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "kernels/cpu/gemm_planner.h"
+#include "kernels/cpu/gemm/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/half_float.h"
 #include "tests/kernels/cpu_test_util.h"

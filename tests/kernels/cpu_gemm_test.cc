@@ -1,4 +1,4 @@
-// CPU GEMM (kernels/cpu/gemm.cc, gemm_planner.cc) against float64 references: each path
+// CPU GEMM (kernels/cpu/gemm/gemm.cc, gemm_planner.cc) against float64 references: each path
 // (skinny, blocked, BLAS, the planner's automatic choice, and the backend's own op) in its
 // own test, with f32 and bf16 weights, at every kernel level the CPU runs (scalar, AVX2,
 // AVX-512, and AVX512-BF16 dot products where present). With bf16 weights every path
@@ -15,7 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/gemm_planner.h"
+#include "kernels/cpu/gemm/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/half_float.h"
 #include "tests/kernels/cpu_test_util.h"

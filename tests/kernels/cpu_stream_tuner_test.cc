@@ -1,4 +1,4 @@
-// kernels/cpu/stream_tuner.h: after a burn-in at the probe's distance, trials are whole passes
+// kernels/cpu/gemm/stream_tuner.h: after a burn-in at the probe's distance, trials are whole passes
 // over the served weights, one candidate each, in rotated rounds; the tuner settles on a
 // candidate only where it clearly beats the probe's, and never moves after.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <map>
 #include <vector>
 
-#include "kernels/cpu/stream_tuner.h"
+#include "kernels/cpu/gemm/stream_tuner.h"
 
 namespace saturn::cpu {
 namespace {

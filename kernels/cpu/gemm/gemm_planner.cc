@@ -1,5 +1,5 @@
 // GemmPlanner (gemm_planner.h): the start-up measurement of the GEMM paths.
-#include "kernels/cpu/gemm_planner.h"
+#include "kernels/cpu/gemm/gemm_planner.h"
 
 #include <algorithm>
 #include <chrono>

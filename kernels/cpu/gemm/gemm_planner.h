@@ -25,9 +25,9 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cpu/gemm/stream_tuner.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/stream_tuner.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/tensor.h"
 

@@ -1,5 +1,5 @@
 // StreamTuner (stream_tuner.h).
-#include "kernels/cpu/stream_tuner.h"
+#include "kernels/cpu/gemm/stream_tuner.h"
 
 #include <algorithm>
 #include <utility>

@@ -31,7 +31,7 @@
 
 #include "absl/types/span.h"
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/gemm_planner.h"
+#include "kernels/cpu/gemm/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/enum_table.h"
 #include "kernels/half_float.h"
