@@ -18,7 +18,6 @@
 #include "engine/calibration_trials.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
@@ -109,20 +108,13 @@ absl::StatusOr<double> GraphLaunchUs(Backend* backend, const CalibrationOptions&
   return *std::min_element(per_launch.begin(), per_launch.end());
 }
 
-int BackendThreads(const Backend& b) {
-  const std::string name = b.device_name();  // the CPU backend: "<model> (N threads)"
-  const size_t open = name.rfind('(');
-  if (open != std::string::npos) {
-    const int n = std::atoi(name.c_str() + open + 1);
-    if (n > 0 && name.find(" threads)", open) != std::string::npos) return n;
-  }
-  return std::max(1, int(std::thread::hardware_concurrency()));
-}
-
 }  // namespace
 
 absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions& opt) {
-  const bool cpu = backend->name() == "cpu";
+  // On the host's cores (the CPU backend) the trials are sized for its caches and corrected for
+  // other processes; a GPU is not time-shared with the host's other work.
+  const Backend::HostCompute host = backend->host_compute();
+  const bool on_host = host.threads > 0;
   const DType dt = backend->compute_dtype();
   Calibration c;
   c.backend = backend->name();
@@ -135,14 +127,16 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
   topt.min_trials = opt.quick ? 2 : opt.min_trials;
   topt.max_trials = opt.quick ? std::max(2, opt.max_trials / 2) : opt.max_trials;
   topt.tolerance = opt.tolerance;
-  topt.correct_contention = cpu;  // a GPU is not time-shared with the host's other work
-  topt.threads = opt.threads > 0 ? opt.threads : BackendThreads(*backend);
+  topt.correct_contention = on_host;
+  topt.threads = opt.threads > 0 ? opt.threads
+                 : on_host       ? host.threads
+                                 : std::max(1, int(std::thread::hardware_concurrency()));
   topt.max_series_s = opt.quick ? 0.3 : 1.0;
   topt.warmup_s = backend->clock_warmup_s();
   double run_share_min = 1;
 
   // GEMM peak: the square GEMM and the model's own prefill shape; the ceiling is the better.
-  const int n = opt.gemm_size > 0 ? opt.gemm_size : (cpu ? (opt.quick ? 512 : 1024) : 8192);
+  const int n = opt.gemm_size > 0 ? opt.gemm_size : (on_host ? (opt.quick ? 512 : 1024) : 8192);
   ASSIGN_OR_RETURN(TrialSeries sq, TimeGemm(backend, n, n, n, topt));
   c.gemm_square_flops_per_s = sq.best;
   c.gemm_flops_per_s = sq.best;
@@ -172,7 +166,7 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
   // step does with all threads), with f32 weights and, where they differ, the backend's own
   // weight dtype (another kernel, with its own prefetch distance: whichever reads faster on
   // this machine sets the ceiling), and a device-to-device copy; the ceiling is the best.
-  size_t bytes = opt.copy_bytes > 0 ? opt.copy_bytes : (cpu ? (256u << 20) : (2ull << 30));
+  size_t bytes = opt.copy_bytes > 0 ? opt.copy_bytes : (on_host ? (256u << 20) : (2ull << 30));
   if (opt.quick) bytes /= 4;
   std::vector<DType> stream_dtypes = {dt};
   if (wdt != dt) stream_dtypes.push_back(wdt);
@@ -234,7 +228,7 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
     }
   }
   c.run_share = run_share_min;
-  c.cache_bytes = cpu ? double(cpu::LastLevelCacheBytes()) : 0;
+  c.cache_bytes = double(host.cache_bytes);
   const SpecCeilings spec = backend->spec_ceilings();
   c.spec_flops_per_s = spec.flops_per_s;
   c.spec_bandwidth_bytes_per_s = spec.bytes_per_s;

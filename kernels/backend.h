@@ -144,6 +144,14 @@ class Backend {
   // timing perturbs the device enough that it should be sampled rather than always on.
   virtual bool per_op_timing_is_cheap() const = 0;
   virtual SpecCeilings spec_ceilings() const { return {}; }
+  // Where the backend computes on the host's cores (the CPU backend): the threads its ops run
+  // on and the last-level cache that holds its data, which calibration sizes its trials by and
+  // corrects for other processes with. {0, 0} where a device computes.
+  struct HostCompute {
+    int threads = 0;
+    size_t cache_bytes = 0;
+  };
+  virtual HostCompute host_compute() const { return {}; }
   // Device telemetry: the share of recent time the device ran any kernel, in [0, 1] (what
   // nvidia-smi calls utilization), or -1 where the backend has no such counter (the CPU) or
   // it cannot be read now (no NVML). Any thread.

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/diag/analyzer.h"
-#include "engine/model_runner.h"
+#include "engine/engine_info.h"
 #include "engine/step_record.h"
 #include "saturn/v1/diagnostics.pb.h"
 #include "saturn/v1/saturn.pb.h"

@@ -87,6 +87,9 @@ class CpuBackend final : public Backend {
     return pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * page_size : 0;
   }
   bool per_op_timing_is_cheap() const override { return true; }
+  HostCompute host_compute() const override {
+    return {pool_.num_threads(), cpu::LastLevelCacheBytes()};
+  }
   std::vector<int> HostThreadIds() const override { return pool_.worker_thread_ids(); }
   std::string KernelPlan() const override { return planner_.Describe(); }
   bool TuningOnServedSteps() const override { return planner_.Tuning(); }

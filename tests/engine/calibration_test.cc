@@ -62,6 +62,25 @@ TEST(CalibrationTest, NoGraphLaunchWithoutGraphs) {
   EXPECT_EQ(old->graph_launch_us, 0.0);
 }
 
+// The host's cache is recorded where the backend computes on the host's cores (what says a
+// model's weights may sit in it, self_check.cc), and not where a device computes: the capturing
+// backend stands in for one, though it wraps the CPU backend.
+TEST(CalibrationTest, TheHostCacheIsRecordedOnlyWhereTheBackendComputesOnTheHost) {
+  absl::StatusOr<std::unique_ptr<Backend>> cpu = CreateBackend("cpu", 1, "f32");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const Backend::HostCompute host = (*cpu)->host_compute();
+  EXPECT_EQ(host.threads, 1);
+  absl::StatusOr<Calibration> on_host = Calibrate(cpu->get(), Small());
+  ASSERT_TRUE(on_host.ok()) << on_host.status();
+  EXPECT_EQ(on_host->cache_bytes, static_cast<double>(host.cache_bytes));
+
+  testing_runner::CapturingBackend device(std::move(*cpu));
+  EXPECT_EQ(device.host_compute().threads, 0);
+  absl::StatusOr<Calibration> off_host = Calibrate(&device, Small());
+  ASSERT_TRUE(off_host.ok()) << off_host.status();
+  EXPECT_EQ(off_host->cache_bytes, 0.0);
+}
+
 TEST(CalibrationTest, EveryStoredFieldSurvivesTheFile) {
   const Calibration c = testing_calibration::DistinctValues();
   absl::StatusOr<Calibration> back = CalibrationFromJson(CalibrationToJson(c));

@@ -170,6 +170,18 @@ TEST(CpuBackendTest, CacheSizesAreOrderedAndBounded) {
   EXPECT_EQ(cpu::CacheBytes(9), 0u);
 }
 
+// Calibration sizes its trials by the pool's threads and the host's cache (Backend::host_compute).
+TEST(CpuBackendTest, HostComputeIsThePoolAndTheLastLevelCache) {
+  for (int threads : {1, 3}) {
+    CpuBackendOptions o;
+    o.num_threads = threads;
+    absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(o);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ((*b)->host_compute().threads, threads);
+    EXPECT_EQ((*b)->host_compute().cache_bytes, cpu::LastLevelCacheBytes());
+  }
+}
+
 TEST(CpuBackendTest, PollTimeOutOfRangeOrMalformedNamesItsSource) {
   CpuBackendOptions o;
   o.num_threads = 2;
