@@ -28,6 +28,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernel_plan.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/op_record.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
@@ -157,11 +158,11 @@ class CudaBackend final : public Backend {
 
  protected:
   absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, const Tensor& out) override {
-    OpScope op(this, "embedding");
+    OpScope op(this, OpKind::kEmbedding);
     return gpu::Embedding(stream_, ids, table, out);
   }
   absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
-    OpScope op(this, "gemm");
+    OpScope op(this, OpKind::kGemm);
     if (batch_invariant_) return gpu::GemmInvariant(stream_, x, w, out);
     const Tensor outs[] = {out};
     if (kernels_v2_ && gpu::GemmSkinnyApplies(x, w, outs)) {
@@ -173,7 +174,7 @@ class CudaBackend final : public Backend {
   absl::Status DoGemmSplit(const Tensor& x, const Tensor& w,
                            absl::Span<const Tensor> outs) override {
     if (kernels_v2_ && gpu::GemmSkinnyApplies(x, w, outs)) {
-      OpScope op(this, "gemm");
+      OpScope op(this, OpKind::kGemm);
       return gpu::GemmSkinny(stream_, prop_.multiProcessorCount, x, w, outs);
     }
     return Backend::DoGemmSplit(x, w, outs);
@@ -184,27 +185,27 @@ class CudaBackend final : public Backend {
   }
   absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& /*gate_up*/,
                             const Tensor& act) override {
-    OpScope op(this, "gemm_swiglu");
+    OpScope op(this, OpKind::kGemmSwiGlu);
     return gpu::GemmSkinnySwiGlu(stream_, prop_.multiProcessorCount, x, w, act);
   }
   absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
                          const Tensor& out) override {
-    OpScope op(this, "rms_norm");
+    OpScope op(this, OpKind::kRmsNorm);
     return gpu::RmsNorm(stream_, x, weight, eps, out);
   }
   absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight,
                             float eps, const Tensor& out) override {
-    OpScope op(this, "add_rms_norm");
+    OpScope op(this, OpKind::kAddRmsNorm);
     return gpu::AddRmsNorm(stream_, x, residual, weight, eps, out);
   }
   absl::Status DoRope(const Tensor& q, const Tensor& k, const Tensor& positions, int head_dim,
                       const RopeParams& rope) override {
-    OpScope op(this, "rope");
+    OpScope op(this, OpKind::kRope);
     return gpu::Rope(stream_, q, k, positions, head_dim, rope);
   }
   absl::Status DoKvWrite(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                          const Tensor& k_cache, const Tensor& v_cache) override {
-    OpScope op(this, "kv_write");
+    OpScope op(this, OpKind::kKvWrite);
     return gpu::KvWrite(stream_, k, v, slot_mapping, k_cache, v_cache);
   }
   bool FusesRopeKvWrite() const override { return kernels_v2_; }
@@ -212,7 +213,7 @@ class CudaBackend final : public Backend {
                              const Tensor& positions, int head_dim, const RopeParams& rope,
                              const Tensor& slot_mapping, const Tensor& k_cache,
                              const Tensor& v_cache) override {
-    OpScope op(this, "rope_kv_write");
+    OpScope op(this, OpKind::kRopeKvWrite);
     return gpu::RopeKvWrite(stream_, q, k, v, positions, head_dim, rope, slot_mapping, k_cache,
                             v_cache);
   }
@@ -238,20 +239,20 @@ class CudaBackend final : public Backend {
     return gpu::AttentionPrefill(stream_, q, k_cache, v_cache, batch, shape, out);
   }
   absl::Status DoSwiGlu(const Tensor& gate_up, const Tensor& out) override {
-    OpScope op(this, "swiglu");
+    OpScope op(this, OpKind::kSwiGlu);
     return gpu::SwiGlu(stream_, gate_up, out);
   }
   absl::Status DoAdd(const Tensor& a, const Tensor& b, const Tensor& out) override {
-    OpScope op(this, "add");
+    OpScope op(this, OpKind::kAdd);
     return gpu::Add(stream_, a, b, out);
   }
   absl::Status DoGatherRows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
-    OpScope op(this, "gather_rows");
+    OpScope op(this, OpKind::kGatherRows);
     return gpu::GatherRows(stream_, x, indices, out);
   }
   absl::Status DoSample(const Tensor& logits, const SamplingBatch& params,
                         const Tensor& tokens) override {
-    OpScope op(this, "sample");
+    OpScope op(this, OpKind::kSample);
     if (kernels_v2_) {
       return gpu::SampleSplit(stream_, prop_.multiProcessorCount, logits, params, tokens,
                               sample_workspace_);
@@ -259,7 +260,7 @@ class CudaBackend final : public Backend {
     return gpu::Sample(stream_, logits, params, tokens);
   }
   absl::Status DoCopy(const Tensor& src, const Tensor& dst) override {
-    OpScope op(this, "copy");
+    OpScope op(this, OpKind::kCopy);
     return gpu::Copy(stream_, src, dst);
   }
 
@@ -271,6 +272,9 @@ class CudaBackend final : public Backend {
   // NVTX range around one op's issue, plus the step's first-op marker for the span.
   class OpScope {
    public:
+    // The NVTX range is named as the step records name the op (kOpKindNames).
+    OpScope(CudaBackend* b, OpKind kind) : OpScope(b, OpKindName(kind)) {}
+    // Attention's range names the kernel too: attention_decode or attention_prefill.
     OpScope(CudaBackend* b, const char* name) {
       nvtxRangePushA(name);
       if (!b->capturing_ && !b->first_op_recorded_) {
