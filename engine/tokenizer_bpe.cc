@@ -6,11 +6,14 @@
 
 #include <unicode/regex.h>
 #include <unicode/unistr.h>
+#include <unicode/utf8.h>
 
 #include <algorithm>
-#include <climits>
+#include <cstdint>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <queue>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -88,6 +91,17 @@ absl::Status Unsupported(const std::string& name, const std::string& what) {
   return absl::UnimplementedError(absl::StrCat(name, ": ", what,
                                                " is not implemented (Saturn reads byte-level BPE "
                                                "tokenizers as GPT-2 and Llama 3 use them)"));
+}
+
+// A token id as tokenizer.json writes it: an integer in [0, 2^31 - 1).
+absl::StatusOr<int> IdOf(const nlohmann::json& v, const std::string& name,
+                         const std::string& what) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", what, " is ", v.dump(),
+                                                   ", not a token id (an integer in [0, ",
+                                                   INT32_MAX, "))"));
+  }
+  return static_cast<int>(v.get<int64_t>());
 }
 
 }  // namespace
@@ -169,10 +183,11 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(const std::str
     }
     if (model.value("byte_fallback", false)) return Unsupported(name, "model.byte_fallback");
     t->ignore_merges_ = model.value("ignore_merges", false);
-    for (const auto& [token, id] : model.at("vocab").items()) {
-      t->vocab_[token] = id.get<int>();
-      t->id_to_token_[id.get<int>()] = token;
-      t->vocab_size_ = std::max(t->vocab_size_, id.get<int>() + 1);
+    for (const auto& [token, value] : model.at("vocab").items()) {
+      ASSIGN_OR_RETURN(const int id, IdOf(value, name, "model.vocab[\"" + token + "\"]"));
+      t->vocab_[token] = id;
+      t->id_to_token_[id] = token;
+      t->vocab_size_ = std::max(t->vocab_size_, id + 1);
     }
     int rank = 0;
     for (const auto& m : model.at("merges")) {
@@ -189,9 +204,12 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(const std::str
                              absl::StrCat("added token ", a.at("content").dump(), " with ", flag));
         }
       }
-      t->added_.push_back(
-          {a.at("content").get<std::string>(), a.at("id").get<int>(), a.value("special", false)});
-      t->vocab_size_ = std::max(t->vocab_size_, a.at("id").get<int>() + 1);
+      ASSIGN_OR_RETURN(const int id, IdOf(a.at("id"), name, "added_tokens id"));
+      t->added_.push_back({a.at("content").get<std::string>(), id, a.value("special", false)});
+      t->vocab_size_ = std::max(t->vocab_size_, id + 1);
+    }
+    for (const Added& a : t->added_) {
+      if (!a.content.empty()) t->added_first_[static_cast<unsigned char>(a.content[0])] = true;
     }
     std::sort(t->added_.begin(), t->added_.end(),
               [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
@@ -270,26 +288,60 @@ absl::Status BpeTokenizer::EncodeWord(const std::string& mapped, std::vector<int
       return absl::OkStatus();
     }
   }
-  std::vector<std::string> symbols = Chars(mapped);
-  while (symbols.size() > 1) {
-    int best = INT_MAX;
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      auto it = merge_rank_.find(absl::StrCat(symbols[i], " ", symbols[i + 1]));
-      if (it != merge_rank_.end() && it->second < best) {
-        best = it->second;
-        at = i;
-      }
+  // The merge of lowest rank first, the leftmost of equal ranks, until none applies: the
+  // tokenizers crate's order. Its symbols are a linked list and the candidate pairs a heap,
+  // so a piece of n symbols costs O(n log n), not a rescan of every pair after each merge
+  // (n^2: a 30,000-letter word took a minute, a megabyte hours). A heap entry is stale once
+  // either of its symbols has merged since it was pushed (their versions tell).
+  struct Symbol {
+    std::string text;
+    int prev, next;
+    int version = 0;  // bumped by every merge into it; -1 once merged away
+  };
+  struct Candidate {
+    int rank, left, right, left_version, right_version;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
     }
-    if (best == INT_MAX) break;
-    symbols[at] += symbols[at + 1];
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  };
+  std::vector<Symbol> sym;
+  for (std::string& c : Chars(mapped)) {
+    const int i = static_cast<int>(sym.size());
+    sym.push_back({std::move(c), i - 1, i + 1});
   }
-  for (const std::string& s : symbols) {
-    auto it = vocab_.find(s);
+  if (!sym.empty()) sym.back().next = -1;
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto push = [&](int left) {
+    const int right = sym[left].next;
+    if (right < 0) return;
+    auto it = merge_rank_.find(absl::StrCat(sym[left].text, " ", sym[right].text));
+    if (it != merge_rank_.end()) {
+      heap.push({it->second, left, right, sym[left].version, sym[right].version});
+    }
+  };
+  for (int i = 0; i + 1 < static_cast<int>(sym.size()); ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    Symbol& l = sym[c.left];
+    if (l.version != c.left_version || sym[c.right].version != c.right_version ||
+        l.next != c.right) {
+      continue;
+    }
+    Symbol& r = sym[c.right];
+    l.text += r.text;
+    ++l.version;
+    r.version = -1;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = c.left;
+    if (l.prev >= 0) push(l.prev);
+    push(c.left);
+  }
+  for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[i].next) {
+    auto it = vocab_.find(sym[i].text);
     if (it == vocab_.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tokenizer: symbol \"", s, "\" is not in the vocabulary"));
+          absl::StrCat("tokenizer: symbol \"", sym[i].text, "\" is not in the vocabulary"));
     }
     ids->push_back(it->second);
   }
@@ -297,6 +349,20 @@ absl::Status BpeTokenizer::EncodeWord(const std::string& mapped, std::vector<int
 }
 
 absl::StatusOr<std::vector<int>> BpeTokenizer::Encode(std::string_view text) const {
+  // The pre-tokenizer's regex reads UTF-8 and would turn an ill-formed sequence into U+FFFD,
+  // so the ids would not decode to the text; transformers cannot be given one at all.
+  if (text.size() > size_t{INT32_MAX}) {
+    return absl::InvalidArgumentError(absl::StrCat("text of ", text.size(), " bytes is too long"));
+  }
+  for (int32_t i = 0, n = static_cast<int32_t>(text.size()); i < n;) {
+    const int32_t at = i;
+    UChar32 c;
+    U8_NEXT(text.data(), i, n, c);
+    if (c < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("byte ", at, " is not valid UTF-8 (a tokenizer.json tokenizer reads text)"));
+    }
+  }
   std::vector<int> ids;
   std::vector<std::string> pieces;
   auto flush = [&](std::string_view plain) -> absl::Status {
@@ -309,10 +375,13 @@ absl::StatusOr<std::vector<int>> BpeTokenizer::Encode(std::string_view text) con
   size_t start = 0;
   for (size_t i = 0; i < text.size();) {
     const Added* hit = nullptr;
-    for (const Added& a : added_) {  // longest first
-      if (!a.content.empty() && text.compare(i, a.content.size(), a.content) == 0) {
-        hit = &a;
-        break;
+    // Llama 3 has 256 added tokens: only a byte one of them starts with needs the scan.
+    if (added_first_[static_cast<unsigned char>(text[i])]) {
+      for (const Added& a : added_) {  // longest first
+        if (!a.content.empty() && text.compare(i, a.content.size(), a.content) == 0) {
+          hit = &a;
+          break;
+        }
       }
     }
     if (hit == nullptr) {

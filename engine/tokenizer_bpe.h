@@ -7,6 +7,7 @@
 // tokenized differently from transformers. Immutable after Load: thread-safe.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,7 +28,7 @@ class BpeTokenizer {
   ~BpeTokenizer();
 
   // The ids of `text` (UTF-8) without any template (transformers' add_special_tokens=False):
-  // added tokens written in the text become their ids.
+  // added tokens written in the text become their ids. Ill-formed UTF-8 is INVALID_ARGUMENT.
   absl::StatusOr<std::vector<int>> Encode(std::string_view text) const;
   // The bytes of the ids, concatenated (special tokens skipped when skip_special).
   std::string Decode(const std::vector<int>& ids, bool skip_special = false) const;
@@ -54,6 +55,7 @@ class BpeTokenizer {
   std::unordered_map<int, std::string> id_to_token_;
   std::unordered_map<std::string, int> merge_rank_;  // "a b" -> rank
   std::vector<Added> added_;                         // longest content first
+  std::array<bool, 256> added_first_{};  // the bytes an added token's content starts with
   std::vector<std::unique_ptr<PreStep>> pre_;
   bool ignore_merges_ = false;
   int vocab_size_ = 0;

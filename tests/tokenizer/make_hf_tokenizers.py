@@ -50,6 +50,12 @@ TEXTS = [
     "",
     "\n",
     "   ",
+    # Long words (one pre-tokenizer piece each): BPE's merges must not cost the square of a
+    # piece's length, or one such prompt holds a server thread for minutes.
+    "a" * 30000,
+    " quickbrownfoxjumps" * 2000,
+    "déjà" * 5000,
+    "😀🚀" * 4000,
 ]
 
 

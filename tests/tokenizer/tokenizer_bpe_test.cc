@@ -116,6 +116,31 @@ TEST(BpeTokenizerTest, RefusesWhatItDoesNotImplement) {
   EXPECT_FALSE(BpeTokenizer::Load("/nonexistent/tokenizer.json").ok());
 }
 
+// A token id that is not an integer in [0, 2^31 - 1) is refused naming where it stands.
+TEST(BpeTokenizerTest, TokenIdsOutOfRangeAreRefusedByName) {
+  const std::string byte_level = R"("pre_tokenizer": {"type": "ByteLevel"})";
+  const struct {
+    std::string json, says;
+  } kRefused[] = {
+      {R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}, )" + byte_level + "}",
+       R"(model.vocab["a"] is -1)"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 2147483647}, "merges": []}, )" + byte_level +
+           "}",
+       R"(model.vocab["a"] is 2147483647)"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 1e30}, "merges": []}, )" + byte_level + "}",
+       R"(model.vocab["a"] is 1e+30)"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, )" + byte_level +
+           R"(, "added_tokens": [{"id": 18446744073709551615, "content": "<x>"}]})",
+       "added_tokens id is 18446744073709551615"},
+  };
+  for (const auto& r : kRefused) {
+    auto t = BpeTokenizer::Parse(r.json, "tokenizer.json");
+    ASSERT_FALSE(t.ok()) << r.json;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << r.json;
+    EXPECT_THAT(t.status().message(), HasSubstr(r.says)) << r.json;
+  }
+}
+
 // Hand-checked merges: "ab" is one token, the byte-level alphabet covers what is left. The
 // model's empty prefix/suffix strings are how GPT-2's own tokenizer.json writes "none".
 TEST(BpeTokenizerTest, MergesByRankAndMapsBytes) {
@@ -131,6 +156,16 @@ TEST(BpeTokenizerTest, MergesByRankAndMapsBytes) {
   EXPECT_EQ(*(*t)->Encode("<s>ba"), (std::vector<int>{5, 1, 0}));
   EXPECT_EQ((*t)->Decode({2, 4}), "ab ab");
   EXPECT_FALSE((*t)->Encode("c").ok());  // not in this vocabulary: an error, never dropped
+  // Ill-formed UTF-8 (a stray continuation byte, a truncated sequence, a surrogate) is refused
+  // naming the byte, never turned into U+FFFD's ids.
+  for (const std::string bad : {"ab\x80", "ab\xC3",
+                                "a\xED\xA0\x80"
+                                "b"}) {
+    auto ids = (*t)->Encode(bad);
+    ASSERT_FALSE(ids.ok()) << bad;
+    EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(ids.status().message(), HasSubstr("is not valid UTF-8"));
+  }
 }
 
 }  // namespace
