@@ -1,21 +1,27 @@
-// Mirrors ModelRunner::Forward op by op with the formulas of kernels/op_cost.cc.
+// Mirrors ModelRunner::Forward op by op, each op costed by kernels/op_cost.cc's own formula on
+// operands of the step's shapes (no data): the formulas have one home.
 #include "engine/diag/step_cost.h"
 
 #include <cmath>
 
+#include "kernels/op_cost.h"
+
 namespace saturn {
 namespace {
 
-void Add(StepCost* c, OpClass k, double flops, double bytes) {
+void Add(StepCost* c, OpClass k, const OpCost& cost) {
   ClassCost& cc = (*c)[static_cast<size_t>(k)];
-  cc.flops += flops;
-  cc.bytes += bytes;
+  cc.flops += cost.flops;
+  cc.bytes += cost.bytes;
   ++cc.ops;
 }
 
-// out[m, n] = x[m, k] w[n, k]^T; x in e-byte elements, w in we, out in out_e
-void Gemm(StepCost* c, double m, double n, double k, double e, double we, double out_e) {
-  Add(c, OpClass::kGemm, 2.0 * m * n * k, m * k * e + n * k * we + m * n * out_e);
+// The dtype of an element of `bytes` bytes (sizes are what the analyzer's context records).
+DType OfSize(double bytes) { return bytes == 2 ? DType::kBF16 : DType::kF32; }
+
+// An operand's shape and dtype, for the cost formulas (which read nothing else).
+Tensor Shape(DType dt, double rows, double cols) {
+  return Tensor{nullptr, dt, static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
 }
 
 }  // namespace
@@ -50,38 +56,43 @@ double WeightBytesPerStep(const ModelConfig& m, double dtype_bytes) {
 
 StepCost EstimateStepCost(const ModelConfig& m, double dtype_bytes, const StepShape& s,
                           double weight_dtype_bytes, double kv_dtype_bytes) {
-  const double e = dtype_bytes;
-  const double we = weight_dtype_bytes > 0 ? weight_dtype_bytes : e;
-  const double ke = kv_dtype_bytes > 0 ? kv_dtype_bytes : e;
+  const DType e = OfSize(dtype_bytes);
+  const DType we = weight_dtype_bytes > 0 ? OfSize(weight_dtype_bytes) : e;
+  const DType ke = kv_dtype_bytes > 0 ? OfSize(kv_dtype_bytes) : e;
   StepCost c{};
   const double T = s.num_tokens, R = s.num_sampled, d = m.hidden_size,
                hq = double(m.num_heads) * m.head_dim, hkv = double(m.num_kv_heads) * m.head_dim,
                f = m.intermediate_size, V = m.vocab_size;
   if (T <= 0) return c;
-  Add(&c, OpClass::kElementwise, 0, 4 * T + 2 * T * d * e);  // embedding
+  const Tensor x = Shape(e, T, d), norm_w = Shape(e, 1, d);
+  auto gemm = [&](double rows, double n, double k, DType out) {
+    Add(&c, OpClass::kGemm, cost::Gemm(Shape(e, rows, k), Shape(we, n, k), Shape(out, rows, n)));
+  };
+  Add(&c, OpClass::kElementwise, cost::Embedding(Shape(DType::kI32, 1, T), Shape(e, V, d), x));
+  const Tensor q = Shape(e, T, hq), k = Shape(e, T, hkv), cache = Shape(ke, 1, hkv);
   for (int l = 0; l < m.num_layers; ++l) {
-    if (l == 0) {
-      Add(&c, OpClass::kNorm, 4 * T * d, 2 * T * d * e + d * e);
-    } else {
-      Add(&c, OpClass::kNorm, 5 * T * d, 4 * T * d * e + d * e);
-    }
-    Gemm(&c, T, hq + 2 * hkv, d, e, we, e);  // q, k and v: one GemmSplit
-    Add(&c, OpClass::kElementwise, 10 * (T * hq + T * hkv) / 2, 2 * (T * hq + T * hkv) * e);
-    Add(&c, OpClass::kElementwise, 0, 2 * T * hkv * (e + ke));  // kv write
-    Add(&c, OpClass::kAttention, 4.0 * double(s.attended_pairs) * m.num_heads * m.head_dim,
-        2 * T * hq * e + 2 * hkv * ke * double(s.context_tokens));
-    Gemm(&c, T, d, hq, e, we, e);
-    Add(&c, OpClass::kNorm, 5 * T * d, 4 * T * d * e + d * e);
-    Gemm(&c, T, 2 * f, d, e, we, e);
-    Add(&c, OpClass::kElementwise, 5 * T * f, 3 * T * f * e);  // swiglu
-    Gemm(&c, T, d, f, e, we, e);
+    // The first layer's norm reads the embedding; the others add the residual first.
+    Add(&c, OpClass::kNorm, l == 0 ? cost::RmsNorm(x, norm_w) : cost::AddRmsNorm(x, norm_w));
+    gemm(T, hq + 2 * hkv, d, e);  // q, k and v: one GemmSplit
+    Add(&c, OpClass::kElementwise, cost::Rope(q, k));
+    Add(&c, OpClass::kElementwise, cost::KvWrite(k, k, cache));
+    Add(&c, OpClass::kAttention,
+        cost::Attention(cost::AttentionCostShape{static_cast<int64_t>(T), static_cast<int64_t>(hq),
+                                                 e, static_cast<int64_t>(hkv), ke, s.attended_pairs,
+                                                 s.context_tokens, m.num_heads, m.head_dim}));
+    gemm(T, d, hq, e);
+    Add(&c, OpClass::kNorm, cost::AddRmsNorm(x, norm_w));
+    gemm(T, 2 * f, d, e);
+    Add(&c, OpClass::kElementwise, cost::SwiGlu(Shape(e, T, 2 * f), Shape(e, T, f)));
+    gemm(T, d, f, e);
   }
   if (R <= 0) return c;
-  Add(&c, OpClass::kElementwise, 0, 2 * R * d * e);  // gather hidden
-  Add(&c, OpClass::kElementwise, 0, 2 * R * d * e);  // gather mlp out
-  Add(&c, OpClass::kNorm, 5 * R * d, 4 * R * d * e + d * e);
-  Gemm(&c, R, V, d, e, we, 4.0);  // logits are f32
-  Add(&c, OpClass::kSampling, 5 * R * V, 4 * R * V);
+  const Tensor rows = Shape(e, R, d);
+  Add(&c, OpClass::kElementwise, cost::GatherRows(rows));  // the sampled rows' hidden state
+  Add(&c, OpClass::kElementwise, cost::GatherRows(rows));  // and their MLP output
+  Add(&c, OpClass::kNorm, cost::AddRmsNorm(rows, norm_w));
+  gemm(R, V, d, DType::kF32);  // logits are f32
+  Add(&c, OpClass::kSampling, cost::Sample(Shape(DType::kF32, R, V)));
   return c;
 }
 

@@ -1,8 +1,8 @@
 // The cost model of a whole step, from the model shape alone: what kernels/op_cost.cc would
 // attribute to each op ModelRunner::Forward issues, summed per op class. The analyzer uses it
 // to predict FLOPs and bytes of steps the server has not run yet (another batch size, bigger
-// prefill chunks). Pure functions; must stay in step with op_cost.cc and Forward (a test
-// compares it with real step records).
+// prefill chunks). Pure functions; each op is costed by op_cost.cc's own formula, and the op
+// sequence must stay in step with Forward (a test compares it with real step records).
 #pragma once
 
 #include <array>
