@@ -50,8 +50,9 @@ TEXTS = [
     "",
     "\n",
     "   ",
-    # Long words (one pre-tokenizer piece each): BPE's merges must not cost the square of a
-    # piece's length, or one such prompt holds a server thread for minutes.
+    # Long texts: three of one pre-tokenizer piece each (letters, accented letters, emoji) and
+    # one of 2,000 words. BPE's merges must not cost the square of a piece's length, or one
+    # such prompt holds a server thread for minutes.
     "a" * 30000,
     " quickbrownfoxjumps" * 2000,
     "déjà" * 5000,
