@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -425,6 +426,18 @@ absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
   }
   if (!(r.input.end_us > r.input.begin_us)) {
     return absl::InvalidArgumentError("recording: \"end_us\" must be after \"begin_us\"");
+  }
+  // Element sizes the cost model knows (f32 4, bf16/f16 2; 0: as the compute dtype).
+  const AnalyzerContext& c = r.input.context;
+  for (const auto& [name, bytes, may_be_zero] :
+       {std::tuple{"dtype_bytes", c.dtype_bytes, false},
+        std::tuple{"weight_dtype_bytes", c.weight_dtype_bytes, true},
+        std::tuple{"kv_dtype_bytes", c.kv_dtype_bytes, true}}) {
+    if (!(bytes == 2 || bytes == 4 || (may_be_zero && bytes == 0))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("recording: context.", name, " is ", bytes, "; an element is 2 or 4 bytes",
+                       may_be_zero ? " (0: the compute dtype's)" : ""));
+    }
   }
   for (size_t i = 1; i < r.input.steps.size(); ++i) {
     if (r.input.steps[i].start_us < r.input.steps[i - 1].start_us) {

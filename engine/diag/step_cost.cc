@@ -16,7 +16,8 @@ void Add(StepCost* c, OpClass k, const OpCost& cost) {
   ++cc.ops;
 }
 
-// The dtype of an element of `bytes` bytes (sizes are what the analyzer's context records).
+// The dtype of an element of `bytes` bytes: 2 or 4, as the analyzer's context records them
+// (a recording with any other size is refused when it is read, recording.cc).
 DType OfSize(double bytes) { return bytes == 2 ? DType::kBF16 : DType::kF32; }
 
 // An operand's shape and dtype, for the cost formulas (which read nothing else).

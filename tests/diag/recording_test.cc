@@ -121,6 +121,21 @@ TEST(RecordingTest, MalformedRecordingsNameTheField) {
   std::swap(backwards.input.steps[5], backwards.input.steps[6]);
   s = RecordingFromJson(RecordingToJson(backwards)).status();
   EXPECT_NE(s.message().find("out of order"), std::string::npos) << s;
+
+  // Element sizes the cost model does not know are refused by name (it costs 2 and 4 bytes).
+  for (double bytes : {0.0, 1.0, 3.0, 8.0}) {
+    Recording odd = SyntheticRecording();
+    odd.input.context.dtype_bytes = bytes;
+    s = RecordingFromJson(RecordingToJson(odd)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bytes;
+    EXPECT_NE(s.message().find("context.dtype_bytes"), std::string::npos) << s;
+  }
+  Recording kv = SyntheticRecording();
+  kv.input.context.kv_dtype_bytes = 8;
+  s = RecordingFromJson(RecordingToJson(kv)).status();
+  EXPECT_NE(s.message().find("context.kv_dtype_bytes"), std::string::npos) << s;
+  kv.input.context.kv_dtype_bytes = 0;  // the compute dtype's: accepted
+  EXPECT_TRUE(RecordingFromJson(RecordingToJson(kv)).ok());
 }
 
 // A live CPU engine under load: the report the server's session makes from its capture, and

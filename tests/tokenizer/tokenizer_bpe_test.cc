@@ -116,6 +116,40 @@ TEST(BpeTokenizerTest, RefusesWhatItDoesNotImplement) {
   EXPECT_FALSE(BpeTokenizer::Load("/nonexistent/tokenizer.json").ok());
 }
 
+// The merge order, hand-checked (this runs without Python's tokenizers): the lowest rank
+// first, the leftmost of equal ranks, and a pair whose symbol merged elsewhere meanwhile is not
+// merged (the heap's stale entries).
+TEST(BpeTokenizerTest, MergesLowestRankFirstLeftmostOfEqualRanks) {
+  auto make = [](const std::string& merges) {
+    return BpeTokenizer::Parse(
+        R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "aa": 3, "ab": 4,
+        "bc": 5, "aab": 6, "aaaa": 7}, "merges": [)" +
+            merges + R"(]}, "pre_tokenizer": {"type": "ByteLevel"}})",
+        "t");
+  };
+  const struct {
+    std::string merges, text;
+    std::vector<int> ids;
+  } kCases[] = {
+      {R"("a a")", "aaa", {3, 0}},                  // leftmost of equal ranks: aa a
+      {R"("a a")", "aaaaa", {3, 3, 0}},             // aa aa a
+      {R"("b c", "a b")", "abc", {0, 5}},           // rank 0 first: a bc, never ab c
+      {R"("a b", "b c")", "abc", {4, 2}},           // ab c
+      {R"("a b", "a a", "a ab")", "aab", {6}},      // a ab, then aab by its own rank
+      {R"("a b", "a a")", "aab", {0, 4}},           // a ab: (a, a) went stale, never a + ab
+      {R"("a a", "aa aa")", "aaaa", {7}},           // aa a a, aa aa, aaaa
+      {R"("a a", "aa aa")", "aaaaaa", {7, 3}},      // aaaa aa
+      {R"("a a", "aa aa")", "aaaaaaa", {7, 3, 0}},  // aaaa aa a
+  };
+  for (const auto& c : kCases) {
+    auto t = make(c.merges);
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto ids = (*t)->Encode(c.text);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, c.ids) << c.merges << " on " << c.text;
+  }
+}
+
 // A token id that is not an integer in [0, 2^31 - 1) is refused naming where it stands.
 TEST(BpeTokenizerTest, TokenIdsOutOfRangeAreRefusedByName) {
   const std::string byte_level = R"("pre_tokenizer": {"type": "ByteLevel"})";
