@@ -6,7 +6,6 @@
 
 #include <unicode/regex.h>
 #include <unicode/unistr.h>
-#include <unicode/utf8.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -18,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/utf8.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
@@ -351,17 +351,9 @@ absl::Status BpeTokenizer::EncodeWord(const std::string& mapped, std::vector<int
 absl::StatusOr<std::vector<int>> BpeTokenizer::Encode(std::string_view text) const {
   // The pre-tokenizer's regex reads UTF-8 and would turn an ill-formed sequence into U+FFFD,
   // so the ids would not decode to the text; transformers cannot be given one at all.
-  if (text.size() > size_t{INT32_MAX}) {
-    return absl::InvalidArgumentError(absl::StrCat("text of ", text.size(), " bytes is too long"));
-  }
-  for (int32_t i = 0, n = static_cast<int32_t>(text.size()); i < n;) {
-    const int32_t at = i;
-    UChar32 c;
-    U8_NEXT(text.data(), i, n, c);
-    if (c < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("byte ", at, " is not valid UTF-8 (a tokenizer.json tokenizer reads text)"));
-    }
+  if (const size_t bad = InvalidUtf8Offset(text); bad != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte ", bad, " is not valid UTF-8 (a tokenizer.json tokenizer reads text)"));
   }
   std::vector<int> ids;
   std::vector<std::string> pieces;

@@ -26,8 +26,4 @@ absl::Status ParseRequest(const grpc::ByteBuffer& bytes, google::protobuf::Messa
 // `message` serialized into `out` (replacing what it held).
 void SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out);
 
-// The offset of the first byte that is not part of well-formed UTF-8 (RFC 3629: no overlong
-// forms, no surrogates, at most U+10FFFF), or std::string_view::npos when all of `s` is.
-size_t InvalidUtf8Offset(std::string_view s);
-
 }  // namespace saturn

@@ -10,9 +10,11 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/tokenizer_bpe.h"
+#include "engine/utf8.h"
 
 namespace {
 
@@ -55,35 +57,6 @@ std::string FixedTokenizerJson() {
          std::to_string(id) + R"(, "content": "<|end|>", "special": true}]})";
 }
 
-// Whether `s` is well-formed UTF-8 (RFC 3629: no overlongs, surrogates or code points past
-// U+10FFFF), written apart from the reader's own check.
-bool WellFormedUtf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = s[i];
-    size_t n = 0;
-    uint32_t cp = 0, min = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 1, cp = c & 0x1F, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2, cp = c & 0x0F, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3, cp = c & 0x07, min = 0x10000;
-    } else {
-      return false;
-    }
-    for (size_t k = 1; k <= n; ++k) {
-      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -107,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return std::move(*t);
   }();
   auto ids = fixed->Encode(input);
-  if (!WellFormedUtf8(input)) {
+  if (saturn::InvalidUtf8Offset(input) != std::string_view::npos) {
     if (ids.ok() || ids.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
     return 0;
   }

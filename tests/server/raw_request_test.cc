@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "engine/utf8.h"
 #include "saturn/v1/diagnostics.pb.h"
 #include "server/raw_message.h"
 #include "tests/server/server_test_util.h"
