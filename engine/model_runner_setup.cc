@@ -31,40 +31,41 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(Backend* backen
 }
 
 absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
-  // GEMM matrices in the backend's weight dtype; norms and the embedding table (gathered
-  // into activations) in its compute dtype. First the layout of the one arena, then the copies.
+  // GEMM matrices in the backend's weight dtype and GEMM weight layout; norms and the
+  // embedding table (gathered into activations) in its compute dtype, row-major. First the
+  // layout of the one arena, then the copies.
   const DType act = backend_->compute_dtype(), wdt = backend_->weight_dtype();
+  const Layout wlayout = backend_->GemmWeightLayout(wdt);
   struct Placed {
     const std::vector<float>* host;
     Tensor* view;
-    DType dtype;
-    int64_t rows, cols;
+    Tensor shape;  // data unset
     size_t offset;
   };
   std::vector<Placed> placed;
   size_t arena_bytes = 0;
-  auto place_as = [&](DType dt, const std::vector<float>& host, int64_t rows, int64_t cols,
-                      Tensor* view) -> absl::Status {
+  auto place_as = [&](DType dt, Layout layout, const std::vector<float>& host, int64_t rows,
+                      int64_t cols, Tensor* view) -> absl::Status {
     if (static_cast<int64_t>(host.size()) != rows * cols) {
       return absl::InvalidArgumentError(
           absl::StrCat("weights: expected ", rows, "x", cols, " values, got ", host.size()));
     }
-    placed.push_back({&host, view, dt, rows, cols, arena_bytes});
+    const Tensor shape{nullptr, dt, rows, cols, layout};
+    placed.push_back({&host, view, shape, arena_bytes});
     constexpr size_t kAlign = 256;  // a cache line on the CPU, cuBLAS's preferred on CUDA
-    arena_bytes +=
-        (static_cast<size_t>(rows * cols) * DTypeSize(dt) + kAlign - 1) / kAlign * kAlign;
+    arena_bytes += (shape.bytes() + kAlign - 1) / kAlign * kAlign;
     return absl::OkStatus();
   };
   auto place = [&](const std::vector<float>& host, int64_t rows, int64_t cols, Tensor* view) {
-    return place_as(wdt, host, rows, cols, view);
+    return place_as(wdt, wlayout, host, rows, cols, view);
   };
   const ModelConfig& m = model_;
   const int64_t d = m.hidden_size, hq = int64_t{m.num_heads} * m.head_dim,
                 hkv = int64_t{m.num_kv_heads} * m.head_dim, f = m.intermediate_size;
   weights_ = std::make_unique<DeviceWeights>();
   DeviceWeights& dw = *weights_;
-  RETURN_IF_ERROR(place_as(act, w.embedding, m.vocab_size, d, &dw.embedding_t));
-  RETURN_IF_ERROR(place_as(act, w.final_norm, 1, d, &dw.final_norm_t));
+  RETURN_IF_ERROR(place_as(act, Layout::kRows, w.embedding, m.vocab_size, d, &dw.embedding_t));
+  RETURN_IF_ERROR(place_as(act, Layout::kRows, w.final_norm, 1, d, &dw.final_norm_t));
   const bool shared_head = m.tie_word_embeddings && wdt == act;
   if (!shared_head) {  // untied, or tied but the GEMM wants its own copy in the weight dtype
     const std::vector<float>& head = m.tie_word_embeddings ? w.embedding : w.lm_head;
@@ -74,17 +75,18 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
   for (int l = 0; l < m.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
     DeviceWeights::Layer& L = dw.layers[l];
-    RETURN_IF_ERROR(place_as(act, lw.attn_norm, 1, d, &L.attn_norm_t));
+    RETURN_IF_ERROR(place_as(act, Layout::kRows, lw.attn_norm, 1, d, &L.attn_norm_t));
     RETURN_IF_ERROR(place(lw.wqkv, hq + 2 * hkv, d, &L.wqkv_t));
     RETURN_IF_ERROR(place(lw.wo, d, hq, &L.wo_t));
-    RETURN_IF_ERROR(place_as(act, lw.mlp_norm, 1, d, &L.mlp_norm_t));
+    RETURN_IF_ERROR(place_as(act, Layout::kRows, lw.mlp_norm, 1, d, &L.mlp_norm_t));
     RETURN_IF_ERROR(place(lw.w_gate_up, 2 * f, d, &L.w_gate_up_t));
     RETURN_IF_ERROR(place(lw.w_down, d, f, &L.w_down_t));
   }
   ASSIGN_OR_RETURN(dw.arena, backend_->Allocate(std::max<size_t>(arena_bytes, 1)));
   for (const Placed& p : placed) {
-    *p.view = dw.arena.View(p.dtype, p.rows, p.cols, p.offset);
-    weight_bytes_ += p.view->bytes();
+    *p.view = dw.arena.View(p.shape.dtype, p.shape.rows, p.shape.cols, p.offset);
+    p.view->layout = p.shape.layout;
+    weight_bytes_ += static_cast<size_t>(p.view->numel()) * DTypeSize(p.view->dtype);  // unpadded
     RETURN_IF_ERROR(backend_->UploadF32(p.host->data(), *p.view));
   }
   if (shared_head) dw.lm_head_t = dw.embedding_t;

@@ -37,7 +37,17 @@ absl::Status ExpectDType(const char* op, const char* name, const Tensor& t, DTyp
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
 // The checks of the ops that fused ops stand for, under the name of the op that makes them.
+// A weight in a layout other than rows must be the one this backend uploads GEMM weights in.
+absl::Status CheckWeightLayout(const char* op, const Backend& b, const Tensor& w) {
+  SATURN_EXPECT(w.layout == Layout::kRows || w.layout == b.GemmWeightLayout(w.dtype), op,
+                absl::StrCat("w is ", w.ShapeString(), ", a layout the ", b.name(),
+                             " backend does not read for ", DTypeName(w.dtype), " weights"));
+  return absl::OkStatus();
+}
+
 absl::Status CheckGemm(const char* op, const Tensor& x, const Tensor& w, const Tensor& out) {
+  SATURN_EXPECT(x.layout == Layout::kRows && out.layout == Layout::kRows, op,
+                "x and out must be row-major");
   SATURN_EXPECT(x.cols == w.cols, op,
                 absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
                              " (inner dimensions differ)"));
@@ -137,6 +147,7 @@ absl::Status Backend::Embedding(const Tensor& ids, const Tensor& table, const Te
 
 absl::Status Backend::Gemm(const Tensor& x, const Tensor& w, const Tensor& out) {
   RETURN_IF_ERROR(CheckGemm("gemm", x, w, out));
+  RETURN_IF_ERROR(CheckWeightLayout("gemm", *this, w));
   if (x.rows == 0) return absl::OkStatus();
   return Run(OpKind::kGemm, cost::Gemm(x, w, out), [&] { return DoGemm(x, w, out); });
 }
@@ -146,9 +157,12 @@ absl::Status Backend::GemmSplit(const Tensor& x, const Tensor& w, absl::Span<con
                 absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
                              " (inner dimensions differ)"));
   SATURN_EXPECT(!outs.empty(), "gemm_split", "outs is empty");
+  RETURN_IF_ERROR(CheckWeightLayout("gemm_split", *this, w));
+  SATURN_EXPECT(x.layout == Layout::kRows, "gemm_split", "x must be row-major");
   int64_t cols = 0;
   for (const Tensor& o : outs) {
-    SATURN_EXPECT(o.rows == x.rows && o.cols > 0 && o.data != nullptr, "gemm_split",
+    SATURN_EXPECT(o.rows == x.rows && o.cols > 0 && o.data != nullptr && o.layout == Layout::kRows,
+                  "gemm_split",
                   absl::StrCat("an out is ", o.ShapeString(), " but x has ", x.rows, " rows"));
     SATURN_EXPECT(o.dtype == outs[0].dtype, "gemm_split", "outs' dtypes differ");
     cols += o.cols;
@@ -260,6 +274,7 @@ absl::Status Backend::GemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor&
     return SwiGlu(gate_up, act);
   }
   RETURN_IF_ERROR(CheckGemm("gemm_swiglu", x, w, gate_up));
+  RETURN_IF_ERROR(CheckWeightLayout("gemm_swiglu", *this, w));
   RETURN_IF_ERROR(CheckSwiGlu("gemm_swiglu", gate_up, act));
   if (x.rows == 0) return absl::OkStatus();
   return Run(OpKind::kGemmSwiGlu, cost::GemmSwiGlu(x, w, act),

@@ -2,7 +2,9 @@
 
 namespace saturn::cost {
 namespace {
-double B(const Tensor& t) { return static_cast<double>(t.bytes()); }
+// The operand's own elements: a weight in a padded layout (Layout::kAmxTiles) counts as its
+// rows x cols, as the step cost model (engine/diag) computes from shapes alone.
+double B(const Tensor& t) { return static_cast<double>(t.numel()) * DTypeSize(t.dtype); }
 double N(const Tensor& t) { return static_cast<double>(t.numel()); }
 }  // namespace
 

@@ -1,5 +1,7 @@
 // A non-owning 2-D view of device (or host) memory, row-major and contiguous. Every op in
 // kernels/ takes these. Owns nothing; DeviceBuffer (kernels/backend.h) owns memory.
+// One exception: a GEMM weight may sit in a backend's own layout (Backend::GemmWeightLayout),
+// which only that backend's GEMMs read.
 #pragma once
 
 #include <array>
@@ -20,27 +22,50 @@ inline constexpr std::array kDTypeNames{"f32", "bf16", "f16", "i32", "i64"};
 inline size_t DTypeSize(DType t) { return EnumLookup(kDTypeSizes, t, size_t{0}); }
 inline const char* DTypeName(DType t) { return EnumLookup(kDTypeNames, t, "?"); }
 
+// kRows: row-major and contiguous. kAmxTiles (bf16 GEMM weights on the CPU backend where
+// Intel AMX runs, kernels/cpu/gemm/gemm_amx.cc): rows zero-padded to a multiple of 32 and
+// columns to a multiple of 32, stored panel by panel (32 rows), each panel k block by k block
+// (32 columns), each block as two 1 KiB AMX B tiles (rows 0-15, then 16-31) in the VNNI order
+// (tile row p: the 16 rows' pairs of columns 2p, 2p + 1). A GEMM then reads its weights as
+// one sequential stream, in the order its tile products use them.
+enum class Layout : uint8_t { kRows, kAmxTiles };
+inline constexpr int64_t kAmxTileBlock = 32;  // the kAmxTiles padding of rows and columns
+
 struct Tensor {
   void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  Layout layout = Layout::kRows;
 
   int64_t numel() const { return rows * cols; }
-  size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  // The bytes it occupies (kAmxTiles: with its padding).
+  size_t bytes() const {
+    if (layout == Layout::kAmxTiles) {
+      const int64_t r = (rows + kAmxTileBlock - 1) / kAmxTileBlock * kAmxTileBlock;
+      const int64_t c = (cols + kAmxTileBlock - 1) / kAmxTileBlock * kAmxTileBlock;
+      return static_cast<size_t>(r * c) * DTypeSize(dtype);
+    }
+    return static_cast<size_t>(numel()) * DTypeSize(dtype);
+  }
   template <typename T>
   T* as() const {
     return static_cast<T*>(data);
   }
-  // Rows [begin, begin + count) as a view.
+  // Rows [begin, begin + count) as a view (kAmxTiles: begin a multiple of 32, the view's
+  // last panel may hold rows past count, which its GEMMs do not store).
   Tensor RowSlice(int64_t begin, int64_t count) const {
-    return Tensor{static_cast<char*>(data) + begin * cols * DTypeSize(dtype), dtype, count, cols};
+    const int64_t row_elems = layout == Layout::kAmxTiles
+                                  ? (cols + kAmxTileBlock - 1) / kAmxTileBlock * kAmxTileBlock
+                                  : cols;
+    return Tensor{static_cast<char*>(data) + begin * row_elems * DTypeSize(dtype), dtype, count,
+                  cols, layout};
   }
-  // The same memory seen with another 2-D shape of equal element count.
+  // The same memory seen with another 2-D shape of equal element count (rows only).
   Tensor Reshaped(int64_t r, int64_t c) const { return Tensor{data, dtype, r, c}; }
   std::string ShapeString() const {
     return std::string(DTypeName(dtype)) + "[" + std::to_string(rows) + ", " +
-           std::to_string(cols) + "]";
+           std::to_string(cols) + "]" + (layout == Layout::kAmxTiles ? " in AMX tiles" : "");
   }
 };
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/clock.h"
 #include "kernels/cpu/gemm/gemm_planner.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/stream_memory.h"
 #include "kernels/cpu/thread_pool.h"
@@ -62,11 +64,12 @@ std::string Bf16DotNote(cpu::Isa isa, DType weight_dtype) {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int num_threads, DType weight_dtype, DType kv_dtype, cpu::Isa isa, int64_t poll_us,
-             bool batch_invariant)
+             bool batch_invariant, bool amx_tile_weights)
       : pool_(num_threads, poll_us),
         kernels_(cpu::KernelsFor(isa)),
         weight_dtype_(weight_dtype),
         kv_dtype_(kv_dtype),
+        tile_weights_(batch_invariant && amx_tile_weights && cpu::AmxRuns(isa, weight_dtype)),
         device_name_(absl::StrCat(
             CpuModelName(), " (", num_threads, " threads) ", cpu::IsaName(isa),
             AmxNote(isa, weight_dtype), ", ", DTypeName(weight_dtype), " weights",
@@ -81,6 +84,9 @@ class CpuBackend final : public Backend {
   DType weight_dtype() const override { return weight_dtype_; }
   // bf16 weights keep a bf16 KV cache: half the bytes a decode step's attention reads.
   DType kv_cache_dtype() const override { return kv_dtype_; }
+  Layout GemmWeightLayout(DType weight) const override {
+    return tile_weights_ && weight == weight_dtype_ ? Layout::kAmxTiles : Layout::kRows;
+  }
   size_t device_memory_bytes() const override {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_size = sysconf(_SC_PAGESIZE);
@@ -91,7 +97,12 @@ class CpuBackend final : public Backend {
     return {pool_.num_threads(), cpu::LastLevelCacheBytes()};
   }
   std::vector<int> HostThreadIds() const override { return pool_.worker_thread_ids(); }
-  std::string KernelPlan() const override { return planner_.Describe(); }
+  std::string KernelPlan() const override {
+    const std::string plan = planner_.Describe();
+    if (!tiles_ran_.load(std::memory_order_relaxed)) return plan;
+    return absl::StrCat(DTypeName(weight_dtype_), " weights in AMX tiles: every M=amx_tiles",
+                        plan.empty() ? "" : "; ", plan);
+  }
   bool TuningOnServedSteps() const override { return planner_.Tuning(); }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
@@ -126,6 +137,19 @@ class CpuBackend final : public Backend {
     if (host == nullptr || dst.data == nullptr) {
       return absl::InvalidArgumentError("upload_f32: null host or device pointer");
     }
+    if (dst.layout == Layout::kAmxTiles) {
+      if (GemmWeightLayout(dst.dtype) != Layout::kAmxTiles) {
+        return absl::InvalidArgumentError(absl::StrCat("upload_f32: dst is ", dst.ShapeString(),
+                                                       ", which this backend does not "
+                                                       "use for ",
+                                                       DTypeName(dst.dtype), " weights"));
+      }
+      const int64_t panels = (dst.rows + kAmxTileBlock - 1) / kAmxTileBlock;
+      pool_.ParallelFor(panels, 1, [&](int64_t b, int64_t e) {
+        cpu::PackAmxTiles(host, dst.rows, dst.cols, b, e, dst.as<uint16_t>());
+      });
+      return absl::OkStatus();
+    }
     switch (dst.dtype) {
       case DType::kF32:
         std::memcpy(dst.data, host, dst.bytes());
@@ -158,10 +182,12 @@ class CpuBackend final : public Backend {
     return cpu::Embedding(pool_, ids, table, out);
   }
   absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
+    NoteTiles(w);
     return cpu::Gemm(pool_, kernels_, &planner_, x, w, out);
   }
   absl::Status DoGemmSplit(const Tensor& x, const Tensor& w,
                            absl::Span<const Tensor> outs) override {
+    NoteTiles(w);
     return cpu::GemmSplit(pool_, kernels_, &planner_, x, w, outs);
   }
   absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
@@ -221,6 +247,11 @@ class CpuBackend final : public Backend {
   cpu::GemmPlanner planner_;
   const DType weight_dtype_;
   const DType kv_dtype_;
+  const bool tile_weights_;             // GEMM weights in AMX tiles (GemmWeightLayout)
+  std::atomic<bool> tiles_ran_{false};  // a GEMM has read such weights (KernelPlan)
+  void NoteTiles(const Tensor& w) {
+    if (w.layout == Layout::kAmxTiles) tiles_ran_.store(true, std::memory_order_relaxed);
+  }
   const std::string device_name_;
 };
 
@@ -271,8 +302,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
                                                    "] microseconds, got ", poll_us));
   }
   openblas_set_num_threads(num_threads);
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
-      num_threads, weight_dtype, kv_dtype, isa, poll_us, options.batch_invariant));
+  return std::unique_ptr<Backend>(
+      std::make_unique<CpuBackend>(num_threads, weight_dtype, kv_dtype, isa, poll_us,
+                                   options.batch_invariant, options.amx_tile_weights));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads) {

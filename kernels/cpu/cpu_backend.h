@@ -33,6 +33,11 @@ struct CpuBackendOptions {
   // lets the planner pick the fastest GEMM path per row count (what that gains:
   // bench/batch_invariance_ab.sh, README.md).
   bool batch_invariant = true;
+  // With batch invariance on, bf16 weights where AMX runs are uploaded in AMX tiles
+  // (tensor.h: Layout::kAmxTiles), which every M reads as one sequential stream with nothing
+  // packed (gemm_amx.cc: GemmAmxTilesBf16). False keeps them row-major, read by the
+  // row-major AMX kernels (same bits; for comparisons).
+  bool amx_tile_weights = true;
 };
 
 // Fails with INVALID_ARGUMENT on a negative thread count, an unknown dtype, an ISA the CPU

@@ -140,6 +140,13 @@ void GemmAmxBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_t* pac
 // xq + (mb * kp / 32 + kb) * 512, row p holding the 16 rows' pair (32 kb + 2p, 32 kb + 2p + 1).
 void AmxPackX(const uint16_t* xp, int64_t kp, int64_t mb_begin, int64_t mb_end, uint16_t* xq);
 void GemmAmxStreamBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_t* scratch);
+// Weights already in AMX tiles (a.w: Layout::kAmxTiles, tensor.h, from the part's first
+// panel; n_begin a multiple of kAmxPanel): GemmAmxBf16's order without packing; any m.
+void GemmAmxTilesBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end);
+// src[rows, cols] f32, row-major -> dst in Layout::kAmxTiles (Tensor::bytes() of it), rounded
+// to bf16 and zero-padded; panels [p_begin, p_end) of 32 rows. Portable: no AMX needed.
+void PackAmxTiles(const float* src, int64_t rows, int64_t cols, int64_t p_begin, int64_t p_end,
+                  uint16_t* dst);
 // The blocked GEMM with the same arithmetic (isa_avx512bf16.cc): bf16 panels, needs
 // a.x_bf16; same calling convention as IsaKernels::blocked_bf16.
 void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);

@@ -219,23 +219,54 @@ TEST(CpuBatchInvarianceTest, AmxKernelsGiveEachRowTheSameBits) {
     std::vector<float> x = Random(rng, size_t{kRows} * k), w = Random(rng, size_t{n} * k);
     DevTensor dw = Empty(*b, DType::kBF16, n, k);
     ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
-    auto run = [&](int first, int m, int threads, cpu::GemmPath path) {
+    // The same weights in AMX tiles (the backend's batch-invariant upload), zero-padded to 224
+    // rows and k to a multiple of 32.
+    DevTensor dt = Empty(*b, DType::kBF16, n, k, Layout::kAmxTiles);
+    ASSERT_TRUE(b->UploadF32(w.data(), dt.t).ok());
+    auto run = [&](int first, int m, int threads, cpu::GemmPath path, const Tensor& wt) {
       cpu::ThreadPool pool(threads);
       std::vector<float> xs(x.begin() + size_t(first) * k, x.begin() + size_t(first + m) * k);
       DevTensor dx = F32(*b, m, k, xs), out = Poisoned(*b, m, n);
-      EXPECT_TRUE(cpu::Gemm(pool, kernels, nullptr, dx.t, dw.t, out.t, path).ok());
+      EXPECT_TRUE(cpu::Gemm(pool, kernels, nullptr, dx.t, wt, out.t, path).ok());
       return ToHost<float>(*b, out.t);
     };
-    const std::vector<float> all = run(0, kRows, 2, cpu::GemmPath::kAmx);
-    for (cpu::GemmPath path : {cpu::GemmPath::kAmx, cpu::GemmPath::kAmxStream}) {
+    const std::vector<float> all = run(0, kRows, 2, cpu::GemmPath::kAmx, dw.t);
+    for (cpu::GemmPath path :
+         {cpu::GemmPath::kAmx, cpu::GemmPath::kAmxStream, cpu::GemmPath::kAuto}) {
+      const bool tiles = path == cpu::GemmPath::kAuto;  // the tiles' only kernel
       for (int m : {1, 2, 5, 16, 17, 33, 64, kRows}) {
         for (int threads : {1, 3}) {
           const int first = kRows - m;  // rows at other places in their tiles than in `all`
-          const std::vector<float> part = run(first, m, threads, path);
+          const std::vector<float> part = run(first, m, threads, path, tiles ? dt.t : dw.t);
           ASSERT_TRUE(std::equal(part.begin(), part.end(), all.begin() + size_t(first) * n))
-              << cpu::GemmPathName(path) << ": rows " << first << ".." << kRows << " as M = " << m
-              << " on " << threads << " threads differ from the same rows at M = " << kRows;
+              << (tiles ? "amx tiles" : cpu::GemmPathName(path)) << ": rows " << first << ".."
+              << kRows << " as M = " << m << " on " << threads
+              << " threads differ from the same rows at M = " << kRows;
         }
+      }
+    }
+    // A fused projection's split over tiles: parts on 32-row panels run in place, others
+    // through scratch; every part's columns are the whole product's.
+    cpu::ThreadPool pool(2);
+    DevTensor dx = F32(*b, kRows, k, x);
+    for (const std::vector<int>& sizes :
+         {std::vector<int>{64, 96, 43}, std::vector<int>{50, 100, 53}}) {
+      std::vector<DevTensor> outs;
+      std::vector<Tensor> views;
+      for (int c : sizes) outs.push_back(Poisoned(*b, kRows, c));
+      for (const DevTensor& o : outs) views.push_back(o.t);
+      ASSERT_TRUE(cpu::GemmSplit(pool, kernels, nullptr, dx.t, dt.t, views).ok());
+      int col = 0;
+      for (size_t p = 0; p < sizes.size(); ++p) {
+        const std::vector<float> got = ToHost<float>(*b, views[p]);
+        for (int i = 0; i < kRows; ++i) {
+          ASSERT_TRUE(std::equal(got.begin() + size_t(i) * sizes[p],
+                                 got.begin() + size_t(i + 1) * sizes[p],
+                                 all.begin() + size_t(i) * n + col))
+              << "split " << sizes[0] << "/" << sizes[1] << "/" << sizes[2] << ": part " << p
+              << " row " << i;
+        }
+        col += sizes[p];
       }
     }
   }
@@ -305,6 +336,40 @@ TEST(CpuBatchInvarianceTest, AttentionRowIsTheSameDecodedRecomputedOrChunked) {
       }
     }
   }
+}
+
+// Which layout the backend uploads GEMM weights in: AMX tiles for its bf16 weights only where
+// the GEMMs are batch-invariant and AMX runs; rows otherwise. A tile layout it does not use is
+// refused, naming it, and the tiles need the AMX kernel.
+TEST(CpuBatchInvarianceTest, Bf16WeightsAreAmxTilesWhereInvariantGemmsRunOnAmx) {
+  const bool amx = cpu::AmxRuns(cpu::BestIsa(), DType::kBF16);
+  auto layout = [](const char* dtype, bool invariant, bool tiles, cpu::Isa isa) {
+    std::unique_ptr<Backend> b = MakeCpuIsa(1, isa, dtype, invariant, tiles);
+    return b->GemmWeightLayout(b->weight_dtype());
+  };
+  const cpu::Isa best = cpu::BestIsa();
+  EXPECT_EQ(layout("bf16", true, true, best), amx ? Layout::kAmxTiles : Layout::kRows);
+  EXPECT_EQ(layout("bf16", false, true, best), Layout::kRows);
+  EXPECT_EQ(layout("bf16", true, false, best), Layout::kRows);
+  EXPECT_EQ(layout("f32", true, true, best), Layout::kRows);
+  EXPECT_EQ(layout("bf16", true, true, cpu::Isa::kScalar), Layout::kRows);
+
+  // A backend that keeps rows refuses tiles, in its upload and in its GEMM.
+  std::unique_ptr<Backend> rows = MakeCpuIsa(1, cpu::Isa::kScalar, "bf16");
+  DevTensor w = Empty(*rows, DType::kBF16, 64, 64, Layout::kAmxTiles);
+  const std::vector<float> host(64 * 64, 0.5f);
+  const absl::Status up = rows->UploadF32(host.data(), w.t);
+  EXPECT_EQ(up.code(), absl::StatusCode::kInvalidArgument) << up;
+  EXPECT_TRUE(absl::StrContains(up.message(), "AMX tiles")) << up;
+  DevTensor x = F32(*rows, 1, 64, std::vector<float>(64, 1.0f)), out = Poisoned(*rows, 1, 64);
+  const absl::Status g = rows->Gemm(x.t, w.t, out.t);
+  EXPECT_EQ(g.code(), absl::StatusCode::kInvalidArgument) << g;
+  EXPECT_TRUE(absl::StrContains(g.message(), "AMX tiles")) << g;
+  cpu::ThreadPool pool(1);
+  const absl::Status direct = cpu::Gemm(pool, cpu::KernelsFor(cpu::Isa::kScalar), nullptr, x.t, w.t,
+                                        out.t, cpu::GemmPath::kSkinny);
+  EXPECT_FALSE(direct.ok());
+  EXPECT_TRUE(absl::StrContains(direct.message(), "AMX tiles")) << direct;
 }
 
 // The backend is batch-invariant unless told otherwise, and says so where it is not.

@@ -34,12 +34,14 @@ inline std::unique_ptr<Backend> MakeCpu(int threads) {
 // batch-invariant (the default) unless told otherwise.
 inline std::unique_ptr<Backend> MakeCpuIsa(int threads, cpu::Isa isa,
                                            const std::string& weight_dtype = "f32",
-                                           bool batch_invariant = true) {
+                                           bool batch_invariant = true,
+                                           bool amx_tile_weights = true) {
   CpuBackendOptions o;
   o.num_threads = threads;
   o.isa = isa;
   o.weight_dtype = weight_dtype;
   o.batch_invariant = batch_invariant;
+  o.amx_tile_weights = amx_tile_weights;
   absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(o);
   EXPECT_TRUE(b.ok()) << b.status();
   return std::move(*b);
@@ -54,11 +56,14 @@ inline std::vector<cpu::Isa> SupportedIsas() {
   return out;
 }
 
-inline DevTensor Empty(Backend& b, DType d, int64_t rows, int64_t cols) {
-  absl::StatusOr<DeviceBuffer> buf = b.Allocate(static_cast<size_t>(rows * cols) * DTypeSize(d));
+inline DevTensor Empty(Backend& b, DType d, int64_t rows, int64_t cols,
+                       Layout layout = Layout::kRows) {
+  const Tensor shape{nullptr, d, rows, cols, layout};
+  absl::StatusOr<DeviceBuffer> buf = b.Allocate(shape.bytes());
   EXPECT_TRUE(buf.ok()) << buf.status();
   DevTensor out{std::move(*buf), {}};
   out.t = out.buf.View(d, rows, cols);
+  out.t.layout = layout;
   return out;
 }
 

@@ -12,7 +12,9 @@
 //    (N * K conversions against 2 * M * N * K FLOPs, so only for large M).
 //  - amx, amx_stream: bf16 weights where the CPU has AMX and the OS grants it (gemm_amx.cc):
 //    16 x 16 tiles; amx packs the weights into tiles per 32-row panel as they are used,
-//    amx_stream reads them as tiles straight from memory and packs x instead.
+//    amx_stream reads them as tiles straight from memory and packs x instead. Weights
+//    uploaded in AMX tiles (Layout::kAmxTiles: the CPU backend's batch-invariant bf16 weights
+//    where AMX runs) take GemmAmxTilesBf16 at every M, which packs nothing.
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
 // f32), but each path sums in its own order; a batch-invariant planner
 // (GemmPlanner::set_batch_invariant, the CPU backend's default) keeps every M on the skinny
@@ -164,9 +166,8 @@ void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const
 // x rounded to bf16 and zero-padded for the AMX kernel's A tiles: [m rounded up to 16, k
 // rounded up to 32]; x's own rows only, then the AMX GEMM over the parts in 32-row panels.
 // kAmxStream also packs that copy into B tiles (AmxPackX) for GemmAmxStreamBf16.
-void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Part> parts,
-         bool stream) {
-  const int64_t m = x.rows, k = x.cols, mp = (m + 15) / 16 * 16, kp = (k + 31) / 32 * 32;
+uint16_t* PaddedX(ThreadPool& pool, const Tensor& x, int64_t mp, int64_t kp) {
+  const int64_t m = x.rows, k = x.cols;
   thread_local std::vector<uint16_t> xpad;
   if (static_cast<int64_t>(xpad.size()) < mp * kp) xpad.resize(mp * kp);
   uint16_t* xp = xpad.data();  // a plain pointer: pool threads see their own thread_locals
@@ -179,6 +180,27 @@ void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Pa
       std::fill(row + valid, row + kp, uint16_t{0});
     }
   });
+  return xp;
+}
+
+// The AMX kernels' arguments for part p: x padded (xp), the part's weights from w_part.
+AmxArgs AmxArgsFor(const Tensor& x, const uint16_t* xp, const uint16_t* w_part, const Part& p) {
+  AmxArgs a;
+  a.xp = xp;
+  a.m = x.rows;
+  a.mp = (x.rows + 15) / 16 * 16;
+  a.k = x.cols;
+  a.kp = (x.cols + 31) / 32 * 32;
+  a.w = w_part;
+  a.n = p.out.cols;
+  a.out = p.out.as<float>();
+  return a;
+}
+
+void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Part> parts,
+         bool stream) {
+  const int64_t m = x.rows, k = x.cols, mp = (m + 15) / 16 * 16, kp = (k + 31) / 32 * 32;
+  uint16_t* xp = PaddedX(pool, x, mp, kp);
   uint16_t* xq = nullptr;
   if (stream) {
     thread_local std::vector<uint16_t> xtiles;
@@ -190,17 +212,8 @@ void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Pa
   std::vector<AmxArgs> args;
   args.reserve(parts.size());
   for (const Part& p : parts) {
-    AmxArgs a;
-    a.xp = xp;
-    a.xq = xq;
-    a.m = m;
-    a.mp = mp;
-    a.kp = kp;
-    a.w = w.as<uint16_t>() + p.row0 * k;
-    a.n = p.out.cols;
-    a.k = k;
-    a.out = p.out.as<float>();
-    args.push_back(a);
+    args.push_back(AmxArgsFor(x, xp, w.as<uint16_t>() + p.row0 * k, p));
+    args.back().xq = xq;
   }
   const size_t pack_elems = AmxPackElems(kp);
   ForUnits(pool, parts, kAmxPanel, 1, [&](size_t i, int64_t b, int64_t e) {
@@ -212,6 +225,37 @@ void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Pa
       GemmAmxBf16(args[i], b, e, pack.data());
     }
   });
+}
+
+// Weights in AMX tiles (Layout::kAmxTiles): every M runs GemmAmxTilesBf16, each part from its
+// first panel. A part that does not start on a panel (a GemmSplit whose sizes are not
+// multiples of 32) cannot: then the whole product goes to scratch and each part's columns are
+// copied out.
+void AmxTiles(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Part> parts) {
+  const int64_t m = x.rows, k = x.cols, mp = (m + 15) / 16 * 16, kp = (k + 31) / 32 * 32;
+  const bool on_panels = std::all_of(parts.begin(), parts.end(),
+                                     [](const Part& p) { return p.row0 % kAmxPanel == 0; });
+  if (!on_panels) {
+    thread_local std::vector<float> whole;
+    if (static_cast<int64_t>(whole.size()) < m * w.rows) whole.resize(m * w.rows);
+    const Part all{0, Tensor{whole.data(), DType::kF32, m, w.rows}};
+    AmxTiles(pool, x, w, absl::Span<const Part>(&all, 1));
+    for (const Part& p : parts) {
+      for (int64_t i = 0; i < m; ++i) {
+        std::copy_n(whole.data() + i * w.rows + p.row0, p.out.cols,
+                    p.out.as<float>() + i * p.out.cols);
+      }
+    }
+    return;
+  }
+  const uint16_t* xp = PaddedX(pool, x, mp, kp);
+  std::vector<AmxArgs> args;
+  args.reserve(parts.size());
+  for (const Part& p : parts) {  // a panel: 32 rows x kp
+    args.push_back(AmxArgsFor(x, xp, w.as<uint16_t>() + p.row0 / kAmxPanel * (kAmxPanel * kp), p));
+  }
+  ForUnits(pool, parts, kAmxPanel, 1,
+           [&](size_t i, int64_t b, int64_t e) { GemmAmxTilesBf16(args[i], b, e); });
 }
 
 void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out) {
@@ -252,6 +296,21 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
                                                  "; the CPU backend's weights are f32 or bf16"));
   }
   if (w.rows == 0 || x.rows == 0) return absl::OkStatus();
+  if (w.layout == Layout::kAmxTiles) {
+    if (w.dtype != DType::kBF16 || !AmxRuns(kernels.isa, w.dtype)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gemm: w is ", w.ShapeString(),
+                       "; reading AMX tiles needs bf16, the avx512 kernel level (",
+                       IsaName(kernels.isa), ") and AMX this process may use"));
+    }
+    if (path != GemmPath::kAuto && path != GemmPath::kAmx) {
+      return absl::InvalidArgumentError(absl::StrCat("gemm: w is ", w.ShapeString(),
+                                                     ", which only the AMX path reads, not ",
+                                                     GemmPathName(path)));
+    }
+    AmxTiles(pool, x, w, parts);
+    return absl::OkStatus();
+  }
   if (path == GemmPath::kAuto) {
     if (planner == nullptr) return absl::InternalError("gemm: kAuto needs a GemmPlanner");
     path = planner->Choose(pool, kernels, w, x.rows);

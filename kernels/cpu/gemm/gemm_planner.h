@@ -63,8 +63,9 @@ class GemmPlanner {
   // output as one chain of TDPBF16PS tile products over k in k's order, zero-padded to whole
   // tiles, and a tile's element depends only on its own row of x and of w, so every M and
   // either kernel give the same bits (CpuBatchInvarianceTest.AmxKernelsGiveEachRowTheSameBits),
-  // and at 3-4x the skinny kernel's rate from M = 4 up. Off: the fastest path per M (blocked,
-  // OpenBLAS, AMX and skinny each sum in their own order). Set before the first GEMM.
+  // and at 3-4x the skinny kernel's rate from M = 4 up (the CPU backend uploads such weights
+  // as AMX tiles, which gemm.cc runs without asking the planner). Off: the fastest path per M
+  // (blocked, OpenBLAS, AMX and skinny each sum in their own order). Set before the first GEMM.
   void set_batch_invariant(bool on) { batch_invariant_ = on; }
   bool batch_invariant() const { return batch_invariant_; }
 
