@@ -48,9 +48,11 @@ options:
   --prefill_repeats N    Saturn --prefill_repeats and llama-bench -r (default: 3)
   --llama_args "ARGS"    extra flags for both llama.cpp tools, word-split (e.g. "-fa 1")
   --timeout S            per engine call, seconds (default: 1800)
-  --invariance_ab        also run Saturn with --batch_invariant=off in every round, right after
-                         its default run, and report default / off per figure (what the
-                         batch-invariant default costs against the fastest path, same rounds)
+  --invariance_ab        also run Saturn with --batch_invariant=off in every round, beside its
+                         default run (after it in rounds 1, 2, 5, 6, ..., before it in the others,
+                         so each follows llama.cpp and leads its round equally often), and report
+                         default / off per figure (what the batch-invariant default costs against
+                         the fastest path, same rounds)
   -h, --help             this text
 
 Everything after -- goes to saturn-bench-engine unchanged, after the script's own flags, so it
@@ -449,7 +451,7 @@ echo "# GGUF: $GGUF"
 echo "# saturn:  ${SAT_CMD[*]} --json=F"
 echo "# llama:   ${LB_CMD[*]}"
 [ -n "$BATCHED" ] && echo "# batched: ${BB_CMD[*]}" || echo "# batched: skipped (no llama-batched-bench in $LLAMA_BIN)"
-[ -n "$AB" ] && echo "# --invariance_ab: saturn again with --batch_invariant=off right after each default run"
+[ -n "$AB" ] && echo "# --invariance_ab: saturn again with --batch_invariant=off beside each default run (after it in rounds 1, 2, 5, 6, ..., before it in the others)"
 
 SAT_S=0 LB_S=0 BB_S=""
 secs_since() { local d=$(( $(date +%s%N) - $1 )); printf '%d.%03d' $((d / 1000000000)) $(((d / 1000000) % 1000)); }
@@ -486,8 +488,15 @@ run_llama() {
 ROUND_FILES=()
 for r in $(seq 1 "$ROUNDS"); do
   load0=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "? ? ?")
-  if [ $((r % 2)) -eq 1 ]; then first=saturn; run_saturn "$r"; if [ -n "$AB" ]; then run_saturn_off "$r"; fi; run_llama "$r"
-  else first=llama.cpp; run_llama "$r"; run_saturn "$r"; if [ -n "$AB" ]; then run_saturn_off "$r"; fi; fi
+  # With --invariance_ab the default goes first in rounds 1, 2, 5, 6, ... and off in the others,
+  # so each follows llama.cpp (in the even rounds) and each leads its round equally often.
+  run_saturns() {
+    if [ -z "$AB" ]; then run_saturn "$r"
+    elif [ $(((r - 1) % 4)) -lt 2 ]; then run_saturn "$r"; run_saturn_off "$r"
+    else run_saturn_off "$r"; run_saturn "$r"; fi
+  }
+  if [ $((r % 2)) -eq 1 ]; then first=saturn; run_saturns; run_llama "$r"
+  else first=llama.cpp; run_llama "$r"; run_saturns; fi
   python3 "$PY" round round="$r" first="$first" saturn_json="$WORK/sat-$r.json" \
     llama_bench_json="$WORK/lb-$r.json" saturn_off_json="${AB:+$WORK/sat-off-$r.json}" batched_out="${BATCHED:+$WORK/bb-$r.out}" \
     batches="$SAT_BATCHES" prefill_lens="$PREFILL_LENS" decode_tokens="$DECODE_TOKENS" \
