@@ -138,7 +138,7 @@ class Backend {
   virtual DType kv_cache_dtype() const { return compute_dtype(); }
   // The layout a GEMM weight matrix of this dtype is uploaded in (tensor.h: Layout): kRows, or
   // the backend's own, which only its GEMMs read (the CPU backend's AMX tiles for bf16 weights
-  // where the GEMMs are batch-invariant and AMX runs). UploadF32 writes that layout.
+  // where AMX runs). UploadF32 writes that layout.
   virtual Layout GemmWeightLayout(DType /*weight*/) const { return Layout::kRows; }
   virtual size_t device_memory_bytes() const = 0;  // total memory the backend may use
   // How long calibration keeps the device busy before its timed trials, so that clocks that

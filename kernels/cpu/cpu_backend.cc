@@ -69,7 +69,7 @@ class CpuBackend final : public Backend {
         kernels_(cpu::KernelsFor(isa)),
         weight_dtype_(weight_dtype),
         kv_dtype_(kv_dtype),
-        tile_weights_(batch_invariant && amx_tile_weights && cpu::AmxRuns(isa, weight_dtype)),
+        tile_weights_(amx_tile_weights && cpu::AmxRuns(isa, weight_dtype)),
         device_name_(absl::StrCat(
             CpuModelName(), " (", num_threads, " threads) ", cpu::IsaName(isa),
             AmxNote(isa, weight_dtype), ", ", DTypeName(weight_dtype), " weights",

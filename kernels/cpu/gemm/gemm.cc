@@ -13,7 +13,7 @@
 //  - amx, amx_stream: bf16 weights where the CPU has AMX and the OS grants it (gemm_amx.cc):
 //    16 x 16 tiles; amx packs the weights into tiles per 32-row panel as they are used,
 //    amx_stream reads them as tiles straight from memory and packs x instead. Weights
-//    uploaded in AMX tiles (Layout::kAmxTiles: the CPU backend's batch-invariant bf16 weights
+//    uploaded in AMX tiles (Layout::kAmxTiles: the CPU backend's bf16 weights
 //    where AMX runs) take GemmAmxTilesBf16 at every M, which packs nothing.
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
 // f32), but each path sums in its own order; a batch-invariant planner
