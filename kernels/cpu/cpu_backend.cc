@@ -74,7 +74,7 @@ class CpuBackend final : public Backend {
             CpuModelName(), " (", num_threads, " threads) ", cpu::IsaName(isa),
             AmxNote(isa, weight_dtype), ", ", DTypeName(weight_dtype), " weights",
             Bf16DotNote(isa, weight_dtype), batch_invariant ? "" : ", not batch-invariant")) {
-    planner_.set_tuned_dtype(weight_dtype);
+    planner_.set_tuned_dtype(tile_weights_ ? std::nullopt : std::optional<DType>(weight_dtype));
     planner_.set_batch_invariant(batch_invariant);
   }
 

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -279,6 +280,48 @@ TEST(CpuGemmTest, PlannerNeverStreamsPastItsLargestProbe) {
   EXPECT_TRUE(absl::StrContains(planner.Describe(),
                                 absl::StrCat("k64/f32: prefetch=", pf, " prefetch_bytes=", bytes)))
       << planner.Describe();
+}
+
+// Served batch-1 skinny streams of the tuned dtype start the prefetch tuner; with no tuned
+// dtype (the CPU backend's bf16 weights in AMX tiles, which never take the skinny path) the
+// same streams, such as calibration's row-major ones, never do: a tuner that no served step
+// would settle would keep the engine's warm-up decoding and the plan saying "tuning".
+TEST(CpuGemmTest, NoTunedDtypeNeverStartsTheTuner) {
+  std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::BestIsa(), "bf16", /*batch_invariant=*/false,
+                                          /*amx_tile_weights=*/false);
+  std::mt19937 rng(12);
+  const int k = 1024, n = 8192;  // 16 MiB of bf16 each, 48 MiB a pass: past the caches' hold
+  std::vector<DevTensor> ws, outs;
+  for (int i = 0; i < 3; ++i) {
+    ws.push_back(Empty(*b, DType::kBF16, n, k));
+    ASSERT_TRUE(b->UploadF32(Random(rng, size_t{n} * k).data(), ws.back().t).ok());
+    outs.push_back(Poisoned(*b, 1, n));
+  }
+  DevTensor x = F32(*b, 1, k, Random(rng, k));
+  cpu::ThreadPool pool(2);
+  const cpu::IsaKernels& kernels = cpu::KernelsFor(cpu::BestIsa());
+  for (bool tuned : {true, false}) {
+    cpu::GemmPlanner planner;
+    planner.set_tuned_dtype(tuned ? std::optional<DType>(DType::kBF16) : std::nullopt);
+    bool started = false;
+    for (int pass = 0; pass < 4 && !started; ++pass) {
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(
+            cpu::Gemm(pool, kernels, &planner, x.t, ws[i].t, outs[i].t, cpu::GemmPath::kSkinny)
+                .ok());
+      }
+      started = planner.Tuning();
+    }
+    EXPECT_EQ(started, tuned) << planner.Describe();
+  }
+  // The backend that keeps its bf16 weights in AMX tiles tunes nothing on row-major ones.
+  if (!cpu::AmxRuns(cpu::BestIsa(), DType::kBF16)) return;
+  std::unique_ptr<Backend> t = MakeCpuIsa(2, cpu::BestIsa(), "bf16", /*batch_invariant=*/false);
+  ASSERT_EQ(t->GemmWeightLayout(DType::kBF16), Layout::kAmxTiles);
+  for (int pass = 0; pass < 4; ++pass) {
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(t->Gemm(x.t, ws[i].t, outs[i].t).ok());
+    EXPECT_FALSE(t->TuningOnServedSteps()) << "pass " << pass << ": " << t->KernelPlan();
+  }
 }
 
 TEST(CpuGemmTest, DtypeOptionAndCostModelBytes) {

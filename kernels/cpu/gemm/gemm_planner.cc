@@ -284,7 +284,8 @@ std::string GemmPlanner::Describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string s;
   for (const auto& [key, plan] : plans_) {
-    const bool tuned = tuner_ != nullptr && key.second == static_cast<int>(tuned_dtype_);
+    const bool tuned = tuner_ != nullptr && tuned_dtype_.has_value() &&
+                       key.second == static_cast<int>(*tuned_dtype_);
     absl::StrAppend(&s, s.empty() ? "" : "; ", "k", key.first, "/",
                     DTypeName(static_cast<DType>(key.second)), ":");
     if (plan.skinny_runs) {

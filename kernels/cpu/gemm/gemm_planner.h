@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -50,8 +51,10 @@ class GemmPlanner {
   // True while the tuner has started on served GEMMs and not settled yet.
   bool Tuning() const;
   // The weight dtype whose served M = 1 GEMMs tune the distance (the backend's weights; others,
-  // such as calibration's f32 stream beside bf16 weights, keep the probe's).
-  void set_tuned_dtype(DType dtype) { tuned_dtype_ = dtype; }
+  // such as calibration's f32 stream beside bf16 weights, keep the probe's). nullopt: none,
+  // where the served weights never take the skinny path (bf16 in AMX tiles), so that
+  // calibration's row-major GEMMs of that dtype do not start a tuner no served step would end.
+  void set_tuned_dtype(std::optional<DType> dtype) { tuned_dtype_ = dtype; }
   static constexpr size_t kMinTunedBytes = size_t{1} << 20;
   // The measured choices so far, e.g. "k768/f32: prefetch=2 1=skinny ... more=blocked".
   std::string Describe() const;
@@ -86,12 +89,12 @@ class GemmPlanner {
   Plan Probe(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);
   const Plan& PlanFor(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w);  // mu_ held
   bool Tuned(const Tensor& w) const {  // whether w's M = 1 streams go through tuner_
-    return w.dtype == tuned_dtype_ && w.bytes() >= kMinTunedBytes;
+    return tuned_dtype_ == w.dtype && w.bytes() >= kMinTunedBytes;
   }
 
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, int>, Plan> plans_;  // (k, dtype) -> plan
-  DType tuned_dtype_ = DType::kF32;
+  std::optional<DType> tuned_dtype_ = DType::kF32;
   bool batch_invariant_ = false;
   std::unique_ptr<StreamTuner> tuner_;  // for tuned_dtype_, from its first large M = 1 GEMM
 };
