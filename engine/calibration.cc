@@ -44,17 +44,29 @@ absl::Status FillRandom(Backend* b, const Tensor& t, uint32_t seed) {
   return b->Synchronize();
 }
 
+// A weight matrix [rows, cols] of dtype wdt as the backend stores its GEMM weights
+// (Backend::GemmWeightLayout: the CPU's bf16 weights are AMX tiles where AMX runs), so that a
+// trial runs the kernel serving runs; its memory in *buf.
+absl::StatusOr<Tensor> AllocateWeight(Backend* b, DType wdt, int64_t rows, int64_t cols,
+                                      DeviceBuffer* buf) {
+  Tensor t{nullptr, wdt, rows, cols, b->GemmWeightLayout(wdt)};
+  ASSIGN_OR_RETURN(*buf, b->Allocate(t.bytes()));
+  t.data = buf->data();
+  return t;
+}
+
 // One GEMM [m, k] x [n, k]^T as serving runs it: activations and output in the compute
-// dtype, weights in the weight dtype (bf16 weights on a CPU with native bf16 dot products take
-// another kernel than f32 ones, with another peak), timed in trials.
+// dtype, weights in the weight dtype and layout (bf16 weights on a CPU with native bf16 dot
+// products take another kernel than f32 ones, with another peak), timed in trials.
 absl::StatusOr<TrialSeries> TimeGemm(Backend* b, int64_t m, int64_t k, int64_t n,
                                      const TrialOptions& topt) {
   const DType dt = b->compute_dtype();
   const DType wdt = b->weight_dtype();
   ASSIGN_OR_RETURN(DeviceBuffer a, b->Allocate(size_t(m) * k * DTypeSize(dt)));
-  ASSIGN_OR_RETURN(DeviceBuffer w, b->Allocate(size_t(n) * k * DTypeSize(wdt)));
+  DeviceBuffer w;
+  ASSIGN_OR_RETURN(const Tensor tw, AllocateWeight(b, wdt, n, k, &w));
   ASSIGN_OR_RETURN(DeviceBuffer o, b->Allocate(size_t(m) * n * DTypeSize(dt)));
-  const Tensor ta = a.View(dt, m, k), tw = w.View(wdt, n, k), to = o.View(dt, m, n);
+  const Tensor ta = a.View(dt, m, k), to = o.View(dt, m, n);
   RETURN_IF_ERROR(FillRandom(b, ta, 1));
   RETURN_IF_ERROR(FillRandom(b, tw, 2));
   return RunTrials(
@@ -176,9 +188,10 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
     // weights + x + out
     const double moved = double(rows * k) * DTypeSize(sdt) + double(k + rows) * DTypeSize(dt);
     ASSIGN_OR_RETURN(DeviceBuffer x, backend->Allocate(size_t(k) * DTypeSize(dt)));
-    ASSIGN_OR_RETURN(DeviceBuffer w, backend->Allocate(size_t(rows * k) * DTypeSize(sdt)));
+    DeviceBuffer w;
+    ASSIGN_OR_RETURN(const Tensor tw, AllocateWeight(backend, sdt, rows, k, &w));
     ASSIGN_OR_RETURN(DeviceBuffer o, backend->Allocate(size_t(rows) * DTypeSize(dt)));
-    const Tensor tx = x.View(dt, 1, k), tw = w.View(sdt, rows, k), to = o.View(dt, 1, rows);
+    const Tensor tx = x.View(dt, 1, k), to = o.View(dt, 1, rows);
     RETURN_IF_ERROR(FillRandom(backend, tx, 3));
     RETURN_IF_ERROR(FillRandom(backend, tw, 4));
     ASSIGN_OR_RETURN(TrialSeries st, RunTrials(

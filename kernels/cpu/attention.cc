@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/stream_memory.h"
 
 namespace saturn::cpu {
 namespace {
@@ -127,8 +128,7 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
       1, static_cast<int64_t>(work.size()) * 16384 / std::max<int64_t>(total_cost * hd, 1));
   const size_t scratch_floats = AttnTileScratchFloats(shape.head_dim);
   pool.ParallelFor(static_cast<int64_t>(work.size()), grain, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scratch;  // pool threads persist: grown, never zeroed
-    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+    thread_local AlignedScratch<float> scratch;  // pool threads persist: grown, never zeroed
     const float* qp[kAttnTileRows];
     float* op[kAttnTileRows];
     int32_t limit[kAttnTileRows];
@@ -157,7 +157,7 @@ absl::Status Attention(ThreadPool& pool, const IsaKernels& kernels, const Tensor
       t.row_stride = k_cache.cols;
       t.head_dim = shape.head_dim;
       t.scale = shape.scale;
-      kernels.attend_tile(t, scratch.data());
+      kernels.attend_tile(t, scratch.Get(scratch_floats));
     }
   });
   return absl::OkStatus();

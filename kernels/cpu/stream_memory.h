@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
+#include <new>
 
 namespace saturn::cpu {
 
@@ -32,6 +33,31 @@ template <typename T>
 std::unique_ptr<T[], FreeDeleter> StreamedArray(size_t count) {
   return std::unique_ptr<T[], FreeDeleter>(static_cast<T*>(AllocateStreamed(count * sizeof(T))));
 }
+
+// A thread's growing scratch for kernels that load whole cache lines or AMX tile rows from it:
+// 64-byte aligned (a std::vector's buffer is 16-byte aligned, so a 64-byte row may straddle
+// two cache lines; which one a process got depended on its heap: AMX GEMMs on x padded in a
+// vector ran 870-900 or 1320-1390 GFLOP/s from one process to the next on the 2-core AMX
+// Xeon). Old contents are not kept when it grows; throws std::bad_alloc as a vector would.
+template <typename T>
+class AlignedScratch {
+ public:
+  T* Get(size_t n) {
+    if (n > cap_) {
+      buf_ = StreamedArray<T>(n);
+      if (buf_ == nullptr) {
+        cap_ = 0;
+        throw std::bad_alloc();
+      }
+      cap_ = n;
+    }
+    return buf_.get();
+  }
+
+ private:
+  std::unique_ptr<T[], FreeDeleter> buf_;
+  size_t cap_ = 0;
+};
 
 // Writes [p, p + bytes) back and drops it from every cache level, so the next read streams it
 // from memory, as a decode step streams its weights. A probe timed on a buffer that fits in

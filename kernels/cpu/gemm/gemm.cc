@@ -35,6 +35,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm/gemm_planner.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/stream_memory.h"
 #include "kernels/enum_table.h"
 #include "kernels/half_float.h"
 
@@ -157,9 +158,8 @@ void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const
   if (UseBf16Dot(kernels, w)) kernel = BlockedBf16Dot;
   const std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, nullptr, w, parts);
   ForUnits(pool, parts, kBlockedPanel, 1, [&](size_t i, int64_t b, int64_t e) {
-    thread_local std::vector<float> pack;  // pool threads persist: allocated once each
-    if (pack.size() < kBlockedPackFloats) pack.resize(kBlockedPackFloats);
-    kernel(args[i], b, e, pack.data());
+    thread_local AlignedScratch<float> pack;  // pool threads persist: allocated once each
+    kernel(args[i], b, e, pack.Get(kBlockedPackFloats));
   });
 }
 
@@ -168,9 +168,8 @@ void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const
 // kAmxStream also packs that copy into B tiles (AmxPackX) for GemmAmxStreamBf16.
 uint16_t* PaddedX(ThreadPool& pool, const Tensor& x, int64_t mp, int64_t kp) {
   const int64_t m = x.rows, k = x.cols;
-  thread_local std::vector<uint16_t> xpad;
-  if (static_cast<int64_t>(xpad.size()) < mp * kp) xpad.resize(mp * kp);
-  uint16_t* xp = xpad.data();  // a plain pointer: pool threads see their own thread_locals
+  thread_local AlignedScratch<uint16_t> xpad;
+  uint16_t* xp = xpad.Get(mp * kp);  // a plain pointer: pool threads see their own thread_locals
   const float* src = x.as<float>();
   pool.ParallelFor(mp, std::max<int64_t>(1, 16384 / kp), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
@@ -203,9 +202,8 @@ void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Pa
   uint16_t* xp = PaddedX(pool, x, mp, kp);
   uint16_t* xq = nullptr;
   if (stream) {
-    thread_local std::vector<uint16_t> xtiles;
-    if (static_cast<int64_t>(xtiles.size()) < mp * kp) xtiles.resize(mp * kp);
-    xq = xtiles.data();
+    thread_local AlignedScratch<uint16_t> xtiles;
+    xq = xtiles.Get(mp * kp);
     pool.ParallelFor(mp / 16, std::max<int64_t>(1, 1024 / kp),
                      [&](int64_t b, int64_t e) { AmxPackX(xp, kp, b, e, xq); });
   }
@@ -217,12 +215,11 @@ void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Pa
   }
   const size_t pack_elems = AmxPackElems(kp);
   ForUnits(pool, parts, kAmxPanel, 1, [&](size_t i, int64_t b, int64_t e) {
-    thread_local std::vector<uint16_t> pack;  // pool threads persist: grown once each
-    if (pack.size() < pack_elems) pack.resize(pack_elems);
+    thread_local AlignedScratch<uint16_t> pack;  // pool threads persist: grown once each
     if (stream) {
-      GemmAmxStreamBf16(args[i], b, e, pack.data());
+      GemmAmxStreamBf16(args[i], b, e, pack.Get(pack_elems));
     } else {
-      GemmAmxBf16(args[i], b, e, pack.data());
+      GemmAmxBf16(args[i], b, e, pack.Get(pack_elems));
     }
   });
 }
@@ -236,14 +233,13 @@ void AmxTiles(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<con
   const bool on_panels = std::all_of(parts.begin(), parts.end(),
                                      [](const Part& p) { return p.row0 % kAmxPanel == 0; });
   if (!on_panels) {
-    thread_local std::vector<float> whole;
-    if (static_cast<int64_t>(whole.size()) < m * w.rows) whole.resize(m * w.rows);
-    const Part all{0, Tensor{whole.data(), DType::kF32, m, w.rows}};
+    thread_local AlignedScratch<float> whole;
+    float* wp = whole.Get(m * w.rows);
+    const Part all{0, Tensor{wp, DType::kF32, m, w.rows}};
     AmxTiles(pool, x, w, absl::Span<const Part>(&all, 1));
     for (const Part& p : parts) {
       for (int64_t i = 0; i < m; ++i) {
-        std::copy_n(whole.data() + i * w.rows + p.row0, p.out.cols,
-                    p.out.as<float>() + i * p.out.cols);
+        std::copy_n(wp + i * w.rows + p.row0, p.out.cols, p.out.as<float>() + i * p.out.cols);
       }
     }
     return;
@@ -341,14 +337,13 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
   Tensor xin = x;
   const uint16_t* x_bf16 = nullptr;
   if (w.dtype == DType::kBF16) {
-    thread_local std::vector<uint16_t> xb;
-    thread_local std::vector<float> xr;
+    thread_local AlignedScratch<uint16_t> xb;
+    thread_local AlignedScratch<float> xr;
     const int64_t n = x.numel();
-    if (static_cast<int64_t>(xb.size()) < n) xb.resize(n), xr.resize(n);
     // Plain pointers: inside the lambda, pool threads would see their own thread_locals.
     const float* src = x.as<float>();
-    uint16_t* xbp = xb.data();
-    float* xrp = xr.data();
+    uint16_t* xbp = xb.Get(n);
+    float* xrp = xr.Get(n);
     pool.ParallelFor(n, 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         xbp[i] = F32ToBf16(src[i]);
@@ -362,10 +357,9 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
   const float* x_split = nullptr;
   if (path == GemmPath::kSkinny && UseBf16Dot(kernels, w) &&
       Bf16DotFormInUse() == Bf16DotForm::kSplit) {
-    thread_local std::vector<float> xs;
+    thread_local AlignedScratch<float> xs;
     const int64_t k = x.cols, k32 = k & ~int64_t{31};
-    if (static_cast<int64_t>(xs.size()) < x.rows * k32) xs.resize(x.rows * k32);
-    float* xsp = xs.data();  // a plain pointer, as above
+    float* xsp = xs.Get(x.rows * k32);  // a plain pointer, as above
     pool.ParallelFor(
         x.rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(k, 1)),
         [&](int64_t b, int64_t e) { SplitBf16Pairs(x_bf16 + b * k, e - b, k, xsp + b * k32); });
