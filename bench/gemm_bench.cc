@@ -118,7 +118,7 @@ int Main() {
   const Tensor w_tiles_shape{nullptr, DType::kBF16, n, k, Layout::kAmxTiles};
   auto wt = cpu::StreamedArray<uint16_t>(amx ? w_tiles_shape.bytes() / 2 : 1);
   if (amx) {
-    pool.ParallelFor((n + kAmxTileBlock - 1) / kAmxTileBlock, 1, [&](int64_t b, int64_t e) {
+    pool.ParallelFor(AmxTilePadded(n) / kAmxTileBlock, 1, [&](int64_t b, int64_t e) {
       cpu::PackAmxTiles(ws.get(), n, k, b, e, wt.get());
     });
   }

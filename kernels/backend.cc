@@ -36,7 +36,6 @@ absl::Status ExpectDType(const char* op, const char* name, const Tensor& t, DTyp
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
-// The checks of the ops that fused ops stand for, under the name of the op that makes them.
 // A weight in a layout other than rows must be the one this backend uploads GEMM weights in.
 absl::Status CheckWeightLayout(const char* op, const Backend& b, const Tensor& w) {
   SATURN_EXPECT(w.layout == Layout::kRows || w.layout == b.GemmWeightLayout(w.dtype), op,
@@ -45,6 +44,7 @@ absl::Status CheckWeightLayout(const char* op, const Backend& b, const Tensor& w
   return absl::OkStatus();
 }
 
+// The checks of the ops that fused ops stand for, under the name of the op that makes them.
 absl::Status CheckGemm(const char* op, const Tensor& x, const Tensor& w, const Tensor& out) {
   SATURN_EXPECT(x.layout == Layout::kRows && out.layout == Layout::kRows, op,
                 "x and out must be row-major");

@@ -30,6 +30,9 @@ inline const char* DTypeName(DType t) { return EnumLookup(kDTypeNames, t, "?"); 
 // one sequential stream, in the order its tile products use them.
 enum class Layout : uint8_t { kRows, kAmxTiles };
 inline constexpr int64_t kAmxTileBlock = 32;  // the kAmxTiles padding of rows and columns
+inline int64_t AmxTilePadded(int64_t n) {
+  return (n + kAmxTileBlock - 1) / kAmxTileBlock * kAmxTileBlock;
+}
 
 struct Tensor {
   void* data = nullptr;
@@ -42,9 +45,7 @@ struct Tensor {
   // The bytes it occupies (kAmxTiles: with its padding).
   size_t bytes() const {
     if (layout == Layout::kAmxTiles) {
-      const int64_t r = (rows + kAmxTileBlock - 1) / kAmxTileBlock * kAmxTileBlock;
-      const int64_t c = (cols + kAmxTileBlock - 1) / kAmxTileBlock * kAmxTileBlock;
-      return static_cast<size_t>(r * c) * DTypeSize(dtype);
+      return static_cast<size_t>(AmxTilePadded(rows) * AmxTilePadded(cols)) * DTypeSize(dtype);
     }
     return static_cast<size_t>(numel()) * DTypeSize(dtype);
   }
@@ -55,9 +56,7 @@ struct Tensor {
   // Rows [begin, begin + count) as a view (kAmxTiles: begin a multiple of 32, the view's
   // last panel may hold rows past count, which its GEMMs do not store).
   Tensor RowSlice(int64_t begin, int64_t count) const {
-    const int64_t row_elems = layout == Layout::kAmxTiles
-                                  ? (cols + kAmxTileBlock - 1) / kAmxTileBlock * kAmxTileBlock
-                                  : cols;
+    const int64_t row_elems = layout == Layout::kAmxTiles ? AmxTilePadded(cols) : cols;
     return Tensor{static_cast<char*>(data) + begin * row_elems * DTypeSize(dtype), dtype, count,
                   cols, layout};
   }

@@ -144,7 +144,7 @@ class CpuBackend final : public Backend {
                                                        "use for ",
                                                        DTypeName(dst.dtype), " weights"));
       }
-      const int64_t panels = (dst.rows + kAmxTileBlock - 1) / kAmxTileBlock;
+      const int64_t panels = AmxTilePadded(dst.rows) / kAmxTileBlock;
       pool_.ParallelFor(panels, 1, [&](int64_t b, int64_t e) {
         cpu::PackAmxTiles(host, dst.rows, dst.cols, b, e, dst.as<uint16_t>());
       });

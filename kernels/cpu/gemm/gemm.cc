@@ -247,8 +247,8 @@ void AmxTiles(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<con
   const uint16_t* xp = PaddedX(pool, x, mp, kp);
   std::vector<AmxArgs> args;
   args.reserve(parts.size());
-  for (const Part& p : parts) {  // a panel: 32 rows x kp
-    args.push_back(AmxArgsFor(x, xp, w.as<uint16_t>() + p.row0 / kAmxPanel * (kAmxPanel * kp), p));
+  for (const Part& p : parts) {  // the part's first panel: the tiles' row slice
+    args.push_back(AmxArgsFor(x, xp, w.RowSlice(p.row0, p.out.cols).as<uint16_t>(), p));
   }
   ForUnits(pool, parts, kAmxPanel, 1,
            [&](size_t i, int64_t b, int64_t e) { GemmAmxTilesBf16(args[i], b, e); });
