@@ -19,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/calibration.h"
 #include "engine/flags_help.h"
@@ -114,17 +115,27 @@ int Main() {
   std::printf("kernels %s | bf16 dot products: %s | OpenBLAS core %s\n",
               cpu::CpuFeatureSummary().c_str(), bf16_dot, openblas_get_corename());
   const bool amx = cpu::AmxRuns(cpu::BestIsa(), bf16 ? DType::kBF16 : DType::kF32);
-  // The weights as the backend stores bf16 weights where its invariant GEMMs run on AMX.
-  const Tensor w_tiles_shape{nullptr, DType::kBF16, n, k, Layout::kAmxTiles};
-  auto wt = cpu::StreamedArray<uint16_t>(amx ? w_tiles_shape.bytes() / 2 : 1);
-  if (amx) {
-    pool.ParallelFor(AmxTilePadded(n) / kAmxTileBlock, 1, [&](int64_t b, int64_t e) {
-      cpu::PackAmxTiles(ws.get(), n, k, b, e, wt.get());
-    });
+  // The weights as the CPU backend packs them (tensor.h): bf16 in AMX tiles where AMX runs,
+  // f32 in 32-row panels (read by the blocked kernel's loops at any level).
+  const Layout packed = bf16 ? (amx ? Layout::kAmxTiles : Layout::kRows) : Layout::kPanels;
+  const char* packed_name = packed == Layout::kAmxTiles ? "amx_tiles" : "panels";
+  const Tensor w_packed_shape{nullptr, bf16 ? DType::kBF16 : DType::kF32, n, k, packed};
+  auto wp = cpu::StreamedArray<char>(packed != Layout::kRows ? w_packed_shape.bytes() : 1);
+  if (wp == nullptr) {
+    std::fprintf(stderr, "out of memory for the packed weights\n");
+    return 1;
   }
+  pool.ParallelFor(PanelPadded(n) / kPanelRows, 1, [&](int64_t b, int64_t e) {
+    if (packed == Layout::kAmxTiles) {
+      cpu::PackAmxTiles(ws.get(), n, k, b, e, reinterpret_cast<uint16_t*>(wp.get()));
+    } else if (packed == Layout::kPanels) {
+      cpu::PackPanels(ws.get(), n, k, b, e, reinterpret_cast<float*>(wp.get()));
+    }
+  });
   std::printf("%5s %12s %12s %12s %12s %14s %13s %10s %14s\n", "M", "skinny ms", "blocked ms",
               "openblas ms", amx ? "amx ms" : "(no amx)", amx ? "amx_stream ms" : "",
-              amx ? "amx_tiles ms" : "", "winner", "roofline % (best)");
+              packed != Layout::kRows ? absl::StrCat(packed_name, " ms").c_str() : "", "winner",
+              "roofline % (best)");
   nlohmann::json out;
   out["calibration"] = nlohmann::json::parse(CalibrationToJson(*cal));
   out["n"] = n;
@@ -150,8 +161,10 @@ int Main() {
                               : std::numeric_limits<double>::infinity();
     const double packs = amx ? TimeMs(pool, x, w, o, cpu::GemmPath::kAmx, reps)
                              : std::numeric_limits<double>::infinity();
-    const Tensor w_tiles{wt.get(), DType::kBF16, n, k, Layout::kAmxTiles};
-    const double tiles = amx ? TimeMs(pool, x, w_tiles, o, cpu::GemmPath::kAuto, reps)
+    Tensor w_packed = w_packed_shape;
+    w_packed.data = wp.get();
+    const double tiles = packed != Layout::kRows
+                             ? TimeMs(pool, x, w_packed, o, cpu::GemmPath::kAuto, reps)
                              : std::numeric_limits<double>::infinity();
     const double best = std::min({skinny, blocked, blas, packs, stream, tiles});
     const char* winner = best == skinny    ? "skinny"
@@ -159,10 +172,10 @@ int Main() {
                          : best == blas    ? "openblas"
                          : best == packs   ? "amx"
                          : best == stream  ? "amx_stream"
-                                           : "amx_tiles";
+                                           : packed_name;
     std::printf("%5d %12.3f %12.3f %12.3f %12.3f %14.3f %13.3f %10s %14.1f\n", m, skinny, blocked,
-                blas, amx ? packs : 0.0, amx ? stream : 0.0, amx ? tiles : 0.0, winner,
-                100 * floor_ms / best);
+                blas, amx ? packs : 0.0, amx ? stream : 0.0, packed != Layout::kRows ? tiles : 0.0,
+                winner, 100 * floor_ms / best);
     out["rows"].push_back(
         {{"m", m},
          {"skinny_ms", skinny},
@@ -170,7 +183,9 @@ int Main() {
          {"openblas_ms", blas},
          {"amx_ms", amx ? nlohmann::json(packs) : nlohmann::json(nullptr)},
          {"amx_stream_ms", amx ? nlohmann::json(stream) : nlohmann::json(nullptr)},
-         {"amx_tiles_ms", amx ? nlohmann::json(tiles) : nlohmann::json(nullptr)},
+         {"amx_tiles_ms",
+          packed == Layout::kAmxTiles ? nlohmann::json(tiles) : nlohmann::json(nullptr)},
+         {"panels_ms", packed == Layout::kPanels ? nlohmann::json(tiles) : nlohmann::json(nullptr)},
          {"gflops_best", flops / best * 1e-6},
          {"roofline_floor_ms", floor_ms}});
   }

@@ -53,6 +53,9 @@ options:
                          so each follows llama.cpp and leads its round equally often), and report
                          default / off per figure (what the batch-invariant default costs against
                          the fastest path, same rounds)
+  --ab_env VAR=VALUE     as --invariance_ab, but the second Saturn run has the environment
+                         variable VAR=VALUE instead of --batch_invariant=off (e.g.
+                         SATURN_CPU_PACKED_WEIGHTS=0: default / row-major weights)
   -h, --help             this text
 
 Everything after -- goes to saturn-bench-engine unchanged, after the script's own flags, so it
@@ -68,7 +71,7 @@ note() { echo "$PROG: $*" >&2; }
 
 LLAMA_BIN="" GGUF="" MODEL=small DTYPE=f32 ROUNDS=5 SATURN_BIN="$ROOT/build/bench"
 THREADS=$(nproc 2>/dev/null || echo 1) JSON_OUT="" BATCHES="8,64" PROMPT_LEN=64 DECODE_TOKENS=64
-PREFILL_LENS="64,512" REPEATS=3 LLAMA_ARGS="" TIMEOUT=1800 AB=""
+PREFILL_LENS="64,512" REPEATS=3 LLAMA_ARGS="" TIMEOUT=1800 AB="" AB_ENV=""
 EXTRA=()
 
 need_val() { [ "$2" -ge 2 ] || die "$1 needs a value (see --help)"; }
@@ -77,6 +80,8 @@ while [ $# -gt 0 ]; do
   case $arg in
     --) shift; EXTRA=("$@"); break ;;
     --invariance_ab) AB=1; shift; continue ;;
+    --ab_env) need_val "$arg" $#; AB=1; AB_ENV=$2; shift 2; continue ;;
+    --ab_env=*) AB=1; AB_ENV=${arg#*=}; shift; continue ;;
     -h|--help) usage; exit 0 ;;
     --*=*) key=${arg%%=*}; val=${arg#*=}; shift ;;
     --*) key=$arg; need_val "$arg" $#; val=$2; shift 2 ;;
@@ -314,11 +319,13 @@ def cmd_round(a):
     want = {"f32": "F32", "bf16": "BF16"}[a["dtype"]]
     if mt and not re.search(r"(^|\s)(all\s+)?" + want + r"\b", mt):
         warn.append(f"llama-bench reports the model as \"{mt}\", Saturn runs --dtype={a['dtype']}")
+    rec["ab_label"] = a.get("ab_label") or None  # what the second Saturn run changed
     json.dump(rec, open(a["out"], "w"))
     print(f"\n== round {rec['round']} ({a['first']} first; load avg {' '.join(a['load0'])} at start)")
     ab = sat_off is not None
     print(f"{'figure':42s} {'saturn t/s':>12s} {'llama.cpp t/s':>14s} {'saturn/llama':>13s}"
-          + (f" {'inv. off t/s':>13s} {'on/off':>7s}" if ab else ""))
+          + ((f" {'inv. off t/s':>13s} {'on/off':>7s}" if rec["ab_label"] == "--batch_invariant=off"
+              else f" {'B t/s':>13s} {'A/B':>7s}") if ab else ""))
     fmt = lambda v: f"{v:12.1f}" if v is not None else f"{'-':>12s}"
     for k, f in figs.items():
         r = f"{f['ratio']:12.2f}x" if f["ratio"] is not None else f"{'-':>13s}"
@@ -365,7 +372,12 @@ def cmd_summary(a):
         print(f"{s['label']:42s} {f2(s['ratio']['median'])}x {f2(s['ratio']['min'])}x {f2(s['ratio']['max'])}x  "
               f"{f1(s['saturn_tokens_per_s']['median'])} {f1(s['llama_tokens_per_s']['median'])}")
     if any("invariance_ratio" in v for v in summ.values()):
-        print(f"\n== what the batch-invariant default costs (default / --batch_invariant=off, same rounds; under 1 is its cost)")
+        lab = rounds[0].get("ab_label") or "--batch_invariant=off"
+        if lab == "--batch_invariant=off":
+            print(f"\n== what the batch-invariant default costs (default / --batch_invariant=off, same rounds; under 1 is its cost)")
+        else:
+            print(f"\n== A/B: default / {lab} (B: the same saturn-bench-engine run with {lab}), same rounds")
+        ctx["ab_label"] = lab
         print(f"{'figure':42s} {'median':>8s} {'min':>8s} {'max':>8s}")
         for k, v in summ.items():
             if "invariance_ratio" in v:
@@ -451,7 +463,13 @@ echo "# GGUF: $GGUF"
 echo "# saturn:  ${SAT_CMD[*]} --json=F"
 echo "# llama:   ${LB_CMD[*]}"
 [ -n "$BATCHED" ] && echo "# batched: ${BB_CMD[*]}" || echo "# batched: skipped (no llama-batched-bench in $LLAMA_BIN)"
-[ -n "$AB" ] && echo "# --invariance_ab: saturn again with --batch_invariant=off beside each default run (after it in rounds 1, 2, 5, 6, ..., before it in the others)"
+if [ -n "$AB_ENV" ]; then
+  case $AB_ENV in [A-Za-z_]*=*) ;; *) die "--ab_env: expected VAR=VALUE, got \"$AB_ENV\"" ;; esac
+  AB_B=(env "$AB_ENV") AB_ARGS=() AB_LABEL=$AB_ENV
+else
+  AB_B=() AB_ARGS=(--batch_invariant=off) AB_LABEL=--batch_invariant=off
+fi
+[ -n "$AB" ] && echo "# A/B: saturn again with $AB_LABEL beside each default run (after it in rounds 1, 2, 5, 6, ..., before it in the others)"
 
 SAT_S=0 LB_S=0 BB_S=""
 secs_since() { local d=$(( $(date +%s%N) - $1 )); printf '%d.%03d' $((d / 1000000000)) $(((d / 1000000) % 1000)); }
@@ -464,9 +482,9 @@ run_saturn() {
 }
 run_saturn_off() {
   local r=$1
-  if ! "${TO[@]+"${TO[@]}"}" "${SAT_CMD[@]}" --batch_invariant=off --json="$WORK/sat-off-$r.json" \
-      > "$WORK/sat-off-$r.log" 2>&1; then
-    tail -20 "$WORK/sat-off-$r.log" >&2; fail "round $r: saturn-bench-engine --batch_invariant=off failed (log tail above)"
+  if ! "${TO[@]+"${TO[@]}"}" "${AB_B[@]+"${AB_B[@]}"}" "${SAT_CMD[@]}" "${AB_ARGS[@]+"${AB_ARGS[@]}"}" \
+      --json="$WORK/sat-off-$r.json" > "$WORK/sat-off-$r.log" 2>&1; then
+    tail -20 "$WORK/sat-off-$r.log" >&2; fail "round $r: saturn-bench-engine with $AB_LABEL failed (log tail above)"
   fi
 }
 run_llama() {
@@ -498,7 +516,7 @@ for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) -eq 1 ]; then first=saturn; run_saturns; run_llama "$r"
   else first=llama.cpp; run_llama "$r"; run_saturns; fi
   python3 "$PY" round round="$r" first="$first" saturn_json="$WORK/sat-$r.json" \
-    llama_bench_json="$WORK/lb-$r.json" saturn_off_json="${AB:+$WORK/sat-off-$r.json}" batched_out="${BATCHED:+$WORK/bb-$r.out}" \
+    llama_bench_json="$WORK/lb-$r.json" saturn_off_json="${AB:+$WORK/sat-off-$r.json}" ab_label="${AB:+$AB_LABEL}" batched_out="${BATCHED:+$WORK/bb-$r.out}" \
     batches="$SAT_BATCHES" prefill_lens="$PREFILL_LENS" decode_tokens="$DECODE_TOKENS" \
     prompt_len="$PROMPT_LEN" dtype="$DTYPE" load0="$load0" sat_s="$SAT_S" lb_s="$LB_S" bb_s="$BB_S" \
     out="$WORK/round-$r.json" || fail "round $r: could not read the engines' output (see above)"

@@ -64,9 +64,12 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
                 hkv = int64_t{m.num_kv_heads} * m.head_dim, f = m.intermediate_size;
   weights_ = std::make_unique<DeviceWeights>();
   DeviceWeights& dw = *weights_;
-  RETURN_IF_ERROR(place_as(act, Layout::kRows, w.embedding, m.vocab_size, d, &dw.embedding_t));
-  RETURN_IF_ERROR(place_as(act, Layout::kRows, w.final_norm, 1, d, &dw.final_norm_t));
+  // A tied LM head shares the embedding table where the GEMM reads the compute dtype, in the
+  // GEMM's layout (Backend::Embedding reads that too).
   const bool shared_head = m.tie_word_embeddings && wdt == act;
+  RETURN_IF_ERROR(place_as(act, shared_head ? wlayout : Layout::kRows, w.embedding, m.vocab_size, d,
+                           &dw.embedding_t));
+  RETURN_IF_ERROR(place_as(act, Layout::kRows, w.final_norm, 1, d, &dw.final_norm_t));
   if (!shared_head) {  // untied, or tied but the GEMM wants its own copy in the weight dtype
     const std::vector<float>& head = m.tie_word_embeddings ? w.embedding : w.lm_head;
     RETURN_IF_ERROR(place(head, m.vocab_size, d, &dw.lm_head_t));

@@ -141,6 +141,8 @@ absl::Status Backend::Embedding(const Tensor& ids, const Tensor& table, const Te
   RETURN_IF_ERROR(ExpectShape("embedding", "ids", ids, 1, ids.cols));
   RETURN_IF_ERROR(ExpectShape("embedding", "out", out, ids.cols, table.cols));
   SATURN_EXPECT(out.dtype == table.dtype, "embedding", "out and table dtypes differ");
+  SATURN_EXPECT(out.layout == Layout::kRows, "embedding", "out must be row-major");
+  RETURN_IF_ERROR(CheckWeightLayout("embedding", *this, table));  // a tied LM head's layout
   return Run(OpKind::kEmbedding, cost::Embedding(ids, table, out),
              [&] { return DoEmbedding(ids, table, out); });
 }

@@ -201,7 +201,8 @@ class Backend {
   virtual bool RunsAsync() const { return false; }
 
   // --- ops (shapes checked here, work done by Do*) ----------------------------------------
-  // out[T, D] = table[ids[t], :]
+  // out[T, D] = table[ids[t], :]; the table row-major, or in GemmWeightLayout(its dtype) (the
+  // engine shares a tied LM head's matrix with the GEMM; the CPU reads f32 panels).
   absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& out);
   // out[M, N] = x[M, K] * w[N, K]^T   (w in the HF [out_features, in_features] layout)
   absl::Status Gemm(const Tensor& x, const Tensor& w, const Tensor& out);

@@ -2,8 +2,8 @@
 
 namespace saturn::cost {
 namespace {
-// The operand's own elements: a weight in a padded layout (Layout::kAmxTiles) counts as its
-// rows x cols, as the step cost model (engine/diag) computes from shapes alone.
+// The operand's own elements: a weight in a packed layout (Layout::kAmxTiles, kPanels) counts as
+// its rows x cols, as the step cost model (engine/diag) computes from shapes alone.
 double B(const Tensor& t) { return static_cast<double>(t.numel()) * DTypeSize(t.dtype); }
 double N(const Tensor& t) { return static_cast<double>(t.numel()); }
 }  // namespace

@@ -22,17 +22,19 @@ inline constexpr std::array kDTypeNames{"f32", "bf16", "f16", "i32", "i64"};
 inline size_t DTypeSize(DType t) { return EnumLookup(kDTypeSizes, t, size_t{0}); }
 inline const char* DTypeName(DType t) { return EnumLookup(kDTypeNames, t, "?"); }
 
-// kRows: row-major and contiguous. kAmxTiles (bf16 GEMM weights on the CPU backend where
-// Intel AMX runs, kernels/cpu/gemm/gemm_amx.cc): rows zero-padded to a multiple of 32 and
-// columns to a multiple of 32, stored panel by panel (32 rows), each panel k block by k block
-// (32 columns), each block as two 1 KiB AMX B tiles (rows 0-15, then 16-31) in the VNNI order
-// (tile row p: the 16 rows' pairs of columns 2p, 2p + 1). A GEMM then reads its weights as
-// one sequential stream, in the order its tile products use them.
-enum class Layout : uint8_t { kRows, kAmxTiles };
-inline constexpr int64_t kAmxTileBlock = 32;  // the kAmxTiles padding of rows and columns
-inline int64_t AmxTilePadded(int64_t n) {
-  return (n + kAmxTileBlock - 1) / kAmxTileBlock * kAmxTileBlock;
-}
+// kRows: row-major and contiguous. Two packed layouts of GEMM weights on the CPU backend, both
+// in panels of 32 rows (rows zero-padded to a multiple of 32), panel after panel, so that a
+// GEMM reads its weights as one sequential stream in the order its products use them:
+//  - kAmxTiles (bf16 where Intel AMX runs, kernels/cpu/gemm/gemm_amx.cc): columns zero-padded
+//    to a multiple of 32 too; each panel k block by k block (32 columns), each block as two
+//    1 KiB AMX B tiles (rows 0-15, then 16-31) in the VNNI order (tile row p: the 16 rows'
+//    pairs of columns 2p, 2p + 1).
+//  - kPanels (f32 at the AVX-512 level, kernels/cpu/gemm/gemm_blocked.inc): each panel
+//    column-major, [cols][32], the blocked GEMM's packed panel for the whole of k. A panel
+//    starts where its first row would in kRows.
+enum class Layout : uint8_t { kRows, kAmxTiles, kPanels };
+inline constexpr int64_t kPanelRows = 32;  // both packed layouts' panel height and padding
+inline int64_t PanelPadded(int64_t n) { return (n + kPanelRows - 1) / kPanelRows * kPanelRows; }
 
 struct Tensor {
   void* data = nullptr;
@@ -42,10 +44,15 @@ struct Tensor {
   Layout layout = Layout::kRows;
 
   int64_t numel() const { return rows * cols; }
-  // The bytes it occupies (kAmxTiles: with its padding).
+  // The bytes it occupies (packed layouts: with their padding).
   size_t bytes() const {
-    if (layout == Layout::kAmxTiles) {
-      return static_cast<size_t>(AmxTilePadded(rows) * AmxTilePadded(cols)) * DTypeSize(dtype);
+    switch (layout) {
+      case Layout::kAmxTiles:
+        return static_cast<size_t>(PanelPadded(rows) * PanelPadded(cols)) * DTypeSize(dtype);
+      case Layout::kPanels:
+        return static_cast<size_t>(PanelPadded(rows) * cols) * DTypeSize(dtype);
+      case Layout::kRows:
+        break;
     }
     return static_cast<size_t>(numel()) * DTypeSize(dtype);
   }
@@ -53,10 +60,10 @@ struct Tensor {
   T* as() const {
     return static_cast<T*>(data);
   }
-  // Rows [begin, begin + count) as a view (kAmxTiles: begin a multiple of 32, the view's
+  // Rows [begin, begin + count) as a view (packed layouts: begin a multiple of 32, the view's
   // last panel may hold rows past count, which its GEMMs do not store).
   Tensor RowSlice(int64_t begin, int64_t count) const {
-    const int64_t row_elems = layout == Layout::kAmxTiles ? AmxTilePadded(cols) : cols;
+    const int64_t row_elems = layout == Layout::kAmxTiles ? PanelPadded(cols) : cols;
     return Tensor{static_cast<char*>(data) + begin * row_elems * DTypeSize(dtype), dtype, count,
                   cols, layout};
   }
@@ -64,7 +71,10 @@ struct Tensor {
   Tensor Reshaped(int64_t r, int64_t c) const { return Tensor{data, dtype, r, c}; }
   std::string ShapeString() const {
     return std::string(DTypeName(dtype)) + "[" + std::to_string(rows) + ", " +
-           std::to_string(cols) + "]" + (layout == Layout::kAmxTiles ? " in AMX tiles" : "");
+           std::to_string(cols) + "]" +
+           (layout == Layout::kAmxTiles ? " in AMX tiles"
+            : layout == Layout::kPanels ? " in 32-row panels"
+                                        : "");
   }
 };
 

@@ -64,17 +64,20 @@ std::string Bf16DotNote(cpu::Isa isa, DType weight_dtype) {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int num_threads, DType weight_dtype, DType kv_dtype, cpu::Isa isa, int64_t poll_us,
-             bool batch_invariant, bool amx_tile_weights)
+             bool batch_invariant, bool packed_weights)
       : pool_(num_threads, poll_us),
         kernels_(cpu::KernelsFor(isa)),
         weight_dtype_(weight_dtype),
         kv_dtype_(kv_dtype),
-        tile_weights_(amx_tile_weights && cpu::AmxRuns(isa, weight_dtype)),
+        packed_layout_(PackedLayout(packed_weights, isa, weight_dtype)),
         device_name_(absl::StrCat(
             CpuModelName(), " (", num_threads, " threads) ", cpu::IsaName(isa),
             AmxNote(isa, weight_dtype), ", ", DTypeName(weight_dtype), " weights",
             Bf16DotNote(isa, weight_dtype), batch_invariant ? "" : ", not batch-invariant")) {
-    planner_.set_tuned_dtype(tile_weights_ ? std::nullopt : std::optional<DType>(weight_dtype));
+    // bf16 in AMX tiles: no served GEMM takes the skinny stream. f32 in panels: a tied LM head
+    // (the row-major embedding table) still does, every step.
+    planner_.set_tuned_dtype(
+        packed_layout_ == Layout::kAmxTiles ? std::nullopt : std::optional<DType>(weight_dtype));
     planner_.set_batch_invariant(batch_invariant);
   }
 
@@ -85,7 +88,7 @@ class CpuBackend final : public Backend {
   // bf16 weights keep a bf16 KV cache: half the bytes a decode step's attention reads.
   DType kv_cache_dtype() const override { return kv_dtype_; }
   Layout GemmWeightLayout(DType weight) const override {
-    return tile_weights_ && weight == weight_dtype_ ? Layout::kAmxTiles : Layout::kRows;
+    return weight == weight_dtype_ ? packed_layout_ : Layout::kRows;
   }
   size_t device_memory_bytes() const override {
     const long pages = sysconf(_SC_PHYS_PAGES);
@@ -99,8 +102,11 @@ class CpuBackend final : public Backend {
   std::vector<int> HostThreadIds() const override { return pool_.worker_thread_ids(); }
   std::string KernelPlan() const override {
     const std::string plan = planner_.Describe();
-    if (!tiles_ran_.load(std::memory_order_relaxed)) return plan;
-    return absl::StrCat(DTypeName(weight_dtype_), " weights in AMX tiles: every M=amx_tiles",
+    if (!packed_ran_.load(std::memory_order_relaxed)) return plan;
+    return absl::StrCat(DTypeName(weight_dtype_),
+                        packed_layout_ == Layout::kAmxTiles
+                            ? " weights in AMX tiles: every M=amx_tiles"
+                            : " weights in 32-row panels: every M=panels (the blocked order)",
                         plan.empty() ? "" : "; ", plan);
   }
   bool TuningOnServedSteps() const override { return planner_.Tuning(); }
@@ -137,16 +143,20 @@ class CpuBackend final : public Backend {
     if (host == nullptr || dst.data == nullptr) {
       return absl::InvalidArgumentError("upload_f32: null host or device pointer");
     }
-    if (dst.layout == Layout::kAmxTiles) {
-      if (GemmWeightLayout(dst.dtype) != Layout::kAmxTiles) {
+    if (dst.layout != Layout::kRows) {
+      if (GemmWeightLayout(dst.dtype) != dst.layout) {
         return absl::InvalidArgumentError(absl::StrCat("upload_f32: dst is ", dst.ShapeString(),
                                                        ", which this backend does not "
                                                        "use for ",
                                                        DTypeName(dst.dtype), " weights"));
       }
-      const int64_t panels = AmxTilePadded(dst.rows) / kAmxTileBlock;
+      const int64_t panels = PanelPadded(dst.rows) / kPanelRows;
       pool_.ParallelFor(panels, 1, [&](int64_t b, int64_t e) {
-        cpu::PackAmxTiles(host, dst.rows, dst.cols, b, e, dst.as<uint16_t>());
+        if (dst.layout == Layout::kAmxTiles) {
+          cpu::PackAmxTiles(host, dst.rows, dst.cols, b, e, dst.as<uint16_t>());
+        } else {
+          cpu::PackPanels(host, dst.rows, dst.cols, b, e, dst.as<float>());
+        }
       });
       return absl::OkStatus();
     }
@@ -182,12 +192,12 @@ class CpuBackend final : public Backend {
     return cpu::Embedding(pool_, ids, table, out);
   }
   absl::Status DoGemm(const Tensor& x, const Tensor& w, const Tensor& out) override {
-    NoteTiles(w);
+    NotePacked(w);
     return cpu::Gemm(pool_, kernels_, &planner_, x, w, out);
   }
   absl::Status DoGemmSplit(const Tensor& x, const Tensor& w,
                            absl::Span<const Tensor> outs) override {
-    NoteTiles(w);
+    NotePacked(w);
     return cpu::GemmSplit(pool_, kernels_, &planner_, x, w, outs);
   }
   absl::Status DoRmsNorm(const Tensor& x, const Tensor& weight, float eps,
@@ -247,10 +257,18 @@ class CpuBackend final : public Backend {
   cpu::GemmPlanner planner_;
   const DType weight_dtype_;
   const DType kv_dtype_;
-  const bool tile_weights_;             // GEMM weights in AMX tiles (GemmWeightLayout)
-  std::atomic<bool> tiles_ran_{false};  // a GEMM has read such weights (KernelPlan)
-  void NoteTiles(const Tensor& w) {
-    if (w.layout == Layout::kAmxTiles) tiles_ran_.store(true, std::memory_order_relaxed);
+  // The layout of GEMM weights of weight_dtype_ (GemmWeightLayout): packed where the CPU
+  // backend has a kernel that reads them so, else rows.
+  static Layout PackedLayout(bool packed, cpu::Isa isa, DType weight_dtype) {
+    if (!packed) return Layout::kRows;
+    if (cpu::AmxRuns(isa, weight_dtype)) return Layout::kAmxTiles;
+    if (weight_dtype == DType::kF32 && isa == cpu::Isa::kAvx512) return Layout::kPanels;
+    return Layout::kRows;
+  }
+  const Layout packed_layout_;
+  std::atomic<bool> packed_ran_{false};  // a GEMM has read packed weights (KernelPlan)
+  void NotePacked(const Tensor& w) {
+    if (w.layout != Layout::kRows) packed_ran_.store(true, std::memory_order_relaxed);
   }
   const std::string device_name_;
 };
@@ -301,10 +319,20 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
     return absl::InvalidArgumentError(absl::StrCat(poll_source, ": must be in [0, ", kMaxPollUs,
                                                    "] microseconds, got ", poll_us));
   }
+  bool packed = true;
+  if (options.packed_weights.has_value()) {
+    packed = *options.packed_weights;
+  } else if (const char* env = std::getenv("SATURN_CPU_PACKED_WEIGHTS"); env != nullptr) {
+    const std::string v = env;
+    if (v != "0" && v != "1") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SATURN_CPU_PACKED_WEIGHTS: \"", v, "\" (expected 0 or 1)"));
+    }
+    packed = v == "1";
+  }
   openblas_set_num_threads(num_threads);
-  return std::unique_ptr<Backend>(
-      std::make_unique<CpuBackend>(num_threads, weight_dtype, kv_dtype, isa, poll_us,
-                                   options.batch_invariant, options.amx_tile_weights));
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
+      num_threads, weight_dtype, kv_dtype, isa, poll_us, options.batch_invariant, packed));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int num_threads) {

@@ -33,16 +33,19 @@ struct CpuBackendOptions {
   // lets the planner pick the fastest GEMM path per row count (what that gains:
   // bench/batch_invariance_ab.sh, README.md).
   bool batch_invariant = true;
-  // bf16 weights where AMX runs are uploaded in AMX tiles (tensor.h: Layout::kAmxTiles), which
-  // every M reads as one sequential stream with nothing packed (gemm_amx.cc:
-  // GemmAmxTilesBf16): faster than every row-major path at every row count measured, and
-  // batch-invariant, so both --batch_invariant settings use them (docs/CPU.md). False keeps
-  // them row-major for the planner's paths (tests and comparisons).
-  bool amx_tile_weights = true;
+  // GEMM weights packed as they are uploaded, which every M reads as one sequential stream
+  // with nothing packed per GEMM: bf16 where AMX runs in AMX tiles (tensor.h:
+  // Layout::kAmxTiles, gemm_amx.cc: GemmAmxTilesBf16), f32 at the AVX-512 level in 32-row
+  // panels (Layout::kPanels, the blocked kernel's order). Each is batch-invariant and beat the
+  // row-major paths where measured (docs/CPU.md), so both --batch_invariant settings use them.
+  // False keeps weights row-major for the planner's paths (tests and comparisons). Unset: the
+  // environment variable SATURN_CPU_PACKED_WEIGHTS ("0" or "1") where set, else on.
+  std::optional<bool> packed_weights;
 };
 
 // Fails with INVALID_ARGUMENT on a negative thread count, an unknown dtype, an ISA the CPU
-// lacks, or a poll time (option or SATURN_CPU_POLL_US) that is not an integer in [0, 100000].
+// lacks, a poll time (option or SATURN_CPU_POLL_US) that is not an integer in [0, 100000], or
+// a SATURN_CPU_PACKED_WEIGHTS other than 0 or 1.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);
 
 // f32 weights, best ISA. num_threads: total threads for ops and OpenBLAS (0:

@@ -94,6 +94,10 @@ struct IsaKernels {
   // The blocked GEMM over out columns [n_begin, n_end) (n_begin a multiple of kBlockedPanel).
   void (*blocked_f32)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
   void (*blocked_bf16)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
+  // f32 weights in 32-row panels (tensor.h: Layout::kPanels; a.w the part's first panel,
+  // n_begin a multiple of kBlockedPanel): blocked_f32's order and sums with nothing packed, at
+  // any m (m = 1: one sequential stream, a.prefetch_bytes ahead).
+  void (*panels_f32)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
 };
 
 // The kernels for `isa`, which the CPU must support (IsaSupported).
@@ -147,6 +151,10 @@ void GemmAmxTilesBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end);
 // to bf16 and zero-padded; panels [p_begin, p_end) of 32 rows. Portable: no AMX needed.
 void PackAmxTiles(const float* src, int64_t rows, int64_t cols, int64_t p_begin, int64_t p_end,
                   uint16_t* dst);
+// src[rows, cols] f32, row-major -> dst in Layout::kPanels (Tensor::bytes() of it),
+// zero-padded; panels [p_begin, p_end) of 32 rows.
+void PackPanels(const float* src, int64_t rows, int64_t cols, int64_t p_begin, int64_t p_end,
+                float* dst);
 // The blocked GEMM with the same arithmetic (isa_avx512bf16.cc): bf16 panels, needs
 // a.x_bf16; same calling convention as IsaKernels::blocked_bf16.
 void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);

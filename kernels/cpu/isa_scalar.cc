@@ -29,6 +29,7 @@ constexpr int kGemmRows = 4;
   void SkinnyBf16(const SkinnyArgs& a, int64_t b, int64_t e);               \
   void BlockedF32(const SkinnyArgs& a, int64_t b, int64_t e, float* pack);  \
   void BlockedBf16(const SkinnyArgs& a, int64_t b, int64_t e, float* pack); \
+  void PanelsF32(const SkinnyArgs& a, int64_t b, int64_t e);                \
   }
 #if defined(__x86_64__)
 SATURN_DECLARE_ISA(isa_avx2)
@@ -37,16 +38,26 @@ SATURN_DECLARE_ISA(isa_avx512)
 #undef SATURN_DECLARE_ISA
 
 const IsaKernels& KernelsFor(Isa isa) {
-  static const IsaKernels kScalar{
-      Isa::kScalar,           isa_scalar::AttendTile, isa_scalar::SwiGluRow,  isa_scalar::SkinnyF32,
-      isa_scalar::SkinnyBf16, isa_scalar::BlockedF32, isa_scalar::BlockedBf16};
+  static const IsaKernels kScalar{Isa::kScalar,
+                                  isa_scalar::AttendTile,
+                                  isa_scalar::SwiGluRow,
+                                  isa_scalar::SkinnyF32,
+                                  isa_scalar::SkinnyBf16,
+                                  isa_scalar::BlockedF32,
+                                  isa_scalar::BlockedBf16,
+                                  isa_scalar::PanelsF32};
 #if defined(__x86_64__)
-  static const IsaKernels kAvx2{Isa::kAvx2,           isa_avx2::AttendTile, isa_avx2::SwiGluRow,
-                                isa_avx2::SkinnyF32,  isa_avx2::SkinnyBf16, isa_avx2::BlockedF32,
-                                isa_avx2::BlockedBf16};
-  static const IsaKernels kAvx512{
-      Isa::kAvx512,           isa_avx512::AttendTile, isa_avx512::SwiGluRow,  isa_avx512::SkinnyF32,
-      isa_avx512::SkinnyBf16, isa_avx512::BlockedF32, isa_avx512::BlockedBf16};
+  static const IsaKernels kAvx2{
+      Isa::kAvx2,           isa_avx2::AttendTile, isa_avx2::SwiGluRow,   isa_avx2::SkinnyF32,
+      isa_avx2::SkinnyBf16, isa_avx2::BlockedF32, isa_avx2::BlockedBf16, isa_avx2::PanelsF32};
+  static const IsaKernels kAvx512{Isa::kAvx512,
+                                  isa_avx512::AttendTile,
+                                  isa_avx512::SwiGluRow,
+                                  isa_avx512::SkinnyF32,
+                                  isa_avx512::SkinnyBf16,
+                                  isa_avx512::BlockedF32,
+                                  isa_avx512::BlockedBf16,
+                                  isa_avx512::PanelsF32};
   switch (isa) {
     case Isa::kAvx512:
       return kAvx512;

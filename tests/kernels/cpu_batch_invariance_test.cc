@@ -201,6 +201,48 @@ TEST(CpuBatchInvarianceTest, Bf16DotFormsGiveTheSameBits) {
   EXPECT_EQ(cpu::Bf16DotFormInUse(), f) << "measured once: every GEMM of a process sums one way";
 }
 
+// x's rows [first, first + m) (x: rows of w.cols values) against w as one GEMM on `threads`
+// threads through `path`, to the host.
+std::vector<float> GemmOfRows(Backend& b, const cpu::IsaKernels& kernels,
+                              const std::vector<float>& x, int first, int m, int threads,
+                              cpu::GemmPath path, const Tensor& w) {
+  const int64_t k = w.cols;
+  cpu::ThreadPool pool(threads);
+  std::vector<float> xs(x.begin() + first * k, x.begin() + (first + m) * k);
+  DevTensor dx = F32(b, m, k, xs), out = Poisoned(b, m, w.rows);
+  EXPECT_TRUE(cpu::Gemm(pool, kernels, nullptr, dx.t, w, out.t, path).ok());
+  return ToHost<float>(b, out.t);
+}
+
+// A fused projection's split of x (the last rows of a kRows-row GEMM) against packed weights
+// w into parts of 64/96/43 and 50/100/53 columns: parts on 32-row panels run in place, others
+// through scratch; every part's rows must be the whole product's columns (`all`: kRows x n).
+void ExpectSplitsAreTheWhole(Backend& b, const cpu::IsaKernels& kernels, const Tensor& x,
+                             const Tensor& w, const std::vector<float>& all, int n) {
+  cpu::ThreadPool pool(2);
+  const int64_t m = x.rows, first = kRows - m;
+  for (const std::vector<int>& sizes :
+       {std::vector<int>{64, 96, 43}, std::vector<int>{50, 100, 53}}) {
+    std::vector<DevTensor> outs;
+    std::vector<Tensor> views;
+    for (int c : sizes) outs.push_back(Poisoned(b, m, c));
+    for (const DevTensor& o : outs) views.push_back(o.t);
+    ASSERT_TRUE(cpu::GemmSplit(pool, kernels, nullptr, x, w, views).ok());
+    int col = 0;
+    for (size_t p = 0; p < sizes.size(); ++p) {
+      const std::vector<float> got = ToHost<float>(b, views[p]);
+      for (int64_t i = 0; i < m; ++i) {
+        ASSERT_TRUE(std::equal(got.begin() + size_t(i) * sizes[p],
+                               got.begin() + size_t(i + 1) * sizes[p],
+                               all.begin() + size_t(first + i) * n + col))
+            << "M " << m << " split " << sizes[0] << "/" << sizes[1] << "/" << sizes[2] << ": part "
+            << p << " row " << i;
+      }
+      col += sizes[p];
+    }
+  }
+}
+
 // Where AMX runs, the batch-invariant planner gives bf16 weights the two AMX kernels (tiles of
 // x against packed weights, and weight tiles streamed against packed x), the faster per M.
 // Each output is one chain of tile products over k in k's order, so a row's bits must not
@@ -224,11 +266,7 @@ TEST(CpuBatchInvarianceTest, AmxKernelsGiveEachRowTheSameBits) {
     DevTensor dt = Empty(*b, DType::kBF16, n, k, Layout::kAmxTiles);
     ASSERT_TRUE(b->UploadF32(w.data(), dt.t).ok());
     auto run = [&](int first, int m, int threads, cpu::GemmPath path, const Tensor& wt) {
-      cpu::ThreadPool pool(threads);
-      std::vector<float> xs(x.begin() + size_t(first) * k, x.begin() + size_t(first + m) * k);
-      DevTensor dx = F32(*b, m, k, xs), out = Poisoned(*b, m, n);
-      EXPECT_TRUE(cpu::Gemm(pool, kernels, nullptr, dx.t, wt, out.t, path).ok());
-      return ToHost<float>(*b, out.t);
+      return GemmOfRows(*b, kernels, x, first, m, threads, path, wt);
     };
     const std::vector<float> all = run(0, kRows, 2, cpu::GemmPath::kAmx, dw.t);
     for (cpu::GemmPath path :
@@ -245,29 +283,68 @@ TEST(CpuBatchInvarianceTest, AmxKernelsGiveEachRowTheSameBits) {
         }
       }
     }
-    // A fused projection's split over tiles: parts on 32-row panels run in place, others
-    // through scratch; every part's columns are the whole product's.
-    cpu::ThreadPool pool(2);
-    DevTensor dx = F32(*b, kRows, k, x);
-    for (const std::vector<int>& sizes :
-         {std::vector<int>{64, 96, 43}, std::vector<int>{50, 100, 53}}) {
-      std::vector<DevTensor> outs;
-      std::vector<Tensor> views;
-      for (int c : sizes) outs.push_back(Poisoned(*b, kRows, c));
-      for (const DevTensor& o : outs) views.push_back(o.t);
-      ASSERT_TRUE(cpu::GemmSplit(pool, kernels, nullptr, dx.t, dt.t, views).ok());
-      int col = 0;
-      for (size_t p = 0; p < sizes.size(); ++p) {
-        const std::vector<float> got = ToHost<float>(*b, views[p]);
-        for (int i = 0; i < kRows; ++i) {
-          ASSERT_TRUE(std::equal(got.begin() + size_t(i) * sizes[p],
-                                 got.begin() + size_t(i + 1) * sizes[p],
-                                 all.begin() + size_t(i) * n + col))
-              << "split " << sizes[0] << "/" << sizes[1] << "/" << sizes[2] << ": part " << p
-              << " row " << i;
+    // A fused projection's split over tiles.
+    ExpectSplitsAreTheWhole(*b, kernels, F32(*b, kRows, k, x).t, dt.t, all, n);
+  }
+}
+
+// f32 weights in 32-row panels (the CPU backend's upload at the AVX-512 level): every M runs
+// the blocked kernel's loops on them, M = 1 as one stream. Each output sums one chain per 256
+// columns of k, the chains added in k's order, so a row's bits must not depend on M or on the
+// thread split, and must be the blocked path's on row-major weights, at every kernel level.
+TEST(CpuBatchInvarianceTest, PanelsGiveEachRowTheBlockedPathsBits) {
+  std::mt19937 rng(56);
+  for (cpu::Isa isa : SupportedIsas()) {
+    std::unique_ptr<Backend> b = MakeCpuIsa(2, isa, "f32", true, /*packed_weights=*/false);
+    const cpu::IsaKernels& kernels = cpu::KernelsFor(isa);
+    for (int k : {768, 129, 2048, 600}) {  // 600: two 256-column chains and a part one
+      const int n = 203;                   // 32-row panels plus a tail
+      SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " k ", k));
+      std::vector<float> x = Random(rng, size_t{kRows} * k), w = Random(rng, size_t{n} * k);
+      DevTensor dw = Empty(*b, DType::kF32, n, k);
+      ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
+      // The same weights in panels (packed here: this backend keeps rows), padded to 224 rows.
+      DevTensor dp = Empty(*b, DType::kF32, n, k, Layout::kPanels);
+      cpu::PackPanels(w.data(), n, k, 0, PanelPadded(n) / kPanelRows, dp.t.as<float>());
+      auto run = [&](int first, int m, int threads, cpu::GemmPath path, const Tensor& wt) {
+        return GemmOfRows(*b, kernels, x, first, m, threads, path, wt);
+      };
+      const std::vector<float> all = run(0, kRows, 2, cpu::GemmPath::kBlocked, dw.t);
+      // Close to the float64 product (the bits are the blocked path's own sums).
+      for (int i = 0; i < kRows; i += 23) {
+        for (int j = 0; j < n; j += 7) {
+          double ref = 0, mag = 0;
+          for (int p = 0; p < k; ++p) {
+            ref += double(x[size_t(i) * k + p]) * w[size_t(j) * k + p];
+            mag += std::abs(double(x[size_t(i) * k + p]) * w[size_t(j) * k + p]);
+          }
+          ASSERT_NEAR(all[size_t(i) * n + j], ref, 1e-5 * mag + 1e-6)
+              << "row " << i << " col " << j;
         }
-        col += sizes[p];
       }
+      for (int m : {1, 2, 5, 12, 13, 33, 64, kRows}) {
+        for (int threads : {1, 3}) {
+          const int first = kRows - m;
+          const std::vector<float> part = run(first, m, threads, cpu::GemmPath::kAuto, dp.t);
+          ASSERT_TRUE(std::equal(part.begin(), part.end(), all.begin() + size_t(first) * n))
+              << "panels: rows " << first << ".." << kRows << " as M = " << m << " on " << threads
+              << " threads differ from the blocked path's at M = " << kRows;
+        }
+      }
+      // A fused projection's split over panels, at one row and at many.
+      for (int m : {1, kRows}) {
+        DevTensor dx =
+            F32(*b, m, k, std::vector<float>(x.begin() + size_t(kRows - m) * k, x.end()));
+        ExpectSplitsAreTheWhole(*b, kernels, dx.t, dp.t, all, n);
+      }
+      cpu::ThreadPool pool(1);
+      // Panels are read by the blocked path only.
+      DevTensor dx = F32(*b, 1, k, std::vector<float>(x.begin(), x.begin() + k));
+      DevTensor out = Poisoned(*b, 1, n);
+      const absl::Status s =
+          cpu::Gemm(pool, kernels, nullptr, dx.t, dp.t, out.t, cpu::GemmPath::kSkinny);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_TRUE(absl::StrContains(s.message(), "32-row panels")) << s;
     }
   }
 }
@@ -339,9 +416,10 @@ TEST(CpuBatchInvarianceTest, AttentionRowIsTheSameDecodedRecomputedOrChunked) {
 }
 
 // Which layout the backend uploads GEMM weights in: AMX tiles for its bf16 weights where AMX
-// runs (batch-invariant or not: no row-major path is faster at any row count); rows otherwise.
-// A tile layout it does not use is refused, naming it, and the tiles need the AMX kernel.
-TEST(CpuBatchInvarianceTest, Bf16WeightsAreAmxTilesWhereAmxRuns) {
+// runs, 32-row panels for its f32 weights at the AVX-512 level (batch-invariant or not: no
+// row-major path is faster at any row count); rows otherwise. A packed layout it does not use
+// is refused, naming it, and the tiles need the AMX kernel.
+TEST(CpuBatchInvarianceTest, WeightsArePackedWhereAKernelReadsThem) {
   const bool amx = cpu::AmxRuns(cpu::BestIsa(), DType::kBF16);
   auto layout = [](const char* dtype, bool invariant, bool tiles, cpu::Isa isa) {
     std::unique_ptr<Backend> b = MakeCpuIsa(1, isa, dtype, invariant, tiles);
@@ -351,8 +429,12 @@ TEST(CpuBatchInvarianceTest, Bf16WeightsAreAmxTilesWhereAmxRuns) {
   EXPECT_EQ(layout("bf16", true, true, best), amx ? Layout::kAmxTiles : Layout::kRows);
   EXPECT_EQ(layout("bf16", false, true, best), amx ? Layout::kAmxTiles : Layout::kRows);
   EXPECT_EQ(layout("bf16", true, false, best), Layout::kRows);
-  EXPECT_EQ(layout("f32", true, true, best), Layout::kRows);
+  const Layout f32 = best == cpu::Isa::kAvx512 ? Layout::kPanels : Layout::kRows;
+  EXPECT_EQ(layout("f32", true, true, best), f32);
+  EXPECT_EQ(layout("f32", false, true, best), f32);
+  EXPECT_EQ(layout("f32", true, false, best), Layout::kRows);
   EXPECT_EQ(layout("bf16", true, true, cpu::Isa::kScalar), Layout::kRows);
+  EXPECT_EQ(layout("f32", true, true, cpu::Isa::kScalar), Layout::kRows);
 
   // A backend that keeps rows refuses tiles, in its upload and in its GEMM.
   std::unique_ptr<Backend> rows = MakeCpuIsa(1, cpu::Isa::kScalar, "bf16");
@@ -370,6 +452,16 @@ TEST(CpuBatchInvarianceTest, Bf16WeightsAreAmxTilesWhereAmxRuns) {
                                         out.t, cpu::GemmPath::kSkinny);
   EXPECT_FALSE(direct.ok());
   EXPECT_TRUE(absl::StrContains(direct.message(), "AMX tiles")) << direct;
+
+  // And one that keeps f32 rows refuses panels.
+  std::unique_ptr<Backend> f32_rows = MakeCpuIsa(1, cpu::Isa::kScalar, "f32");
+  DevTensor p = Empty(*f32_rows, DType::kF32, 64, 64, Layout::kPanels);
+  const absl::Status pup = f32_rows->UploadF32(host.data(), p.t);
+  EXPECT_EQ(pup.code(), absl::StatusCode::kInvalidArgument) << pup;
+  EXPECT_TRUE(absl::StrContains(pup.message(), "32-row panels")) << pup;
+  const absl::Status pg = f32_rows->Gemm(x.t, p.t, out.t);
+  EXPECT_EQ(pg.code(), absl::StatusCode::kInvalidArgument) << pg;
+  EXPECT_TRUE(absl::StrContains(pg.message(), "32-row panels")) << pg;
 }
 
 // The backend is batch-invariant unless told otherwise, and says so where it is not.

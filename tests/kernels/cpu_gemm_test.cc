@@ -288,7 +288,7 @@ TEST(CpuGemmTest, PlannerNeverStreamsPastItsLargestProbe) {
 // would settle would keep the engine's warm-up decoding and the plan saying "tuning".
 TEST(CpuGemmTest, NoTunedDtypeNeverStartsTheTuner) {
   std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::BestIsa(), "bf16", /*batch_invariant=*/false,
-                                          /*amx_tile_weights=*/false);
+                                          /*packed_weights=*/false);
   std::mt19937 rng(12);
   const int k = 1024, n = 8192;  // 16 MiB of bf16 each, 48 MiB a pass: past the caches' hold
   std::vector<DevTensor> ws, outs;

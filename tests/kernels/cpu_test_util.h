@@ -35,13 +35,13 @@ inline std::unique_ptr<Backend> MakeCpu(int threads) {
 inline std::unique_ptr<Backend> MakeCpuIsa(int threads, cpu::Isa isa,
                                            const std::string& weight_dtype = "f32",
                                            bool batch_invariant = true,
-                                           bool amx_tile_weights = true) {
+                                           bool packed_weights = true) {
   CpuBackendOptions o;
   o.num_threads = threads;
   o.isa = isa;
   o.weight_dtype = weight_dtype;
   o.batch_invariant = batch_invariant;
-  o.amx_tile_weights = amx_tile_weights;
+  o.packed_weights = packed_weights;
   absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(o);
   EXPECT_TRUE(b.ok()) << b.status();
   return std::move(*b);

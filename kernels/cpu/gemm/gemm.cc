@@ -15,6 +15,9 @@
 //    amx_stream reads them as tiles straight from memory and packs x instead. Weights
 //    uploaded in AMX tiles (Layout::kAmxTiles: the CPU backend's bf16 weights
 //    where AMX runs) take GemmAmxTilesBf16 at every M, which packs nothing.
+//  - f32 weights uploaded in 32-row panels (Layout::kPanels: the CPU backend's f32 weights
+//    at the AVX-512 level) take the blocked kernel's loops on them at every M (panels_f32),
+//    which packs nothing and sums as the blocked path does.
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
 // f32), but each path sums in its own order; a batch-invariant planner
 // (GemmPlanner::set_batch_invariant, the CPU backend's default) keeps every M on the skinny
@@ -224,34 +227,62 @@ void Amx(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Pa
   });
 }
 
-// Weights in AMX tiles (Layout::kAmxTiles): every M runs GemmAmxTilesBf16, each part from its
-// first panel. A part that does not start on a panel (a GemmSplit whose sizes are not
+// Packed weights (Layout::kAmxTiles, kPanels): run(parts) on parts that each start on a
+// 32-row panel, read from there. A part that does not (a GemmSplit whose sizes are not
 // multiples of 32) cannot: then the whole product goes to scratch and each part's columns are
 // copied out.
-void AmxTiles(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Part> parts) {
-  const int64_t m = x.rows, k = x.cols, mp = (m + 15) / 16 * 16, kp = (k + 31) / 32 * 32;
-  const bool on_panels = std::all_of(parts.begin(), parts.end(),
-                                     [](const Part& p) { return p.row0 % kAmxPanel == 0; });
-  if (!on_panels) {
-    thread_local AlignedScratch<float> whole;
-    float* wp = whole.Get(m * w.rows);
-    const Part all{0, Tensor{wp, DType::kF32, m, w.rows}};
-    AmxTiles(pool, x, w, absl::Span<const Part>(&all, 1));
-    for (const Part& p : parts) {
-      for (int64_t i = 0; i < m; ++i) {
-        std::copy_n(wp + i * w.rows + p.row0, p.out.cols, p.out.as<float>() + i * p.out.cols);
-      }
-    }
+template <typename Run>
+void OnPanels(const Tensor& x, const Tensor& w, absl::Span<const Part> parts, Run run) {
+  if (std::all_of(parts.begin(), parts.end(),
+                  [](const Part& p) { return p.row0 % kPanelRows == 0; })) {
+    run(parts);
     return;
   }
-  const uint16_t* xp = PaddedX(pool, x, mp, kp);
-  std::vector<AmxArgs> args;
-  args.reserve(parts.size());
-  for (const Part& p : parts) {  // the part's first panel: the tiles' row slice
-    args.push_back(AmxArgsFor(x, xp, w.RowSlice(p.row0, p.out.cols).as<uint16_t>(), p));
+  const int64_t m = x.rows;
+  thread_local AlignedScratch<float> whole;
+  float* wp = whole.Get(m * w.rows);
+  const Part all{0, Tensor{wp, DType::kF32, m, w.rows}};
+  run(absl::Span<const Part>(&all, 1));
+  for (const Part& p : parts) {
+    for (int64_t i = 0; i < m; ++i) {
+      std::copy_n(wp + i * w.rows + p.row0, p.out.cols, p.out.as<float>() + i * p.out.cols);
+    }
   }
-  ForUnits(pool, parts, kAmxPanel, 1,
-           [&](size_t i, int64_t b, int64_t e) { GemmAmxTilesBf16(args[i], b, e); });
+}
+
+// Weights in AMX tiles (Layout::kAmxTiles): every M runs GemmAmxTilesBf16.
+void AmxTiles(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Part> parts) {
+  const int64_t m = x.rows, k = x.cols, mp = (m + 15) / 16 * 16, kp = (k + 31) / 32 * 32;
+  OnPanels(x, w, parts, [&](absl::Span<const Part> on) {
+    const uint16_t* xp = PaddedX(pool, x, mp, kp);
+    std::vector<AmxArgs> args;
+    args.reserve(on.size());
+    for (const Part& p : on) {  // the part's first panel: the tiles' row slice
+      args.push_back(AmxArgsFor(x, xp, w.RowSlice(p.row0, p.out.cols).as<uint16_t>(), p));
+    }
+    ForUnits(pool, on, kAmxPanel, 1,
+             [&](size_t i, int64_t b, int64_t e) { GemmAmxTilesBf16(args[i], b, e); });
+  });
+}
+
+// f32 weights in panels (Layout::kPanels): every M runs the blocked kernel's order on them
+// (IsaKernels::panels_f32), M = 1 as one stream prefetched kPanelsPrefetch bytes ahead (the
+// best of 0-16 KiB for a 2-thread stream from memory on a 2-core Xeon VM: 4 KiB).
+constexpr int64_t kPanelsPrefetch = 4096;
+static_assert(kBlockedPanel == kPanelRows, "the blocked kernel's panels are Layout::kPanels'");
+
+void Panels(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
+            absl::Span<const Part> parts) {
+  OnPanels(x, w, parts, [&](absl::Span<const Part> on) {
+    std::vector<SkinnyArgs> args;
+    args.reserve(on.size());
+    for (const Part& p : on) {  // a panel starts where its first row would in rows
+      args.push_back(PartArgs(x, w, p));
+      args.back().prefetch_bytes = kPanelsPrefetch;
+    }
+    ForUnits(pool, on, kBlockedPanel, 1,
+             [&](size_t i, int64_t b, int64_t e) { kernels.panels_f32(args[i], b, e); });
+  });
 }
 
 void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out) {
@@ -305,6 +336,19 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
                                                      GemmPathName(path)));
     }
     AmxTiles(pool, x, w, parts);
+    return absl::OkStatus();
+  }
+  if (w.layout == Layout::kPanels) {
+    if (w.dtype != DType::kF32) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gemm: w is ", w.ShapeString(), "; 32-row panels hold f32 weights"));
+    }
+    if (path != GemmPath::kAuto && path != GemmPath::kBlocked) {
+      return absl::InvalidArgumentError(absl::StrCat("gemm: w is ", w.ShapeString(),
+                                                     ", which only the blocked path reads, not ",
+                                                     GemmPathName(path)));
+    }
+    Panels(pool, kernels, x, w, parts);
     return absl::OkStatus();
   }
   if (path == GemmPath::kAuto) {
