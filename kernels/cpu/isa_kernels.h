@@ -96,7 +96,7 @@ struct IsaKernels {
   void (*blocked_bf16)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
   // f32 weights in 32-row panels (tensor.h: Layout::kPanels; a.w the part's first panel,
   // n_begin a multiple of kBlockedPanel): blocked_f32's order and sums with nothing packed, at
-  // any m (m = 1: one sequential stream, a.prefetch_bytes ahead).
+  // any m, the weights prefetched a.prefetch_bytes ahead (m = 1: two k blocks at a time).
   void (*panels_f32)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
 };
 
