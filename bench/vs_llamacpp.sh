@@ -55,7 +55,8 @@ options:
                          the fastest path, same rounds)
   --ab_env VAR=VALUE     as --invariance_ab, but the second Saturn run has the environment
                          variable VAR=VALUE instead of --batch_invariant=off (e.g.
-                         SATURN_CPU_PACKED_WEIGHTS=0: default / row-major weights)
+                         SATURN_CPU_PACKED_WEIGHTS=0: default / row-major weights); with
+                         --invariance_ab too, it has both (default / the fastest row-major path)
   -h, --help             this text
 
 Everything after -- goes to saturn-bench-engine unchanged, after the script's own flags, so it
@@ -71,7 +72,7 @@ note() { echo "$PROG: $*" >&2; }
 
 LLAMA_BIN="" GGUF="" MODEL=small DTYPE=f32 ROUNDS=5 SATURN_BIN="$ROOT/build/bench"
 THREADS=$(nproc 2>/dev/null || echo 1) JSON_OUT="" BATCHES="8,64" PROMPT_LEN=64 DECODE_TOKENS=64
-PREFILL_LENS="64,512" REPEATS=3 LLAMA_ARGS="" TIMEOUT=1800 AB="" AB_ENV=""
+PREFILL_LENS="64,512" REPEATS=3 LLAMA_ARGS="" TIMEOUT=1800 AB="" AB_ENV="" AB_OFF=""
 EXTRA=()
 
 need_val() { [ "$2" -ge 2 ] || die "$1 needs a value (see --help)"; }
@@ -79,7 +80,7 @@ while [ $# -gt 0 ]; do
   arg=$1
   case $arg in
     --) shift; EXTRA=("$@"); break ;;
-    --invariance_ab) AB=1; shift; continue ;;
+    --invariance_ab) AB=1; AB_OFF=1; shift; continue ;;
     --ab_env) need_val "$arg" $#; AB=1; AB_ENV=$2; shift 2; continue ;;
     --ab_env=*) AB=1; AB_ENV=${arg#*=}; shift; continue ;;
     -h|--help) usage; exit 0 ;;
@@ -466,6 +467,7 @@ echo "# llama:   ${LB_CMD[*]}"
 if [ -n "$AB_ENV" ]; then
   case $AB_ENV in [A-Za-z_]*=*) ;; *) die "--ab_env: expected VAR=VALUE, got \"$AB_ENV\"" ;; esac
   AB_B=(env "$AB_ENV") AB_ARGS=() AB_LABEL=$AB_ENV
+  if [ -n "$AB_OFF" ]; then AB_ARGS=(--batch_invariant=off) AB_LABEL="$AB_ENV --batch_invariant=off"; fi
 else
   AB_B=() AB_ARGS=(--batch_invariant=off) AB_LABEL=--batch_invariant=off
 fi
