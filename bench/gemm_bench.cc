@@ -41,19 +41,25 @@ ABSL_FLAG(std::string, dtype, "f32", "weight dtype: f32 | bf16");
 ABSL_FLAG(std::string, json, "", "write results here");
 ABSL_FLAG(int, prefetch_blocks, 1,
           "skinny kernel's software prefetch distance in weight-row blocks at M > 1 (0: none)");
+ABSL_FLAG(bool, evict, false,
+          "drop the weights from every cache level before each timed run, so they come from "
+          "memory as a decode step's do (else they may sit in L2/L3 between runs)");
+ABSL_FLAG(std::string, isa, "auto",
+          "kernel level: auto (the best this CPU runs) | avx512 | avx2 | scalar");
 ABSL_FLAG(int64_t, prefetch_bytes, saturn::cpu::kDefaultPrefetchBytes,
           "skinny kernel's software prefetch distance in bytes at M = 1 (0: none)");
 
 namespace saturn {
 namespace {
 
-double TimeMs(cpu::ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out,
-              cpu::GemmPath path, int repeats) {
+double TimeMs(cpu::ThreadPool& pool, const cpu::IsaKernels& kernels, const Tensor& x,
+              const Tensor& w, const Tensor& out, cpu::GemmPath path, int repeats) {
   std::vector<double> t;
   for (int r = 0; r < repeats + 2; ++r) {
+    if (absl::GetFlag(FLAGS_evict)) cpu::EvictFromCache(w.data, w.bytes());
     const auto t0 = std::chrono::steady_clock::now();
-    (void)cpu::Gemm(pool, cpu::KernelsFor(cpu::BestIsa()), nullptr, x, w, out, path,
-                    absl::GetFlag(FLAGS_prefetch_blocks), absl::GetFlag(FLAGS_prefetch_bytes));
+    (void)cpu::Gemm(pool, kernels, nullptr, x, w, out, path, absl::GetFlag(FLAGS_prefetch_blocks),
+                    absl::GetFlag(FLAGS_prefetch_bytes));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (r >= 2) t.push_back(ms);
@@ -73,6 +79,21 @@ int Main() {
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   cpu::ThreadPool pool(threads);
+  cpu::Isa isa = cpu::BestIsa();
+  if (const std::string name = absl::GetFlag(FLAGS_isa); name != "auto") {
+    bool found = false;
+    for (cpu::Isa i : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+      if (name == cpu::IsaName(i)) isa = i, found = true;
+    }
+    if (!found || !cpu::IsaSupported(isa)) {
+      std::fprintf(
+          stderr,
+          "--isa: \"%s\" is not a kernel level this CPU runs (auto, avx512, avx2, scalar)\n",
+          name.c_str());
+      return 2;
+    }
+  }
+  const cpu::IsaKernels& kernels = cpu::KernelsFor(isa);
   const int n = absl::GetFlag(FLAGS_n), k = absl::GetFlag(FLAGS_k);
   std::vector<int> ms;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_ms), ',')) {
@@ -114,7 +135,10 @@ int Main() {
                              : "none (no AVX512-BF16)";
   std::printf("kernels %s | bf16 dot products: %s | OpenBLAS core %s\n",
               cpu::CpuFeatureSummary().c_str(), bf16_dot, openblas_get_corename());
-  const bool amx = cpu::AmxRuns(cpu::BestIsa(), bf16 ? DType::kBF16 : DType::kF32);
+  std::printf("kernel level %s; weights %s\n", cpu::IsaName(isa),
+              absl::GetFlag(FLAGS_evict) ? "evicted from the caches before each run (from memory)"
+                                         : "left in the caches between runs");
+  const bool amx = cpu::AmxRuns(isa, bf16 ? DType::kBF16 : DType::kF32);
   // The weights as the CPU backend packs them (tensor.h): bf16 in AMX tiles where AMX runs,
   // f32 in 32-row panels (read by the blocked kernel's loops at any level).
   const Layout packed = bf16 ? (amx ? Layout::kAmxTiles : Layout::kRows) : Layout::kPanels;
@@ -142,6 +166,8 @@ int Main() {
   out["k"] = k;
   out["dtype"] = absl::GetFlag(FLAGS_dtype);
   out["isa"] = cpu::CpuFeatureSummary();
+  out["kernel_level"] = cpu::IsaName(isa);
+  out["evict"] = absl::GetFlag(FLAGS_evict);
   out["openblas_core"] = openblas_get_corename();
   out["bf16_dot_form"] = bf16_dot;
   for (int m : ms) {
@@ -149,22 +175,22 @@ int Main() {
     const Tensor w =
         bf16 ? Tensor{wb.get(), DType::kBF16, n, k} : Tensor{ws.get(), DType::kF32, n, k};
     const int reps = absl::GetFlag(FLAGS_repeats);
-    const double skinny = TimeMs(pool, x, w, o, cpu::GemmPath::kSkinny, reps);
-    const double blocked = TimeMs(pool, x, w, o, cpu::GemmPath::kBlocked, reps);
-    const double blas = TimeMs(pool, x, w, o, cpu::GemmPath::kBlas, reps);
+    const double skinny = TimeMs(pool, kernels, x, w, o, cpu::GemmPath::kSkinny, reps);
+    const double blocked = TimeMs(pool, kernels, x, w, o, cpu::GemmPath::kBlocked, reps);
+    const double blas = TimeMs(pool, kernels, x, w, o, cpu::GemmPath::kBlas, reps);
     const double bytes = 4.0 * (double(m) * k + double(m) * n) + double(w.bytes());
     const double flops = 2.0 * m * n * double(k);
     const double floor_ms =
         1e3 * std::max(bytes / cal->bandwidth_bytes_per_s, flops / cal->gemm_flops_per_s);
     // AMX only for bf16 weights on a CPU that grants it (infinite elsewhere: never the winner).
-    const double stream = amx ? TimeMs(pool, x, w, o, cpu::GemmPath::kAmxStream, reps)
+    const double stream = amx ? TimeMs(pool, kernels, x, w, o, cpu::GemmPath::kAmxStream, reps)
                               : std::numeric_limits<double>::infinity();
-    const double packs = amx ? TimeMs(pool, x, w, o, cpu::GemmPath::kAmx, reps)
+    const double packs = amx ? TimeMs(pool, kernels, x, w, o, cpu::GemmPath::kAmx, reps)
                              : std::numeric_limits<double>::infinity();
     Tensor w_packed = w_packed_shape;
     w_packed.data = wp.get();
     const double tiles = packed != Layout::kRows
-                             ? TimeMs(pool, x, w_packed, o, cpu::GemmPath::kAuto, reps)
+                             ? TimeMs(pool, kernels, x, w_packed, o, cpu::GemmPath::kAuto, reps)
                              : std::numeric_limits<double>::infinity();
     const double best = std::min({skinny, blocked, blas, packs, stream, tiles});
     const char* winner = best == skinny    ? "skinny"
