@@ -95,8 +95,10 @@ class Engine {
   // field; RESOURCE_EXHAUSTED when the queue is full; UNAVAILABLE after Shutdown.
   absl::StatusOr<int64_t> Submit(GenerateRequest request, EventCallback on_event);
   // Cancels wherever the request is; its final event (kCancelled) follows and its KV blocks
-  // are returned before that event. Unknown or finished ids are ignored.
-  void Cancel(int64_t request_id);
+  // are returned before that event. Unknown or finished ids are ignored. `reason` kStop ends a
+  // request at a stop condition only the caller sees (a stop string in the text): its final
+  // event says kStop, and metrics count it as finished, not aborted.
+  void Cancel(int64_t request_id, FinishReason reason = FinishReason::kCancelled);
   // Validates `options` against this engine (limits, backend ability), applies them at the
   // next step boundary and returns the options in force after that.
   absl::StatusOr<EngineOptions> UpdateOptions(const EngineOptions& options);

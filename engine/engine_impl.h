@@ -52,7 +52,7 @@ struct Engine::Impl {
 
   // The public methods (engine.h says what each does).
   absl::StatusOr<int64_t> Submit(GenerateRequest request, EventCallback on_event);
-  void Cancel(int64_t request_id);
+  void Cancel(int64_t request_id, FinishReason reason);
   absl::StatusOr<EngineOptions> UpdateOptions(const EngineOptions& options);
   absl::StatusOr<Calibration> Calibrate(const CalibrationOptions& options, double* took_ms);
   absl::StatusOr<StepProbe> ProbeSteps(StepProbeOptions options);
@@ -91,7 +91,12 @@ struct Engine::Impl {
   void Complete(const InFlight& step, absl::StatusOr<RunnerOutput> out, StepRecord rec,
                 const SchedStat& sched0);
   // Moves submitted requests into the scheduler and applies cancels.
-  void DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* cancels);
+  // A Cancel call: the request and the reason its final event gives (kCancelled or kStop).
+  struct CancelOrder {
+    int64_t id;
+    FinishReason reason;
+  };
+  void DrainIncoming(std::deque<Pending>* incoming, std::vector<CancelOrder>* cancels);
   void ApplyPendingOptions();
   // Queues an event for delivery (PostEvents); a final event also forgets the request.
   void Emit(int64_t id, TokenEvent ev);
@@ -119,7 +124,7 @@ struct Engine::Impl {
   std::condition_variable cv_;          // wakes the loop
   std::condition_variable options_cv_;  // wakes UpdateOptions callers
   std::deque<Pending> incoming_;        // guarded by mu_
-  std::vector<int64_t> cancels_;        // guarded by mu_
+  std::vector<CancelOrder> cancels_;    // guarded by mu_
   bool stopping_ = false;               // guarded by mu_
   EngineOptions options_;               // in force; guarded by mu_
   bool has_pending_options_ = false;    // guarded by mu_

@@ -4,6 +4,7 @@
 // Engine::Impl (engine_impl.h).
 #include <chrono>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "engine/engine_impl.h"
@@ -18,10 +19,13 @@ namespace saturn {
 absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request, EventCallback on_event) {
   return impl_->Submit(std::move(request), std::move(on_event));
 }
-void Engine::Cancel(int64_t request_id) { impl_->Cancel(request_id); }
+void Engine::Cancel(int64_t request_id, FinishReason reason) {
+  impl_->Cancel(request_id, reason == FinishReason::kStop ? reason : FinishReason::kCancelled);
+}
 
 absl::StatusOr<int64_t> Engine::Impl::Submit(GenerateRequest request, EventCallback on_event) {
   RETURN_IF_ERROR(ValidateRequest(request, fixed_.limits));
+  request.sampling = EffectiveSampling(std::move(request.sampling));
   const int need = (static_cast<int>(request.prompt.size()) + request.sampling.max_tokens +
                     config_.block_size - 1) /
                    config_.block_size;
@@ -46,9 +50,9 @@ absl::StatusOr<int64_t> Engine::Impl::Submit(GenerateRequest request, EventCallb
   return id;
 }
 
-void Engine::Impl::Cancel(int64_t request_id) {
+void Engine::Impl::Cancel(int64_t request_id, FinishReason reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  cancels_.push_back(request_id);
+  cancels_.push_back({request_id, reason});
   cv_.notify_one();
 }
 
@@ -56,7 +60,7 @@ void Engine::Impl::Loop() {
   std::deque<std::function<void(bool)>> tasks;
   for (;;) {
     std::deque<Pending> incoming;
-    std::vector<int64_t> cancels;
+    std::vector<CancelOrder> cancels;
     bool apply_options = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -92,14 +96,14 @@ void Engine::Impl::Loop() {
     std::lock_guard<std::mutex> lock(mu_);
     incoming.swap(incoming_);
   }
-  std::vector<int64_t> cancels;
+  std::vector<CancelOrder> cancels;
   DrainIncoming(&incoming, &cancels);
   std::vector<int64_t> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
   EndRequests(ids, FinishReason::kCancelled, "");
 }
 
-void Engine::Impl::DrainIncoming(std::deque<Pending>* incoming, std::vector<int64_t>* cancels) {
+void Engine::Impl::DrainIncoming(std::deque<Pending>* incoming, std::vector<CancelOrder>* cancels) {
   for (Pending& p : *incoming) {
     Live& live = live_[p.id];
     live.on_event = std::make_shared<const EventCallback>(std::move(p.on_event));
@@ -108,11 +112,13 @@ void Engine::Impl::DrainIncoming(std::deque<Pending>* incoming, std::vector<int6
     live.wants_prompt_logprobs = p.request.sampling.prompt_logprobs >= 0;
     scheduler_->Add(p.id, p.request);
   }
-  std::vector<int64_t> known;
-  for (int64_t id : *cancels) {
-    if (live_.count(id)) known.push_back(id);
+  for (const FinishReason reason : {FinishReason::kCancelled, FinishReason::kStop}) {
+    std::vector<int64_t> known;
+    for (const CancelOrder& c : *cancels) {
+      if (c.reason == reason && live_.count(c.id)) known.push_back(c.id);
+    }
+    EndRequests(known, reason, "");
   }
-  EndRequests(known, FinishReason::kCancelled, "");
 }
 
 void Engine::Impl::ApplyPendingOptions() {
@@ -159,23 +165,27 @@ double Engine::Impl::PostEvents() {
 
 void Engine::Impl::EndRequests(const std::vector<int64_t>& ids, FinishReason reason,
                                const std::string& error) {
-  int64_t cancelled = 0, failed = 0;
+  int64_t cancelled = 0, failed = 0, stopped = 0;
   for (int64_t id : ids) {
     if (!live_.count(id)) continue;
-    scheduler_->Cancel(id);  // returns its KV blocks before the final event goes out
+    // Returns its KV blocks before the final event goes out.
+    const std::optional<Usage> usage = scheduler_->Cancel(id);
     TokenEvent ev;
+    if (usage.has_value()) ev.usage = *usage;  // Emit sets prompt_tokens
     ev.final = true;
     ev.finish_reason = reason;
     ev.error = error;
     ev.time_us = NowUs();
     Emit(id, std::move(ev));
-    (reason == FinishReason::kError ? failed : cancelled)++;
+    (reason == FinishReason::kError  ? failed
+     : reason == FinishReason::kStop ? stopped
+                                     : cancelled)++;
   }
   PostEvents();
   std::lock_guard<std::mutex> lock(mu_);
   counters_.requests_cancelled += cancelled;
   counters_.requests_failed += failed;
-  counters_.requests_finished += cancelled + failed;
+  counters_.requests_finished += cancelled + failed + stopped;
   counters_.num_waiting = scheduler_->num_waiting();
   counters_.num_running = scheduler_->num_running();
   kv_free_ = scheduler_->blocks().num_free();

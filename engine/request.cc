@@ -47,11 +47,12 @@ absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limi
   }
   // Written so that NaN fails every comparison and lands in the error branch.
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrFormat("top_p: must be in (0, 1], got %g", s.top_p));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top_p: must be in (0, 1], got %.9g", s.top_p));
   }
   if (!(s.temperature >= 0.0f && std::isfinite(s.temperature))) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("temperature: must be a finite value >= 0, got %g", s.temperature));
+        absl::StrFormat("temperature: must be a finite value >= 0, got %.9g", s.temperature));
   }
   if (s.top_k < 0) {
     return absl::InvalidArgumentError(
@@ -67,6 +68,11 @@ absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limi
         "prompt_logprobs: must be in [0, %d] (or unset), got %d", kMaxLogprobs, s.prompt_logprobs));
   }
   return absl::OkStatus();
+}
+
+SamplingParams EffectiveSampling(SamplingParams s) {
+  if (s.temperature < kGreedyBelowTemperature) s.temperature = 0.0f;
+  return s;
 }
 
 }  // namespace saturn

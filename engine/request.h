@@ -30,6 +30,11 @@ struct SamplingParams {
 
 constexpr int kMaxLogprobs = 20;  // vLLM's default max_logprobs, the OpenAI API's top_logprobs
 
+// Temperatures below this sample greedily, as vLLM's _SAMPLING_EPS does: logits / 1e-38
+// overflow f32 to inf, and the softmax of infs is NaN. At 1e-5 the softmax is already one-hot
+// for any logit gap above about 1e-3.
+constexpr float kGreedyBelowTemperature = 1e-5f;
+
 // One token's log-probability under the raw distribution; rank 1 is the most likely (1 +
 // the number of tokens with a strictly larger logprob, as vLLM counts it).
 struct TokenLogprob {
@@ -95,6 +100,9 @@ struct ModelLimits {
 
 // Checks a request against the model. The error names the field and the limit.
 absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limits);
+// What the engine runs for valid sampling params: a temperature under kGreedyBelowTemperature
+// becomes 0 (greedy).
+SamplingParams EffectiveSampling(SamplingParams s);
 
 // Checks that every id lies in [0, vocab_size); the error names `field`[i], the id and the range.
 absl::Status CheckTokenIds(absl::Span<const int> ids, int vocab_size, std::string_view field);

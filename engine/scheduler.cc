@@ -58,9 +58,10 @@ void Scheduler::Add(int64_t request_id, const GenerateRequest& request) {
   waiting_.push_back(request_id);
 }
 
-bool Scheduler::Cancel(int64_t request_id) {
+std::optional<Usage> Scheduler::Cancel(int64_t request_id) {
   auto it = states_.find(request_id);
-  if (it == states_.end()) return false;
+  if (it == states_.end()) return std::nullopt;
+  const Usage usage = it->second->usage;
   blocks_.Release(&it->second->block_table);
   if (auto w = std::find(waiting_.begin(), waiting_.end(), request_id); w != waiting_.end()) {
     waiting_.erase(w);
@@ -69,7 +70,7 @@ bool Scheduler::Cancel(int64_t request_id) {
     running_.erase(r);
   }
   states_.erase(it);
-  return true;
+  return usage;
 }
 
 void Scheduler::Preempt(State* s) {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -100,8 +101,8 @@ class Scheduler {
   // Adds a validated request to the back of the waiting queue.
   void Add(int64_t request_id, const GenerateRequest& request);
   // Removes a request wherever it is (waiting, running, preempted) and frees its blocks.
-  // Returns false if the id is unknown (already finished).
-  bool Cancel(int64_t request_id);
+  // Returns its usage so far, or nullopt if the id is unknown (already finished).
+  std::optional<Usage> Cancel(int64_t request_id);
 
   // The next step's plan, committed (see the top of this file). At most one plan may await
   // its Update() when Schedule() is called.

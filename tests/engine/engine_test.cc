@@ -203,6 +203,46 @@ TEST(EngineTest, RandomSubmitsAndCancelsLeakNoBlocks) {
   EXPECT_GT(cancelled, 0);
 }
 
+TEST(EngineTest, TemperaturesBelowTheGreedyThresholdSampleGreedily) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok());
+  const std::vector<int> greedy = Generate(e->get(), Req(6, 16));
+  ASSERT_EQ(greedy.size(), 16u);
+  // logits / 1e-38 overflow f32: sampled as such they were NaN and gave token 0 every time.
+  for (const float t : {1e-38f, 1e-45f, 1e-6f, kGreedyBelowTemperature / 2}) {
+    EXPECT_EQ(Generate(e->get(), Req(6, 16, t, 9)), greedy) << "temperature " << t;
+  }
+  // At the threshold the request samples (seeded): the same tokens each time.
+  EXPECT_EQ(Generate(e->get(), Req(6, 16, kGreedyBelowTemperature, 9)),
+            Generate(e->get(), Req(6, 16, kGreedyBelowTemperature, 9)));
+}
+
+TEST(EngineTest, CancelWithStopEndsAsStoppedWithItsUsage) {
+  auto e = Engine::Create(TinyConfig());
+  ASSERT_TRUE(e.ok());
+  auto s = RequestStream::Open(e->get(), Req(5, 200));
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<int> tokens;
+  TokenEvent ev;
+  while (tokens.size() < 3 && (*s)->Next(&ev)) {
+    tokens.insert(tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+  }
+  ASSERT_FALSE(ev.final);
+  (*e)->Cancel((*s)->id(), FinishReason::kStop);
+  const TokenEvent fin = (*s)->Drain(&tokens);
+  EXPECT_EQ(fin.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(fin.usage.prompt_tokens, 5);
+  EXPECT_EQ(fin.usage.completion_tokens, static_cast<int>(tokens.size()));
+  EXPECT_LT(tokens.size(), 200u);
+  EXPECT_GT(fin.timings.finished_us, 0);
+  // Any other reason cancels.
+  auto c = RequestStream::Open(e->get(), Req(5, 200));
+  ASSERT_TRUE(c.ok());
+  (*e)->Cancel((*c)->id(), FinishReason::kLength);
+  EXPECT_EQ((*c)->Drain(nullptr).finish_reason, FinishReason::kCancelled);
+  WaitAllBlocksFree(e->get());
+}
+
 TEST(EngineTest, InvalidRequestsAreRejectedWithTheField) {
   auto e = Engine::Create(TinyConfig());
   ASSERT_TRUE(e.ok());

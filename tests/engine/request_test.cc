@@ -96,6 +96,24 @@ TEST(ValidateRequestTest, BadTemperature) {
   }
 }
 
+TEST(ValidateRequestTest, RejectedValuesArePrintedInFull) {
+  GenerateRequest r = Good();
+  r.sampling.top_p = std::nextafter(1.0f, 2.0f);  // %g printed "got 1"
+  EXPECT_THAT(Reject(r), HasSubstr("got 1.00000012"));
+}
+
+TEST(EffectiveSamplingTest, TemperaturesBelowTheThresholdBecomeGreedy) {
+  SamplingParams s;
+  for (const float t : {0.0f, 1e-45f, 1e-38f, 9.9e-6f}) {
+    s.temperature = t;
+    EXPECT_EQ(EffectiveSampling(s).temperature, 0.0f) << t;
+  }
+  for (const float t : {kGreedyBelowTemperature, 0.5f, 3e38f}) {
+    s.temperature = t;
+    EXPECT_EQ(EffectiveSampling(s).temperature, t) << t;
+  }
+}
+
 TEST(ValidateRequestTest, NegativeTopK) {
   GenerateRequest r = Good();
   r.sampling.top_k = -1;
