@@ -120,8 +120,12 @@ absl::Status MetricsHttpServer::Start(const std::string& host, int port) {
     return s;
   }
   httplib::Server& http = listener_.server();
-  // Scrapes are rare and cheap: two workers, not httplib's default pool.
-  http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // Scrapes are rare and cheap: a few workers, not httplib's default pool, and a connection
+  // that sends nothing gives its worker back after 2 s (httplib's default is 5), so a few idle
+  // or dripping connections cannot hold every worker through a scrape's timeout.
+  http.new_task_queue = [] { return new httplib::ThreadPool(8); };
+  http.set_read_timeout(2, 0);
+  http.set_keep_alive_timeout(2);
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(RenderMetrics(state_, diag_, window_seconds_),
                     "text/plain; version=0.0.4; charset=utf-8");

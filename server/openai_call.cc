@@ -132,8 +132,9 @@ std::optional<OpenAiCall::Piece> OpenAiCall::Next(absl::Duration timeout) {
     p.out.text += stop_->Flush();
   }
   if (stop_->stopped() && !p.final) {
-    // The text reached a stop string: the request ends here, whatever the engine does next.
-    Cancel();
+    // The text reached a stop string: the request ends here, whatever the engine does next,
+    // and ends as stopped (its final event says kStop: metrics count it finished, not aborted).
+    if (request_id_ != 0) engine_->Cancel(request_id_, FinishReason::kStop);
     p.final = true;
     p.usage.prompt_tokens = prompt_tokens_;
     p.usage.completion_tokens = completion_tokens_;

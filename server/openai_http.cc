@@ -18,15 +18,30 @@
 namespace saturn {
 namespace {
 
-// How long a worker waits for events before it checks that its client is still there (a
-// write to a closed connection fails: a stream sends an SSE comment, a plain response a
-// leading space of its JSON body). A disconnect cancels the request within about two of these.
-constexpr absl::Duration kClientCheck = absl::Seconds(1);
 constexpr size_t kMaxBodyBytes = size_t{8} << 20;
 
 void SendError(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatus(status);
   res.set_content(ErrorJson(status), "application/json");
+}
+
+// The message for an error httplib answered itself (an empty body): the limit or the route.
+std::string FramingError(const httplib::Request& req, int status) {
+  if (status == 413) {
+    return absl::StrCat(
+        "request body: larger than ", kMaxBodyBytes >> 20, " MiB, or than ",
+        CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH,
+        " bytes when sent as application/x-www-form-urlencoded (curl -d's default): send "
+        "\"Content-Type: application/json\"");
+  }
+  if (status == 404) {
+    return absl::StrCat("no route for ", req.method, " ", req.path,
+                        " (this server answers POST /v1/completions, GET /v1/models, GET /health "
+                        "and POST /v1/chat/completions)");
+  }
+  return absl::StrCat("request: HTTP ", status,
+                      " before the API read it (malformed headers or framing, or an unsupported "
+                      "Content-Encoding)");
 }
 
 bool Write(httplib::DataSink& sink, const std::string& bytes) {
@@ -40,6 +55,10 @@ struct Completion {
   bool return_token_ids = false;
   bool include_usage = false;
   std::function<std::string(int)> token_text;
+  // How often a worker checks that its client is still there (ServerConfig::http_client_check):
+  // a stream sends an SSE comment after this long without events, a plain response a leading
+  // space of its JSON body this often.
+  absl::Duration client_check;
 };
 
 // Streams pieces as server-sent events until the final one (true) or a failed write, which
@@ -47,7 +66,7 @@ struct Completion {
 bool PumpStream(OpenAiCall& call, const Completion& c, httplib::DataSink& sink) {
   int64_t offset = 0;
   for (;;) {
-    std::optional<OpenAiCall::Piece> p = call.Next(kClientCheck);
+    std::optional<OpenAiCall::Piece> p = call.Next(c.client_check);
     if (!p.has_value()) {
       if (Write(sink, ": keep-alive\n\n")) continue;
       call.Cancel();
@@ -124,6 +143,12 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   // Each event is one small write: without TCP_NODELAY, Nagle holds it until the client's
   // delayed ACK (about 40 ms) on a kept-alive connection, and a stream arrives in one burst.
   http.set_tcp_nodelay(true);
+  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
+                                                                 httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_content(HttpErrorJson(res.status, FramingError(req, res.status)), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
         SendError(res, absl::InternalError("the server failed on this request"));
@@ -177,6 +202,7 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
     c.with_logprobs = parsed->generate.has_logprobs();
     c.return_token_ids = parsed->return_token_ids;
     c.include_usage = parsed->include_usage;
+    c.client_check = state_->config().http_client_check;
     c.token_text = [tokenizer](int id) {
       return tokenizer != nullptr ? tokenizer->TokenBytes(id) : std::string();
     };
@@ -188,11 +214,11 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
           [call, c](size_t, httplib::DataSink& sink) { return PumpStream(*call, c, sink); });
       return;
     }
-    // Not streamed: a request that ends within kClientCheck gets its status as usual; a longer
+    // Not streamed: a request that ends within c.client_check gets its status as usual; a longer
     // one commits to 200 and sends a space of its JSON body now and then, so that a client
     // gone is seen (and its request cancelled) while it runs.
     auto gathered = std::make_shared<Gathered>();
-    for (const absl::Time until = absl::Now() + kClientCheck;
+    for (const absl::Time until = absl::Now() + c.client_check;
          !gathered->done && absl::Now() < until;) {
       if (std::optional<OpenAiCall::Piece> p = call->Next(until - absl::Now()); p.has_value()) {
         gathered->Add(std::move(*p));
@@ -204,14 +230,19 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
     }
     res.set_chunked_content_provider("application/json", [call, c, gathered](
                                                              size_t, httplib::DataSink& sink) {
+      // The probe runs on a clock, not on silence: tokens arriving faster than client_check
+      // must not keep a departed client's request running to max_tokens.
+      absl::Time probe_at = absl::Now() + c.client_check;
       while (!gathered->done) {
-        std::optional<OpenAiCall::Piece> p = call->Next(kClientCheck);
-        if (p.has_value()) {
-          gathered->Add(std::move(*p));
-        } else if (!Write(sink, " ")) {
+        std::optional<OpenAiCall::Piece> p =
+            call->Next(std::max(absl::ZeroDuration(), probe_at - absl::Now()));
+        if (p.has_value()) gathered->Add(std::move(*p));
+        if (gathered->done || absl::Now() < probe_at) continue;
+        if (!Write(sink, " ")) {
           call->Cancel();
           return false;
         }
+        probe_at = absl::Now() + c.client_check;
       }
       Write(sink, gathered->last.error.ok() ? gathered->Json(c) : ErrorJson(gathered->last.error));
       sink.done();

@@ -1,8 +1,11 @@
 // OpenAI wire format <-> saturn.v1.GenerateRequest and the response JSON (nlohmann-json).
 #include "server/openai_protocol.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -29,6 +32,9 @@ absl::Status GetInt(const Json& body, const char* name, std::optional<int64_t>* 
   const Json* f = Field(body, name);
   if (f == nullptr) return absl::OkStatus();
   if (!f->is_number_integer()) return Bad(name, "must be an integer");
+  if (f->is_number_unsigned() && f->get<uint64_t>() > uint64_t{INT64_MAX}) {
+    return Bad(name, absl::StrCat("must fit in a signed 64-bit integer, got ", f->get<uint64_t>()));
+  }
   *out = f->get<int64_t>();
   return absl::OkStatus();
 }
@@ -39,6 +45,40 @@ absl::Status GetNumber(const Json& body, const char* name, std::optional<double>
   if (!f->is_number()) return Bad(name, "must be a number");
   *out = f->get<double>();
   return absl::OkStatus();
+}
+
+// A number the engine takes as f32: one past f32's range is refused, not turned into inf.
+absl::Status GetFloat(const Json& body, const char* name, std::optional<double>* out) {
+  if (absl::Status s = GetNumber(body, name, out); !s.ok()) return s;
+  if (out->has_value() && std::abs(**out) > std::numeric_limits<float>::max()) {
+    return Bad(name, absl::StrFormat("must be within f32's range (|x| <= %g), got %g",
+                                     std::numeric_limits<float>::max(), **out));
+  }
+  return absl::OkStatus();
+}
+
+// Deepest nesting of arrays and objects in a JSON text (strings skipped), counted before the
+// parse: a DOM of millions of nested arrays costs hundreds of MB for a few MB of body.
+int JsonNestingDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 absl::Status GetBool(const Json& body, const char* name, bool* out) {
@@ -203,6 +243,10 @@ std::string Event(const Json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"
 }  // namespace
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body_text) {
+  if (const int depth = JsonNestingDepth(body_text); depth > kMaxJsonDepth) {
+    return Bad("request body", absl::StrFormat("nests arrays and objects %d deep; the limit is %d",
+                                               depth, kMaxJsonDepth));
+  }
   Json body = Json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return Bad("request body", "not valid JSON");
   if (!body.is_object()) return Bad("request body", "must be a JSON object");
@@ -224,8 +268,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body_t
   if (absl::Status s = GetBoundedInt(body, "logprobs", 0, kMaxLogprobs, &logprobs); !s.ok()) {
     return s;
   }
-  if (absl::Status s = GetNumber(body, "temperature", &temperature); !s.ok()) return s;
-  if (absl::Status s = GetNumber(body, "top_p", &top_p); !s.ok()) return s;
+  if (absl::Status s = GetFloat(body, "temperature", &temperature); !s.ok()) return s;
+  if (absl::Status s = GetFloat(body, "top_p", &top_p); !s.ok()) return s;
   if (max_tokens.has_value()) g.set_max_tokens(static_cast<int32_t>(*max_tokens));
   g.set_temperature(static_cast<float>(temperature.value_or(1.0)));  // OpenAI's default
   if (top_p.has_value()) g.set_top_p(static_cast<float>(*top_p));
@@ -314,6 +358,14 @@ std::string ErrorJson(const absl::Status& status) {
                 {{"message", std::string(status.message())},
                  {"type", type},
                  {"param", param},
+                 {"code", http}}}});
+}
+
+std::string HttpErrorJson(int http, std::string_view message) {
+  return Dump({{"error",
+                {{"message", std::string(message)},
+                 {"type", http < 500 ? "invalid_request_error" : "internal_error"},
+                 {"param", nullptr},
                  {"code", http}}}});
 }
 

@@ -26,6 +26,9 @@ namespace saturn {
 
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxStopStringBytes = 256;
+// Arrays and objects nested deeper than this refuse the body before it is parsed (a request
+// needs 3: the body, prompt, a token-id list in prompt).
+inline constexpr int kMaxJsonDepth = 32;
 
 struct CompletionRequest {
   v1::GenerateRequest generate;  // server-level fields; ToEngineRequest checks them
@@ -47,6 +50,9 @@ absl::Status InApiTerms(const absl::Status& status);
 int HttpStatus(const absl::Status& status);
 // {"error": {"message", "type", "param", "code"}}, OpenAI's error shape.
 std::string ErrorJson(const absl::Status& status);
+// The same shape for an HTTP status the HTTP layer set before the API saw the request (413
+// too large, 404 no route, 400 unreadable framing): code is `http`, param null.
+std::string HttpErrorJson(int http, std::string_view message);
 
 // One choice's worth of output: text, the tokens behind it and their logprobs.
 struct CompletionPiece {

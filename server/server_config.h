@@ -16,6 +16,10 @@ struct ServerConfig {
   std::string listen = "127.0.0.1:50051";  // host:port (port 0: pick a free one), or unix:path
   EngineConfig engine;                     // model, backend, limits, KV capacity, queue bound
   absl::Duration shutdown_grace = absl::Seconds(10);  // in-flight streams get this long
+  // How often the HTTP API checks that a client is still there (a write to a closed
+  // connection fails); a disconnect cancels its request within about two of these. No flag:
+  // tests shorten it.
+  absl::Duration http_client_check = absl::Seconds(1);
   // Server-level request limits (the engine checks the rest through ValidateRequest).
   int max_client_request_id_bytes = 256;
   int max_stop_token_ids = 256;

@@ -1,8 +1,12 @@
 // The OpenAI-compatible HTTP API against a real in-process server (tiny model, CPU), through
 // cpp-httplib's client: the same tokens as gRPC Generate, streams and their framing, stop
 // strings, errors by field, auth, overload, and a client that disconnects.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -13,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/server/server_test_util.h"
 
 namespace saturn::testing {
@@ -23,8 +28,35 @@ using Json = nlohmann::json;
 ServerConfig HttpConfig() {
   ServerConfig c = TinyConfig();
   c.http_port = -1;
+  c.metrics_port = -1;
   return c;
 }
+
+// One series' value on /metrics ("name{labels} value"), 0 while it is absent.
+double Metric(int port, const std::string& series) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(60, 0);
+  httplib::Result r = cli.Get("/metrics");
+  EXPECT_TRUE(r) << httplib::to_string(r.error());
+  if (!r) return -1;
+  const size_t at = r->body.find("\n" + series + " ");
+  return at == std::string::npos ? 0 : std::stod(r->body.substr(at + series.size() + 2));
+}
+
+// Polls `series` until it reaches `want` (the engine's event thread records a request's end
+// after its response is out); returns the last value.
+double WaitForMetric(int port, const std::string& series, double want) {
+  double v = Metric(port, series);
+  for (int i = 0; i < 600 && v < want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    v = Metric(port, series);
+  }
+  return v;
+}
+
+const std::string kStopped = "saturn:request_success_total{finished_reason=\"stop\"}";
+const std::string kAborted = "saturn:request_success_total{finished_reason=\"abort\"}";
+const std::string kLength = "saturn:request_success_total{finished_reason=\"length\"}";
 
 std::unique_ptr<httplib::Client> Client(const ServerApp& app) {
   auto cli = std::make_unique<httplib::Client>("127.0.0.1", app.http_port());
@@ -161,6 +193,8 @@ TEST_F(OpenAiHttpTest, StopStringEndsTheTextBeforeIt) {
   const std::string stop = text.substr(start, end - start);
   Json with_stop = base;
   with_stop["stop"] = {stop};
+  const int metrics = server_->app->metrics_port();
+  const double stopped = Metric(metrics, kStopped), aborted = Metric(metrics, kAborted);
   int status = 0;
   const Json r = Completion(*cli, with_stop, &status);
   ASSERT_EQ(status, 200) << r.dump();
@@ -168,6 +202,9 @@ TEST_F(OpenAiHttpTest, StopStringEndsTheTextBeforeIt) {
   EXPECT_EQ(r["choices"][0]["text"], text.substr(0, text.find(stop)));
   EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 300);
   EXPECT_TRUE(WaitForKvFree(*server_->engine()));
+  // Metrics count it as stopped, like an engine-side stop, not as aborted.
+  EXPECT_EQ(WaitForMetric(metrics, kStopped, stopped + 1), stopped + 1);
+  EXPECT_EQ(Metric(metrics, kAborted), aborted);
 }
 
 TEST_F(OpenAiHttpTest, BadRequestsNameTheField) {
@@ -202,6 +239,24 @@ TEST_F(OpenAiHttpTest, BadRequestsNameTheField) {
   ASSERT_TRUE(chat);
   EXPECT_EQ(chat->status, 400);
   EXPECT_NE(chat->body.find("chat template"), std::string::npos) << chat->body;
+  // What httplib refuses before the API sees it still gets OpenAI's error shape.
+  httplib::Result nowhere = cli->Get("/v2/nothing");
+  ASSERT_TRUE(nowhere);
+  EXPECT_EQ(nowhere->status, 404);
+  EXPECT_NE(Json::parse(nowhere->body)["error"]["message"].get<std::string>().find("/v2/nothing"),
+            std::string::npos)
+      << nowhere->body;
+  // curl -d's content type caps a body at 8 KiB in httplib: the message says what to send.
+  const std::string form = Json({{"prompt", std::vector<int>(5000, 1)}, {"max_tokens", 1}}).dump();
+  ASSERT_GT(form.size(), 8192u);
+  httplib::Result big = cli->Post("/v1/completions", form, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  const Json big_error = Json::parse(big->body)["error"];
+  EXPECT_EQ(big_error["code"], 413);
+  EXPECT_NE(big_error["message"].get<std::string>().find("Content-Type: application/json"),
+            std::string::npos)
+      << big->body;
   EXPECT_TRUE(WaitForKvFree(*server_->engine()));
 }
 
@@ -273,6 +328,50 @@ TEST_F(OpenAiOverloadTest, FullQueueIs429) {
   running.join();
   EXPECT_EQ(waiting.get(), 200);
   EXPECT_TRUE(WaitForKvFree(*engine));
+}
+
+// Tokens arriving faster than the client check once kept a non-streamed request whose client
+// had left running to max_tokens: the check only ran after a check interval without tokens.
+ServerConfig QuickClientCheckConfig() {
+  ServerConfig c = HttpConfig();
+  c.http_client_check = absl::Milliseconds(20);
+  return c;
+}
+
+TEST(OpenAiHttpClientCheckTest, ClientThatLeavesANonStreamedRequestCancelsIt) {
+  auto s = StartServer(QuickClientCheckConfig());
+  ASSERT_NE(s, nullptr);
+  const int metrics = s->app->metrics_port();
+  // A raw connection: send the request, wait past a few checks, close without reading.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(s->app->http_port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body =
+      Json({{"prompt", {1, 2, 3}}, {"max_tokens", 509}, {"ignore_eos", true}}).dump();
+  const std::string request = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+      "application/json\r\nContent-Length: ",
+      body.size(), "\r\n\r\n", body);
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  ::close(fd);
+  // The request ends as aborted, not at max_tokens.
+  for (int i = 0; i < 600 && Metric(metrics, kAborted) + Metric(metrics, kLength) < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (Metric(metrics, kLength) == 1) {
+    const double e2e = Metric(metrics, "saturn:e2e_request_latency_seconds_sum");
+    if (e2e < 0.06) GTEST_SKIP() << "509 tokens took " << e2e << " s: done before the client left";
+    FAIL() << "the request ran to max_tokens (" << e2e << " s) after its client left at 60 ms";
+  }
+  EXPECT_EQ(Metric(metrics, kAborted), 1);
+  EXPECT_LT(Metric(metrics, "saturn:generation_tokens_total"), 509);
+  EXPECT_TRUE(WaitForKvFree(*s->engine()));
 }
 
 // A draining server answers new requests 503 (and /health 503) while a stream in flight runs

@@ -120,6 +120,40 @@ TEST(OpenAiProtocolTest, BadValuesNameTheFieldAndTheLimit) {
   EXPECT_FALSE(ParseCompletionRequest("[1]").ok());
 }
 
+TEST(OpenAiProtocolTest, NumbersOutsideTheEnginesTypesAreRefusedNotWrapped) {
+  // 2^64 - 1 parses as an unsigned integer; read as int64 it was -1.
+  absl::Status s =
+      ParseCompletionRequest(R"({"prompt": "x", "seed": 18446744073709551615})").status();
+  EXPECT_EQ(Param(s), "seed");
+  EXPECT_NE(s.message().find("18446744073709551615"), absl::string_view::npos) << s;
+  EXPECT_EQ(Param(ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 18446744073709551615})")
+                      .status()),
+            "max_tokens");
+  // 1e39 as f32 is inf: refused with the value given.
+  s = Parse({{"prompt", "x"}, {"temperature", 1e39}}).status();
+  EXPECT_EQ(Param(s), "temperature");
+  EXPECT_NE(s.message().find("1e+39"), absl::string_view::npos) << s;
+  EXPECT_EQ(Param(Parse({{"prompt", "x"}, {"top_p", -1e300}}).status()), "top_p");
+  EXPECT_TRUE(Parse({{"prompt", "x"}, {"temperature", 3e38}}).ok());
+  EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "seed": 9223372036854775807})").ok());
+}
+
+TEST(OpenAiProtocolTest, DeeplyNestedBodiesAreRefusedBeforeTheParse) {
+  const auto nested = [](int depth) {
+    return R"({"prompt": "x", "user_data": )" + std::string(depth, '[') + std::string(depth, ']') +
+           "}";
+  };
+  // The body object holds the list: depth + 1 levels.
+  EXPECT_TRUE(ParseCompletionRequest(nested(kMaxJsonDepth - 1)).ok());
+  const absl::Status s = ParseCompletionRequest(nested(100000)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("100001 deep"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("limit is 32"), absl::string_view::npos) << s;
+  // Brackets inside strings (escaped quotes too) do not count.
+  const std::string in_string = R"({"prompt": "\"[[[[)" + std::string(100, '[') + R"("})";
+  EXPECT_TRUE(ParseCompletionRequest(in_string).ok()) << ParseCompletionRequest(in_string).status();
+}
+
 TEST(OpenAiProtocolTest, ErrorsUseOpenAisShapeAndStatus) {
   EXPECT_EQ(HttpStatus(absl::InvalidArgumentError("x: y")), 400);
   EXPECT_EQ(HttpStatus(absl::UnauthenticatedError("no")), 401);
@@ -135,6 +169,10 @@ TEST(OpenAiProtocolTest, ErrorsUseOpenAisShapeAndStatus) {
   EXPECT_EQ(InApiTerms(absl::InvalidArgumentError("prompt_token_ids: 9 ids")).message(),
             "prompt: 9 ids");
   EXPECT_EQ(InApiTerms(absl::InvalidArgumentError("max_tokens: x")).message(), "max_tokens: x");
+  const Json framing = Json::parse(HttpErrorJson(413, "request body: too large"));
+  EXPECT_EQ(framing["error"]["code"], 413);
+  EXPECT_EQ(framing["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(framing["error"]["param"].is_null());
 }
 
 TEST(OpenAiProtocolTest, ResponseChunksAndUsage) {
