@@ -20,8 +20,10 @@ const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "server shutting
 
 // Runs `work(engine)` on the timer thread under a call token, then (when OK) serializes `reply`
 // into `response` and finishes `reactor` with its status. Finishes at once with UNAVAILABLE
-// when the server is loading or draining.
-void RunUnary(ServingState* state, TimerThread* timer, grpc::ServerUnaryReactor* reactor,
+// when the server is loading or draining. A call its client gave up on (deadline, cancel)
+// before its turn came is finished without the work: calls wait their turn one at a time.
+void RunUnary(ServingState* state, TimerThread* timer, grpc::CallbackServerContext* context,
+              grpc::ServerUnaryReactor* reactor,
               const std::shared_ptr<google::protobuf::Message>& reply, grpc::ByteBuffer* response,
               const std::function<grpc::Status(Engine*)>& work) {
   if (EngineOrFinish(*state, reactor) == nullptr) return;
@@ -33,7 +35,11 @@ void RunUnary(ServingState* state, TimerThread* timer, grpc::ServerUnaryReactor*
   const int64_t t = *token;
   const bool posted = timer->Post(TimerThread::Clock::now(), [=] {
     Engine* engine = state->engine();
-    const grpc::Status status = engine == nullptr ? kShuttingDown : work(engine);
+    const grpc::Status status = engine == nullptr ? kShuttingDown
+                                : context->IsCancelled()
+                                    ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                                   "the client gave up before the call's turn came")
+                                    : work(engine);
     if (status.ok()) SerializeResponse(*reply, response);
     reactor->Finish(status);
     state->EndCall(t);
@@ -66,7 +72,7 @@ grpc::ServerUnaryReactor* DiagnosticsService::GetDiagnostics(grpc::CallbackServe
   }
   DiagnosticsState* diag = diag_;
   auto report = std::make_shared<v1::DiagnosticsReport>();
-  RunUnary(state_, &timer_, reactor, report, response,
+  RunUnary(state_, &timer_, context, reactor, report, response,
            [diag, report, w = *window,
             content = ReportContent{request.include_json(), request.max_step_points(),
                                     request.include_recording()}](Engine* engine) {
@@ -102,7 +108,7 @@ grpc::ServerUnaryReactor* DiagnosticsService::ExportTrace(grpc::CallbackServerCo
     return reactor;
   }
   auto trace = std::make_shared<v1::ExportTraceResponse>();
-  RunUnary(state_, &timer_, reactor, trace, response, [trace, n = *n](Engine* e) {
+  RunUnary(state_, &timer_, context, reactor, trace, response, [trace, n = *n](Engine* e) {
     const std::vector<StepRecord> steps = e->steps().Last(n);
     trace->set_trace_json(ExportChromeTrace(steps));
     trace->set_num_steps(static_cast<int>(steps.size()));
@@ -117,15 +123,27 @@ grpc::ServerUnaryReactor* DiagnosticsService::Recalibrate(grpc::CallbackServerCo
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   v1::RecalibrateRequest request;
   if (!ParseOrFinish(*raw, &request, reactor)) return reactor;
+  // One at a time: each takes the device for seconds, and callers queued behind one another
+  // would hold serving up for all of them.
+  if (recalibrating_.exchange(true)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "Recalibrate: another call's calibration is queued or running; "
+                                 "retry when it has finished"));
+    return reactor;
+  }
   DiagnosticsState* diag = diag_;
   auto result = std::make_shared<v1::RecalibrateResponse>();
-  RunUnary(state_, &timer_, reactor, result, response, [diag, result](Engine* engine) {
-    FillCalibration(diag->session(), result->mutable_previous());
-    absl::StatusOr<Calibration> cal = diag->session().Recalibrate(engine);
-    if (!cal.ok()) return ToGrpcStatus(cal.status());
-    FillCalibration(diag->session(), result->mutable_calibration());
-    return grpc::Status::OK;
-  });
+  // Cleared when the last copy of the work is gone: after it ran, or once the call finished
+  // without it (loading, draining, cancelled).
+  std::shared_ptr<void> busy(nullptr, [flag = &recalibrating_](void*) { flag->store(false); });
+  RunUnary(state_, &timer_, context, reactor, result, response,
+           [diag, result, busy](Engine* engine) {
+             FillCalibration(diag->session(), result->mutable_previous());
+             absl::StatusOr<Calibration> cal = diag->session().Recalibrate(engine);
+             if (!cal.ok()) return ToGrpcStatus(cal.status());
+             FillCalibration(diag->session(), result->mutable_calibration());
+             return grpc::Status::OK;
+           });
   return reactor;
 }
 

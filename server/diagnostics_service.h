@@ -10,6 +10,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+
 #include "saturn/v1/diagnostics.grpc.pb.h"
 #include "server/diagnostics_state.h"
 #include "server/serving_state.h"
@@ -36,7 +38,8 @@ class DiagnosticsService final : public DiagnosticsRawService {
                                         const grpc::ByteBuffer* raw,
                                         grpc::ByteBuffer* response) override;
   // Runs on the timer thread (other diagnostics wait the few seconds it takes); the engine
-  // pauses between two steps while the ceilings are measured.
+  // pauses between two steps while the ceilings are measured. One at a time: a second call
+  // while one is queued or running gets RESOURCE_EXHAUSTED.
   grpc::ServerUnaryReactor* Recalibrate(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* raw,
                                         grpc::ByteBuffer* response) override;
@@ -44,6 +47,7 @@ class DiagnosticsService final : public DiagnosticsRawService {
  private:
   ServingState* state_;
   DiagnosticsState* diag_;
+  std::atomic<bool> recalibrating_{false};  // a Recalibrate call is queued or running
   TimerThread timer_;
 };
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "tests/server/diagnostics_test_util.h"
 
@@ -128,6 +129,51 @@ TEST(DiagnosticsCalibrationTest, SuspectCeilingsAreFlaggedAndRecalibrateReplaces
   ASSERT_TRUE(probe1.has_value());
   EXPECT_GT(probe1->unix_s, probe0->unix_s);
   fs::remove(path);
+}
+
+// Each Recalibrate takes the device for a while: calls that overlap one in progress are
+// refused at once (abandoned ones once queued behind each other and held serving up), and
+// the next call after them runs.
+TEST(DiagnosticsCalibrationTest, RecalibrateRunsOneCallAtATime) {
+  ServerConfig config = TinyConfig();
+  config.probe_steps_ms = 0;
+  auto s = StartServer(config);
+  ASSERT_NE(s, nullptr);
+  auto diag = v1::Diagnostics::NewStub(s->channel);
+  const auto recalibrate = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(std::chrono::seconds(120)));
+    v1::RecalibrateResponse resp;
+    return diag->Recalibrate(&ctx, {}, &resp);
+  };
+  std::vector<grpc::Status> got(4);
+  std::vector<std::thread> callers;
+  for (grpc::Status& st : got) callers.emplace_back([&] { st = recalibrate(); });
+  for (std::thread& t : callers) t.join();
+  int ok = 0;
+  for (const grpc::Status& st : got) {
+    if (st.ok()) {
+      ++ok;
+      continue;
+    }
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_NE(st.error_message().find("Recalibrate"), std::string::npos) << st.error_message();
+  }
+  EXPECT_GE(ok, 1);
+  // A call its client abandoned while it waited frees the slot too.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(std::chrono::milliseconds(1)));
+    v1::RecalibrateResponse resp;
+    (void)diag->Recalibrate(&ctx, {}, &resp);
+  }
+  grpc::Status last;
+  for (int i = 0; i < 600; ++i) {  // the abandoned call may still be running
+    last = recalibrate();
+    if (last.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(last.ok()) << last.error_message();
 }
 
 TEST(DiagnosticsCalibrationTest, ProbeStepsCanBeTurnedOff) {
