@@ -41,9 +41,9 @@ absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limi
   // 64-bit sum: a huge max_tokens must not wrap around and slip under the limit.
   const int64_t total = static_cast<int64_t>(req.prompt.size()) + s.max_tokens;
   if (total > limits.max_model_len) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("prompt length %d + max_tokens %d exceeds the model context of %d tokens",
-                        req.prompt.size(), s.max_tokens, limits.max_model_len));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_tokens: prompt length %d + max_tokens %d exceeds the model context of %d tokens",
+        req.prompt.size(), s.max_tokens, limits.max_model_len));
   }
   // Written so that NaN fails every comparison and lands in the error branch.
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {

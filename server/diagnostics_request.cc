@@ -39,11 +39,11 @@ absl::StatusOr<DiagWindow> ResolveWindow(const v1::GetDiagnosticsRequest& req, d
   }
   if (!std::isfinite(e) || e <= b) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("window_end_us: must be greater than window_begin_us %.0f, got %g", b, e));
+        absl::StrFormat("window_end_us: must be greater than window_begin_us %.16g, got %g", b, e));
   }
   if (e > now_us + kFutureSlackUs) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("window_end_us: %.0f is more than %g s past the server's now %.0f", e,
+        absl::StrFormat("window_end_us: %.16g is more than %g s past the server's now %.16g", e,
                         kFutureSlackUs / 1e6, now_us));
   }
   if (e - b > kMaxWindowSeconds * 1e6) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "engine/diag/trace_export.h"
 #include "server/diagnostics_request.h"
 #include "server/raw_message.h"
@@ -91,7 +92,18 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DiagnosticsService::WatchDiagnostics
   absl::StatusOr<int> interval = ResolveIntervalMs(request.interval_ms());
   if (!interval.ok()) return RejectWatch(ToGrpcStatus(interval.status()));
   if (state_->engine() == nullptr) return RejectWatch(LoadingStatus());
-  return new WatchReactor(state_, diag_, &timer_, *window, *interval, request.include_json());
+  // Every open stream builds its reports on the one timer thread: past the limit, the next is
+  // refused rather than slowing every report (and GetDiagnostics) behind it.
+  if (watch_streams_.fetch_add(1) >= kMaxWatchStreams) {
+    watch_streams_.fetch_sub(1);
+    return RejectWatch(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("WatchDiagnostics: ", kMaxWatchStreams,
+                     " streams are open, the limit; close one, or poll GetDiagnostics")));
+  }
+  std::shared_ptr<void> slot(nullptr, [n = &watch_streams_](void*) { n->fetch_sub(1); });
+  return new WatchReactor(state_, diag_, &timer_, *window, *interval, request.include_json(),
+                          std::move(slot));
 }
 
 grpc::ServerUnaryReactor* DiagnosticsService::ExportTrace(grpc::CallbackServerContext* context,

@@ -26,6 +26,9 @@ using DiagnosticsRawService = v1::Diagnostics::WithRawCallbackMethod_GetDiagnost
 
 class DiagnosticsService final : public DiagnosticsRawService {
  public:
+  // WatchDiagnostics streams open at once; the next is RESOURCE_EXHAUSTED.
+  static constexpr int kMaxWatchStreams = 64;
+
   DiagnosticsService(ServingState* state, DiagnosticsState* diag);
   ~DiagnosticsService() override;  // stops the timer thread (after the gRPC server is gone)
 
@@ -48,6 +51,7 @@ class DiagnosticsService final : public DiagnosticsRawService {
   ServingState* state_;
   DiagnosticsState* diag_;
   std::atomic<bool> recalibrating_{false};  // a Recalibrate call is queued or running
+  std::atomic<int> watch_streams_{0};       // WatchDiagnostics streams not yet done
   TimerThread timer_;
 };
 

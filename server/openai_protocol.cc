@@ -116,6 +116,9 @@ absl::Status Prompt(const Json& body, v1::GenerateRequest* out) {
   const Json* p = Field(body, "prompt");
   if (p == nullptr) return Bad("prompt", "required (a string or a list of token ids)");
   if (p->is_string()) {
+    if (p->get_ref<const std::string&>().empty()) {
+      return Bad("prompt", "an empty prompt is not allowed");
+    }
     out->set_prompt_text(p->get<std::string>());
     return absl::OkStatus();
   }
@@ -126,12 +129,15 @@ absl::Status Prompt(const Json& body, v1::GenerateRequest* out) {
     return Bad("prompt", absl::StrFormat("one prompt per request (got a list of %d)", p->size()));
   }
   const Json& only = (*p)[0];
-  if (only.is_string()) {
+  if (only.is_string() && !only.get_ref<const std::string&>().empty()) {
     out->set_prompt_text(only.get<std::string>());
     return absl::OkStatus();
   }
   if (only.is_array() && !only.empty()) return TokenIds(only, out);
-  return Bad("prompt", "must be a string or a list of token ids");
+  if (only.is_string() || only.is_array()) {
+    return Bad("prompt[0]", "an empty prompt is not allowed");
+  }
+  return Bad("prompt[0]", "must be a string or a list of token ids");
 }
 
 absl::Status Stop(const Json& body, std::vector<std::string>* out) {

@@ -96,8 +96,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* RejectWatch(const grpc::Status& stat
 }
 
 WatchReactor::WatchReactor(ServingState* state, DiagnosticsState* diag, TimerThread* timer,
-                           double window_seconds, int interval_ms, bool include_json)
-    : call_(std::make_shared<Call>()) {
+                           double window_seconds, int interval_ms, bool include_json,
+                           std::shared_ptr<void> slot)
+    : call_(std::make_shared<Call>()), slot_(std::move(slot)) {
   HandOffToGrpc publish(this);
   Call& c = *call_;
   c.reactor = this;

@@ -26,9 +26,11 @@ namespace saturn {
 // Writes each DiagnosticsReport serialized (the method is registered raw: diagnostics_service.h).
 class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  // Starts the stream: the first report at once, then one every `interval_ms`.
+  // Starts the stream: the first report at once, then one every `interval_ms`. `slot` is
+  // held until the stream is done (the service's count of open streams).
   WatchReactor(ServingState* state, DiagnosticsState* diag, TimerThread* timer,
-               double window_seconds, int interval_ms, bool include_json);
+               double window_seconds, int interval_ms, bool include_json,
+               std::shared_ptr<void> slot);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -37,6 +39,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  private:
   struct Call;
   std::shared_ptr<Call> call_;
+  std::shared_ptr<void> slot_;
 };
 
 // A stream that only returns `status`.

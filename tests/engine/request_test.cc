@@ -74,7 +74,8 @@ TEST(ValidateRequestTest, MaxTokensBelowOne) {
 TEST(ValidateRequestTest, PromptPlusMaxTokensExceedsContext) {
   GenerateRequest r = Good();
   r.sampling.max_tokens = 61;  // 4 + 61 = 65 > 64
-  EXPECT_EQ(Reject(r), "prompt length 4 + max_tokens 61 exceeds the model context of 64 tokens");
+  EXPECT_EQ(Reject(r),
+            "max_tokens: prompt length 4 + max_tokens 61 exceeds the model context of 64 tokens");
   r.sampling.max_tokens = std::numeric_limits<int>::max();  // must not overflow into a pass
   EXPECT_THAT(Reject(r), HasSubstr("exceeds the model context of 64 tokens"));
 }

@@ -2,12 +2,16 @@
 // load and when idle, trace export, the watch stream (cancel and shutdown), argument errors,
 // UNAVAILABLE before the engine is ready, and closing the loop on an applied plan action.
 // Assertions rest on classes, presence and counts, never on how fast the machine is.
+#include "server/diagnostics_service.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "tests/server/diagnostics_test_util.h"
 
@@ -294,6 +298,52 @@ TEST(DiagnosticsLifecycleTest, UnavailableBeforeTheEngineIsReady) {
   auto stub = v1::Diagnostics::NewStub(s->channel);
   v1::DiagnosticsReport rep;
   EXPECT_EQ(GetDiagnostics(stub.get(), {}, &rep).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// Every watch stream builds its reports on the one timer thread: past the limit the next one is
+// refused, and a closed stream gives its place back.
+TEST_F(DiagnosticsServiceTest, WatchStreamsAreBounded) {
+  struct Watch {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::DiagnosticsReport>> reader;
+  };
+  const auto open = [&](Watch& w) {
+    v1::WatchDiagnosticsRequest req;
+    req.set_interval_ms(3600 * 1000);  // one report, then nothing until cancelled
+    w.reader = stub_->WatchDiagnostics(&w.ctx, req);
+    v1::DiagnosticsReport rep;
+    return w.reader->Read(&rep);
+  };
+  std::vector<std::unique_ptr<Watch>> open_ones;
+  for (int i = 0; i < DiagnosticsService::kMaxWatchStreams; ++i) {
+    open_ones.push_back(std::make_unique<Watch>());
+    ASSERT_TRUE(open(*open_ones.back())) << "stream " << i;
+  }
+  Watch refused;
+  EXPECT_FALSE(open(refused));
+  const grpc::Status st = refused.reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("WatchDiagnostics"), std::string::npos) << st.error_message();
+  // Closing one frees its place (once the server has seen the cancel).
+  open_ones.back()->ctx.TryCancel();
+  (void)open_ones.back()->reader->Finish();
+  open_ones.pop_back();
+  bool reopened = false;
+  for (int i = 0; i < 200 && !reopened; ++i) {
+    auto w = std::make_unique<Watch>();
+    reopened = open(*w);
+    if (reopened) {
+      open_ones.push_back(std::move(w));
+    } else {
+      (void)w->reader->Finish();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  EXPECT_TRUE(reopened);
+  for (auto& w : open_ones) {
+    w->ctx.TryCancel();
+    (void)w->reader->Finish();
+  }
 }
 
 TEST(DiagnosticsLifecycleTest, ShutdownEndsAWatchPromptly) {

@@ -216,7 +216,9 @@ TEST_F(OpenAiHttpTest, BadRequestsNameTheField) {
   };
   for (const Case& c : std::vector<Case>{
            {{{"prompt", {1, 2}}, {"max_tokens", 0}}, 400, "max_tokens"},
-           {{{"prompt", {1, 2}}, {"max_tokens", 600}}, 400, ""},  // past max_model_len
+           {{{"prompt", {1, 2}}, {"max_tokens", 600}}, 400, "max_tokens"},  // past max_model_len
+           {{{"prompt", ""}}, 400, "prompt"},
+           {{{"prompt", {""}}}, 400, "prompt[0]"},
            {{{"prompt", std::vector<int>(600, 1)}}, 400, "prompt"},
            {{{"prompt", {1, 5000}}}, 400, "prompt[1]"},
            {{{"prompt", {1, 2}}, {"n", 3}}, 400, "n"},
