@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/calibration_fields.h"
 #include "engine/calibration_trials.h"
+#include "engine/json_depth.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/status_macros.h"
@@ -293,6 +294,7 @@ std::string CalibrationToJson(const Calibration& c) {
 }
 
 absl::StatusOr<Calibration> CalibrationFromJson(const std::string& text) {
+  RETURN_IF_ERROR(CheckJsonDepth(text, kMaxFileJsonDepth, "calibration"));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("calibration: not a JSON object");

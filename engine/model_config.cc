@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/json_depth.h"
 #include "kernels/status_macros.h"
 
 namespace saturn {
@@ -37,6 +38,13 @@ ModelConfig MakePreset(const std::string& name, int vocab, int hidden, int inter
   return c;
 }
 
+// A value as a refusal shows it: its JSON, cut after 120 characters.
+std::string Shown(const nlohmann::json& v) {
+  std::string text = v.dump();
+  if (text.size() > 120) text = text.substr(0, 120) + "...";
+  return text;
+}
+
 absl::Status Positive(const char* field, int64_t value) {
   if (value > 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(field, " must be positive, got ", value));
@@ -50,7 +58,11 @@ absl::StatusOr<int> RequiredInt(const nlohmann::json& j, const char* field) {
   }
   if (!it->is_number_integer()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json: field ", field, " must be an integer, got ", it->dump()));
+        absl::StrCat("config.json: field ", field, " must be an integer, got ", Shown(*it)));
+  }
+  if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{INT32_MAX}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: field ", field, " out of range: ", it->get<uint64_t>()));
   }
   int64_t v = it->get<int64_t>();
   if (v < INT32_MIN || v > INT32_MAX) {
@@ -71,25 +83,34 @@ absl::StatusOr<float> OptionalFloat(const nlohmann::json& j, const char* field, 
   if (it == j.end() || it->is_null()) return fallback;
   if (!it->is_number()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json: field ", field, " must be a number, got ", it->dump()));
+        absl::StrCat("config.json: field ", field, " must be a number, got ", Shown(*it)));
   }
   return it->get<float>();
 }
 
-// bos/eos may be an integer, a list of integers (Llama 3.x eos: take the first) or null.
-absl::StatusOr<int> TokenId(const nlohmann::json& j, const char* field, int fallback) {
+// bos/eos may be an integer, a list of integers (Llama 3.x Instruct's eos: end of text and
+// the end-of-turn ids) or null (`fallback`). Ids past int32 are refused, not wrapped.
+absl::StatusOr<std::vector<int>> TokenIds(const nlohmann::json& j, const char* field,
+                                          int fallback) {
   auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return fallback;
-  const nlohmann::json* v = &*it;
-  if (v->is_array()) {
-    if (v->empty()) return fallback;
-    v = &(*v)[0];
+  if (it == j.end() || it->is_null()) return std::vector<int>{fallback};
+  const bool list = it->is_array();
+  if (list && it->empty()) return std::vector<int>{fallback};
+  std::vector<int> ids;
+  for (const nlohmann::json& v : list ? *it : nlohmann::json::array({*it})) {
+    if (!v.is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: field ", field,
+                       " must be an integer or a list of integers, got ", Shown(v)));
+    }
+    if ((v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT32_MAX}) ||
+        (!v.is_number_unsigned() && (v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX))) {
+      return absl::InvalidArgumentError(absl::StrCat("config.json: field ", field, " holds ",
+                                                     Shown(v), ", not a token id (0 to 2^31 - 1)"));
+    }
+    ids.push_back(static_cast<int>(v.get<int64_t>()));
   }
-  if (!v->is_number_integer()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: field ", field, " must be an integer or a list of integers"));
-  }
-  return v->get<int>();
+  return ids;
 }
 
 // Fields that do not change the forward pass: bookkeeping, training-only settings (dropout,
@@ -193,7 +214,7 @@ absl::Status RequireDefault(const nlohmann::json& j, const char* field,
                             const nlohmann::json& harmless, const std::string& why) {
   auto it = j.find(field);
   if (it == j.end() || it->is_null() || *it == harmless) return absl::OkStatus();
-  return Refuse(absl::StrCat(field, " = ", it->dump(), " is not implemented (", why, ")"));
+  return Refuse(absl::StrCat(field, " = ", Shown(*it), " is not implemented (", why, ")"));
 }
 
 absl::StatusOr<float> RopeNumber(const nlohmann::json& r, const char* key) {
@@ -205,7 +226,7 @@ absl::StatusOr<float> RopeNumber(const nlohmann::json& r, const char* key) {
   const double v = it->get<double>();
   if (!(v > 0) || !std::isfinite(v)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json: rope_scaling.", key, " must be positive, got ", it->dump()));
+        absl::StrCat("config.json: rope_scaling.", key, " must be positive, got ", Shown(*it)));
   }
   return static_cast<float>(v);
 }
@@ -254,7 +275,7 @@ absl::Status CheckArchitecture(const nlohmann::json& j) {
       if (!a.is_string() || a.get<std::string>() != "LlamaForCausalLM") {
         return absl::UnimplementedError(
             absl::StrCat("config.json: unsupported architecture ",
-                         a.is_string() ? a.get<std::string>() : a.dump(),
+                         a.is_string() ? a.get<std::string>() : Shown(a),
                          " (architectures; Saturn runs Llama-style decoders: LlamaForCausalLM)"));
       }
     }
@@ -264,7 +285,7 @@ absl::Status CheckArchitecture(const nlohmann::json& j) {
     if (!it->is_string() || it->get<std::string>() != "llama") {
       return absl::UnimplementedError(
           absl::StrCat("config.json: unsupported architecture ",
-                       it->is_string() ? it->get<std::string>() : it->dump(),
+                       it->is_string() ? it->get<std::string>() : Shown(*it),
                        " (model_type; Saturn runs Llama-style decoders: model_type llama)"));
     }
   }
@@ -306,7 +327,7 @@ absl::Status CheckRefusedFields(const nlohmann::json& j) {
   };
   for (const auto& [key, value] : j.items()) {
     if (!known(key)) {
-      return Refuse(absl::StrCat("field ", key, " = ", value.dump(),
+      return Refuse(absl::StrCat("field ", key, " = ", Shown(value),
                                  " is unknown to Saturn, so it may change the model's math"));
     }
   }
@@ -339,8 +360,11 @@ absl::StatusOr<ModelConfig> ParseHfConfigJson(const nlohmann::json& j, const std
     }
     c.tie_word_embeddings = it->get<bool>();
   }
-  ASSIGN_OR_RETURN(c.bos_token_id, TokenId(j, "bos_token_id", c.bos_token_id));
-  ASSIGN_OR_RETURN(c.eos_token_id, TokenId(j, "eos_token_id", c.eos_token_id));
+  ASSIGN_OR_RETURN(const std::vector<int> bos, TokenIds(j, "bos_token_id", c.bos_token_id));
+  c.bos_token_id = bos.front();
+  ASSIGN_OR_RETURN(const std::vector<int> eos, TokenIds(j, "eos_token_id", c.eos_token_id));
+  c.eos_token_id = eos.front();
+  c.extra_eos_token_ids.assign(eos.begin() + 1, eos.end());
   RETURN_IF_ERROR(CheckRefusedFields(j));
   RETURN_IF_ERROR(c.Validate());
   return c;
@@ -421,6 +445,12 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("eos_token_id ", eos_token_id, " outside [0, vocab_size=", vocab_size, ")"));
   }
+  for (const int id : extra_eos_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("eos_token_id: ", id, " outside [0, vocab_size=", vocab_size, ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -435,6 +465,7 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& name) {
 std::string PresetNames() { return absl::StrJoin(kPresetNames, ", "); }
 
 absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& name) {
+  RETURN_IF_ERROR(CheckJsonDepth(json_text, kMaxFileJsonDepth, "config.json"));
   try {
     nlohmann::json j = nlohmann::json::parse(json_text);
     return ParseHfConfigJson(j, name);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/rope_params.h"
@@ -31,6 +32,9 @@ struct ModelConfig {
   bool tie_word_embeddings = true;
   int bos_token_id = 1;
   int eos_token_id = 2;
+  // A list eos_token_id's other ids (Llama 3.x Instruct: <|eom_id|>, <|eot_id|>): each ends a
+  // request as EOS does.
+  std::vector<int> extra_eos_token_ids;
 
   // What the RoPE kernels need (theta and the scaling above).
   RopeParams Rope() const;

@@ -3,6 +3,7 @@
 // checkpoints may be several GB. Never throws; JSON errors become absl::Status.
 #include "engine/safetensors.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -11,9 +12,12 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/json_depth.h"
 #include "kernels/half_float.h"
 #include "kernels/status_macros.h"
 
@@ -50,6 +54,7 @@ int64_t NumElements(const std::vector<int64_t>& shape) {
 
 absl::Status ParseHeader(const std::string& path, const std::string& text, uint64_t data_size,
                          std::map<std::string, SafetensorInfo>* out) {
+  RETURN_IF_ERROR(CheckJsonDepth(text, kMaxFileJsonDepth, absl::StrCat(path, ": header")));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": header is not valid JSON"));
@@ -102,6 +107,21 @@ absl::Status ParseHeader(const std::string& path, const std::string& text, uint6
                                               " of a ", data_size, "-byte data section"));
     }
     (*out)[name] = std::move(info);
+  }
+  // Two tensors over the same bytes (aliased offsets) would load as one silently.
+  std::vector<std::pair<uint64_t, const std::string*>> starts;
+  for (const auto& [name, info] : *out) {
+    if (info.end > info.begin) starts.push_back({info.begin, &name});
+  }
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 1; i < starts.size(); ++i) {
+    const SafetensorInfo& prev = out->at(*starts[i - 1].second);
+    if (starts[i].first < prev.end) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensors ", *starts[i - 1].second, " and ", *starts[i].second,
+                       " overlap (data_offsets [", prev.begin, ", ", prev.end, ") and [",
+                       starts[i].first, ", ...))"));
+    }
   }
   return absl::OkStatus();
 }

@@ -79,6 +79,12 @@ void Scheduler::Preempt(State* s) {
   ++s->usage.num_preemptions;
 }
 
+bool Scheduler::IsEos(int token) const {
+  return token == config_.eos_token_id ||
+         std::find(config_.extra_eos_token_ids.begin(), config_.extra_eos_token_ids.end(), token) !=
+             config_.extra_eos_token_ids.end();
+}
+
 // A chunk is prefill unless it is the single newest token of a request whose prompt is
 // already in the cache, i.e. an ordinary decode step.
 bool Scheduler::IsPrefill(const State& s) const {
@@ -258,7 +264,7 @@ std::vector<RequestUpdate> Scheduler::Update(const StepPlan& plan,
       const auto& stops = s.sampling.stop_token_ids;
       if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
         u.finish = FinishReason::kStop;
-      } else if (token == config_.eos_token_id && !s.sampling.ignore_eos) {
+      } else if (!s.sampling.ignore_eos && IsEos(token)) {
         u.finish = FinishReason::kStop;
       } else if (outputs_through >= s.sampling.max_tokens) {
         u.finish = FinishReason::kLength;

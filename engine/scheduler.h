@@ -39,6 +39,7 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 2048;
   int max_model_len = 2048;
   int eos_token_id = 2;
+  std::vector<int> extra_eos_token_ids;  // ModelConfig's: each stops a request as EOS does
 };
 
 // One sequence's share of a step.
@@ -125,6 +126,7 @@ class Scheduler {
   // Frees the state's blocks and resets it to recompute from scratch.
   void Preempt(State* s);
   bool IsPrefill(const State& s) const;
+  bool IsEos(int token) const;
   // Commits `seq`, the chunk just planned for `s` (see scheduler.cc).
   void Commit(State* s, ScheduledSeq* seq, int* samples);
   bool CanScheduleWhilePending(const State& s) const;

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/json_depth.h"
 #include "engine/utf8.h"
 #include "kernels/status_macros.h"
 
@@ -161,6 +162,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Load(const std::stri
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(const std::string& text,
                                                                   const std::string& name) {
+  if (absl::Status s = CheckJsonDepth(text, kMaxFileJsonDepth, name); !s.ok()) return s;
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": not a JSON object"));

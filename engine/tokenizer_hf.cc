@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/json_depth.h"
 
 namespace saturn {
 namespace {
@@ -65,14 +66,22 @@ absl::Status FromPostProcessor(const nlohmann::json& p, const std::string& name,
     if (piece.contains("Sequence")) {
       if (piece["Sequence"].value("id", "") != "A" || seen_a) {
         return absl::UnimplementedError(
-            absl::StrCat(name, ": post_processor template piece ", piece.dump()));
+            absl::StrCat(name, ": post_processor template piece ", piece.dump().substr(0, 120)));
       }
       seen_a = true;
       continue;
     }
     const std::string id = piece.at("SpecialToken").at("id").get<std::string>();
     const nlohmann::json& special = p.at("special_tokens").at(id);
-    for (const nlohmann::json& i : special.at("ids")) (seen_a ? after : before).push_back(i);
+    for (const nlohmann::json& i : special.at("ids")) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() > INT32_MAX ||
+          (i.is_number_unsigned() && i.get<uint64_t>() > uint64_t{INT32_MAX})) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": post_processor special token ", id,
+                                                       " has id ", i.dump(),
+                                                       ", not a token id (0 to 2^31 - 1)"));
+      }
+      (seen_a ? after : before).push_back(static_cast<int>(i.get<int64_t>()));
+    }
   }
   if (!seen_a) {
     return absl::InvalidArgumentError(
@@ -88,7 +97,9 @@ absl::StatusOr<nlohmann::json> ReadJson(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::ostringstream ss;
   ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const std::string text = ss.str();
+  if (absl::Status s = CheckJsonDepth(text, kMaxFileJsonDepth, path); !s.ok()) return s;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   }

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/json_depth.h"
 #include "engine/safetensors.h"
 #include "kernels/status_macros.h"
 
@@ -116,6 +117,7 @@ class CheckpointReader {
     }
     source_ = index.string();
     ASSIGN_OR_RETURN(std::string text, ReadTextFile(index));
+    RETURN_IF_ERROR(CheckJsonDepth(text, kMaxFileJsonDepth, source_));
     nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
         !j["weight_map"].is_object()) {
@@ -157,7 +159,17 @@ class CheckpointReader {
           " but config.json implies ", ShapeString(shape)));
     }
     used_.insert(name);
-    return file.ReadF32(name);
+    ASSIGN_OR_RETURN(std::vector<float> values, file.ReadF32(name));
+    // A NaN or inf weight makes every logit it reaches NaN: greedy decoding then answers token
+    // 0 (or whatever the NaN-skipping argmax leaves) with HTTP 200. Refused here, by name.
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!std::isfinite(values[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tensor ", name, " holds ",
+                                                       values[i], " at element ", i,
+                                                       " (weights must be finite)"));
+      }
+    }
+    return values;
   }
 
   bool Has(const std::string& name) const { return where_.count(name) > 0; }
@@ -327,6 +339,14 @@ nlohmann::json RopeScalingJson(const ModelConfig& c) {
           {"original_max_position_embeddings", c.rope_original_max_position}};
 }
 
+// An integer, or the list it was read from when it had more than one id.
+nlohmann::json EosJson(const ModelConfig& c) {
+  if (c.extra_eos_token_ids.empty()) return c.eos_token_id;
+  nlohmann::json ids = nlohmann::json::array({c.eos_token_id});
+  for (const int id : c.extra_eos_token_ids) ids.push_back(id);
+  return ids;
+}
+
 absl::Status SaveHfCheckpointImpl(const ModelWeights& w, const std::string& dir,
                                   const std::string& dtype) {
   const ModelConfig& c = w.config;
@@ -387,7 +407,7 @@ absl::Status SaveHfCheckpointImpl(const ModelWeights& w, const std::string& dir,
                                  {"rope_scaling", RopeScalingJson(c)},
                                  {"tie_word_embeddings", c.tie_word_embeddings},
                                  {"bos_token_id", c.bos_token_id},
-                                 {"eos_token_id", c.eos_token_id},
+                                 {"eos_token_id", EosJson(c)},
                                  {"torch_dtype", dtype == "F32"    ? "float32"
                                                  : dtype == "BF16" ? "bfloat16"
                                                                    : "float16"}};

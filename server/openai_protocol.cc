@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/json_depth.h"
 
 namespace saturn {
 namespace {
@@ -55,30 +56,6 @@ absl::Status GetFloat(const Json& body, const char* name, std::optional<double>*
                                      std::numeric_limits<float>::max(), **out));
   }
   return absl::OkStatus();
-}
-
-// Deepest nesting of arrays and objects in a JSON text (strings skipped), counted before the
-// parse: a DOM of millions of nested arrays costs hundreds of MB for a few MB of body.
-int JsonNestingDepth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
 }
 
 absl::Status GetBool(const Json& body, const char* name, bool* out) {
@@ -249,9 +226,8 @@ std::string Event(const Json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"
 }  // namespace
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body_text) {
-  if (const int depth = JsonNestingDepth(body_text); depth > kMaxJsonDepth) {
-    return Bad("request body", absl::StrFormat("nests arrays and objects %d deep; the limit is %d",
-                                               depth, kMaxJsonDepth));
+  if (absl::Status s = CheckJsonDepth(body_text, kMaxJsonDepth, "request body"); !s.ok()) {
+    return s;
   }
   Json body = Json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return Bad("request body", "not valid JSON");

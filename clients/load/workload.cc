@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "engine/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace saturn::clients {
@@ -194,6 +195,9 @@ std::optional<int> PositiveInt(const nlohmann::json& v) {
 
 absl::StatusOr<JsonlItem> ParseLine(const std::string& name, int line_no, const std::string& line,
                                     const ModelLimits& limits) {
+  if (JsonNestingDepth(line) > kMaxFileJsonDepth) {
+    return LineError(name, line_no, absl::StrCat("nests deeper than ", kMaxFileJsonDepth));
+  }
   nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return LineError(name, line_no, "not valid JSON");
   if (!j.is_object()) return LineError(name, line_no, "expected a JSON object");

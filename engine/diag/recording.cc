@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace saturn {
@@ -369,11 +370,12 @@ std::string RecordingToJson(const Recording& r) {
 }
 
 absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
+  if (absl::Status s = CheckJsonDepth(text, kMaxFileJsonDepth, "recording"); !s.ok()) return s;
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("recording: not a JSON object");
   }
-  if (j.value("format", "") != "saturn-recording") {
+  if (!j.contains("format") || !j["format"].is_string() || j["format"] != "saturn-recording") {
     return absl::InvalidArgumentError(
         "recording: \"format\" is not \"saturn-recording\" (not a saturn-diag record file)");
   }

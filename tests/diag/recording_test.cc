@@ -107,6 +107,14 @@ TEST(RecordingTest, MalformedRecordingsNameTheField) {
             std::string::npos);
   EXPECT_NE(RecordingFromJson(R"({"format":"trace"})").status().message().find("format"),
             std::string::npos);
+  // A format that is not a string threw (saturn-diag analyze aborted).
+  EXPECT_NE(RecordingFromJson(R"({"format":5})").status().message().find("format"),
+            std::string::npos);
+  EXPECT_NE(RecordingFromJson(std::string(100000, '[') + std::string(100000, ']'))
+                .status()
+                .message()
+                .find("limit is 64"),
+            std::string::npos);
   const std::string good = RecordingToJson(SyntheticRecording());
   std::string no_context = good;
   no_context.replace(no_context.find("\"context\""), 9, "\"contxt\"");

@@ -148,7 +148,8 @@ TEST(ParseHfConfigTest, Llama32OneB) {
   EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
   EXPECT_TRUE(c->tie_word_embeddings);
   EXPECT_EQ(c->bos_token_id, 128000);
-  EXPECT_EQ(c->eos_token_id, 128001);  // the first of the list
+  EXPECT_EQ(c->eos_token_id, 128001);  // the first of the list; the others end requests too
+  EXPECT_EQ(c->extra_eos_token_ids, (std::vector<int>{128008, 128009}));
   EXPECT_EQ(c->NumParameters(), PresetConfig("1b")->NumParameters());
   EXPECT_FLOAT_EQ(c->rope_llama3_factor, 32.0f);
   EXPECT_FLOAT_EQ(c->rope_low_freq_factor, 1.0f);
@@ -213,6 +214,27 @@ std::string WithField(const std::string& field, const std::string& value) {
     j[field] = nlohmann::json::parse(value);
   }
   return j.dump();
+}
+
+// Each of these overflowed the stack (nested JSON), wrapped an id past int32 into a small one
+// or wrapped a size into a negative one: now refused, naming the field.
+TEST(ParseHfConfigTest, NestingAndIdsPastTheirRangeAreRefused) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  absl::StatusOr<ModelConfig> c =
+      ParseHfConfig(WithField("zzz", "0").replace(1, 0, "\"d\": " + deep + ", "), "x");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("limit is 64"), std::string::npos) << c.status();
+  for (const char* eos : {"4294967456", "[2, 4294967296]", "[2, -1]", "-3"}) {
+    c = ParseHfConfig(WithField("eos_token_id", eos), "x");
+    ASSERT_FALSE(c.ok()) << eos;
+    EXPECT_NE(c.status().message().find("eos_token_id"), std::string::npos) << c.status();
+  }
+  c = ParseHfConfig(WithField("eos_token_id", "[128001, 200000]"), "x");  // past vocab_size
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("eos_token_id"), std::string::npos) << c.status();
+  c = ParseHfConfig(WithField("vocab_size", "18446744073709551615"), "x");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("18446744073709551615"), std::string::npos) << c.status();
 }
 
 // Issue 10 item 7: each of these loaded silently and computed wrongly before.

@@ -245,6 +245,14 @@ TEST_F(SafetensorsTest, MalformedHeadersAreErrors) {
                 8),
        "shape"},
       {WriteRaw("no_offsets.st", R"({"w": {"dtype": "F32", "shape": [2]}})", 8), "data_offsets"},
+      // Two tensors over the same bytes loaded as one (v_proj read k_proj's weights).
+      {WriteRaw("aliased.st",
+                R"({"k": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                    "v": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                8),
+       "tensors k and v overlap"},
+      {WriteRaw("deep.st", std::string(1000, '[') + std::string(1000, ']'), 8),
+       "nests arrays and objects 1000 deep"},
   };
   for (const Case& c : cases) {
     auto f = SafetensorsFile::Open(c.path);

@@ -655,5 +655,28 @@ TEST(SchedulerTest, PipelinedStressGivesTheSameStreams) {
   }
 }
 
+// A list eos_token_id (Llama 3.x Instruct: end of text, end of message, end of turn): every id
+// of it stops a request, unless EOS is ignored.
+TEST(SchedulerTest, EveryEosIdStops) {
+  SchedulerConfig c = Config(8, 100, 64);
+  c.extra_eos_token_ids = {11, 12};
+  for (const int eos : {2, 11, 12}) {
+    Scheduler s(c, 16, 4);
+    GenerateRequest r = Req(3, 5);
+    r.sampling.ignore_eos = false;
+    s.Add(1, r);
+    StepPlan p = s.Schedule();
+    std::vector<RequestUpdate> u = s.Update(p, {eos});
+    ASSERT_EQ(u.size(), 1u);
+    EXPECT_EQ(u[0].finish, FinishReason::kStop) << eos;
+    r.sampling.ignore_eos = true;
+    s.Add(2, r);
+    p = s.Schedule();
+    u = s.Update(p, {eos});
+    ASSERT_EQ(u.size(), 1u);
+    EXPECT_EQ(u[0].finish, FinishReason::kNone) << eos;
+  }
+}
+
 }  // namespace
 }  // namespace saturn

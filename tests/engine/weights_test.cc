@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "engine/safetensors.h"
@@ -210,6 +211,23 @@ TEST_F(WeightsTest, ShapeMismatchNamesTensorAndShapes) {
               HasSubstr("tensor model.layers.1.self_attn.k_proj.weight has shape [32, 512] but "
                         "config.json implies [64, 256]"));
   EXPECT_THAT(loaded.status().message(), HasSubstr("model.safetensors"));
+}
+
+TEST_F(WeightsTest, NonFiniteWeightsAreRefusedByName) {
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    WriteConfig(ConfigJson(config_));
+    std::vector<TensorToWrite> t = HfTensors(weights_);
+    for (TensorToWrite& x : t) {
+      if (x.name == "model.layers.0.self_attn.q_proj.weight") x.values[5] = bad;
+    }
+    ASSERT_TRUE(WriteSafetensors((dir_ / "model.safetensors").string(), t).ok());
+    auto loaded = LoadHfCheckpoint(dir_.string());
+    ASSERT_FALSE(loaded.ok()) << bad;
+    EXPECT_THAT(loaded.status().message(),
+                HasSubstr("tensor model.layers.0.self_attn.q_proj.weight holds"));
+    EXPECT_THAT(loaded.status().message(), HasSubstr("at element 5 (weights must be finite)"));
+  }
 }
 
 TEST_F(WeightsTest, MissingTensorNamesTensorAndFile) {

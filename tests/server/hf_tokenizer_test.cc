@@ -206,5 +206,33 @@ TEST_F(HfTokenizerServerTest, UnreadableTokenizerStopsTheStartUnlessSkipped) {
   EXPECT_EQ(*skipped, nullptr);
 }
 
+// A template's special-token id past int32 became a small id (2^32 + 5 read as BOS 5); a
+// tokenizer.json nested 100k deep overflowed the stack. Both are refused, naming the file.
+TEST_F(HfTokenizerServerTest, TemplateIdsAndNestingPastTheirRangeAreRefused) {
+  const std::string d = *dir_ + "/bad_template";
+  fs::create_directories(d);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(*dir_ + "/tokenizer.json"));
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens",
+       {{"<s>", {{"id", "<s>"}, {"ids", {4294967301ull}}, {"tokens", {"<s>"}}}}}}};
+  std::ofstream(d + "/tokenizer.json") << j.dump();
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> t = LoadTextTokenizer(d, false);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("special token <s> has id 4294967301"));
+
+  j = nlohmann::json::parse(std::ifstream(*dir_ + "/tokenizer.json"));
+  std::string text = j.dump();
+  text.insert(1, "\"unused\": " + std::string(100000, '[') + std::string(100000, ']') + ", ");
+  std::ofstream(d + "/tokenizer.json") << text;
+  t = LoadTextTokenizer(d, false);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("nests arrays and objects 100001 deep"));
+  EXPECT_THAT(t.status().message(), HasSubstr(d + "/tokenizer.json"));
+}
+
 }  // namespace
 }  // namespace saturn::testing
