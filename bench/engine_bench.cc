@@ -342,15 +342,32 @@ void PrintRoundSummary(const std::vector<Row>& rows) {
   std::fflush(stdout);
 }
 
+// Token counts a flag may ask for: past any model's context.
+constexpr int kMaxFlagTokens = 1 << 20;
+
+// Checked before anything loads: the flag's name, the value and the range, exit 2.
+bool FlagInRange(const char* name, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return true;
+  std::cerr << "--" << name << ": must be in [" << lo << ", " << hi << "], got " << v << "\n";
+  return false;
+}
+
 int Main() {
   std::vector<int> batches;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     int b = 0;
-    if (!absl::SimpleAtoi(s, &b) || b < 1) {
-      std::cerr << "--batches: \"" << s << "\" is not a positive integer\n";
+    if (!absl::SimpleAtoi(s, &b) || b < 1 || b > kMaxNumSeqsLimit) {
+      std::cerr << "--batches: \"" << s << "\" is not an integer in [1, " << kMaxNumSeqsLimit
+                << "]\n";
       return 2;
     }
     batches.push_back(b);
+  }
+  const int prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  if (!FlagInRange("prompt_len", prompt_len, 1, kMaxFlagTokens) ||
+      !FlagInRange("decode_tokens", absl::GetFlag(FLAGS_decode_tokens), 1, kMaxFlagTokens) ||
+      !FlagInRange("prefill_repeats", absl::GetFlag(FLAGS_prefill_repeats), 1, 100)) {
+    return 2;
   }
   const std::string graphs_flag = absl::GetFlag(FLAGS_graphs);
   std::vector<bool> graph_modes;
@@ -361,11 +378,13 @@ int Main() {
     return 2;
   }
   std::vector<int> prefill_lens;
-  for (absl::string_view s :
-       absl::StrSplit(absl::GetFlag(FLAGS_prefill_lens), ',', absl::SkipEmpty())) {
+  const std::string prefill_flag = absl::GetFlag(FLAGS_prefill_lens);
+  for (absl::string_view s : absl::StrSplit(prefill_flag, ',')) {
+    if (prefill_flag.empty()) break;  // none asked for
     int len = 0;
-    if (!absl::SimpleAtoi(s, &len) || len < 1) {
-      std::cerr << "--prefill_lens: \"" << s << "\" is not a positive integer\n";
+    if (!absl::SimpleAtoi(s, &len) || len < 1 || len > kMaxFlagTokens) {
+      std::cerr << "--prefill_lens: \"" << s << "\" is not an integer in [1, " << kMaxFlagTokens
+                << "]\n";
       return 2;
     }
     prefill_lens.push_back(len);
@@ -383,8 +402,13 @@ int Main() {
   int max_batch = 1;
   for (int b : batches) max_batch = std::max(max_batch, b);
   cfg.max_num_seqs_limit = max_batch;
-  cfg.max_num_batched_tokens_limit =
-      std::max({2048, max_batch * absl::GetFlag(FLAGS_prompt_len), max_prefill});
+  if (int64_t{max_batch} * prompt_len > kMaxNumBatchedTokensLimit) {
+    std::cerr << "--batches x --prompt_len: " << int64_t{max_batch} * prompt_len
+              << " prompt tokens at once exceed the engine's limit of " << kMaxNumBatchedTokensLimit
+              << "\n";
+    return 2;
+  }
+  cfg.max_num_batched_tokens_limit = std::max({2048, max_batch * prompt_len, max_prefill});
   cfg.options.max_num_seqs = max_batch;
   cfg.options.max_num_batched_tokens = cfg.max_num_batched_tokens_limit;
   cfg.max_model_len = std::max(absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_decode_tokens),
@@ -451,7 +475,7 @@ int Main() {
   }
   for (int len : prefill_lens) {
     PrefillRow best;
-    for (int rep = 0; rep < std::max(1, absl::GetFlag(FLAGS_prefill_repeats)); ++rep) {
+    for (int rep = 0; rep < absl::GetFlag(FLAGS_prefill_repeats); ++rep) {
       auto row = RunPrefill(engine->get(), *cal, len, rep);
       if (!row.ok()) {
         std::cerr << "prefill " << len << ": " << row.status() << "\n";

@@ -21,10 +21,7 @@ absl::Status EngineConfig::Validate() const {
   if (block_size < 1 || block_size > 256) {
     return absl::InvalidArgumentError("block_size: must be in [1, 256]");
   }
-  if (max_num_seqs_limit < 1 || max_num_batched_tokens_limit < 1) {
-    return absl::InvalidArgumentError(
-        "max_num_seqs_limit/max_num_batched_tokens_limit: must be >= 1");
-  }
+  RETURN_IF_ERROR(CheckEngineLimits(max_num_seqs_limit, max_num_batched_tokens_limit));
   RETURN_IF_ERROR(CheckEngineOptions(options, max_num_seqs_limit, max_num_batched_tokens_limit));
   if (max_model_len < 0) return absl::InvalidArgumentError("max_model_len: must be >= 0");
   if (step_ring_capacity < 1 || step_history_bytes > (size_t{16} << 30)) {
@@ -117,6 +114,17 @@ absl::Status Engine::Impl::Init() {
                                ((max_len + config_.block_size - 1) / config_.block_size);
     kv_bytes = std::min(blocks_full * per_block, backend_->device_memory_bytes() / 8);
   }
+  const size_t device_bytes = backend_->device_memory_bytes();
+  if (device_bytes > 0 && kv_bytes > device_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_cache_bytes: ", kv_bytes,
+                                                   " bytes exceed the device's memory of ",
+                                                   device_bytes, " bytes"));
+  }
+  if (kv_bytes / per_block > size_t{INT32_MAX}) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_cache_bytes: ", kv_bytes, " bytes make ",
+                                                   kv_bytes / per_block,
+                                                   " blocks, past the limit of 2^31 - 1"));
+  }
   num_kv_blocks_ = static_cast<int>(kv_bytes / per_block);
   if (num_kv_blocks_ < 1) {
     return absl::InvalidArgumentError(absl::StrCat("kv_cache_bytes: ", kv_bytes,
@@ -141,6 +149,7 @@ absl::Status Engine::Impl::Init() {
   sc.max_num_batched_tokens = config_.options.max_num_batched_tokens;
   sc.max_model_len = max_len;
   sc.eos_token_id = m.eos_token_id;
+  sc.extra_eos_token_ids = m.extra_eos_token_ids;
   scheduler_ = std::make_unique<Scheduler>(sc, num_kv_blocks_, config_.block_size);
   if (config_.options.cuda_graphs) RETURN_IF_ERROR(runner_->SetUseGraphs(true));
   graph_info_ = runner_->graph_info();

@@ -4,6 +4,20 @@
 
 namespace saturn {
 
+absl::Status CheckEngineLimits(int max_num_seqs_limit, int max_num_batched_tokens_limit) {
+  if (max_num_seqs_limit < 1 || max_num_seqs_limit > kMaxNumSeqsLimit) {
+    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs_limit: ", max_num_seqs_limit,
+                                                   " is outside [1, ", kMaxNumSeqsLimit, "]"));
+  }
+  if (max_num_batched_tokens_limit < 1 ||
+      max_num_batched_tokens_limit > kMaxNumBatchedTokensLimit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_batched_tokens_limit: ", max_num_batched_tokens_limit,
+                     " is outside [1, ", kMaxNumBatchedTokensLimit, "]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckEngineOptions(const EngineOptions& o, int max_num_seqs_limit,
                                 int max_num_batched_tokens_limit) {
   if (o.max_num_seqs < 1 || o.max_num_seqs > max_num_seqs_limit) {

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cpu/thread_pool.h"
 #include "server/listen_address.h"
 
 namespace saturn {
@@ -95,11 +96,18 @@ absl::Status ServerConfig::Validate() const {
   if (engine.model.empty()) {
     return absl::InvalidArgumentError("--model: must name a preset or a checkpoint directory");
   }
-  if (engine.num_threads < 0) {
+  if (engine.num_threads < 0 || engine.num_threads > cpu::ThreadPool::kMaxThreads) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--threads: must be >= 0 (0: all cores), got %d", engine.num_threads));
+        absl::StrFormat("--threads: must be in [0, %d] (0: all cores), got %d",
+                        cpu::ThreadPool::kMaxThreads, engine.num_threads));
   }
-  // The engine's one range check of the live options; its fields are the flags' names.
+  // The engine's range checks of the limits and the live options; its fields are the flags'
+  // names.
+  if (absl::Status s =
+          CheckEngineLimits(engine.max_num_seqs_limit, engine.max_num_batched_tokens_limit);
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
+  }
   if (absl::Status s = CheckEngineOptions(engine.options, engine.max_num_seqs_limit,
                                           engine.max_num_batched_tokens_limit);
       !s.ok()) {

@@ -243,6 +243,17 @@ TEST(EngineTest, CancelWithStopEndsAsStoppedWithItsUsage) {
   WaitAllBlocksFree(e->get());
 }
 
+TEST(EngineTest, KvCachePastTheDevicesMemoryIsRefusedByName) {
+  // 2^24 MiB wrapped the block count to 256 blocks (1 MiB) and served.
+  for (const size_t bytes : {size_t{1} << 44, size_t{1} << 60}) {
+    EngineConfig c = TinyConfig();
+    c.kv_cache_bytes = bytes;
+    auto e = Engine::Create(c);
+    ASSERT_FALSE(e.ok()) << bytes;
+    EXPECT_NE(e.status().message().find("kv_cache_bytes"), std::string::npos) << e.status();
+  }
+}
+
 TEST(EngineTest, InvalidRequestsAreRejectedWithTheField) {
   auto e = Engine::Create(TinyConfig());
   ASSERT_TRUE(e.ok());

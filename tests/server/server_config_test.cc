@@ -99,6 +99,18 @@ TEST(ServerConfigTest, BadFlagsNameTheFlag) {
   c.engine.options.max_num_seqs = 64;
   c.engine.max_num_seqs_limit = 8;
   ExpectNames(c, "--max_num_seqs_limit");
+  // The limits themselves, named before the options they bound (-1 named --max_num_seqs).
+  for (const int limit : {-1, 0, kMaxNumSeqsLimit + 1, 2147483647}) {
+    c = Valid();
+    c.engine.max_num_seqs_limit = limit;
+    ExpectNames(c, "--max_num_seqs_limit");
+  }
+  c = Valid();
+  c.engine.max_num_batched_tokens_limit = kMaxNumBatchedTokensLimit + 1;
+  ExpectNames(c, "--max_num_batched_tokens_limit");
+  c = Valid();
+  c.engine.num_threads = 100000;  // the pool capped it silently at 4096
+  ExpectNames(c, "--threads");
 }
 
 TEST(ServerConfigTest, ApplyEngineFlagsConvertsUnitsAndRaisesLimits) {
