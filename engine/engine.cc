@@ -106,6 +106,10 @@ absl::Status Engine::Impl::Init() {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_model_len: ", max_len, " exceeds the model's context of ", m.max_position_embeddings));
   }
+  if (max_len < 2) {  // a prompt token and a generated one
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_model_len: ", max_len, " leaves no room for a prompt token and a generated one"));
+  }
   const size_t per_block =
       ModelRunner::KvBytesPerBlock(m, config_.block_size, backend_->kv_cache_dtype());
   size_t kv_bytes = config_.kv_cache_bytes;

@@ -129,6 +129,14 @@ class CheckpointReader {
         return absl::InvalidArgumentError(source_ + ": weight_map[" + tensor + "] not a string");
       }
       const std::string shard_name = shard.get<std::string>();
+      // A shard is a file beside the index: a path ("../x", "/x", "a/b") would open files
+      // outside the checkpoint.
+      if (shard_name.empty() || shard_name == "." || shard_name == ".." ||
+          shard_name.find_first_of("/\\") != std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source_, ": weight_map[", tensor, "] = \"", shard_name.substr(0, 120),
+                         "\" is not a file name in the checkpoint directory"));
+      }
       auto it = shards.find(shard_name);
       if (it == shards.end()) {
         ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open((dir / shard_name).string()));

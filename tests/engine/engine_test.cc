@@ -243,6 +243,14 @@ TEST(EngineTest, CancelWithStopEndsAsStoppedWithItsUsage) {
   WaitAllBlocksFree(e->get());
 }
 
+TEST(EngineTest, AContextOfOneTokenIsRefused) {
+  EngineConfig c = TinyConfig();
+  c.max_model_len = 1;  // served, it refused every request
+  auto e = Engine::Create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("max_model_len: 1"), std::string::npos) << e.status();
+}
+
 TEST(EngineTest, KvCachePastTheDevicesMemoryIsRefusedByName) {
   // 2^24 MiB wrapped the block count to 256 blocks (1 MiB) and served.
   for (const size_t bytes : {size_t{1} << 44, size_t{1} << 60}) {

@@ -362,6 +362,15 @@ TEST_F(WeightsTest, BrokenCheckpointDirectories) {
   auto bad_shard = LoadHfCheckpoint(dir_.string());
   ASSERT_FALSE(bad_shard.ok());
   EXPECT_THAT(bad_shard.status().message(), HasSubstr("missing-shard.safetensors"));
+  // A shard is a file beside the index, never a path out of the directory.
+  for (const char* path : {"../model.safetensors", "/etc/passwd", "sub/x.safetensors", ".."}) {
+    std::ofstream(dir_ / "model.safetensors.index.json")
+        << R"({"weight_map": {"model.embed_tokens.weight": ")" << path << R"("}})";
+    auto outside = LoadHfCheckpoint(dir_.string());
+    ASSERT_FALSE(outside.ok()) << path;
+    EXPECT_THAT(outside.status().message(), HasSubstr("is not a file name in the checkpoint"))
+        << path;
+  }
 }
 
 TEST_F(WeightsTest, LoadModelPresetOrDirectory) {
