@@ -12,6 +12,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -108,20 +109,33 @@ absl::Status ParseHeader(const std::string& path, const std::string& text, uint6
     }
     (*out)[name] = std::move(info);
   }
-  // Two tensors over the same bytes (aliased offsets) would load as one silently.
-  std::vector<std::pair<uint64_t, const std::string*>> starts;
-  for (const auto& [name, info] : *out) {
-    if (info.end > info.begin) starts.push_back({info.begin, &name});
-  }
-  std::sort(starts.begin(), starts.end());
-  for (size_t i = 1; i < starts.size(); ++i) {
-    const SafetensorInfo& prev = out->at(*starts[i - 1].second);
-    if (starts[i].first < prev.end) {
+  // As the format's reference reader (safetensors' Metadata::validate) requires, tensors
+  // cover the data section end to end. Two tensors over the same bytes would load as one
+  // silently; a gap is bytes no tensor owns (a tensor listed twice keeps only its last entry,
+  // so the first one's bytes are left over); trailing bytes are data past the last tensor.
+  std::vector<std::tuple<uint64_t, uint64_t, const std::string*>> spans;
+  for (const auto& [name, info] : *out) spans.push_back({info.begin, info.end, &name});
+  std::sort(spans.begin(), spans.end());
+  uint64_t covered = 0;
+  const std::string* last = nullptr;
+  for (const auto& [begin, end, name] : spans) {
+    if (begin < covered) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensors ", *starts[i - 1].second, " and ", *starts[i].second,
-                       " overlap (data_offsets [", prev.begin, ", ", prev.end, ") and [",
-                       starts[i].first, ", ...))"));
+          absl::StrCat(path, ": tensors ", *last, " and ", *name, " overlap (", *name,
+                       " starts at byte ", begin, ", before ", *last, " ends at ", covered, ")"));
     }
+    if (begin > covered) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": bytes [", covered, ", ", begin, ") of the data section, before tensor ", *name,
+          ", belong to no tensor (tensors lie end to end: is one listed twice?)"));
+    }
+    covered = end;
+    last = name;
+  }
+  if (covered != data_size) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the data section has ", data_size,
+                                                   " bytes but its tensors end at byte ", covered,
+                                                   " (", data_size - covered, " trailing bytes)"));
   }
   return absl::OkStatus();
 }
