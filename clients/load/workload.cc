@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -349,6 +350,13 @@ absl::StatusOr<std::unique_ptr<Workload>> LoadJsonlWorkload(const std::string& p
   std::stringstream buf;
   buf << f.rdbuf();
   return ParseJsonlWorkload(path, buf.str(), default_output, std::move(limits), seed);
+}
+
+absl::Status CheckJsonlWorkload(const std::string& path) {
+  ModelLimits any;
+  any.vocab_size = std::numeric_limits<int>::max();
+  any.max_model_len = std::numeric_limits<int>::max();
+  return LoadJsonlWorkload(path, LengthSpec{}, any, /*seed=*/0).status();
 }
 
 }  // namespace saturn::clients

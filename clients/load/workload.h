@@ -75,6 +75,10 @@ std::unique_ptr<Workload> MakeSyntheticWorkload(LengthSpec input, LengthSpec out
 absl::StatusOr<std::unique_ptr<Workload>> LoadJsonlWorkload(const std::string& path,
                                                             LengthSpec default_output,
                                                             ModelLimits limits, uint64_t seed);
+// Reads and checks a JSONL prompts file before any server is known (so a missing or broken
+// file is reported before connecting): every check LoadJsonlWorkload makes except the ids'
+// range, which needs the model's vocab_size.
+absl::Status CheckJsonlWorkload(const std::string& path);
 // The same from text already in memory (`name` stands in for the file name in errors).
 absl::StatusOr<std::unique_ptr<Workload>> ParseJsonlWorkload(const std::string& name,
                                                              const std::string& text,

@@ -25,6 +25,7 @@
 #include "clients/load/config.h"
 #include "clients/load/run_table.h"
 #include "clients/load/session.h"
+#include "clients/load/workload.h"
 #include "engine/flags_help.h"
 
 ABSL_FLAG(std::string, api, "grpc",
@@ -147,6 +148,11 @@ int Run() {
   c.progress = absl::GetFlag(FLAGS_progress);
   c.security = SecurityFlagsFromCommandLine();
   if (absl::Status s = c.Validate(); !s.ok()) return Usage(std::string(s.message()));
+  if (!c.prompts.empty()) {
+    if (absl::Status s = CheckJsonlWorkload(c.prompts); !s.ok()) {
+      return Usage(absl::StrCat("--prompts: ", s.message()));
+    }
+  }
 
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;

@@ -225,6 +225,23 @@ TEST_F(LoadE2eTest, MalformedJsonlNamesFileAndLine) {
   EXPECT_NE(r.err.find(path + ":2: not valid JSON"), std::string::npos) << r.err;
 }
 
+// A prompts file that cannot be used is named before any connection is tried (the target
+// here is unreachable, so a check after connecting would report the target instead).
+TEST_F(LoadE2eTest, PromptsFileIsCheckedBeforeConnecting) {
+  const std::string missing = Dir() + "/missing.jsonl";
+  ToolRun r = RunLoad("--target=127.0.0.1:1 --connect_timeout=30 --prompts=" + missing);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--prompts: " + missing + ": cannot open the prompts file"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("cannot connect"), std::string::npos) << r.err;
+  const std::string empty = Dir() + "/empty.jsonl";
+  std::ofstream(empty) << "\n";
+  r = RunLoad("--target=127.0.0.1:1 --connect_timeout=30 --prompts=" + empty);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(empty + ": no prompts"), std::string::npos) << r.err;
+}
+
 TEST_F(LoadE2eTest, BadFlagNamesTheFlagAndLimit) {
   ToolRun r = RunLoad("--target=" + server_->address + " --concurrency=0");
   EXPECT_EQ(r.code, 2);
