@@ -63,6 +63,15 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
       return absl::InvalidArgumentError(absl::StrCat("prompt_text: ", ids.status().message()));
     }
     r.prompt = std::move(*ids);
+    // A tokenizer with more ids than the model's embedding (the start-up log warns of it).
+    for (size_t i = 0; i < r.prompt.size(); ++i) {
+      if (r.prompt[i] >= limits.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "prompt_text: token %d encodes to id %d, past the model's vocab_size %d (the "
+            "tokenizer has more ids than the model)",
+            i, r.prompt[i], limits.vocab_size));
+      }
+    }
   } else {
     if (req.prompt_token_ids_size() > limits.max_model_len) {
       return absl::InvalidArgumentError(

@@ -141,6 +141,13 @@ absl::Status ServerApp::LoadEngine() {
   const EngineInfo info = engine_->info();
   const ModelConfig& m = info.model;
   const KvStats& kv = info.kv;
+  if (tokenizer_ != nullptr && tokenizer_->id_limit() > m.vocab_size) {
+    // As transformers would fail only on the text that reaches those ids, so does Saturn: each
+    // such request is refused by name (prompt[i]: token id ... outside the vocabulary).
+    Log(absl::StrCat("warning: the text tokenizer has ids up to ", tokenizer_->id_limit() - 1,
+                     " but the model's vocab_size is ", m.vocab_size,
+                     ": prompt_text that encodes to an id past it is refused"));
+  }
   SetServing(true);
   Log(absl::StrCat("ready: model ", m.name, " (", m.NumParameters(), " parameters), backend ",
                    info.backend, ", device ", info.device_name, ", max_model_len ",

@@ -28,6 +28,7 @@ class ByteTextTokenizer final : public TextTokenizer {
   }
   // One token per byte plus BOS, plus the one token a request must generate, fit the context.
   int max_prompt_text_bytes(int max_model_len) const override { return max_model_len - 2; }
+  int id_limit() const override { return ByteTokenizer::kByteOffset + 256; }
   std::string kind() const override { return "byte"; }
   std::string Describe() const override { return "built-in byte tokenizer (BOS, one id a byte)"; }
 };
@@ -51,6 +52,7 @@ class JsonTextTokenizer final : public TextTokenizer {
     return static_cast<int>(
         std::min<int64_t>(int64_t{max_model_len} * kBpeBytesPerToken, 64 << 20));
   }
+  int id_limit() const override { return t_->bpe().vocab_size(); }
   std::string kind() const override { return "tokenizer.json"; }
   std::string Describe() const override {
     return absl::StrCat("tokenizer.json (byte-level BPE, ", t_->bpe().vocab_size(),

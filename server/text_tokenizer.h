@@ -26,6 +26,8 @@ class TextTokenizer {
   // Longest prompt_text accepted for a context of `max_model_len` tokens (it bounds the work
   // of encoding; the token count is checked against the context after).
   virtual int max_prompt_text_bytes(int max_model_len) const = 0;
+  // Every id Encode can produce is below this (compared with the model's vocab_size at start).
+  virtual int id_limit() const = 0;
   // "byte" or "tokenizer.json" (GetServerInfo's model.tokenizer).
   virtual std::string kind() const = 0;
   // One line for the start-up log.

@@ -10,12 +10,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/model_config.h"
 #include "engine/weights.h"
 #include "server/text_stream.h"
@@ -204,6 +206,54 @@ TEST_F(HfTokenizerServerTest, UnreadableTokenizerStopsTheStartUnlessSkipped) {
   absl::StatusOr<std::unique_ptr<TextTokenizer>> skipped = LoadTextTokenizer(d, true);
   ASSERT_TRUE(skipped.ok());
   EXPECT_EQ(*skipped, nullptr);
+}
+
+// A tokenizer with more ids than the model's embedding: the start warns, and text that
+// encodes to an id past vocab_size is refused naming prompt_text (the engine named prompt[i],
+// a field the request never set); text below it is served.
+TEST_F(HfTokenizerServerTest, TextPastTheModelsVocabularyIsRefusedByName) {
+  const std::string text = (*cases_)["cases"][0]["text"];
+  absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(text);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  const int max_id = *std::max_element(ids->begin(), ids->end());
+  const int bos = (*cases_)["bos"];
+  ASSERT_GT(max_id, bos + 1);
+  const std::string d = *dir_ + "/small_vocab";
+  fs::create_directories(d);
+  ModelConfig c = *PresetConfig("tiny");
+  c.name = "hf-tiny-small-vocab";
+  c.vocab_size = max_id;  // the prompt's highest id is one past the model's last
+  c.bos_token_id = bos;
+  c.eos_token_id = bos;
+  absl::StatusOr<ModelWeights> w = RandomWeights(c, 43);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(SaveHfCheckpoint(*w, d).ok());
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    if (fs::exists(*dir_ + "/" + f)) fs::copy_file(*dir_ + "/" + f, d + "/" + f);
+  }
+  ServerConfig config = TinyConfig();
+  config.engine.model = d;
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<TestServer> server = StartServer(config);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_NE(server, nullptr);
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("but the model's vocab_size is ", max_id)));
+
+  v1::GenerateRequest req;
+  req.set_prompt_text(text);
+  req.set_max_tokens(4);
+  StreamResult r = RunStream(server->stub.get(), req, In(std::chrono::seconds(60)));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("prompt_text: token "));
+  EXPECT_THAT(r.status.error_message(),
+              HasSubstr(absl::StrCat("encodes to id ", max_id, ", past the model's vocab_size")));
+
+  req.set_prompt_text("a");  // one byte: BOS and a base-alphabet id
+  ids = tokenizer_->Encode("a");
+  ASSERT_TRUE(ids.ok());
+  ASSERT_LT(*std::max_element(ids->begin(), ids->end()), max_id);
+  r = RunStream(server->stub.get(), req, In(std::chrono::seconds(60)));
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
 }
 
 // A template's special-token id past int32 became a small id (2^32 + 5 read as BOS 5); a
