@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/elastic_task_queue.h"
 #include "server/http_listener.h"
 #include "server/request_metrics.h"
 
@@ -123,7 +124,9 @@ absl::Status MetricsHttpServer::Start(const std::string& host, int port) {
   // Scrapes are rare and cheap: a few workers, not httplib's default pool, and a connection
   // that sends nothing gives its worker back after 2 s (httplib's default is 5), so a few idle
   // or dripping connections cannot hold every worker through a scrape's timeout.
-  http.new_task_queue = [] { return new httplib::ThreadPool(8); };
+  http.new_task_queue = [] {
+    return new ElasticTaskQueue(8, /*keep_threads=*/1, absl::Seconds(30));
+  };
   http.set_read_timeout(2, 0);
   http.set_keep_alive_timeout(2);
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

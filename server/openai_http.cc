@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/elastic_task_queue.h"
 #include "server/http_listener.h"
 #include "server/openai_call.h"
 #include "server/openai_protocol.h"
@@ -134,10 +135,12 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   }
   httplib::Server& http = listener_.server();
   // A request holds its worker from parse to last byte: room for every sequence the engine may
-  // run at once, plus some waiting and idle keep-alive connections (more wait in httplib's
-  // queue, not refused).
+  // run at once, plus some waiting and idle keep-alive connections (more wait in the queue,
+  // not refused). Workers start as connections need them and end after 30 s idle.
   const int workers = std::clamp(state_->config().engine.max_num_seqs_limit + 64, 16, 1024);
-  http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  http.new_task_queue = [workers] {
+    return new ElasticTaskQueue(workers, /*keep_threads=*/2, absl::Seconds(30));
+  };
   http.set_payload_max_length(kMaxBodyBytes);
   http.set_keep_alive_max_count(1000);
   // Each event is one small write: without TCP_NODELAY, Nagle holds it until the client's
