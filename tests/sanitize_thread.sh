@@ -11,6 +11,7 @@
 #   lifecycle_test           start, serve and shut down with streams in flight
 #   diagnostics_service_test diagnostics read while the engine writes them, Watch streams
 #   signal_test              real saturn-server processes signalled (watcher thread, drain)
+#   elastic_task_queue_test  the HTTP worker pool growing, shrinking and shutting down
 # SATURN_TSAN_TESTS="a_test b_test" runs another list of test targets instead.
 # gRPC, protobuf, abseil and OpenBLAS come uninstrumented from Debian; what TSan cannot see
 # inside them is listed (with the reason) in tests/tsan_suppressions.txt, and the one gRPC
@@ -23,7 +24,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/sanitizer_job.sh"
 sanitizer_job_start "thread sanitizer job"
 build="${1:-$root/build-tsan}"
 default_tests="engine_test bounded_worker_test cpu_gemm_test cpu_thread_pool_test timer_thread_test cancel_test"
-default_tests+=" lifecycle_test diagnostics_service_test signal_test"
+default_tests+=" lifecycle_test diagnostics_service_test signal_test elastic_task_queue_test"
 read -r -a tests <<<"${SATURN_TSAN_TESTS:-$default_tests}"
 targets=("${tests[@]}")
 # signal_test starts real saturn-server processes.
