@@ -90,8 +90,8 @@ absl::StatusOr<float> OptionalFloat(const nlohmann::json& j, const char* field, 
 
 // bos/eos may be an integer, a list of integers (Llama 3.x Instruct's eos: end of text and
 // the end-of-turn ids) or null (`fallback`). Ids past int32 are refused, not wrapped.
-absl::StatusOr<std::vector<int>> TokenIds(const nlohmann::json& j, const char* field,
-                                          int fallback) {
+absl::StatusOr<std::vector<int>> TokenIds(const nlohmann::json& j, const char* field, int fallback,
+                                          const char* file = "config.json") {
   auto it = j.find(field);
   if (it == j.end() || it->is_null()) return std::vector<int>{fallback};
   const bool list = it->is_array();
@@ -99,14 +99,13 @@ absl::StatusOr<std::vector<int>> TokenIds(const nlohmann::json& j, const char* f
   std::vector<int> ids;
   for (const nlohmann::json& v : list ? *it : nlohmann::json::array({*it})) {
     if (!v.is_number_integer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: field ", field,
-                       " must be an integer or a list of integers, got ", Shown(v)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": field ", field, " must be an integer or a list of integers, got ", Shown(v)));
     }
     if ((v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT32_MAX}) ||
         (!v.is_number_unsigned() && (v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX))) {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: field ", field, " holds ",
-                                                     Shown(v), ", not a token id (0 to 2^31 - 1)"));
+      return absl::InvalidArgumentError(absl::StrCat(file, ": field ", field, " holds ", Shown(v),
+                                                     ", not a token id (0 to 2^31 - 1)"));
     }
     ids.push_back(static_cast<int>(v.get<int64_t>()));
   }
@@ -474,6 +473,27 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("config.json: ", e.what()));
   }
+}
+
+absl::Status MergeGenerationConfig(const std::string& json_text, ModelConfig* config) {
+  constexpr const char* kFile = "generation_config.json";
+  RETURN_IF_ERROR(CheckJsonDepth(json_text, kMaxFileJsonDepth, kFile));
+  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(kFile, ": not valid JSON"));
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(kFile, ": not an object"));
+  ASSIGN_OR_RETURN(const std::vector<int> eos,
+                   TokenIds(j, "eos_token_id", config->eos_token_id, kFile));
+  for (const int id : eos) {
+    if (id < 0 || id >= config->vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kFile, ": eos_token_id ", id, " outside [0, vocab_size=", config->vocab_size, ")"));
+    }
+    std::vector<int>& extra = config->extra_eos_token_ids;
+    if (id != config->eos_token_id && std::find(extra.begin(), extra.end(), id) == extra.end()) {
+      extra.push_back(id);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace saturn

@@ -60,4 +60,11 @@ std::string PresetNames();
 // the field. docs/CHECKPOINTS.md lists them all.
 absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& name);
 
+// Adds a checkpoint's generation_config.json eos_token_id (an integer or a list) to the ids
+// that end a request, as transformers' generate() and vLLM (--generation-config auto) stop on
+// them: Meta-Llama-3-8B-Instruct's config.json names only <|end_of_text|>, its
+// generation_config.json also <|eot_id|>, the id a chat turn ends with. Its sampling defaults
+// are not taken: Saturn's requests carry their own. Errors name the file and the field.
+absl::Status MergeGenerationConfig(const std::string& json_text, ModelConfig* config);
+
 }  // namespace saturn

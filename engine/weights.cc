@@ -279,6 +279,13 @@ absl::StatusOr<ModelWeights> LoadHfCheckpoint(const std::string& dir) {
   const fs::path root(dir);
   ASSIGN_OR_RETURN(std::string config_text, ReadTextFile(root / "config.json"));
   ASSIGN_OR_RETURN(ModelConfig config, ParseHfConfig(config_text, dir));
+  if (fs::exists(root / "generation_config.json")) {
+    ASSIGN_OR_RETURN(std::string generation, ReadTextFile(root / "generation_config.json"));
+    absl::Status merged = MergeGenerationConfig(generation, &config);
+    if (!merged.ok()) {
+      return absl::Status(merged.code(), absl::StrCat(dir, "/", merged.message()));
+    }
+  }
   CheckpointReader reader;
   RETURN_IF_ERROR(reader.Init(root));
 

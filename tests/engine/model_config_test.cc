@@ -326,6 +326,52 @@ TEST(ParseHfConfigTest, Llama3RopeScalingFieldsAreCheckedAndNamed) {
 // (Python's float64 arithmetic on transformers' _compute_llama3_parameters formula): pair i of
 // head_dim 64, theta 500000, factor 32, low 1, high 4, original context 8192. Pairs 15-17
 // fall in the smoothed band, 18+ are divided by the factor, 0-14 are unchanged.
+// Meta-Llama-3-8B-Instruct: config.json's eos is <|end_of_text|> alone; its
+// generation_config.json (as published) adds <|eot_id|>, which ends every chat turn.
+TEST(MergeGenerationConfigTest, EosIdsJoinTheOnesThatEndARequest) {
+  nlohmann::json j = nlohmann::json::parse(kLlama32Config);
+  j["eos_token_id"] = 128001;
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(j.dump(), "llama-3-8b-instruct");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->extra_eos_token_ids.empty());
+  ASSERT_TRUE(MergeGenerationConfig(R"({"bos_token_id": 128000, "do_sample": true,
+      "eos_token_id": [128001, 128009], "max_length": 4096, "temperature": 0.6, "top_p": 0.9,
+      "transformers_version": "4.40.0.dev0"})",
+                                    &*c)
+                  .ok());
+  EXPECT_EQ(c->eos_token_id, 128001);
+  EXPECT_EQ(c->extra_eos_token_ids, (std::vector<int>{128009}));
+  // Merging again adds nothing twice; a single id and null are accepted.
+  ASSERT_TRUE(MergeGenerationConfig(R"({"eos_token_id": [128009, 128008]})", &*c).ok());
+  EXPECT_EQ(c->extra_eos_token_ids, (std::vector<int>{128009, 128008}));
+  ASSERT_TRUE(MergeGenerationConfig(R"({"eos_token_id": null})", &*c).ok());
+  ASSERT_TRUE(MergeGenerationConfig(R"({})", &*c).ok());
+  EXPECT_EQ(c->extra_eos_token_ids, (std::vector<int>{128009, 128008}));
+}
+
+TEST(MergeGenerationConfigTest, BrokenFilesAreRefusedByName) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(kLlama32Config, "llama");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const struct {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"{", "generation_config.json: not valid JSON"},
+      {"[1]", "generation_config.json: not an object"},
+      {R"({"eos_token_id": "eos"})",
+       "generation_config.json: field eos_token_id must be an integer"},
+      {R"({"eos_token_id": [1, 4294967297]})", "not a token id (0 to 2^31 - 1)"},
+      {R"({"eos_token_id": 128256})", "eos_token_id 128256 outside [0, vocab_size=128256)"},
+  };
+  for (const auto& k : cases) {
+    ModelConfig copy = *c;
+    const absl::Status s = MergeGenerationConfig(k.text, &copy);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.text;
+    EXPECT_THAT(s.message(), HasSubstr(k.expect)) << k.text;
+    EXPECT_EQ(copy.extra_eos_token_ids, c->extra_eos_token_ids) << k.text;
+  }
+}
+
 TEST(RopeFrequenciesTest, Llama3ScalingMatchesAnIndependentFloat64Reference) {
   auto c = ParseHfConfig(kLlama32Config, "x");
   ASSERT_TRUE(c.ok()) << c.status();

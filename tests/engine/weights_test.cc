@@ -165,6 +165,23 @@ TEST_F(WeightsTest, LoadsSingleFileCheckpointExactly) {
   ExpectSameWeights(*loaded, weights_);
 }
 
+// generation_config.json's eos ids end requests too; a broken one is refused naming it.
+TEST_F(WeightsTest, GenerationConfigEosIdsAreLoaded) {
+  WriteConfig(ConfigJson(config_));
+  ASSERT_TRUE(WriteSafetensors((dir_ / "model.safetensors").string(), HfTensors(weights_)).ok());
+  std::ofstream(dir_ / "generation_config.json") << R"({"eos_token_id": [2, 7, 3, 9]})";
+  auto loaded = LoadHfCheckpoint(dir_.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.eos_token_id, 2);  // config.json's [2, 3], then the new ones
+  EXPECT_EQ(loaded->config.extra_eos_token_ids, (std::vector<int>{3, 7, 9}));
+
+  std::ofstream(dir_ / "generation_config.json") << R"({"eos_token_id": 4096})";
+  loaded = LoadHfCheckpoint(dir_.string());
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_THAT(loaded.status().message(),
+              HasSubstr(dir_.string() + "/generation_config.json: eos_token_id 4096 outside"));
+}
+
 TEST_F(WeightsTest, LoadsTwoShardCheckpointExactly) {
   WriteConfig(ConfigJson(config_));
   std::vector<TensorToWrite> all = HfTensors(weights_), first, second;
