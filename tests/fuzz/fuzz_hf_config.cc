@@ -1,5 +1,6 @@
-// Fuzz target: a Hugging Face config.json through ParseHfConfig. A ModelConfig or an error,
-// never a crash (nlohmann::json type errors included).
+// Fuzz target: a Hugging Face config.json through ParseHfConfig, and the same bytes as a
+// generation_config.json through MergeGenerationConfig (onto the preset "tiny"). A config or
+// an error, never a crash (nlohmann::json type errors included).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,5 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   absl::StatusOr<saturn::ModelConfig> config = saturn::ParseHfConfig(text, "fuzz");
   if (config.ok()) (void)config->NumParameters();
+  saturn::ModelConfig tiny = *saturn::PresetConfig("tiny");
+  (void)saturn::MergeGenerationConfig(text, &tiny);
   return 0;
 }
