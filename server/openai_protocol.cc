@@ -5,8 +5,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -406,10 +408,15 @@ absl::Status ChatTemplateRefusal(const std::string& model) {
                                         "\" has no chat template; use /v1/completions"));
   }
   bool has_template = fs::exists(fs::path(model) / "chat_template.jinja", ec);
-  std::ifstream config(fs::path(model) / "tokenizer_config.json");
+  std::ifstream config(fs::path(model) / "tokenizer_config.json", std::ios::binary);
   if (config) {
-    Json j = Json::parse(config, nullptr, /*allow_exceptions=*/false);
-    has_template = has_template || (j.is_object() && j.contains("chat_template"));
+    // Read on this request, so its depth is checked here too (the parser recurses per level).
+    const std::string text((std::istreambuf_iterator<char>(config)),
+                           std::istreambuf_iterator<char>());
+    if (JsonNestingDepth(text) <= kMaxFileJsonDepth) {
+      Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+      has_template = has_template || (j.is_object() && j.contains("chat_template"));
+    }
   }
   return Bad("messages",
              has_template

@@ -3,7 +3,10 @@
 #include "server/openai_protocol.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -224,6 +227,23 @@ TEST(OpenAiProtocolTest, ChatRefusalSaysWhy) {
   absl::Status s = ChatTemplateRefusal("small");
   EXPECT_EQ(HttpStatus(s), 400);
   EXPECT_NE(s.message().find("no chat template"), absl::string_view::npos) << s;
+}
+
+// The checkpoint's tokenizer_config.json is read on the request: one with a template is named
+// as a Jinja program; one nested 200k deep (which overflowed the parser's stack) is not parsed.
+TEST(OpenAiProtocolTest, ChatRefusalReadsTheCheckpointsTokenizerConfigSafely) {
+  namespace fs = std::filesystem;
+  std::string dir = (fs::path(::testing::TempDir()) / "chat_XXXXXX").string();
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"chat_template": "{{ messages }}"})";
+  absl::Status s = ChatTemplateRefusal(dir);
+  EXPECT_NE(s.message().find("is a Jinja program"), absl::string_view::npos) << s;
+  std::ofstream(dir + "/tokenizer_config.json")
+      << "{\"x\": " << std::string(200000, '[') << std::string(200000, ']') << "}";
+  s = ChatTemplateRefusal(dir);
+  EXPECT_EQ(HttpStatus(s), 400);
+  EXPECT_NE(s.message().find("has no chat template"), absl::string_view::npos) << s;
+  fs::remove_all(dir);
 }
 
 }  // namespace
