@@ -12,6 +12,7 @@
 #include "clients/diag/fleet.h"
 #include "clients/diag/render_info.h"
 #include "clients/diag/roofline_svg.h"
+#include "engine/json_depth.h"
 #include "nlohmann/json.hpp"
 #include "proto/render/report_json.h"
 #include "proto/render/report_text.h"
@@ -146,7 +147,9 @@ int Trace(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::ost
   ctx.set_deadline(In(o.timeout_s));
   const grpc::Status s = c.diag->ExportTrace(&ctx, req, &resp);
   if (!s.ok()) return DiagFail(o, c.Error(s, "ExportTrace"), err);
-  const nlohmann::json j = nlohmann::json::parse(resp.trace_json(), nullptr, false);
+  const nlohmann::json j = JsonNestingDepth(resp.trace_json()) <= kMaxFileJsonDepth
+                               ? nlohmann::json::parse(resp.trace_json(), nullptr, false)
+                               : nlohmann::json(nlohmann::json::value_t::discarded);
   const nlohmann::json* events = nullptr;
   if (j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array()) {
     events = &j["traceEvents"];

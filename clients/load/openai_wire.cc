@@ -9,12 +9,21 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace saturn::clients {
 namespace {
 
 using nlohmann::json;
+
+// A server's reply, parsed only when it nests no deeper than any real reply: the parser
+// recurses per level, so a broken server's body 100k levels deep would overflow this stack.
+// Too deep reads as not JSON.
+json ParseReply(const std::string& text) {
+  if (JsonNestingDepth(text) > kMaxFileJsonDepth) return json(json::value_t::discarded);
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
 
 constexpr size_t kMaxMessageBytes = 300;
 
@@ -105,7 +114,7 @@ std::string CompletionBody(const WorkItem& item, const CompletionOptions& o) {
 }
 
 absl::StatusOr<ModelList> ParseModelList(const std::string& body) {
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const json j = ParseReply(body);
   if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array()) {
     return absl::InvalidArgumentError(
         absl::StrCat("GET /v1/models: expected {\"data\": [{\"id\": ...}]}, got: ", Clip(body)));
@@ -130,7 +139,7 @@ absl::StatusOr<ModelList> ParseModelList(const std::string& body) {
 std::string HttpStatusName(int status) { return absl::StrCat("HTTP_", status); }
 
 std::string ErrorMessage(const std::string& body) {
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const json j = ParseReply(body);
   if (!j.is_discarded()) {
     std::string m = j.is_object() && j.contains("error") ? MessageOf(j["error"]) : MessageOf(j);
     if (!m.empty()) return Clip(m);
@@ -153,7 +162,7 @@ bool CompletionStreamReader::OnData(const std::string& data, double now_s) {
     rec_->final_s = now_s;
     return false;
   }
-  const json j = json::parse(data, nullptr, /*allow_exceptions=*/false);
+  const json j = ParseReply(data);
   if (j.is_discarded() || !j.is_object()) {
     Fail("STREAM_ERROR", absl::StrCat("an event is not a JSON object: ", Clip(data)));
     return false;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "clients/load/run_table.h"
+#include "engine/json_depth.h"
 
 namespace saturn::clients {
 namespace {
@@ -84,7 +85,8 @@ json PhaseJson(const PhaseReport& p) {
   }
   json diagnoses = json::array();
   for (const std::string& d : p.diagnoses) {
-    json parsed = json::parse(d, nullptr, false);
+    json parsed = JsonNestingDepth(d) <= kMaxFileJsonDepth ? json::parse(d, nullptr, false)
+                                                           : json(json::value_t::discarded);
     diagnoses.push_back(parsed.is_discarded() ? json(d) : parsed);
   }
   json requests = json::array();

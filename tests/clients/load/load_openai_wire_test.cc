@@ -157,6 +157,17 @@ TEST(OpenAiWireTest, AStreamWithoutDoneIsBroken) {
   EXPECT_EQ(r.status, "STREAM_ERROR");
 }
 
+// A broken server's replies nested 200k deep overflowed saturn-load's stack in the parser;
+// they read as not JSON.
+TEST(OpenAiWireTest, RepliesNestedPastAnyRealOneReadAsNotJson) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_FALSE(ParseModelList("{\"data\": " + deep + "}").ok());
+  EXPECT_EQ(ErrorMessage(deep).size(), 303u);  // the body's clipped text
+  const RequestRecord r = ReadStream("data: " + deep + "\n\ndata: [DONE]\n\n");
+  EXPECT_EQ(r.status, "STREAM_ERROR");
+  EXPECT_NE(r.error_message.find("not a JSON object"), std::string::npos) << r.error_message;
+}
+
 TEST(OpenAiWireTest, ATransportErrorIsKept) {
   RequestRecord r;
   CompletionStreamReader reader(&r);
