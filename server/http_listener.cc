@@ -2,7 +2,9 @@
 #include "server/http_listener.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -44,6 +46,13 @@ absl::Status HttpListener::Init(const ServerConfig& config, const std::string& w
       return httplib::Server::HandlerResponse::Handled;
     });
   }
+  // httplib's default also sets SO_REUSEPORT, with which a second server bound a port the
+  // first still served and the kernel split the connections between them; as with gRPC
+  // (server_app.cc), one server per address: only SO_REUSEADDR (restart past TIME_WAIT).
+  http->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http_ = std::move(http);
   return absl::OkStatus();
 }
@@ -57,7 +66,16 @@ absl::Status HttpListener::Listen(const std::string& host, int port, const std::
         absl::StrFormat("%s: cannot listen on %s:%d (address in use?)", flag, host, port));
   }
   port_ = bound;
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  listen_returned_ = false;
+  thread_ = std::thread([this] {
+    http_->listen_after_bind();
+    listen_returned_ = true;
+  });
+  // httplib's stop() does nothing until its loop has started (is_running): a Stop() right
+  // after Listen (a later start step failing) left the loop running and joined it forever.
+  while (!http_->is_running() && !listen_returned_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return absl::OkStatus();
 }
 

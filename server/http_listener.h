@@ -4,6 +4,7 @@
 // those listeners include <httplib.h>; this header forward-declares what it needs.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,6 +45,7 @@ class HttpListener {
  private:
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};  // set by thread_ when httplib's loop ends
   int port_ = 0;
 };
 

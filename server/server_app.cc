@@ -148,15 +148,8 @@ absl::Status ServerApp::LoadEngine() {
                      " but the model's vocab_size is ", m.vocab_size,
                      ": prompt_text that encodes to an id past it is refused"));
   }
-  SetServing(true);
-  Log(absl::StrCat("ready: model ", m.name, " (", m.NumParameters(), " parameters), backend ",
-                   info.backend, ", device ", info.device_name, ", max_model_len ",
-                   info.limits.max_model_len, ", KV ", kv.num_blocks, " blocks x ", kv.block_size,
-                   " tokens, token events on ",
-                   info.event_threads > 0 ? absl::StrCat(info.event_threads, " event thread(s)")
-                                          : std::string("the engine thread"),
-                   info.async_scheduling ? ", steps overlapped (async scheduling)" : "", ", on ",
-                   address(), " (SERVING)"));
+  // The HTTP endpoints bind before the server says it is ready: a port in use stops the
+  // start before any "ready" line.
   if (config_.metrics_port != 0) {
     metrics_ =
         std::make_unique<MetricsHttpServer>(&state_, diag_.get(), config_.metrics_window_seconds);
@@ -176,6 +169,15 @@ absl::Status ServerApp::LoadEngine() {
     Log(absl::StrCat("OpenAI-compatible API at http://", HttpHost(config_.listen), ":",
                      openai_->port(), "/v1"));
   }
+  SetServing(true);
+  Log(absl::StrCat("ready: model ", m.name, " (", m.NumParameters(), " parameters), backend ",
+                   info.backend, ", device ", info.device_name, ", max_model_len ",
+                   info.limits.max_model_len, ", KV ", kv.num_blocks, " blocks x ", kv.block_size,
+                   " tokens, token events on ",
+                   info.event_threads > 0 ? absl::StrCat(info.event_threads, " event thread(s)")
+                                          : std::string("the engine thread"),
+                   info.async_scheduling ? ", steps overlapped (async scheduling)" : "", ", on ",
+                   address(), " (SERVING)"));
   return absl::OkStatus();
 }
 

@@ -1,12 +1,14 @@
-// --listen: a second server on a busy TCP port or a live unix socket is refused with
-// "address in use" naming the address (no SO_REUSEPORT sharing, no socket takeover), and
-// --unix_socket_mode sets the socket's permissions.
+// --listen (and the HTTP ports): a second server on a busy TCP port or a live unix socket is
+// refused with "address in use" naming the address (no SO_REUSEPORT sharing, no socket
+// takeover), and --unix_socket_mode sets the socket's permissions.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
 
+#include "server/http_listener.h"
 #include "server/listen_address.h"
 #include "tests/server/server_test_util.h"
 
@@ -28,6 +30,23 @@ TEST(ListenTest, ASecondServerOnABusyPortIsRefused) {
   // The first one is untouched.
   EXPECT_EQ(testing::CheckHealth(first->health.get(), ""),
             grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+}
+
+// The HTTP endpoints too: httplib's default SO_REUSEPORT let a second server bind the first
+// one's --http_port and take half of its connections.
+TEST(ListenTest, ASecondHttpListenerOnABusyPortIsRefused) {
+  const ServerConfig config = testing::TinyConfig();
+  HttpListener first;
+  ASSERT_TRUE(first.Init(config, "the HTTP API", [](httplib::Response&) {}).ok());
+  ASSERT_TRUE(first.Listen("127.0.0.1", -1, "--http_port").ok());
+  HttpListener second;
+  ASSERT_TRUE(second.Init(config, "the HTTP API", [](httplib::Response&) {}).ok());
+  const absl::Status st = second.Listen("127.0.0.1", first.port(), "--http_port");
+  ASSERT_FALSE(st.ok()) << "a second listener bound port " << first.port();
+  EXPECT_NE(st.message().find("--http_port: cannot listen on 127.0.0.1:" +
+                              std::to_string(first.port()) + " (address in use?)"),
+            std::string::npos)
+      << st;
 }
 
 std::string SocketPath(const std::string& name) {
