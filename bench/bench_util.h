@@ -31,17 +31,28 @@ inline std::vector<StepRecord> StepsIn(const Engine& engine, double begin_us, do
   return steps;
 }
 
-// Writes `out` to `path` (nothing when empty); 0, or 1 with a message when it cannot.
+// Writes `out` to `path` (nothing when empty); 0, or 1 with a message when it cannot. The
+// stream is closed before the check: a full disk (/dev/full) fails only at the flush.
 inline int WriteJson(const nlohmann::json& out, const std::string& path) {
   if (path.empty()) return 0;
   std::ofstream f(path);
   f << out.dump(2) << "\n";
+  f.close();
   if (!f) {
     std::cerr << "--json: cannot write " << path << "\n";
     return 1;
   }
   std::cerr << "wrote " << path << "\n";
   return 0;
+}
+
+// Whether flag --`name`'s value lies in [lo, hi]; prints "--name: must be in [lo, hi], got v"
+// when not (NaN is never in range).
+template <typename T>
+bool FlagInRange(const char* name, T v, T lo, T hi) {
+  if (v >= lo && v <= hi) return true;
+  std::cerr << "--" << name << ": must be in [" << lo << ", " << hi << "], got " << v << "\n";
+  return false;
 }
 
 }  // namespace saturn::bench

@@ -346,12 +346,6 @@ void PrintRoundSummary(const std::vector<Row>& rows) {
 constexpr int kMaxFlagTokens = 1 << 20;
 
 // Checked before anything loads: the flag's name, the value and the range, exit 2.
-bool FlagInRange(const char* name, int64_t v, int64_t lo, int64_t hi) {
-  if (v >= lo && v <= hi) return true;
-  std::cerr << "--" << name << ": must be in [" << lo << ", " << hi << "], got " << v << "\n";
-  return false;
-}
-
 int Main() {
   std::vector<int> batches;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
@@ -364,9 +358,9 @@ int Main() {
     batches.push_back(b);
   }
   const int prompt_len = absl::GetFlag(FLAGS_prompt_len);
-  if (!FlagInRange("prompt_len", prompt_len, 1, kMaxFlagTokens) ||
-      !FlagInRange("decode_tokens", absl::GetFlag(FLAGS_decode_tokens), 1, kMaxFlagTokens) ||
-      !FlagInRange("prefill_repeats", absl::GetFlag(FLAGS_prefill_repeats), 1, 100)) {
+  if (!bench::FlagInRange("prompt_len", prompt_len, 1, kMaxFlagTokens) ||
+      !bench::FlagInRange("decode_tokens", absl::GetFlag(FLAGS_decode_tokens), 1, kMaxFlagTokens) ||
+      !bench::FlagInRange("prefill_repeats", absl::GetFlag(FLAGS_prefill_repeats), 1, 100)) {
     return 2;
   }
   const std::string graphs_flag = absl::GetFlag(FLAGS_graphs);
@@ -579,8 +573,8 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseCommandLineWithHelp(argc, argv,
-                                   "saturn-bench-engine: decode tokens/s at several batch sizes "
-                                   "against this machine's measured ceilings (JSON)");
+  saturn::ParseFlagsOnly(argc, argv,
+                         "saturn-bench-engine: decode tokens/s at several batch sizes "
+                         "against this machine's measured ceilings (JSON)");
   return saturn::Main();
 }

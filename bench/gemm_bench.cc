@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "engine/calibration.h"
 #include "engine/flags_help.h"
 #include "kernels/backend.h"
@@ -68,9 +69,48 @@ double TimeMs(cpu::ThreadPool& pool, const cpu::IsaKernels& kernels, const Tenso
   return absl::GetFlag(FLAGS_stat) == "min" ? t.front() : t[t.size() / 2];
 }
 
+// Largest weight matrix (elements) and batch tile timed: 1 GiB of f32 weights.
+constexpr int64_t kMaxElements = int64_t{1} << 28;
+
 int Main() {
+  const int n = absl::GetFlag(FLAGS_n), k = absl::GetFlag(FLAGS_k);
+  if (!bench::FlagInRange("n", n, 1, 1 << 20) || !bench::FlagInRange("k", k, 1, 1 << 20) ||
+      !bench::FlagInRange("repeats", absl::GetFlag(FLAGS_repeats), 1, 100000) ||
+      !bench::FlagInRange("threads", absl::GetFlag(FLAGS_threads), 0,
+                          cpu::ThreadPool::kMaxThreads) ||
+      !bench::FlagInRange("prefetch_blocks", absl::GetFlag(FLAGS_prefetch_blocks), 0, 1 << 20) ||
+      !bench::FlagInRange<int64_t>("prefetch_bytes", absl::GetFlag(FLAGS_prefetch_bytes), 0,
+                                   int64_t{1} << 30)) {
+    return 2;
+  }
+  if (int64_t{n} * k > kMaxElements) {
+    std::fprintf(stderr, "--n, --k: %d x %d weights exceed the limit of %lld elements\n", n, k,
+                 static_cast<long long>(kMaxElements));
+    return 2;
+  }
+  if (const std::string stat = absl::GetFlag(FLAGS_stat); stat != "median" && stat != "min") {
+    std::fprintf(stderr, "--stat: must be median or min, got \"%s\"\n", stat.c_str());
+    return 2;
+  }
+  if (const std::string d = absl::GetFlag(FLAGS_dtype); d != "f32" && d != "bf16") {
+    std::fprintf(stderr, "--dtype: must be f32 or bf16, got \"%s\"\n", d.c_str());
+    return 2;
+  }
+  std::vector<int> ms;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_ms), ',')) {
+    int m = 0;
+    if (!absl::SimpleAtoi(s, &m) || m < 1 || int64_t{m} * std::max(n, k) > kMaxElements) {
+      std::fprintf(stderr, "--ms: \"%s\" is not an integer in [1, %lld] for these --n, --k\n",
+                   std::string(s).c_str(), static_cast<long long>(kMaxElements / std::max(n, k)));
+      return 2;
+    }
+    ms.push_back(m);
+  }
   auto backend = CreateBackend("cpu", absl::GetFlag(FLAGS_threads));
-  if (!backend.ok()) return 1;
+  if (!backend.ok()) {
+    std::fprintf(stderr, "backend: %s\n", backend.status().ToString().c_str());
+    return 1;
+  }
   auto cal = Calibrate(backend->get());
   if (!cal.ok()) {
     std::fprintf(stderr, "calibration: %s\n", cal.status().ToString().c_str());
@@ -94,16 +134,6 @@ int Main() {
     }
   }
   const cpu::IsaKernels& kernels = cpu::KernelsFor(isa);
-  const int n = absl::GetFlag(FLAGS_n), k = absl::GetFlag(FLAGS_k);
-  std::vector<int> ms;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_ms), ',')) {
-    int m = 0;
-    if (!absl::SimpleAtoi(s, &m) || m < 1) {
-      std::fprintf(stderr, "--ms: \"%s\" is not a positive integer\n", std::string(s).c_str());
-      return 2;
-    }
-    ms.push_back(m);
-  }
   const int max_m = *std::max_element(ms.begin(), ms.end());
   const bool bf16 = absl::GetFlag(FLAGS_dtype) == "bf16";
   std::mt19937 rng(1);
@@ -119,10 +149,6 @@ int Main() {
   }
   for (float& v : xs) v = u(rng);
   for (size_t i = 0; i < wn; ++i) ws[i] = u(rng);
-  if (!bf16 && absl::GetFlag(FLAGS_dtype) != "f32") {
-    std::fprintf(stderr, "--dtype: must be f32 or bf16\n");
-    return 2;
-  }
   for (size_t i = 0; i < wn; ++i) {
     uint32_t bits;
     std::memcpy(&bits, &ws[i], 4);
@@ -215,16 +241,14 @@ int Main() {
          {"gflops_best", flops / best * 1e-6},
          {"roofline_floor_ms", floor_ms}});
   }
-  const std::string path = absl::GetFlag(FLAGS_json);
-  if (!path.empty()) std::ofstream(path) << out.dump(2) << "\n";
-  return 0;
+  return bench::WriteJson(out, absl::GetFlag(FLAGS_json));
 }
 
 }  // namespace
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseCommandLineWithHelp(
+  saturn::ParseFlagsOnly(
       argc, argv,
       "saturn-bench-gemm: the CPU backend's GEMM paths against this machine's measured ceilings");
   return saturn::Main();

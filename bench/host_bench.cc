@@ -121,8 +121,17 @@ int Main() {
   }
   const int prompt_len = absl::GetFlag(FLAGS_prompt_len);
   const int decode_tokens = absl::GetFlag(FLAGS_decode_tokens);
-  if (prompt_len < 1 || decode_tokens < 2) {
-    std::fprintf(stderr, "--prompt_len must be >= 1 and --decode_tokens >= 2\n");
+  if (!bench::FlagInRange("prompt_len", prompt_len, 1, 1 << 20) ||
+      !bench::FlagInRange("decode_tokens", decode_tokens, 2, 1 << 20)) {
+    return 2;
+  }
+  const int64_t most_tokens =
+      int64_t{*std::max_element(batches.begin(), batches.end())} * prompt_len;
+  if (most_tokens > kMaxNumBatchedTokensLimit) {
+    std::fprintf(stderr,
+                 "--batches, --prompt_len: the largest batch's prompts hold %lld tokens, over "
+                 "the engine's limit of %d in one step\n",
+                 static_cast<long long>(most_tokens), kMaxNumBatchedTokensLimit);
     return 2;
   }
   EngineConfig config;
@@ -189,7 +198,6 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseCommandLineWithHelp(argc, argv,
-                                   "Host microseconds per engine step on the null backend");
+  saturn::ParseFlagsOnly(argc, argv, "Host microseconds per engine step on the null backend");
   return saturn::Main();
 }

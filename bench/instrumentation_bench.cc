@@ -44,6 +44,11 @@ double Median(std::vector<double> v) {
 }
 
 int Main() {
+  if (!bench::FlagInRange("batch", absl::GetFlag(FLAGS_batch), 1, 4096) ||
+      !bench::FlagInRange("decode_tokens", absl::GetFlag(FLAGS_decode_tokens), 1, 1 << 20) ||
+      !bench::FlagInRange("rounds", absl::GetFlag(FLAGS_rounds), 1, 1000)) {
+    return 2;
+  }
   EngineConfig cfg;
   cfg.model = absl::GetFlag(FLAGS_model);
   cfg.backend = absl::GetFlag(FLAGS_backend);
@@ -94,7 +99,7 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseCommandLineWithHelp(
+  saturn::ParseFlagsOnly(
       argc, argv,
       "saturn-bench-instrumentation: what Saturn's always-on instrumentation costs in throughput");
   return saturn::Main();

@@ -256,8 +256,18 @@ nlohmann::json MixedByClass(const std::vector<StepRecord>& steps) {
 
 int Main() {
   const int start = absl::GetFlag(FLAGS_start_seqs), n = absl::GetFlag(FLAGS_concurrency);
-  if (start < 1 || n < 1) {
-    std::cerr << "--start_seqs and --concurrency must be >= 1\n";
+  constexpr int kSeqsLimit = 64;  // the engine's max_num_seqs_limit here
+  const double ramp = absl::GetFlag(FLAGS_ramp_s);
+  if (!bench::FlagInRange("start_seqs", start, 1, kSeqsLimit) ||
+      !bench::FlagInRange("concurrency", n, 1, 4096) ||
+      !bench::FlagInRange("prompt_len", absl::GetFlag(FLAGS_prompt_len), 1, 1 << 16) ||
+      !bench::FlagInRange("max_tokens", absl::GetFlag(FLAGS_max_tokens), 1, 1 << 16) ||
+      !bench::FlagInRange("length_jitter", absl::GetFlag(FLAGS_length_jitter), 0.0, 0.9) ||
+      !bench::FlagInRange("before_s", absl::GetFlag(FLAGS_before_s), 0.1, 86400.0) ||
+      !bench::FlagInRange("after_s", absl::GetFlag(FLAGS_after_s), 0.1, 86400.0) ||
+      !(ramp == -1 || bench::FlagInRange("ramp_s", ramp, 0.0, 86400.0)) ||
+      !bench::FlagInRange("probe_ms", absl::GetFlag(FLAGS_probe_ms), 0.0, 600000.0) ||
+      !bench::FlagInRange("return_s", absl::GetFlag(FLAGS_return_s), 0.0, 86400.0)) {
     return 2;
   }
   const std::string load_start = LoadAvg();
@@ -267,15 +277,11 @@ int Main() {
   cfg.num_threads = absl::GetFlag(FLAGS_threads);
   cfg.dtype = absl::GetFlag(FLAGS_dtype);
   const double jitter = absl::GetFlag(FLAGS_length_jitter);
-  if (jitter < 0 || jitter > 0.9) {
-    std::cerr << "--length_jitter must be in [0, 0.9]\n";
-    return 2;
-  }
   cfg.max_model_len =
       int(std::ceil((absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_max_tokens)) *
                     (1 + jitter))) +
       16;
-  cfg.max_num_seqs_limit = 64;
+  cfg.max_num_seqs_limit = kSeqsLimit;
   cfg.options.max_num_seqs = start;
   std::cerr << "loading " << cfg.model << " ...\n";
   auto engine_or = Engine::Create(cfg);
@@ -506,8 +512,8 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseCommandLineWithHelp(argc, argv,
-                                   "saturn-bench-plan: follows the diagnostics plan in-process and "
-                                   "reports predicted vs measured");
+  saturn::ParseFlagsOnly(argc, argv,
+                         "saturn-bench-plan: follows the diagnostics plan in-process and "
+                         "reports predicted vs measured");
   return saturn::Main();
 }

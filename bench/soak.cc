@@ -9,16 +9,20 @@
 // RSS within --tolerance / --rss_tolerance (10 %) of the post-warm-up sample, and a clean exit on
 // SIGTERM. Prints a summary and writes it as JSON (--json). Exit 0 only when every check passed.
 //   saturn-soak --server=build/server/saturn-server [--duration_s=600] [--json=out.json]
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/impl/codegen/sync_stream.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -28,12 +32,14 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/flags_help.h"
 #include "saturn/v1/saturn.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "", "saturn-server binary to start (required)");
@@ -284,29 +290,65 @@ std::string SampleJson(const ProcSample& s) {
       s.t_s, s.threads, s.rss_kb, s.kv_free, s.kv_total, s.running, s.waiting);
 }
 
+int Usage(const std::string& what) {
+  std::cerr << "saturn-soak: " << what << std::endl;
+  return 2;
+}
+
+// The flags' limits, checked before the server starts; "" when they hold.
+std::string CheckFlags() {
+  const std::string server = absl::GetFlag(FLAGS_server);
+  if (server.empty()) return "--server: the saturn-server binary is required";
+  if (access(server.c_str(), X_OK) != 0) {
+    return absl::StrCat("--server: ", server, " is not an executable file");
+  }
+  const int clients = absl::GetFlag(FLAGS_clients);
+  if (clients < 1 || clients > 1024) return absl::StrCat("--clients: 1 to 1024, got ", clients);
+  const int warmup = absl::GetFlag(FLAGS_warmup_s), duration = absl::GetFlag(FLAGS_duration_s);
+  if (warmup < 0 || warmup > 86400) return absl::StrCat("--warmup_s: 0 to 86400, got ", warmup);
+  if (duration < 1 || duration > 7 * 86400) {
+    return absl::StrCat("--duration_s: 1 to 604800, got ", duration);
+  }
+  for (const auto& [name, v] : {std::pair{"--tolerance", absl::GetFlag(FLAGS_tolerance)},
+                                std::pair{"--rss_tolerance", absl::GetFlag(FLAGS_rss_tolerance)}}) {
+    if (!(v >= 0 && v <= 100)) return absl::StrCat(name, ": 0 to 100, got ", v);
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  saturn::ParseFlagsOnly(argc, argv,
+                         "saturn-soak: a bounded soak of one saturn-server process on loopback "
+                         "(mixed streams, cancels, deadlines, bad requests; threads, RSS and KV "
+                         "blocks checked against the post-warm-up sample)");
+  if (const std::string bad = CheckFlags(); !bad.empty()) return Usage(bad);
   const std::string server = absl::GetFlag(FLAGS_server);
   const std::string log = absl::GetFlag(FLAGS_log);
-  if (server.empty()) {
-    std::cerr << "saturn-soak: --server is required\n";
-    return 2;
+  // Truncated here, not removed: the address is read from this run's log only, and a path
+  // that is not a regular file (a directory, a device) is refused, never deleted.
+  const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  struct stat st = {};
+  if (log_fd < 0 || fstat(log_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Usage(absl::StrCat("--log: cannot write ", log, " as a regular file (",
+                              log_fd < 0 ? std::strerror(errno) : "not a regular file", ")"));
   }
-  std::remove(log.c_str());  // the address is read from this run's log only
   const pid_t pid = fork();
   if (pid == 0) {
-    FILE* f = freopen(log.c_str(), "w", stderr);
-    (void)f;
+    dup2(log_fd, STDERR_FILENO);
     const std::string model = "--model=" + absl::GetFlag(FLAGS_model);
     execl(server.c_str(), server.c_str(), model.c_str(), "--backend=cpu", "--threads=1",
           "--listen=127.0.0.1:0", "--max_model_len=512", "--kv_cache_mb=32",
           "--max_queued_requests=64", "--shutdown_grace=5s", static_cast<char*>(nullptr));
     _exit(127);
   }
+  close(log_fd);
   std::string address;
-  for (int i = 0; i < 3000 && address.empty(); ++i) {
+  bool exited = false;
+  for (int i = 0; i < 3000 && address.empty() && !exited; ++i) {
+    int child_status = 0;
+    exited = waitpid(pid, &child_status, WNOHANG) == pid;  // it will not start now
     const std::string text = ReadAll(log);
     if (text.find("(SERVING)") != std::string::npos) {
       const size_t at = text.find("listening on ") + 13;
@@ -315,8 +357,12 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (address.empty()) {
-    std::cerr << "saturn-soak: the server did not start:\n" << ReadAll(log);
-    kill(pid, SIGKILL);
+    std::cerr << "saturn-soak: the server did not start" << (exited ? " (it exited)" : "") << ":\n"
+              << ReadAll(log);
+    if (!exited) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
     return 1;
   }
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());

@@ -70,4 +70,18 @@ inline std::vector<char*> ParseCommandLineWithHelp(int argc, char** argv, const 
   return absl::ParseCommandLine(argc, argv);
 }
 
+// As ParseCommandLineWithHelp, for a tool that takes flags only: a positional argument is
+// refused, naming it (exit 2). "--skip_tokenizer_init false" sets the flag to true and leaves
+// "false" behind, so ignoring leftovers silently did the opposite of what was asked.
+inline void ParseFlagsOnly(int argc, char** argv, const char* usage) {
+  const std::vector<char*> rest = ParseCommandLineWithHelp(argc, argv, usage);
+  if (rest.size() > 1) {
+    std::string_view tool = argc > 0 ? argv[0] : "saturn";
+    tool = tool.substr(tool.rfind('/') == std::string_view::npos ? 0 : tool.rfind('/') + 1);
+    std::cerr << tool << ": unexpected argument \"" << rest[1]
+              << "\" (flags only; a flag's value goes after '=', as in --flag=false)" << std::endl;
+    std::exit(2);
+  }
+}
+
 }  // namespace saturn

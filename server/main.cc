@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
               << " while starting: exiting" << std::endl;
     std::_Exit(0);
   });
-  saturn::ParseCommandLineWithHelp(argc, argv,
+  saturn::ParseFlagsOnly(argc, argv,
                                    "Saturn LLM inference server (gRPC saturn.v1.Saturn)");
 
   saturn::ServerConfig config;

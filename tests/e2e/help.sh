@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # First contact: `--help` in every Saturn binary lists Saturn's own flags (one known flag per
-# binary is checked) and exits 0; Abseil's flags stay behind --helpfull.
+# binary is checked) and exits 0; Abseil's flags stay behind --helpfull. A stray argument
+# (e.g. the "false" of "--flag false", which set the flag to true) exits 2 naming it.
 #   bash tests/e2e/help.sh BUILD_DIR
 set -uo pipefail
 build="$1"
@@ -34,6 +35,20 @@ check bench/saturn-bench-engine json
 check bench/saturn-bench-gemm json
 check bench/saturn-bench-instrumentation json
 check bench/saturn-bench-plan start_seqs
+check bench/saturn-bench-host batches
+check bench/saturn-soak clients
+# (saturn-diag's positional arguments are its commands.)
+for bin in server/saturn-server clients/saturn-load bench/saturn-bench-engine \
+  bench/saturn-bench-gemm bench/saturn-bench-host bench/saturn-bench-instrumentation \
+  bench/saturn-bench-plan bench/saturn-soak; do
+  out="$(timeout 60 "$build/$bin" stray-argument 2>&1)"
+  rc=$?
+  if [ "$rc" -ne 2 ] || ! grep -q 'unexpected argument "stray-argument"' <<<"$out"; then
+    echo "help: $bin stray-argument exited $rc:" >&2
+    echo "$out" | tail -3 >&2
+    fail=1
+  fi
+done
 # --kv_cache_mb's help states the automatic size the engine uses (engine.h: 1/8 of device
 # memory).
 if ! "$build/server/saturn-server" --help | grep -A1 -- "--kv_cache_mb" | grep -q "1/8 of device"; then
