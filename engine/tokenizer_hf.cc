@@ -2,13 +2,12 @@
 #include "engine/tokenizer_hf.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/json_depth.h"
+#include "engine/read_file.h"
 
 namespace saturn {
 namespace {
@@ -93,11 +92,9 @@ absl::Status FromPostProcessor(const nlohmann::json& p, const std::string& name,
 }
 
 absl::StatusOr<nlohmann::json> ReadJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  absl::StatusOr<std::string> read = ReadFileBounded(path, kMaxTokenizerFileBytes);
+  if (!read.ok()) return read.status();
+  const std::string& text = *read;
   if (absl::Status s = CheckJsonDepth(text, kMaxFileJsonDepth, path); !s.ok()) return s;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {

@@ -12,13 +12,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/json_depth.h"
+#include "engine/read_file.h"
 #include "engine/safetensors.h"
 #include "kernels/status_macros.h"
 
@@ -88,12 +88,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 absl::StatusOr<std::string> ReadTextFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path.string(), ": cannot open"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path.string(), ": read failed"));
-  return ss.str();
+  return ReadFileBounded(path.string(), kMaxConfigFileBytes);
 }
 
 // Maps tensor names to the shard that holds them and reads them with shape checks.

@@ -1,22 +1,21 @@
 // ReadAuthToken and ReadPemFile (credential_files.h).
 #include "server/credential_files.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engine/read_file.h"
 
 namespace saturn {
 namespace {
 
 absl::StatusOr<std::string> ReadWhole(const std::string& flag, const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
+  absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxCredentialFileBytes);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot read ", text.status().message()));
+  }
+  return text;
 }
 
 }  // namespace

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/json_depth.h"
+#include "engine/read_file.h"
 
 namespace saturn {
 namespace {
@@ -408,15 +407,13 @@ absl::Status ChatTemplateRefusal(const std::string& model) {
                                         "\" has no chat template; use /v1/completions"));
   }
   bool has_template = fs::exists(fs::path(model) / "chat_template.jinja", ec);
-  std::ifstream config(fs::path(model) / "tokenizer_config.json", std::ios::binary);
-  if (config) {
-    // Read on this request, so its depth is checked here too (the parser recurses per level).
-    const std::string text((std::istreambuf_iterator<char>(config)),
-                           std::istreambuf_iterator<char>());
-    if (JsonNestingDepth(text) <= kMaxFileJsonDepth) {
-      Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-      has_template = has_template || (j.is_object() && j.contains("chat_template"));
-    }
+  // Read on this request, so its size and depth are checked here too (the parser recurses
+  // per level).
+  absl::StatusOr<std::string> text =
+      ReadFileBounded((fs::path(model) / "tokenizer_config.json").string(), kMaxConfigFileBytes);
+  if (text.ok() && JsonNestingDepth(*text) <= kMaxFileJsonDepth) {
+    Json j = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    has_template = has_template || (j.is_object() && j.contains("chat_template"));
   }
   return Bad("messages",
              has_template

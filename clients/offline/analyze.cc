@@ -1,7 +1,5 @@
 #include "clients/offline/analyze.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -9,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/diag/diagnostics_session.h"
 #include "engine/diag/recording.h"
+#include "engine/read_file.h"
 #include "nlohmann/json.hpp"
 #include "proto/render/report_json.h"
 #include "proto/render/report_text.h"
@@ -21,11 +20,9 @@ int RunAnalyze(const DiagOptions& o, std::ostream& out, std::ostream& err) {
     err << "saturn-diag analyze: " << m << std::endl;
     return kDiagExitFailed;
   };
-  std::ifstream f(o.input, std::ios::binary);
-  if (!f) return fail(absl::StrCat("cannot read \"", o.input, "\""));
-  std::stringstream text;
-  text << f.rdbuf();
-  absl::StatusOr<Recording> rec = RecordingFromJson(text.str());
+  absl::StatusOr<std::string> text = ReadFileBounded(o.input, kMaxDataFileBytes);
+  if (!text.ok()) return fail(absl::StrCat("cannot read ", text.status().message()));
+  absl::StatusOr<Recording> rec = RecordingFromJson(*text);
   if (!rec.ok()) return fail(absl::StrCat(o.input, ": ", rec.status().message()));
 
   DiagnosticsSession session("saturn-diag");
