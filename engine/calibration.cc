@@ -6,7 +6,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <thread>
 #include <type_traits>
 #include <variant>
@@ -17,6 +16,7 @@
 #include "engine/calibration_fields.h"
 #include "engine/calibration_trials.h"
 #include "engine/json_depth.h"
+#include "engine/read_file.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/status_macros.h"
@@ -300,8 +300,10 @@ absl::StatusOr<Calibration> CalibrationFromJson(const std::string& text) {
     return absl::InvalidArgumentError("calibration: not a JSON object");
   }
   Calibration c;
+  const char* field = "";  // the field being read, named in a type error
   try {
     for (const CalibrationField& f : kCalibrationFields) {
+      field = f.name;
       auto it = j.find(f.name);
       if (it == j.end()) {
         if (f.required) {
@@ -318,7 +320,8 @@ absl::StatusOr<Calibration> CalibrationFromJson(const std::string& text) {
           f.member);
     }
   } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("calibration: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration: field '", field, "': ", JsonExceptionText(e)));
   }
   if (!j.contains("op_issue_us")) c.op_issue_us = c.op_dispatch_us;  // files before it existed
   if (!(c.gemm_flops_per_s > 0) || !(c.bandwidth_bytes_per_s > 0) || !(c.op_dispatch_us > 0)) {
@@ -337,11 +340,12 @@ absl::Status SaveCalibration(const Calibration& c, const std::string& path) {
 }
 
 absl::StatusOr<Calibration> LoadCalibration(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return absl::NotFoundError(absl::StrCat("calibration: cannot read ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  ASSIGN_OR_RETURN(Calibration c, CalibrationFromJson(ss.str()));
+  absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxConfigFileBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("calibration: cannot read ", text.status().message()));
+  }
+  ASSIGN_OR_RETURN(Calibration c, CalibrationFromJson(*text));
   c.source = path;
   return c;
 }

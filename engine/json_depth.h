@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <exception>
 #include <string>
 #include <string_view>
 
@@ -46,6 +47,17 @@ inline absl::Status CheckJsonDepth(std::string_view text, int max_depth, std::st
                                                    depth, " deep; the limit is ", max_depth));
   }
   return absl::OkStatus();
+}
+
+// An nlohmann::json exception's message without its "[json.exception.type_error.302] " tag,
+// for errors that name the field themselves ("type must be number, but is null").
+inline std::string JsonExceptionText(const std::exception& e) {
+  const std::string_view what = e.what();
+  const size_t tag_end = what.find("] ");
+  if (what.rfind("[json.exception.", 0) != 0 || tag_end == std::string_view::npos) {
+    return std::string(what);
+  }
+  return std::string(what.substr(tag_end + 2));
 }
 
 }  // namespace saturn

@@ -380,13 +380,16 @@ absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
         "recording: \"format\" is not \"saturn-recording\" (not a saturn-diag record file)");
   }
   Recording r;
+  std::string where;  // the field being read, named in a type or range error
   try {
+    where = "\"version\"";
     const int version = j.at("version").get<int>();
     if (version != Recording::kVersion) {
       return absl::InvalidArgumentError(
           absl::StrCat("recording: \"version\" ", version, " is not ", Recording::kVersion));
     }
     // Columns added since version 1 began may be missing from older files: read as 0.
+    where = "\"step_columns\"";
     const std::vector<std::string> want = Columns(),
                                    have = j.at("step_columns").get<std::vector<std::string>>();
     std::vector<int> from;  // for each column of this build, its index in the file's rows
@@ -402,7 +405,9 @@ absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
       return absl::InvalidArgumentError(
           "recording: \"step_columns\" differ from this build's step record");
     }
+    where = "\"device\"";
     r.device = j.at("device").get<std::string>();
+    where = "\"bottleneck\", \"top_action\" or \"nvml_percent\"";
     r.bottleneck = j.at("bottleneck").get<std::string>();
     r.top_action = j.at("top_action").get<std::string>();
     r.nvml_percent = j.at("nvml_percent").get<double>();
@@ -410,21 +415,29 @@ absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
     if (!cal.ok()) return cal.status();
     r.calibration = std::move(*cal);
     WindowInput& in = r.input;
+    where =
+        "\"begin_us\", \"end_us\", \"ring_total_steps\", \"ring_capacity\" or "
+        "\"in_flight_since_us\"";
     in.begin_us = j.at("begin_us").get<double>();
     in.end_us = j.at("end_us").get<double>();
     in.ring_total_steps = j.at("ring_total_steps").get<int64_t>();
     in.ring_capacity = j.at("ring_capacity").get<size_t>();
     in.in_flight_since_us = j.at("in_flight_since_us").get<double>();
     // Recordings from before the ring kept per-second sums have none.
+    where = "\"earlier\"";
     if (j.contains("earlier")) in.earlier = SumsFrom(j.at("earlier"));
+    where = "\"context\"";
     in.context = ContextFrom(j.at("context"));
+    where = "\"steps\"";
     for (const json& row : j.at("steps")) {
+      where = absl::StrCat("\"steps\" row ", in.steps.size());
       json ours = json::array();
       for (int f : from) ours.push_back(f < 0 ? json(0.0) : row.at(static_cast<size_t>(f)));
       in.steps.push_back(StepFromRow(ours));
     }
   } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("recording: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("recording: ", where, ": ", JsonExceptionText(e)));
   }
   if (!(r.input.end_us > r.input.begin_us)) {
     return absl::InvalidArgumentError("recording: \"end_us\" must be after \"begin_us\"");

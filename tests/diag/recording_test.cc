@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,11 @@ TEST(RecordingTest, MalformedRecordingsNameTheField) {
   absl::Status s = RecordingFromJson(no_context).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("context"), std::string::npos) << s;
+  // A value of the wrong type names the field it is in (it was the JSON library's bare text).
+  nlohmann::json null_context = nlohmann::json::parse(good);
+  null_context["context"] = nullptr;
+  s = RecordingFromJson(null_context.dump()).status();
+  EXPECT_EQ(s.message(), "recording: \"context\": cannot use at() with null") << s;
   std::string version = good;
   version.replace(version.find("\"version\":1"), 11, "\"version\":7");
   EXPECT_NE(RecordingFromJson(version).status().message().find("version"), std::string::npos);

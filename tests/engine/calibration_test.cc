@@ -123,6 +123,11 @@ TEST(CalibrationTest, AFileWithoutARequiredFieldIsRefusedByName) {
   nlohmann::json j = full;
   j["stable"] = "yes";
   EXPECT_FALSE(CalibrationFromJson(j.dump()).ok());
+  // ... and named, without the JSON library's tag.
+  j = full;
+  j["gemm_flops_per_s"] = nullptr;
+  const absl::Status s = CalibrationFromJson(j.dump()).status();
+  EXPECT_EQ(s.message(), "calibration: field 'gemm_flops_per_s': type must be number, but is null");
 }
 
 TEST(CalibrationTest, TrialsWarmTheDeviceUpFirstWhenAsked) {
