@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -104,6 +105,22 @@ absl::StatusOr<HostPort> SplitHostPort(const std::string& target) {
   return HostPort{host, port};
 }
 
+// A target gRPC would wait on for the whole --timeout when it can never connect: host:port
+// with a port outside [1, 65535] (0, 65536, -1, none). gRPC's own schemes pass as given.
+absl::Status CheckTarget(const std::string& target) {
+  for (const char* scheme : {"unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:"}) {
+    if (absl::StartsWith(target, scheme)) return absl::OkStatus();
+  }
+  absl::StatusOr<HostPort> split = SplitHostPort(target);
+  if (!split.ok()) return split.status();
+  int port = 0;
+  if (!absl::SimpleAtoi(split->port, &port) || port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--target ", target, ": port \"", split->port,
+                                                   "\" is not a number in [1, 65535]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ResolveTarget(const std::string& target) {
   absl::StatusOr<HostPort> split = SplitHostPort(target);
   if (!split.ok()) return split.status();
@@ -175,6 +192,9 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(
   c->security_ = std::move(security);
   const auto deadline = In(timeout_s);
   std::vector<std::string> resolved;
+  for (const std::string& t : targets) {
+    if (absl::Status s = CheckTarget(t); !s.ok()) return s;
+  }
   for (const std::string& t : targets) {
     TargetInfo ti;
     ti.target = t;

@@ -77,6 +77,9 @@ struct HostPort {
 };
 // "host:port" or "[ipv6]:port" split; the error names the target.
 absl::StatusOr<HostPort> SplitHostPort(const std::string& target);
+// OK for a target a connection can be tried on: host:port with a port in [1, 65535], or one of
+// gRPC's schemes (unix:, dns:, ipv4:, ...) as given. Connect checks every target first.
+absl::Status CheckTarget(const std::string& target);
 // The one host all `targets` share (the TLS name of the balanced channel); different hosts are
 // an error naming --tls_server_name.
 absl::StatusOr<std::string> CommonHost(const std::vector<std::string>& targets);

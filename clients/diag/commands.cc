@@ -250,7 +250,10 @@ absl::Status DiagOptions::Validate() const {
     return bad(absl::StrCat("--target: a comma-separated list of replicas works with get only; ",
                             command, " takes one host:port"));
   }
-  if (!(timeout_s > 0)) return bad(absl::StrCat("--timeout: must be > 0 seconds, got ", timeout_s));
+  // inf overflowed the deadline into the past: every call failed at once.
+  if (!(timeout_s > 0) || timeout_s > 7 * 86400) {
+    return bad(absl::StrCat("--timeout: must be in (0, 604800] seconds, got ", timeout_s));
+  }
   if (!(window_s > 0) || window_s > 86400) {
     return bad(absl::StrCat("--window: must be in (0, 86400] seconds, got ", window_s));
   }
@@ -262,7 +265,9 @@ absl::Status DiagOptions::Validate() const {
   if (max_step_points < 0) {
     return bad(absl::StrCat("--max_step_points: must be >= 0, got ", max_step_points));
   }
-  if (!(settle_s >= 0)) return bad(absl::StrCat("--settle: must be >= 0 seconds, got ", settle_s));
+  if (!(settle_s >= 0) || settle_s > 86400) {
+    return bad(absl::StrCat("--settle: must be in [0, 86400] seconds, got ", settle_s));
+  }
   if (absl::Status s = security.Validate(); !s.ok()) return s;
   if ((command == "trace" || command == "roofline" || command == "record") && output.empty()) {
     return bad(absl::StrCat("-o: ", command, " needs an output file (-o FILE.",

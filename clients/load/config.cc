@@ -14,6 +14,8 @@
 namespace saturn::clients {
 namespace {
 
+constexpr double kMaxSeconds = 7 * 86400;  // a week: the longest run or wait a flag asks for
+
 absl::Status Bad(const std::string& flag, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(flag, ": ", what));
 }
@@ -133,12 +135,16 @@ absl::Status LoadConfig::Validate() const {
       return Bad("--concurrency", absl::StrCat("must be in [1, 100000], got ", c));
   }
   for (double r : request_rate) {
-    if (!(r > 0)) return Bad("--request_rate", absl::StrCat("must be > 0 or inf, got ", r));
+    // Below one request in 1000 s the first arrival is effectively never (1e-9: years).
+    if (!(r >= 1e-3)) {
+      return Bad("--request_rate", absl::StrCat("must be >= 0.001 (req/s) or inf, got ", r));
+    }
   }
   if (num_requests < 0)
     return Bad("--num_requests", absl::StrCat("must be >= 0, got ", num_requests));
-  if (!(duration_s >= 0) || !std::isfinite(duration_s)) {
-    return Bad("--duration", absl::StrCat("must be >= 0, got ", duration_s, " s"));
+  // A week at most: past about 1e13 s the end time overflowed and the run sent nothing.
+  if (!(duration_s >= 0) || !(duration_s <= kMaxSeconds)) {
+    return Bad("--duration", absl::StrCat("must be in [0, ", kMaxSeconds, "] s, got ", duration_s));
   }
   if (num_requests == 0 && duration_s == 0) {
     return Bad("--num_requests", "set --num_requests and/or --duration (a run needs a bound)");
@@ -155,10 +161,10 @@ absl::Status LoadConfig::Validate() const {
     return Bad("--warmup_requests",
                absl::StrCat("must be >= 0 or -1 (auto), got ", warmup_requests));
   }
-  if (!(slo_ttft_ms >= 0))
-    return Bad("--slo_ttft_ms", absl::StrCat("must be >= 0, got ", slo_ttft_ms));
-  if (!(slo_tpot_ms >= 0))
-    return Bad("--slo_tpot_ms", absl::StrCat("must be >= 0, got ", slo_tpot_ms));
+  if (!(slo_ttft_ms >= 0) || !std::isfinite(slo_ttft_ms))
+    return Bad("--slo_ttft_ms", absl::StrCat("must be finite and >= 0, got ", slo_ttft_ms));
+  if (!(slo_tpot_ms >= 0) || !std::isfinite(slo_tpot_ms))
+    return Bad("--slo_tpot_ms", absl::StrCat("must be finite and >= 0, got ", slo_tpot_ms));
   if (!compare.empty() && compare != "cuda_graphs" && compare != "api") {
     return Bad("--compare", absl::StrCat("expected cuda_graphs or api, got \"", compare, "\""));
   }
@@ -171,11 +177,17 @@ absl::Status LoadConfig::Validate() const {
                "follows a plan in the closed loop over Saturn's gRPC API: not with --request_rate, "
                "--compare or --api openai");
   }
-  if (!(connect_timeout_s > 0)) {
-    return Bad("--connect_timeout", absl::StrCat("must be > 0, got ", connect_timeout_s, " s"));
+  // inf overflowed the deadline into the past: every call failed at once.
+  if (!(connect_timeout_s > 0) || !(connect_timeout_s <= kMaxSeconds)) {
+    return Bad("--connect_timeout",
+               absl::StrCat("must be in (0, ", kMaxSeconds, "] s, got ", connect_timeout_s));
   }
-  if (!(request_timeout_s > 0)) {
-    return Bad("--request_timeout", absl::StrCat("must be > 0, got ", request_timeout_s, " s"));
+  if (!(request_timeout_s > 0) || !(request_timeout_s <= kMaxSeconds)) {
+    return Bad("--request_timeout",
+               absl::StrCat("must be in (0, ", kMaxSeconds, "] s, got ", request_timeout_s));
+  }
+  if (!json.empty() && json == csv) {
+    return Bad("--csv", absl::StrCat("is the same file as --json (", json, ")"));
   }
   if (!(min_measure_s >= 0) || min_measure_s > 86400) {
     return Bad("--min_measure_s", absl::StrCat("must be in [0, 86400] s, got ", min_measure_s));

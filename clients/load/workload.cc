@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "engine/json_depth.h"
+#include "engine/read_file.h"
 #include "nlohmann/json.hpp"
 
 namespace saturn::clients {
@@ -190,7 +191,7 @@ absl::Status LineError(const std::string& name, int line, const std::string& wha
 std::optional<int> PositiveInt(const nlohmann::json& v) {
   if (!v.is_number_integer()) return std::nullopt;
   const int64_t x = v.get<int64_t>();
-  if (x < 1 || x > (int64_t{1} << 30)) return std::nullopt;
+  if (x < 1 || x > kMaxLength) return std::nullopt;
   return static_cast<int>(x);
 }
 
@@ -216,23 +217,32 @@ absl::StatusOr<JsonlItem> ParseLine(const std::string& name, int line_no, const 
         return LineError(name, line_no, "\"prompt_token_ids\" must be a non-empty array");
       }
       for (size_t k = 0; k < v.size(); ++k) {
-        if (!v[k].is_number_integer() || v[k].get<int64_t>() < 0 ||
-            v[k].get<int64_t>() >= limits.vocab_size) {
-          return LineError(name, line_no,
-                           absl::StrCat("\"prompt_token_ids\"[", k, "] must be an integer in [0, ",
-                                        limits.vocab_size, ") (the model's vocab_size)"));
+        // vocab_size 0: not known yet (CheckJsonlWorkload, before connecting).
+        const int64_t bound = limits.vocab_size > 0 ? limits.vocab_size : int64_t{INT32_MAX} + 1;
+        if (!v[k].is_number_integer() || v[k].get<int64_t>() < 0 || v[k].get<int64_t>() >= bound) {
+          return LineError(
+              name, line_no,
+              limits.vocab_size > 0
+                  ? absl::StrCat("\"prompt_token_ids\"[", k, "] must be an integer in [0, ",
+                                 limits.vocab_size, ") (the model's vocab_size)")
+                  : absl::StrCat("\"prompt_token_ids\"[", k,
+                                 "] must be a token id (an integer >= 0)"));
         }
         item.ids.push_back(v[k].get<int>());
       }
     } else if (key == "input_len") {
       ++sources;
       std::optional<int> n = PositiveInt(v);
-      if (!n) return LineError(name, line_no, "\"input_len\" must be an integer >= 1");
+      if (!n) {
+        return LineError(name, line_no,
+                         absl::StrCat("\"input_len\" must be an integer in [1, ", kMaxLength, "]"));
+      }
       item.input_len = *n;
     } else if (key == "max_tokens" || key == "output_len") {
       std::optional<int> n = PositiveInt(v);
       if (!n)
-        return LineError(name, line_no, absl::StrCat("\"", key, "\" must be an integer >= 1"));
+        return LineError(name, line_no,
+                         absl::StrCat("\"", key, "\" must be an integer in [1, ", kMaxLength, "]"));
       item.max_tokens = *n;
     } else {
       return LineError(name, line_no,
@@ -257,8 +267,9 @@ int LengthSpec::Draw(std::mt19937_64& rng) const {
     case Kind::kUniform:
       return std::uniform_int_distribution<int>(static_cast<int>(a), static_cast<int>(b))(rng);
     case Kind::kNormal: {
+      // Clamped before the cast: a draw past int's range wrapped to a negative, then 1.
       const double x = std::normal_distribution<double>(a, b)(rng);
-      return std::max(1, static_cast<int>(std::lround(x)));
+      return static_cast<int>(std::lround(std::clamp(x, 1.0, double{kMaxLength})));
     }
   }
   return 1;
@@ -284,15 +295,19 @@ absl::StatusOr<LengthSpec> ParseLengthSpec(const std::string& flag, const std::s
   LengthSpec s;
   if (parts.size() == 1) {
     int n = 0;
-    if (!absl::SimpleAtoi(parts[0], &n) || n < 1) return absl::InvalidArgumentError(usage);
+    if (!absl::SimpleAtoi(parts[0], &n) || n < 1 || n > kMaxLength) {
+      return absl::InvalidArgumentError(absl::StrCat(usage, " (at most ", kMaxLength, ")"));
+    }
     s.a = n;
     return s;
   }
   if (parts.size() != 3) return absl::InvalidArgumentError(usage);
   if (parts[0] == "uniform") {
     int lo = 0, hi = 0;
-    if (!absl::SimpleAtoi(parts[1], &lo) || !absl::SimpleAtoi(parts[2], &hi) || lo < 1 || hi < lo) {
-      return absl::InvalidArgumentError(absl::StrCat(usage, " (uniform needs 1 <= LOW <= HIGH)"));
+    if (!absl::SimpleAtoi(parts[1], &lo) || !absl::SimpleAtoi(parts[2], &hi) || lo < 1 || hi < lo ||
+        hi > kMaxLength) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(usage, " (uniform needs 1 <= LOW <= HIGH <= ", kMaxLength, ")"));
     }
     s.kind = LengthSpec::Kind::kUniform;
     s.a = lo;
@@ -302,9 +317,10 @@ absl::StatusOr<LengthSpec> ParseLengthSpec(const std::string& flag, const std::s
   if (parts[0] == "normal") {
     double mean = 0, sd = 0;
     if (!absl::SimpleAtod(parts[1], &mean) || !absl::SimpleAtod(parts[2], &sd) || !(mean >= 1) ||
-        !(sd >= 0) || !std::isfinite(mean) || !std::isfinite(sd)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(usage, " (normal needs MEAN >= 1 and STDDEV >= 0)"));
+        !(sd >= 0) || !(mean <= kMaxLength) || !(sd <= kMaxLength)) {
+      return absl::InvalidArgumentError(absl::StrCat(usage,
+                                                     " (normal needs 1 <= MEAN <= ", kMaxLength,
+                                                     " and 0 <= STDDEV <= ", kMaxLength, ")"));
     }
     s.kind = LengthSpec::Kind::kNormal;
     s.a = mean;
@@ -345,16 +361,17 @@ absl::StatusOr<std::unique_ptr<Workload>> ParseJsonlWorkload(const std::string& 
 absl::StatusOr<std::unique_ptr<Workload>> LoadJsonlWorkload(const std::string& path,
                                                             LengthSpec default_output,
                                                             ModelLimits limits, uint64_t seed) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat(path, ": cannot open the prompts file"));
-  std::stringstream buf;
-  buf << f.rdbuf();
-  return ParseJsonlWorkload(path, buf.str(), default_output, std::move(limits), seed);
+  absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxDataFileBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("the prompts file ", text.status().message()));
+  }
+  return ParseJsonlWorkload(path, *text, default_output, std::move(limits), seed);
 }
 
 absl::Status CheckJsonlWorkload(const std::string& path) {
   ModelLimits any;
-  any.vocab_size = std::numeric_limits<int>::max();
+  any.vocab_size = 0;  // checked once the server's is known
   any.max_model_len = std::numeric_limits<int>::max();
   return LoadJsonlWorkload(path, LengthSpec{}, any, /*seed=*/0).status();
 }

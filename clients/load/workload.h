@@ -19,6 +19,9 @@ namespace saturn::clients {
 //   "uniform:64:256"      uniform integers in [64, 256]
 //   "normal:128:32"       normal with mean 128 and standard deviation 32, rounded and
 //                         clamped to >= 1
+// The longest length a spec or a prompts-file line may ask for, in tokens.
+inline constexpr int kMaxLength = 1 << 30;
+
 struct LengthSpec {
   enum class Kind { kFixed, kUniform, kNormal };
   Kind kind = Kind::kFixed;

@@ -14,8 +14,10 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -151,6 +153,12 @@ int Run() {
   if (!c.prompts.empty()) {
     if (absl::Status s = CheckJsonlWorkload(c.prompts); !s.ok()) {
       return Usage(absl::StrCat("--prompts: ", s.message()));
+    }
+  }
+  // The output files can be opened before the run, not found unwritable after it.
+  for (const auto& [flag, path] : {std::pair{"--json", c.json}, std::pair{"--csv", c.csv}}) {
+    if (!path.empty() && !std::ofstream(path, std::ios::app)) {
+      return Usage(absl::StrCat(flag, ": cannot write ", path));
     }
   }
 

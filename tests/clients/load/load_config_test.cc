@@ -55,6 +55,25 @@ TEST(LoadConfigTest, EachBadValueNamesItsFlag) {
   c = Good();
   c.temperature = -0.5;
   ExpectBad(c, "--temperature");
+  // Values past what a run can use: they overflowed deadlines and end times, or never came.
+  c = Good();
+  c.duration_s = 1e13;
+  ExpectBad(c, "--duration");
+  c = Good();
+  c.request_rate = {1e-9};
+  ExpectBad(c, "--request_rate");
+  c = Good();
+  c.request_timeout_s = INFINITY;
+  ExpectBad(c, "--request_timeout");
+  c = Good();
+  c.connect_timeout_s = INFINITY;
+  ExpectBad(c, "--connect_timeout");
+  c = Good();
+  c.slo_tpot_ms = INFINITY;
+  ExpectBad(c, "--slo_tpot_ms");
+  c = Good();
+  c.json = c.csv = "/tmp/same.out";
+  ExpectBad(c, "--csv");
 }
 
 TEST(LoadConfigTest, ApiFlagsAreCheckedTogether) {

@@ -197,6 +197,18 @@ TEST_F(LoadE2eTest, UnreachableTargetFailsFastWithItsName) {
   EXPECT_NE(r.err.find("--target 127.0.0.1:1: cannot connect"), std::string::npos) << r.err;
 }
 
+// A port no server can have is named at once, not after the whole connect timeout.
+TEST_F(LoadE2eTest, APortOutsideTheRangeIsNamedWithoutWaiting) {
+  for (const char* port : {"0", "65536", "-1", "99999999999", "http"}) {
+    const ToolRun r = RunLoad(std::string("--target=127.0.0.1:") + port +
+                              " --connect_timeout=600 --num_requests=1");
+    EXPECT_NE(r.code, 0) << port;
+    EXPECT_NE(r.err.find(std::string("port \"") + port + "\" is not a number in [1, 65535]"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 TEST_F(LoadE2eTest, RejectedRequestStopsTheRunAndKeepsWhatWasMeasured) {
   const std::string dir = Dir();
   std::string too_long = "{\"prompt_token_ids\": [3";
@@ -231,7 +243,7 @@ TEST_F(LoadE2eTest, PromptsFileIsCheckedBeforeConnecting) {
   const std::string missing = Dir() + "/missing.jsonl";
   ToolRun r = RunLoad("--target=127.0.0.1:1 --connect_timeout=30 --prompts=" + missing);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--prompts: " + missing + ": cannot open the prompts file"),
+  EXPECT_NE(r.err.find("--prompts: the prompts file " + missing + ": cannot open"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find("cannot connect"), std::string::npos) << r.err;

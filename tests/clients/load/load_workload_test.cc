@@ -33,11 +33,27 @@ TEST(LengthSpecTest, ParsesTheThreeForms) {
 
 TEST(LengthSpecTest, RejectsBadValuesNamingTheFlag) {
   for (const char* bad : {"0", "-3", "x", "uniform:5", "uniform:9:3", "uniform:0:3", "normal:0:1",
-                          "normal:10:-1", "poisson:3:4", ""}) {
+                          "normal:10:-1", "poisson:3:4", "", "2000000000", "uniform:1:2000000000",
+                          "normal:3e9:0", "normal:10:inf", "normal:nan:1"}) {
     absl::StatusOr<LengthSpec> s = ParseLengthSpec("--output_len", bad);
     ASSERT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.status().message().find("--output_len"), std::string::npos) << s.status();
   }
+}
+
+// A normal draw far past int's range wrapped to a negative and became 1 token.
+TEST(LengthSpecTest, NormalDrawsStayInRange) {
+  const LengthSpec s = *ParseLengthSpec("--output_len", "normal:1000000000:200000000");
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 1000; ++i) {
+    const int x = s.Draw(rng);
+    EXPECT_GE(x, 1);
+    EXPECT_LE(x, kMaxLength);
+  }
+  LengthSpec past;  // as a parse no longer gives: the clamp holds anyway
+  past.kind = LengthSpec::Kind::kNormal;
+  past.a = 3e9;
+  EXPECT_EQ(past.Draw(rng), kMaxLength);
 }
 
 struct Moments {
@@ -138,7 +154,9 @@ TEST(JsonlWorkloadTest, ErrorsNameFileLineAndProblem) {
               "prompts.jsonl:1:", "\"prompt_token_ids\"[1] must be an integer in [0, 256)");
   ExpectError("{\"prompt_token_ids\": []}\n", ":1:", "non-empty array");
   ExpectError("{\"prompt\": \"a\", \"max_tokens\": 0}\n",
-              ":1:", "\"max_tokens\" must be an integer >= 1");
+              ":1:", "\"max_tokens\" must be an integer in [1, 1073741824]");
+  ExpectError("{\"input_len\": 2147483647}\n",
+              ":1:", "\"input_len\" must be an integer in [1, 1073741824]");
   ExpectError("{\"prompt\": \"a\", \"max_tokens\": 2.5}\n", ":1:", "\"max_tokens\"");
   ExpectError("{\"prompt\": \"a\", \"input_len\": 3}\n", ":1:", "exactly one of");
   ExpectError("{\"max_tokens\": 3}\n", ":1:", "exactly one of");
@@ -150,6 +168,20 @@ TEST(JsonlWorkloadTest, MissingFileIsNamed) {
   auto w = LoadJsonlWorkload("/nonexistent/prompts.jsonl", Out16(), Limits(), 1);
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("/nonexistent/prompts.jsonl"), std::string::npos);
+}
+
+// Before the server is known: every check but the ids' vocabulary, whose message then says
+// what a token id is, not a made-up vocab_size.
+TEST(JsonlWorkloadTest, CheckBeforeConnectingLeavesTheVocabularyOut) {
+  const std::string path = ::testing::TempDir() + "/workload_check.jsonl";
+  std::ofstream(path) << "{\"prompt_token_ids\": [7, 99999]}\n";
+  EXPECT_TRUE(CheckJsonlWorkload(path).ok());
+  std::ofstream(path) << "{\"prompt_token_ids\": [1, -2]}\n";
+  const absl::Status s = CheckJsonlWorkload(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(":1: \"prompt_token_ids\"[1] must be a token id (an integer >= 0)"),
+            std::string::npos)
+      << s;
 }
 
 TEST(JsonlWorkloadTest, ReadsAFile) {
