@@ -164,6 +164,11 @@ absl::Status ServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         "--served_model_name: at most 256 bytes, without quotes, backslashes or line breaks");
   }
+  // Blank (spaces only) is no name a client could send back as "model".
+  if (!served_model_name.empty() &&
+      served_model_name.find_first_not_of(" \t") == std::string::npos) {
+    return absl::InvalidArgumentError("--served_model_name: blank (empty: --model as given)");
+  }
   if (!(metrics_window_seconds > 0 && metrics_window_seconds <= 3600)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--metrics_window_seconds: must be in (0, 3600], got %g", metrics_window_seconds));

@@ -43,6 +43,8 @@ TEST(ServerConfigTest, BadFlagsNameTheFlag) {
   c = Valid();
   c.served_model_name = "a\"b";
   ExpectNames(c, "--served_model_name");
+  c.served_model_name = "   ";
+  ExpectNames(c, "--served_model_name");
   c = Valid();
   c.probe_steps_ms = -1;
   ExpectNames(c, "--probe_steps_ms");
