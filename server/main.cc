@@ -124,8 +124,7 @@ int main(int argc, char** argv) {
               << " while starting: exiting" << std::endl;
     std::_Exit(0);
   });
-  saturn::ParseFlagsOnly(argc, argv,
-                                   "Saturn LLM inference server (gRPC saturn.v1.Saturn)");
+  saturn::ParseFlagsOnly(argc, argv, "Saturn LLM inference server (gRPC saturn.v1.Saturn)");
 
   saturn::ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
