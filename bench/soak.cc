@@ -328,7 +328,9 @@ int main(int argc, char** argv) {
   const std::string log = absl::GetFlag(FLAGS_log);
   // Truncated here, not removed: the address is read from this run's log only, and a path
   // that is not a regular file (a directory, a device) is refused, never deleted.
-  const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  // (O_NONBLOCK: a FIFO without a reader fails at once instead of blocking the open.)
+  const int log_fd =
+      open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   struct stat st = {};
   if (log_fd < 0 || fstat(log_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     return Usage(absl::StrCat("--log: cannot write ", log, " as a regular file (",
