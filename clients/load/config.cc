@@ -161,6 +161,11 @@ absl::Status LoadConfig::Validate() const {
     return Bad("--warmup_requests",
                absl::StrCat("must be >= 0 or -1 (auto), got ", warmup_requests));
   }
+  // (Past the run's requests the warm-up used to be dropped: every request was measured.)
+  if (num_requests > 0 && warmup_requests >= num_requests) {
+    return Bad("--warmup_requests", absl::StrCat("must be below --num_requests (", num_requests,
+                                                 ") so some are measured, got ", warmup_requests));
+  }
   if (!(slo_ttft_ms >= 0) || !std::isfinite(slo_ttft_ms))
     return Bad("--slo_ttft_ms", absl::StrCat("must be finite and >= 0, got ", slo_ttft_ms));
   if (!(slo_tpot_ms >= 0) || !std::isfinite(slo_tpot_ms))

@@ -74,6 +74,10 @@ TEST(LoadConfigTest, EachBadValueNamesItsFlag) {
   c = Good();
   c.json = c.csv = "/tmp/same.out";
   ExpectBad(c, "--csv");
+  c = Good();
+  c.num_requests = 2;
+  c.warmup_requests = 2;
+  ExpectBad(c, "--warmup_requests");
 }
 
 TEST(LoadConfigTest, ApiFlagsAreCheckedTogether) {
