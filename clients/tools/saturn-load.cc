@@ -19,8 +19,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "clients/common/security_flags.h"
@@ -114,6 +116,12 @@ int Run() {
     c.openai_target = *urls;
   }
   const std::string rate = absl::GetFlag(FLAGS_request_rate);
+  const absl::CommandLineFlag& concurrency_flag = absl::GetFlagReflectionHandle(FLAGS_concurrency);
+  if (!rate.empty() && concurrency_flag.CurrentValue() != concurrency_flag.DefaultValue()) {
+    return Usage(
+        "--concurrency: not with --request_rate (an open loop sends at the rate, however many "
+        "requests are in flight; run the two as separate sweeps)");
+  }
   if (!rate.empty()) {
     auto rates = ParseRateList("--request_rate", rate);
     if (!rates.ok()) return Usage(std::string(rates.status().message()));

@@ -261,6 +261,10 @@ TEST_F(LoadE2eTest, BadFlagNamesTheFlagAndLimit) {
   r = RunLoad("--target=" + server_->address + " --input_len=uniform:9:3");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--input_len"), std::string::npos) << r.err;
+  // An open loop ignores --concurrency: asking for both is refused, not half-honoured.
+  r = RunLoad("--target=" + server_->address + " --concurrency=3 --request_rate=5");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--concurrency: not with --request_rate"), std::string::npos) << r.err;
 }
 
 }  // namespace
