@@ -69,6 +69,14 @@ absl::Status ValidateApi(const LoadConfig& c) {
                  "--compare api needs Saturn's OpenAI-compatible front, "
                  "http://host:port (saturn-server --http_port)");
     }
+    // The same servers' two fronts: one URL per gRPC target, or one side spreads its load over
+    // more replicas than the other.
+    if (c.openai_target.size() != c.target.size()) {
+      return Bad("--openai_target",
+                 absl::StrCat("--compare api needs one URL per --target (the same servers' two "
+                              "fronts): got ",
+                              c.openai_target.size(), " for ", c.target.size()));
+    }
   } else if (!c.openai_target.empty()) {
     return Bad("--openai_target", "is only used with --compare api");
   }

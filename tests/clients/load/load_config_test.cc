@@ -115,6 +115,8 @@ TEST(LoadConfigTest, ApiFlagsAreCheckedTogether) {
   ExpectBad(c, "--openai_target");  // needed
   c.openai_target = {"http://127.0.0.1:8080"};
   EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c.openai_target = {"http://127.0.0.1:8080", "http://127.0.0.1:8081"};  // 2 fronts for 1
+  ExpectBad(c, "--openai_target");
   c.openai_target = {"127.0.0.1:8080"};
   ExpectBad(c, "--openai_target");
   c = Good();
