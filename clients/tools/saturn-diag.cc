@@ -13,16 +13,20 @@
 //   saturn-diag get --target host:50051 --tls_ca ca.pem --auth_token_file token
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "clients/common/security_flags.h"
 #include "clients/diag/commands.h"
 #include "clients/offline/analyze.h"
@@ -79,6 +83,29 @@ int main(int argc, char** argv) {
     return saturn::clients::kDiagExitUsage;
   }
   o.command = args[1];
+  // A flag set for a command that does not use it is refused, not silently dropped.
+  const struct {
+    const absl::CommandLineFlag& flag;
+    std::vector<std::string> commands;
+  } scoped[] = {
+      {absl::GetFlagReflectionHandle(FLAGS_window),
+       {"get", "watch", "roofline", "apply", "record"}},
+      {absl::GetFlagReflectionHandle(FLAGS_interval_ms), {"watch"}},
+      {absl::GetFlagReflectionHandle(FLAGS_count), {"watch"}},
+      {absl::GetFlagReflectionHandle(FLAGS_steps), {"trace"}},
+      {absl::GetFlagReflectionHandle(FLAGS_o), {"trace", "roofline", "record"}},
+      {absl::GetFlagReflectionHandle(FLAGS_settle), {"apply"}},
+      {absl::GetFlagReflectionHandle(FLAGS_max_step_points), {"roofline"}},
+      {absl::GetFlagReflectionHandle(FLAGS_dry_run), {"apply"}},
+  };
+  for (const auto& [flag, commands] : scoped) {
+    if (flag.CurrentValue() != flag.DefaultValue() &&
+        std::find(commands.begin(), commands.end(), o.command) == commands.end()) {
+      std::cerr << "saturn-diag: --" << flag.Name() << " is for " << absl::StrJoin(commands, ", ")
+                << ", not " << o.command << std::endl;
+      return saturn::clients::kDiagExitUsage;
+    }
+  }
   o.target = absl::GetFlag(FLAGS_target);
   o.timeout_s = absl::GetFlag(FLAGS_timeout);
   o.json = absl::GetFlag(FLAGS_json);

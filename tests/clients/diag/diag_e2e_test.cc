@@ -195,6 +195,10 @@ TEST_F(DiagE2eTest, BadInputExitsNonZeroNamingWhatIsWrong) {
   r = RunDiag("watch --interval_ms=5" + T());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--interval_ms"), std::string::npos) << r.err;
+  // A flag for another command was dropped silently (get --count=5 printed one report).
+  r = RunDiag("get --count=5 --dry_run" + T());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--count is for watch, not get"), std::string::npos) << r.err;
   r = RunDiag("roofline -o /nonexistent-dir/x.svg" + T());
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("/nonexistent-dir/x.svg"), std::string::npos) << r.err;
