@@ -7,22 +7,13 @@
 #   bench/batch_invariance_ab.sh [--rounds 5] [--model small] [--dtype auto|f32|bf16]
 #                                [--bin build/bench] [--json OUT]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib_ab.sh"
 rounds=5 model=small dtype=auto bin=build/bench json=""
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --rounds) rounds="$2"; shift 2 ;;
-    --model) model="$2"; shift 2 ;;
-    --dtype) dtype="$2"; shift 2 ;;
-    --bin) bin="$2"; shift 2 ;;
-    --json) json="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
-    *) echo "batch_invariance_ab.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds must be a positive integer, got $rounds" >&2; exit 2; }
+ab_parse_flags 2,8 "rounds model dtype bin json" "$@"
+ab_check_rounds
 engine="$bin/saturn-bench-engine"
-[[ -x "$engine" ]] || { echo "no $engine: build first (cmake --build build)" >&2; exit 2; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+ab_need_binaries build "$engine"
+ab_setup
 for ((r = 1; r <= rounds; r++)); do
   order="on off"; ((r % 2 == 0)) && order="off on"
   for mode in $order; do

@@ -1,6 +1,6 @@
-// Shared by the bench tools: the synthetic requests they submit, the engine's step records in
-// a time window, and writing the --json result. Header-only, bench code only; never used by
-// the server or the tests.
+// Shared by the bench tools: their main, the synthetic requests they submit, the engine's step
+// records in a time window, and writing the --json result. Header-only, bench code only; never
+// used by the server or the tests.
 #pragma once
 
 #include <algorithm>
@@ -11,8 +11,16 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "kernels/base/flags_help.h"
 
 namespace saturn::bench {
+
+// A bench tool's main: parses the command line (--help lists the flags with `usage`; a
+// positional argument exits 2), then returns `run`'s exit code.
+inline int RunTool(int argc, char** argv, const char* usage, int (*run)()) {
+  ParseFlagsOnly(argc, argv, usage);
+  return run();
+}
 
 // A request of `prompt_len` synthetic tokens (3 + (offset + j * stride) % 250 for token j)
 // that generates exactly `max_tokens` tokens (EOS ignored).

@@ -1,6 +1,6 @@
 // saturn-bench-engine: decode and prefill throughput of the engine against this machine's own
 // ceilings. Measures, in the same run, GEMM peak and memory bandwidth
-// (engine/calibration.h), then decode tokens/s at each batch size, each step placed under
+// (engine/measure/calibration.h), then decode tokens/s at each batch size, each step placed under
 // its roofline bound (max(FLOPs / peak, bytes / bandwidth) from the cost model), graphs off
 // and/or on; then prefill tokens/s of one request at each prompt length (the prefill steps'
 // wall time, fastest of --prefill_repeats), with the attention share of that time.
@@ -23,31 +23,22 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "engine/calibration.h"
 #include "engine/engine.h"
-#include "engine/flags_help.h"
-#include "engine/step_probe.h"
-#include "kernels/status_macros.h"
+#include "engine/engine_flags.h"
+#include "engine/measure/calibration.h"
+#include "engine/measure/step_probe.h"
+#include "kernels/base/status_macros.h"
 
-ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
-ABSL_FLAG(std::string, backend, "auto", "auto|cpu|cuda");
-ABSL_FLAG(int, threads, 0, "CPU backend threads (0: all cores)");
+// Besides the engine's flags (--model, --backend, ...: engine/engine_flags.h):
 ABSL_FLAG(std::string, batches, "1,8,32,64", "comma-separated decode batch sizes");
 ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
 ABSL_FLAG(int, decode_tokens, 32, "tokens generated per request");
 ABSL_FLAG(std::string, graphs, "off", "off|on|both (CUDA graphs)");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
-ABSL_FLAG(std::string, dtype, "auto", "weights: auto | f32 | bf16 (CPU backend)");
-ABSL_FLAG(std::string, kv_cache_dtype, "auto", "KV cache: auto (the weights') | f32 | bf16 (CPU)");
-ABSL_FLAG(std::string, batch_invariant, "auto",
-          "auto (CPU on) | on | off: off lets the CPU pick the fastest GEMM path per batch size");
-ABSL_FLAG(std::string, cuda_kernels, "v1",
-          "v1 | v2: CUDA kernel set (v2: skinny GEMM at 1-16 rows, split-K decode attention)");
 ABSL_FLAG(std::string, prefill_lens, "", "comma-separated prompt lengths to time prefill at");
 ABSL_FLAG(int, prefill_repeats, 3, "prefills timed per prompt length (fastest kept)");
 ABSL_FLAG(bool, probe, false,
@@ -62,6 +53,10 @@ ABSL_FLAG(int, rounds, 1,
 
 namespace saturn {
 namespace {
+
+constexpr char kUsage[] =
+    "saturn-bench-engine: decode tokens/s at several batch sizes against this machine's "
+    "measured ceilings (JSON)";
 
 struct Row {
   int round = 0;
@@ -188,7 +183,7 @@ absl::StatusOr<Row> RunBatch(Engine* engine, const Calibration& cal, int batch, 
   return row;
 }
 
-// The diagnostics' probe steps (engine/step_probe.h) at the row's batch and mean context,
+// The diagnostics' probe steps (engine/measure/step_probe.h) at the row's batch and mean context,
 // right after the row: what the plan's curve would hold for this shape.
 absl::Status ProbeRow(Engine* engine, Row* row) {
   StepProbeOptions po;
@@ -385,14 +380,7 @@ int Main() {
   }
   int max_prefill = 0;
   for (int len : prefill_lens) max_prefill = std::max(max_prefill, len);
-  EngineConfig cfg;
-  cfg.model = absl::GetFlag(FLAGS_model);
-  cfg.backend = absl::GetFlag(FLAGS_backend);
-  cfg.num_threads = absl::GetFlag(FLAGS_threads);
-  cfg.dtype = absl::GetFlag(FLAGS_dtype);
-  cfg.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
-  cfg.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
-  cfg.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
+  EngineConfig cfg = EngineConfigFromFlags();
   int max_batch = 1;
   for (int b : batches) max_batch = std::max(max_batch, b);
   cfg.max_num_seqs_limit = max_batch;
@@ -573,8 +561,5 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseFlagsOnly(argc, argv,
-                         "saturn-bench-engine: decode tokens/s at several batch sizes "
-                         "against this machine's measured ceilings (JSON)");
-  return saturn::Main();
+  return saturn::bench::RunTool(argc, argv, saturn::kUsage, saturn::Main);
 }

@@ -10,33 +10,16 @@
 #   bench/event_thread_ab.sh [--rounds 2] [--models "tiny small"] [--concurrency "1 64"]
 #                            [--duration 10] [--bin build] [--json OUT] [-- SERVER FLAGS]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib_ab.sh"
 rounds=2 models="tiny small" concurrency="1 64" duration=10 bin=build json=""
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --rounds) rounds="$2"; shift 2 ;;
-    --models) models="$2"; shift 2 ;;
-    --concurrency) concurrency="$2"; shift 2 ;;
-    --duration) duration="$2"; shift 2 ;;
-    --bin) bin="$2"; shift 2 ;;
-    --json) json="$2"; shift 2 ;;
-    --) shift; break ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-    *) echo "event_thread_ab.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
-extra=("$@")
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds must be a positive integer, got $rounds" >&2; exit 2; }
+ab_parse_flags 2,10 "rounds models concurrency duration bin json --" "$@"
+extra=("${ab_rest[@]}")
+ab_check_rounds
 [[ "$duration" =~ ^[1-9][0-9]*$ ]] && ((duration >= 6)) ||
   { echo "--duration must be an integer >= 6 (s), got $duration" >&2; exit 2; }
 server="$bin/server/saturn-server" load="$bin/clients/saturn-load" diag="$bin/clients/saturn-diag"
-for b in "$server" "$load" "$diag"; do
-  [[ -x "$b" ]] || { echo "no $b: build first (cmake --build $bin)" >&2; exit 2; }
-done
-tmp=$(mktemp -d)
-pid=""
-cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-port=$((20000 + RANDOM % 20000))
+ab_need_binaries "$bin" "$server" "$load" "$diag"
+ab_setup
 record_s=$((duration / 2 - 1))
 for ((r = 1; r <= rounds; r++)); do
   for model in $models; do
@@ -44,11 +27,8 @@ for ((r = 1; r <= rounds; r++)); do
       for mode in off on; do
         tag="$model-c$c-$mode-$r"
         echo "round $r/$rounds: $model c=$c event_thread=$mode" >&2
-        "$server" --model "$model" --listen "127.0.0.1:$port" --max_num_seqs 256 \
-          --event_thread "$mode" "${extra[@]}" > "$tmp/$tag.server.log" 2>&1 &
-        pid=$!
-        for _ in $(seq 1 180); do grep -q "(SERVING)" "$tmp/$tag.server.log" && break; sleep 1; done
-        grep -q "(SERVING)" "$tmp/$tag.server.log" || { tail -5 "$tmp/$tag.server.log" >&2; exit 1; }
+        ab_start_server "$tmp/$tag.server.log" "$server" --model "$model" \
+          --listen "127.0.0.1:$port" --max_num_seqs 256 --event_thread "$mode" "${extra[@]}"
         "$load" --target "127.0.0.1:$port" --concurrency "$c" --duration "$duration" \
           --num_requests 0 --min_measure_s 0 --input_len 16 --output_len 64 --ignore_eos \
           --progress=false --json "$tmp/$tag.load.json" > "$tmp/$tag.load.txt" 2>&1 &
@@ -57,8 +37,7 @@ for ((r = 1; r <= rounds; r++)); do
         "$diag" --target "127.0.0.1:$port" record --window "$record_s" -o "$tmp/$tag.rec.json" \
           > /dev/null 2>&1 || { echo "saturn-diag record failed ($tag)" >&2; exit 1; }
         wait "$lpid" || { tail -20 "$tmp/$tag.load.txt" >&2; exit 1; }
-        kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
-        port=$((port + 1))
+        ab_stop_server
       done
     done
   done

@@ -8,43 +8,23 @@
 #                        [--duration 8] [--bin build] [--json OUT]
 # Each server starts at --max_num_seqs 4 (limit 64) so server-side raises are on offer too.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib_ab.sh"
 rounds=2 models="tiny small" concurrency=1,8 duration=8 bin=build json=""
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --rounds) rounds="$2"; shift 2 ;;
-    --models) models="$2"; shift 2 ;;
-    --concurrency) concurrency="$2"; shift 2 ;;
-    --duration) duration="$2"; shift 2 ;;
-    --bin) bin="$2"; shift 2 ;;
-    --json) json="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "follow_plan.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds must be a positive integer, got $rounds" >&2; exit 2; }
+ab_parse_flags 2,9 "rounds models concurrency duration bin json" "$@"
+ab_check_rounds
 server="$bin/server/saturn-server" load="$bin/clients/saturn-load"
-for b in "$server" "$load"; do
-  [[ -x "$b" ]] || { echo "no $b: build first (cmake --build $bin)" >&2; exit 2; }
-done
-tmp=$(mktemp -d)
-pid=""
-cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-port=$((20000 + RANDOM % 20000))
+ab_need_binaries "$bin" "$server" "$load"
+ab_setup
 for ((r = 1; r <= rounds; r++)); do
   for model in $models; do
     echo "round $r/$rounds: $model" >&2
-    "$server" --model "$model" --listen "127.0.0.1:$port" --max_num_seqs 4 \
-      --max_num_seqs_limit 64 > "$tmp/server.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 180); do grep -q "(SERVING)" "$tmp/server.log" && break; sleep 1; done
-    grep -q "(SERVING)" "$tmp/server.log" || { tail -5 "$tmp/server.log" >&2; exit 1; }
+    ab_start_server "$tmp/server.log" "$server" --model "$model" --listen "127.0.0.1:$port" \
+      --max_num_seqs 4 --max_num_seqs_limit 64
     "$load" --target "127.0.0.1:$port" --concurrency "$concurrency" --duration "$duration" \
       --num_requests 0 --input_len 32 --output_len 64 --progress=false --follow_plan \
       --json "$tmp/$model-$r.json" > "$tmp/$model-$r.txt" 2>&1 ||
       { tail -20 "$tmp/$model-$r.txt" >&2; exit 1; }
-    kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
-    port=$((port + 1))
+    ab_stop_server
   done
 done
 python3 - "$tmp" "$rounds" "$models" "$json" <<'PY'

@@ -17,13 +17,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "engine/calibration.h"
-#include "engine/flags_help.h"
+#include "engine/measure/calibration.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa_kernels.h"
@@ -52,6 +50,9 @@ ABSL_FLAG(int64_t, prefetch_bytes, saturn::cpu::kDefaultPrefetchBytes,
 
 namespace saturn {
 namespace {
+
+constexpr char kUsage[] =
+    "saturn-bench-gemm: the CPU backend's GEMM paths against this machine's measured ceilings";
 
 double TimeMs(cpu::ThreadPool& pool, const cpu::IsaKernels& kernels, const Tensor& x,
               const Tensor& w, const Tensor& out, cpu::GemmPath path, int repeats) {
@@ -248,8 +249,5 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseFlagsOnly(
-      argc, argv,
-      "saturn-bench-gemm: the CPU backend's GEMM paths against this machine's measured ceilings");
-  return saturn::Main();
+  return saturn::bench::RunTool(argc, argv, saturn::kUsage, saturn::Main);
 }

@@ -36,7 +36,7 @@ cmake -S "$ROOT" -B "$BUILD" -DSATURN_ENGINE_ONLY=ON -DCMAKE_BUILD_TYPE=Release 
   -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}" >/dev/null
 
 targets=()
-for src in "$ROOT"/tests/cuda/*_test.cc; do
+for src in "$ROOT"/tests/kernels/cuda/*_test.cc; do
   [ -e "$src" ] && targets+=("$(basename "$src" .cc)")
 done
 [ -e "$ROOT/bench/engine_bench.cc" ] && targets+=(saturn-bench-engine)

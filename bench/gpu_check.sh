@@ -5,13 +5,13 @@
 # pass's budget. A failing stage is recorded and the next one runs; a binary that cannot
 # load stops the run at once with the missing libraries named.
 #
-#   pass 1 (default, <= 300 s): nvidia-smi, every tests/cuda binary, compute-sanitizer
+#   pass 1 (default, <= 300 s): nvidia-smi, every tests/kernels/cuda binary, compute-sanitizer
 #     memcheck over the sampling, attention and capture tests, saturn-bench-engine small at
 #     batch 1..64 with --graphs=both (one engine, one calibration for both modes), then small
-#     at batch 1, 8, 64 with --cuda_kernels=v2 (the unverified kernels; their device test
-#     cuda_kernels_v2_test runs with the other tests/cuda binaries and under memcheck).
+#     at batch 1, 8, 64 with --cuda_kernels=fused (the unverified kernels; their device test
+#     cuda_fused_kernels_test runs with the other tests/kernels/cuda binaries and under memcheck).
 #   pass 2 (--pass=2, optional, <= 300 s): saturn-bench-engine 1b at batch 1..256 and small
-#     at batch 128 and 256, each --graphs=both; then 1b with --cuda_kernels=v2, graphs on.
+#     at batch 128 and 256, each --graphs=both; then 1b with --cuda_kernels=fused, graphs on.
 #   serve pass (--pass=serve, <= 300 s; needs a bundle made with bench/gpu_bundle.sh --serve):
 #     saturn-server on the CUDA backend under saturn-load --compare cuda_graphs (small at
 #     c=1,8,64, then 1b at c=1,64), each server's saturn-diag report (text and JSON) and info,
@@ -113,7 +113,7 @@ elif [ -f "$BUNDLE/bundle.tar.gz" ]; then  # one written before 2026-12-06
   log "bundle: $(head -n1 "$BUNDLE/MANIFEST.txt" 2>/dev/null)"
 elif [ "$DRY_RUN" = 1 ] && [ -d "$ROOT/build" ]; then
   mkdir -p "$WORK/bin" "$WORK/lib"
-  for src in "$ROOT"/tests/cuda/*_test.cc; do
+  for src in "$ROOT"/tests/kernels/cuda/*_test.cc; do
     f=$ROOT/build/tests/$(basename "$src" .cc)
     [ -x "$f" ] && ln -s "$f" "$WORK/bin/$(basename "$f")"
   done
@@ -252,19 +252,19 @@ run_pass1() {
       --gtest_filter='*ragged*:*decode_gqa_hd32*'
     group_stage 30 memcheck:capture "" "$WORK/memcheck.sh" "$BIN/cuda_capture_test" \
       --gtest_filter='-*StepEnd*'
-    group_stage 30 memcheck:kernels-v2 "" "$WORK/memcheck.sh" "$BIN/cuda_kernels_v2_test" \
+    group_stage 30 memcheck:fused-kernels "" "$WORK/memcheck.sh" "$BIN/cuda_fused_kernels_test" \
       --gtest_filter='*b1_short*:*b2_group8*:*b3_mha*:*SkinnyGemmSplit*:*FusedRopeKvWrite*'
   else
     log "memcheck: compute-sanitizer not on PATH, skipped"
   fi
   stage bench:small 90 "$WORK/bench_small.json" "$BIN/saturn-bench-engine" --backend=cuda \
     --model=small --batches=1,2,4,8,16,32,64 --graphs=both --json="$WORK/bench_small.json"
-  # The same with --cuda_kernels=v2 (skinny GEMM with q/k/v in one launch and SwiGLU in its
+  # The same with --cuda_kernels=fused (skinny GEMM with q/k/v in one launch and SwiGLU in its
   # epilogue, split-K decode attention, RoPE fused with the KV write, split greedy sampling),
-  # beside v1; each row's ops_per_step shows the launches a step saves.
-  stage bench:small-v2 60 "$WORK/bench_small_v2.json" "$BIN/saturn-bench-engine" --backend=cuda \
-    --model=small --batches=1,8,64 --graphs=both --cuda_kernels=v2 \
-    --json="$WORK/bench_small_v2.json"
+  # beside the baseline set; each row's ops_per_step shows the launches a step saves.
+  stage bench:small-fused 60 "$WORK/bench_small_fused.json" "$BIN/saturn-bench-engine" \
+    --backend=cuda --model=small --batches=1,8,64 --graphs=both --cuda_kernels=fused \
+    --json="$WORK/bench_small_fused.json"
 }
 run_pass2() {
   stage nvidia-smi 15 "" nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
@@ -273,8 +273,9 @@ run_pass2() {
   stage bench:small-large-batch 90 "$WORK/bench_small_large.json" "$BIN/saturn-bench-engine" \
     --backend=cuda --model=small --batches=128,256 --graphs=both \
     --json="$WORK/bench_small_large.json"
-  stage bench:1b-v2 90 "$WORK/bench_1b_v2.json" "$BIN/saturn-bench-engine" --backend=cuda \
-    --model=1b --batches=1,8,64,256 --graphs=on --cuda_kernels=v2 --json="$WORK/bench_1b_v2.json"
+  stage bench:1b-fused 90 "$WORK/bench_1b_fused.json" "$BIN/saturn-bench-engine" --backend=cuda \
+    --model=1b --batches=1,8,64,256 --graphs=on --cuda_kernels=fused \
+    --json="$WORK/bench_1b_fused.json"
 }
 # The serving half, as a user with a GPU runs it. One server per model; its stages share the
 # server's lifetime (started and stopped around them, a failed start recorded as a stage).
@@ -436,7 +437,8 @@ for s in report["stages"]:
         detail = ", ".join("%s=%s" % (k, v) for k, v in list(s["result"].items())[:4]
                            if not isinstance(v, (list, dict)))[:90]
     rows.append("%-34s %8s %6d  %s" % (s["name"], s["rc"], s["seconds"], detail))
-    # Engine bench stages: a line per decode row, so v1 and v2 (tokens/s, ops a step) compare.
+    # Engine bench stages: a line per decode row, so the baseline and fused kernel sets
+    # (tokens/s, ops a step) compare.
     for r in (s["result"].get("rows", []) if isinstance(s.get("result"), dict) else []):
         if isinstance(r, dict) and "tokens_per_s" in r:
             rows.append("    batch %-4s graphs %-3s %10.1f tok/s %6.1f ms %5.0f ops/step %5.1f %% of read bound"

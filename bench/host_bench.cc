@@ -23,14 +23,15 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "engine/engine.h"
-#include "engine/flags_help.h"
 
+// Of the engine's flags (engine/engine_flags.h) only --model applies to the null backend, which
+// takes no backend choice, threads, dtypes or kernels: this tool defines --model itself and
+// links none of the others.
 ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
 ABSL_FLAG(std::string, batches, "1,64,256", "comma-separated decode batch sizes");
 ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
@@ -41,6 +42,8 @@ ABSL_FLAG(std::string, async_scheduling, "off",
 
 namespace saturn {
 namespace {
+
+constexpr char kUsage[] = "Host microseconds per engine step on the null backend";
 
 struct Row {
   int batch = 0;
@@ -198,6 +201,5 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseFlagsOnly(argc, argv, "Host microseconds per engine step on the null backend");
-  return saturn::Main();
+  return saturn::bench::RunTool(argc, argv, saturn::kUsage, saturn::Main);
 }

@@ -8,13 +8,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "bench/bench_util.h"
 #include "engine/engine.h"
-#include "engine/flags_help.h"
+#include "engine/engine_flags.h"
 
-ABSL_FLAG(std::string, model, "small", "preset or checkpoint directory");
-ABSL_FLAG(std::string, backend, "auto", "auto|cpu|cuda");
+// Besides the engine's flags (--model, --backend, ...: engine/engine_flags.h):
 ABSL_FLAG(int, batch, 1, "concurrent requests");
 ABSL_FLAG(int, decode_tokens, 48, "tokens generated per request");
 ABSL_FLAG(int, rounds, 5, "alternating rounds per mode (median reported)");
@@ -22,6 +20,9 @@ ABSL_FLAG(std::string, json, "", "write results here");
 
 namespace saturn {
 namespace {
+
+constexpr char kUsage[] =
+    "saturn-bench-instrumentation: what Saturn's always-on instrumentation costs in throughput";
 
 absl::StatusOr<double> TokensPerSecond(Engine* engine, int batch, int tokens) {
   const double t0 = NowUs();
@@ -49,9 +50,7 @@ int Main() {
       !bench::FlagInRange("rounds", absl::GetFlag(FLAGS_rounds), 1, 1000)) {
     return 2;
   }
-  EngineConfig cfg;
-  cfg.model = absl::GetFlag(FLAGS_model);
-  cfg.backend = absl::GetFlag(FLAGS_backend);
+  EngineConfig cfg = EngineConfigFromFlags();
   const int batch = absl::GetFlag(FLAGS_batch), tokens = absl::GetFlag(FLAGS_decode_tokens);
   cfg.max_num_seqs_limit = std::max(batch, 1);
   cfg.options.max_num_seqs = cfg.max_num_seqs_limit;
@@ -99,8 +98,5 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseFlagsOnly(
-      argc, argv,
-      "saturn-bench-instrumentation: what Saturn's always-on instrumentation costs in throughput");
-  return saturn::Main();
+  return saturn::bench::RunTool(argc, argv, saturn::kUsage, saturn::Main);
 }

@@ -31,21 +31,18 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "bench/bench_util.h"
-#include "engine/calibration.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/diagnostics_session.h"
 #include "engine/engine.h"
-#include "engine/flags_help.h"
+#include "engine/engine_flags.h"
+#include "engine/measure/calibration.h"
 #include "proto/render/report_json.h"
+#include "proto/render/report_proto.h"
 #include "proto/render/report_text.h"
-#include "server/report_proto.h"
 
-ABSL_FLAG(std::string, model, "small", "preset (tiny|small|1b) or checkpoint directory");
-ABSL_FLAG(std::string, backend, "cpu", "auto|cpu|cuda");
-ABSL_FLAG(int, threads, 0, "CPU backend threads (0: all cores)");
-ABSL_FLAG(std::string, dtype, "auto", "weights: auto | f32 | bf16 (CPU backend)");
+// Besides the engine's flags (--model, --backend, ...: engine/engine_flags.h; here --backend
+// defaults to cpu, see main):
 ABSL_FLAG(int, start_seqs, 1, "max_num_seqs before the plan");
 ABSL_FLAG(int, concurrency, 8, "closed-loop clients (fewer than --start_seqs: a client-side plan)");
 ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
@@ -73,6 +70,10 @@ ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 
 namespace saturn {
 namespace {
+
+constexpr char kUsage[] =
+    "saturn-bench-plan: follows the diagnostics plan in-process and reports predicted vs "
+    "measured (--backend: cpu unless set)";
 
 // Length `mean` varied uniformly by +-jitter for the m-th request of the load (client i's k-th
 // of n clients: m = k n + i), field f (1: prompt, 2: output). Weyl sequences (m times an
@@ -271,11 +272,7 @@ int Main() {
     return 2;
   }
   const std::string load_start = LoadAvg();
-  EngineConfig cfg;
-  cfg.model = absl::GetFlag(FLAGS_model);
-  cfg.backend = absl::GetFlag(FLAGS_backend);
-  cfg.num_threads = absl::GetFlag(FLAGS_threads);
-  cfg.dtype = absl::GetFlag(FLAGS_dtype);
+  EngineConfig cfg = EngineConfigFromFlags();
   const double jitter = absl::GetFlag(FLAGS_length_jitter);
   cfg.max_model_len =
       int(std::ceil((absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_max_tokens)) *
@@ -512,8 +509,8 @@ int Main() {
 }  // namespace saturn
 
 int main(int argc, char** argv) {
-  saturn::ParseFlagsOnly(argc, argv,
-                         "saturn-bench-plan: follows the diagnostics plan in-process and "
-                         "reports predicted vs measured");
-  return saturn::Main();
+  // --backend defaults to cpu in this tool (the engine flags' default is auto): set before
+  // parsing, so the command line still wins. --help lists auto; the usage says cpu.
+  absl::SetFlag(&FLAGS_backend, "cpu");
+  return saturn::bench::RunTool(argc, argv, saturn::kUsage, saturn::Main);
 }

@@ -39,7 +39,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/flags_help.h"
+#include "kernels/base/flags_help.h"
 #include "saturn/v1/saturn.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "", "saturn-server binary to start (required)");

@@ -145,7 +145,7 @@ PY=$WORK/vs.py
 cat > "$PY" <<'PYEOF'
 import json, os, re, statistics, struct, sys
 
-PRESETS = {  # engine/model_config.cc: vocab, hidden, ffn, layers, heads, kv_heads
+PRESETS = {  # engine/model/model_config.cc: vocab, hidden, ffn, layers, heads, kv_heads
     "tiny": (4096, 256, 688, 4, 8, 2),
     "small": (32000, 768, 2048, 12, 12, 4),
     "1b": (128256, 2048, 8192, 16, 32, 8),

@@ -1,6 +1,6 @@
-// Creating the engine and its public methods but the request path: the facade (engine.h)
-// forwards to the Impl (engine_impl.h), whose methods here check and queue work for the loop or
-// run it there between two steps. Submit and Cancel live with the loop (engine_loop.cc), so a
+// Engine creation and the public methods off the request path: the facade (engine.h) forwards
+// to the Impl (engine_impl.h), whose methods here check and queue work for the loop or run it
+// there between two steps. Submit and Cancel live with the loop (engine_loop.cc), so a
 // request's way through the engine is one file. See engine.h for the data path.
 #include "engine/engine.h"
 
@@ -11,9 +11,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/engine_impl.h"
-#include "engine/weights.h"
-#include "kernels/clock.h"
-#include "kernels/status_macros.h"
+#include "engine/measure/step_probe_run.h"
+#include "engine/model/weights.h"
+#include "kernels/base/clock.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn {
 

@@ -1,7 +1,7 @@
 // The engine: a background step loop that owns the backend, the scheduler and the model runner.
 //
 //   Submit() --> incoming queue --> [step loop] Scheduler::Schedule -> StepPlan
-//        -> ModelRunner::Execute (backend ops, graph replay, sampling) -> sampled tokens
+//        -> ModelRunner::Launch / Finish (backend ops, graph replay, sampling) -> sampled tokens
 //        -> Scheduler::Update -> token events (EventCallback) ; StepRecord -> StepRing
 //
 // This header is the engine's whole public face, small in the manner of TensorRT-LLM's
@@ -21,13 +21,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/calibration.h"
 #include "engine/engine_info.h"
 #include "engine/engine_options.h"
+#include "engine/measure/calibration.h"
+#include "engine/measure/step_probe.h"
+#include "engine/measure/step_record.h"
 #include "engine/request.h"
-#include "engine/step_probe.h"
-#include "engine/step_record.h"
-#include "kernels/clock.h"  // the clock of events and step records, for their readers
+#include "kernels/base/clock.h"  // the clock of events and step records, for their readers
 
 namespace saturn {
 
@@ -38,10 +38,10 @@ struct EngineConfig {
   int num_threads = 0;                  // CPU backend threads (0: all cores)
   std::string dtype = "auto";           // weights: auto | f32 | bf16 (CPU; auto: bf16 where native)
   std::string kv_cache_dtype = "auto";  // auto (the weights') | f32 | bf16 (CPU)
-  std::string batch_invariant = "auto";  // auto (CPU on, CUDA off) | on | off: CreateBackend
-  std::string cuda_kernels = "v1";       // v1 | v2: CreateBackend
-  size_t kv_cache_bytes = 0;             // 0: enough for max_num_seqs_limit full-length sequences,
-                                         // capped at 1/8 of device memory
+  std::string batch_invariant = "auto";   // auto (CPU on, CUDA off) | on | off: CreateBackend
+  std::string cuda_kernels = "baseline";  // baseline | fused (aliases v1 | v2): CreateBackend
+  size_t kv_cache_bytes = 0;              // 0: enough for max_num_seqs_limit full-length sequences,
+                                          // capped at 1/8 of device memory
   int block_size = 16;
   int max_model_len = 0;  // 0: min(model context, 4096)
   EngineOptions options;
@@ -102,15 +102,15 @@ class Engine {
   // Validates `options` against this engine (limits, backend ability), applies them at the
   // next step boundary and returns the options in force after that.
   absl::StatusOr<EngineOptions> UpdateOptions(const EngineOptions& options);
-  // Measures the backend's ceilings (engine/calibration.h) on the engine thread between two
+  // Measures the backend's ceilings (engine/measure/calibration.h) on the engine thread between two
   // steps: the engine is paused meanwhile, so the device is otherwise idle. `took_ms`
   // (optional) receives the time the measuring took, the wait for a running step left out.
   // Errors: UNAVAILABLE after Shutdown, the backend's errors.
   absl::StatusOr<Calibration> Calibrate(const CalibrationOptions& options = {},
                                         double* took_ms = nullptr);
   // Times synthetic decode and prefill steps through the runner on the engine thread between
-  // two steps (engine/step_probe.h), with KV blocks taken from and returned to the cache, and
-  // keeps the result (step_probe()), laid over the previous one (MergeProbes: a partial
+  // two steps (engine/measure/step_probe.h), with KV blocks taken from and returned to the cache,
+  // and keeps the result (step_probe()), laid over the previous one (MergeProbes: a partial
   // re-probe, e.g. only longer prefill chunks, keeps what it did not measure) and returned as
   // kept. Sizes are capped at this engine's limits. Errors:
   // INVALID_ARGUMENT naming the option, UNAVAILABLE after Shutdown, the runner's errors.

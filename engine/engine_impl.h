@@ -73,9 +73,9 @@ struct Engine::Impl {
   void Loop();
   // One turn of the loop: schedules the next step; finishes the step in flight, if any;
   // launches the next one; then updates, posts and records the finished one. Without
-  // async_scheduling the step launched is finished in the same turn. Returns false when
-  // there was nothing to do.
-  bool Step();
+  // async_scheduling the step launched is finished in the same turn. A turn with nothing to
+  // schedule and nothing in flight only yields (briefly, if work waits that does not fit).
+  void Step();
   // Waits for the step in flight, if any, and completes it (a turn that launches nothing).
   void FinishInFlight();
   // A turn that launched a step and completed none (the first of a burst): the next completed
@@ -90,12 +90,12 @@ struct Engine::Impl {
   // start, schedule time and CPU counters.
   void Complete(const InFlight& step, absl::StatusOr<RunnerOutput> out, StepRecord rec,
                 const SchedStat& sched0);
-  // Moves submitted requests into the scheduler and applies cancels.
   // A Cancel call: the request and the reason its final event gives (kCancelled or kStop).
   struct CancelOrder {
     int64_t id;
     FinishReason reason;
   };
+  // Moves submitted requests into the scheduler and applies cancels.
   void DrainIncoming(std::deque<Pending>* incoming, std::vector<CancelOrder>* cancels);
   void ApplyPendingOptions();
   // Queues an event for delivery (PostEvents); a final event also forgets the request.

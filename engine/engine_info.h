@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 #include "engine/request.h"
 #include "kernels/tensor.h"
 

@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/engine_impl.h"
-#include "engine/step_record_build.h"
-#include "kernels/clock.h"
-#include "kernels/status_macros.h"
+#include "engine/measure/step_record_build.h"
+#include "kernels/base/clock.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn {
 
@@ -226,7 +226,7 @@ void Engine::Impl::TrackSchedThreads() {
   }
 }
 
-bool Engine::Impl::Step() {
+void Engine::Impl::Step() {
   StepRecord rec;  // of the step this turn finishes
   if (config_.instrument) TrackSchedThreads();
   const SchedStat sched0 = config_.instrument ? sched_threads_.Read() : SchedStat{};
@@ -238,7 +238,7 @@ bool Engine::Impl::Step() {
     // never spin): yield briefly. Not a step: no record, never shown as in flight (a report
     // built meanwhile must not count an idle engine's wake-up as busy time).
     if (scheduler_->HasWork()) std::this_thread::sleep_for(std::chrono::microseconds(200));
-    return false;
+    return;
   }
   step_in_flight_since_us_ = rec.start_us;  // from its start: scheduling is part of the step
   struct InFlightMark {                     // cleared on every return
@@ -304,7 +304,6 @@ bool Engine::Impl::Step() {
     std::lock_guard<std::mutex> lock(mu_);
     counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
   }
-  return true;
 }
 
 void Engine::Impl::TakeOpenTurn(StepRecord* rec, SchedStat* sched0) {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <utility>
 
-#include "kernels/clock.h"
+#include "kernels/base/clock.h"
 
 namespace saturn {
 

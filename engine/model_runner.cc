@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "engine/logprobs.h"
 #include "engine/model_runner_state.h"
-#include "kernels/clock.h"
+#include "kernels/base/clock.h"
 #include "kernels/op_cost.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn {
 

@@ -15,9 +15,9 @@
 // reserved scratch KV block and are discarded. Prefill and mixed steps run eagerly.
 //
 // A step in which some request asks for logprobs runs eagerly and adds host round trips:
-// the sampled rows' logits are downloaded before the (unchanged) sampling op, and prompt rows
-// that ask go through the final norm and lm head again afterwards, downloaded in chunks.
-// Steps without such requests are exactly as before.
+// the sampled rows' logits are downloaded before the sampling op (the same op as in any
+// step), and prompt rows that ask go through the final norm and lm head again afterwards,
+// downloaded in chunks. Steps without such requests pay none of this.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +27,9 @@
 
 #include "absl/status/statusor.h"
 #include "engine/engine_info.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 #include "engine/scheduler.h"
-#include "engine/weights.h"
 #include "kernels/backend.h"
 
 namespace saturn {
@@ -102,7 +102,6 @@ class ModelRunner {
   const GraphInfo& graph_info() const { return graph_info_; }
 
   const ModelConfig& model() const { return model_; }
-  Backend* backend() const { return backend_; }
   size_t weight_bytes() const { return weight_bytes_; }
   size_t kv_cache_bytes() const { return kv_cache_bytes_; }
   // Bytes one KV block takes over all layers (K and V).

@@ -6,7 +6,7 @@
 #include "engine/logprobs.h"
 #include "engine/model_runner.h"
 #include "engine/model_runner_state.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn {
 

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model_runner.h"
 #include "engine/model_runner_state.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn {
 

@@ -6,9 +6,10 @@
 #include <cmath>
 #include <cstddef>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/enum_table.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/enum_table.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn {
 
@@ -30,9 +31,10 @@ absl::Status CheckTokenIds(absl::Span<const int> ids, int vocab_size, std::strin
 absl::Status ValidateRequest(const GenerateRequest& req, const ModelLimits& limits) {
   const int vocab = limits.vocab_size;
   if (req.prompt.empty()) {
-    return absl::InvalidArgumentError("prompt: must contain at least one token");
+    return absl::InvalidArgumentError(
+        absl::StrCat(req.prompt_field, ": must contain at least one token"));
   }
-  RETURN_IF_ERROR(CheckTokenIds(req.prompt, vocab, "prompt"));
+  RETURN_IF_ERROR(CheckTokenIds(req.prompt, vocab, req.prompt_field));
   const SamplingParams& s = req.sampling;
   if (s.max_tokens < 1) {
     return absl::InvalidArgumentError(

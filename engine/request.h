@@ -52,6 +52,8 @@ struct PositionLogprobs {
 
 struct GenerateRequest {
   std::vector<int> prompt;  // token ids
+  // What the caller's API calls the prompt, named in refusals of its ids ("prompt[3]: ...").
+  const char* prompt_field = "prompt";
   SamplingParams sampling;
   std::string client_request_id;  // optional, echoed in logs and events
 };

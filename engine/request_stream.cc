@@ -4,7 +4,7 @@
 #include <mutex>
 
 #include "engine/engine.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn {
 

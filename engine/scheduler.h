@@ -117,7 +117,7 @@ class Scheduler {
   int num_running() const { return static_cast<int>(running_.size()); }
   bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
   const BlockManager& blocks() const { return blocks_; }
-  // For synthetic probe steps between two steps (engine/step_probe.h): blocks taken must be
+  // For synthetic probe steps between two steps (engine/measure/step_probe.h): blocks taken must be
   // returned before the next Schedule().
   BlockManager* mutable_blocks() { return &blocks_; }
 

@@ -6,9 +6,9 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/clock.h"
+#include "kernels/base/clock.h"
 #include "kernels/op_cost.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn {
 namespace {

@@ -230,7 +230,7 @@ class Backend {
                            const Tensor& positions, int head_dim, const RopeParams& rope,
                            const Tensor& slot_mapping, const Tensor& k_cache,
                            const Tensor& v_cache);
-  // Whether RopeKvWrite runs as one fused op (CUDA --cuda_kernels=v2).
+  // Whether RopeKvWrite runs as one fused op (CUDA --cuda_kernels=fused).
   virtual bool FusesRopeKvWrite() const { return false; }
   // out[T, Hq*hd] = softmax(q k^T * scale) v over the paged cache (see AttentionBatch).
   absl::Status Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -243,7 +243,7 @@ class Backend {
   // (FusesGemmSwiGlu), and gate_up is then not written; elsewhere Gemm then SwiGlu, two ops.
   absl::Status GemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& gate_up,
                           const Tensor& act);
-  // Whether GemmSwiGlu runs as one fused op for these operands (CUDA --cuda_kernels=v2 at the
+  // Whether GemmSwiGlu runs as one fused op for these operands (CUDA --cuda_kernels=fused at the
   // skinny GEMM's 1-16 rows).
   virtual bool FusesGemmSwiGlu(const Tensor& /*x*/, const Tensor& /*w*/,
                                const Tensor& /*act*/) const {
@@ -357,12 +357,12 @@ class Backend {
 // backend; the CUDA backend accepts only its own). batch_invariant: "auto" (on for the CPU
 // backend, off for CUDA), "on" or "off"; on, a request's tokens and logprobs do not depend on
 // what else shares its steps (CpuBackendOptions::batch_invariant; on CUDA, "on" takes
-// fixed-order GEMM and attention kernels, CreateCudaBackend). cuda_kernels: "v1" or "v2"
-// (CreateCudaBackend's kernels_v2; the CPU backend ignores it).
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads = 0,
-                                                       const std::string& dtype = "auto",
-                                                       const std::string& kv_cache_dtype = "auto",
-                                                       const std::string& batch_invariant = "auto",
-                                                       const std::string& cuda_kernels = "v1");
+// fixed-order GEMM and attention kernels, CreateCudaBackend). cuda_kernels: "baseline" or
+// "fused", with "v1" and "v2" as their aliases (CreateCudaBackend's fused_kernels; the CPU
+// backend ignores it).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    const std::string& kind, int num_threads = 0, const std::string& dtype = "auto",
+    const std::string& kv_cache_dtype = "auto", const std::string& batch_invariant = "auto",
+    const std::string& cuda_kernels = "baseline");
 
 }  // namespace saturn

@@ -37,9 +37,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
     return absl::InvalidArgumentError(absl::StrCat(
         "batch_invariant: unknown value \"", batch_invariant, "\" (expected auto, on or off)"));
   }
-  if (cuda_kernels != "v1" && cuda_kernels != "v2") {
+  // v1 and v2 are aliases of baseline and fused, for the scripts that name the sets so.
+  const bool fused_kernels = cuda_kernels == "fused" || cuda_kernels == "v2";
+  if (!fused_kernels && cuda_kernels != "baseline" && cuda_kernels != "v1") {
     return absl::InvalidArgumentError(
-        absl::StrCat("cuda_kernels: unknown value \"", cuda_kernels, "\" (expected v1 or v2)"));
+        absl::StrCat("cuda_kernels: unknown value \"", cuda_kernels,
+                     "\" (expected baseline or fused, or their aliases v1 and v2)"));
   }
   if (kind == "cpu") return Cpu(num_threads, dtype, kv_cache_dtype, batch_invariant);
   if (kind == "null") return CreateNullBackend();
@@ -49,8 +52,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
   }
 #if defined(SATURN_WITH_CUDA)
   absl::StatusOr<std::unique_ptr<Backend>> cuda =
-      CreateCudaBackend(/*device=*/0, /*batch_invariant=*/batch_invariant == "on",
-                        /*kernels_v2=*/cuda_kernels == "v2");
+      CreateCudaBackend(/*device=*/0, /*batch_invariant=*/batch_invariant == "on", fused_kernels);
   if (cuda.ok() && dtype != "auto" && dtype != DTypeName((*cuda)->compute_dtype())) {
     return absl::InvalidArgumentError(absl::StrCat("dtype: the CUDA backend computes in ",
                                                    DTypeName((*cuda)->compute_dtype()), "; got \"",
@@ -65,9 +67,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, 
   if (cuda.ok() && batch_invariant == "on") {
     std::cerr << "saturn: --batch_invariant=on on CUDA: fixed-order GEMM and attention kernels "
                  "(slower than cuBLAS; not yet verified on a GPU)"
-              << (cuda_kernels == "v2" ? "; --cuda_kernels=v2 yields to it" : "") << "\n";
-  } else if (cuda.ok() && cuda_kernels == "v2") {
-    std::cerr << "saturn: --cuda_kernels=v2: skinny GEMM at 1-16 rows and split-K decode "
+              << (fused_kernels ? "; --cuda_kernels=fused yields to it" : "") << "\n";
+  } else if (cuda.ok() && fused_kernels) {
+    std::cerr << "saturn: --cuda_kernels=fused: skinny GEMM at 1-16 rows and split-K decode "
                  "attention (not yet verified on a GPU)\n";
   }
   if (cuda.ok() || kind == "cuda") return cuda;

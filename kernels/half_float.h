@@ -1,7 +1,7 @@
 // The one home of Saturn's host conversions between f32 and the 16-bit float formats (bf16,
-// IEEE f16): checkpoint loading (engine/safetensors.cc), weight upload and GEMM input rounding
-// (kernels/cpu/). Rounding is to nearest with ties to even; a NaN stays a quiet NaN of the same
-// sign with the top payload bits kept, and infinities stay infinities, as the x86 F16C /
+// IEEE f16): checkpoint loading (engine/model/safetensors.cc), weight upload and GEMM input
+// rounding (kernels/cpu/). Rounding is to nearest with ties to even; a NaN stays a quiet NaN of the
+// same sign with the top payload bits kept, and infinities stay infinities, as the x86 F16C /
 // AVX512-BF16 instructions convert (tests/kernels/half_float_test.cc compares bit for bit).
 #pragma once
 

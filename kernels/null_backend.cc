@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "kernels/clock.h"
+#include "kernels/base/clock.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace saturn {

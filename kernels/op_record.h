@@ -6,7 +6,7 @@
 #include <array>
 #include <cstdint>
 
-#include "kernels/enum_table.h"
+#include "kernels/base/enum_table.h"
 
 namespace saturn {
 
@@ -48,7 +48,7 @@ inline OpClass ClassOf(OpKind k) {
   }
 }
 
-// Each enumerator's name, in enum order (kernels/enum_table.h checks the count).
+// Each enumerator's name, in enum order (kernels/base/enum_table.h checks the count).
 inline constexpr std::array kOpKindNames{
     "embedding", "gemm", "rms_norm",    "add_rms_norm", "rope", "kv_write",      "attention",
     "swiglu",    "add",  "gather_rows", "sample",       "copy", "rope_kv_write", "gemm_swiglu"};

@@ -25,7 +25,7 @@ struct RopeParams {
   float original_max_position = 8192.0f;
 
   RopeParams() = default;
-  // Plain RoPE with this base (implicit, so a bare theta still reads as before).
+  // Plain RoPE with this base (implicit, so a bare theta passes where RopeParams is taken).
   RopeParams(float base) : theta(base) {}  // NOLINT(google-explicit-constructor)
   bool scaled() const { return llama3_factor > 0.0f; }
 };

@@ -5,20 +5,10 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SATURN_HD __host__ __device__ __forceinline__
-#else
-#define SATURN_HD inline
-#endif
+#include "kernels/base/host_device.h"
+#include "kernels/base/split_mix64.h"
 
 namespace saturn {
-
-SATURN_HD uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, 1) from the top 53 bits.
 SATURN_HD double SampleUniform(int64_t seed, int32_t step) {

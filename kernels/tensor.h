@@ -9,13 +9,13 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/enum_table.h"
+#include "kernels/base/enum_table.h"
 
 namespace saturn {
 
 enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kCount };
 
-// Bytes per element and name of each dtype, in enum order (kernels/enum_table.h).
+// Bytes per element and name of each dtype, in enum order (kernels/base/enum_table.h).
 inline constexpr std::array kDTypeSizes{size_t{4}, size_t{2}, size_t{2}, size_t{4}, size_t{8}};
 inline constexpr std::array kDTypeNames{"f32", "bf16", "f16", "i32", "i64"};
 

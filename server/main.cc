@@ -1,6 +1,8 @@
 // saturn-server: flags -> ServerConfig -> ServerApp; waits for SIGINT/SIGTERM, then shuts
 // down gracefully and exits 0 (a second signal cuts the grace period short; one before the
-// engine serves exits 0 at once). The only file that defines flags.
+// engine serves exits 0 at once). Defines the server's own flags; the engine's (--model,
+// --backend, --threads, dtypes, kernels) come from engine/engine_flags.h, shared with the bench
+// tools.
 #include <condition_variable>
 #include <cstdlib>
 #include <iostream>
@@ -12,31 +14,13 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "engine/flags_help.h"
-#include "engine/model_config.h"
+#include "engine/engine_flags.h"
+#include "engine/measure/step_probe.h"
+#include "kernels/base/flags_help.h"
 #include "server/server_app.h"
 #include "server/shutdown_signals.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to listen on: host:port or unix:path");
-ABSL_FLAG(std::string, model, "small",
-          "Built-in preset (tiny, small, 1b) or a Hugging Face Llama checkpoint directory");
-ABSL_FLAG(std::string, backend, "auto", "auto | cpu | cuda");
-ABSL_FLAG(int, threads, 0, "CPU backend threads (0: all cores)");
-ABSL_FLAG(std::string, dtype, "auto",
-          "Weights: auto | f32 | bf16 (CPU backend; auto: bf16 where the CPU has native bf16 dot "
-          "products, else f32)");
-ABSL_FLAG(std::string, kv_cache_dtype, "auto",
-          "KV cache: auto | f32 | bf16 (CPU backend; auto: the weights' dtype, as vLLM's "
-          "--kv-cache-dtype auto)");
-ABSL_FLAG(std::string, batch_invariant, "auto",
-          "auto | on | off: on, a request's tokens and logprobs are bit-identical whatever else "
-          "runs beside it (auto: on for the CPU backend, off for CUDA, where on takes slower "
-          "fixed-order GEMM and attention kernels); off lets the CPU pick the fastest GEMM path "
-          "per batch size");
-ABSL_FLAG(std::string, cuda_kernels, "v1",
-          "v1 | v2: CUDA kernel set; v2 adds a weight-streaming GEMM for 1-16 rows (q, k, v in one "
-          "launch) and split-K GQA decode attention (not yet verified on a GPU; v1 is cuBLAS and "
-          "per-head attention)");
 ABSL_FLAG(int, max_num_seqs, 64, "Most sequences per engine step");
 ABSL_FLAG(int, max_num_batched_tokens, 2048, "Most tokens per engine step");
 ABSL_FLAG(int, max_num_seqs_limit, 0,
@@ -128,13 +112,7 @@ int main(int argc, char** argv) {
 
   saturn::ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
-  config.engine.model = absl::GetFlag(FLAGS_model);
-  config.engine.backend = absl::GetFlag(FLAGS_backend);
-  config.engine.num_threads = absl::GetFlag(FLAGS_threads);
-  config.engine.dtype = absl::GetFlag(FLAGS_dtype);
-  config.engine.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
-  config.engine.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
-  config.engine.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
+  config.engine = saturn::EngineConfigFromFlags();
   config.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   config.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   config.engine.event_thread = absl::GetFlag(FLAGS_event_thread);

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/credential_files.h"  // ReadAuthToken, ReadPemFile
+#include "kernels/base/credential_files.h"  // ReadAuthToken, ReadPemFile
 #include "server/server_config.h"
 
 namespace saturn {

@@ -12,12 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/diagnostics_service.h"
-#include "server/diagnostics_state.h"
+#include "server/diag/diagnostics_service.h"
+#include "server/diag/diagnostics_state.h"
+#include "server/grpc/saturn_service.h"
+#include "server/http/metrics_http.h"
+#include "server/http/openai_http.h"
 #include "server/listen_address.h"
-#include "server/metrics_http.h"
-#include "server/openai_http.h"
-#include "server/saturn_service.h"
 #include "server/security.h"
 
 namespace saturn {
@@ -136,9 +136,10 @@ absl::Status ServerApp::LoadEngine() {
   engine_ = std::move(*engine);
   if (absl::Status s = diag_->InitCalibration(engine_.get(), config_); !s.ok()) return s;
   diag_->StartSampling(engine_.get());
-  state_.set_text_tokenizer(tokenizer_.get());
-  state_.set_engine(engine_.get());
   const EngineInfo info = engine_->info();
+  intake_ = std::make_unique<RequestIntake>(config_, info.limits, tokenizer_.get());
+  state_.set_intake(intake_.get());
+  state_.set_engine(engine_.get());
   const ModelConfig& m = info.model;
   const KvStats& kv = info.kv;
   if (tokenizer_ != nullptr && tokenizer_->id_limit() > m.vocab_size) {
@@ -161,7 +162,7 @@ absl::Status ServerApp::LoadEngine() {
   }
   if (config_.http_port != 0) {
     openai_ = std::make_unique<OpenAiHttpServer>(
-        &state_, saturn_service_.get(), diag_.get(),
+        &state_, diag_.get(),
         config_.served_model_name.empty() ? config_.engine.model : config_.served_model_name);
     if (absl::Status s = openai_->Start(HttpHost(config_.listen), config_.http_port); !s.ok()) {
       return s;

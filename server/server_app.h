@@ -11,7 +11,7 @@
 //                     down; HTTP API stopped (new requests got 503 since the drain began);
 //                     engine freed
 //
-// The Diagnostics service (server/diagnostics_service.h) is registered by the constructor.
+// The Diagnostics service (server/diag/diagnostics_service.h) is registered by the constructor.
 // Another service is one AddService() line before StartListening; it can
 // reach the engine through state() (engine() is null until LoadEngine returns).
 #pragma once
@@ -25,9 +25,9 @@
 
 #include "absl/status/status.h"
 #include "engine/engine.h"
+#include "engine/tokenizer/text_tokenizer.h"
 #include "server/server_config.h"
 #include "server/serving_state.h"
-#include "server/text_tokenizer.h"
 
 namespace saturn {
 
@@ -86,6 +86,7 @@ class ServerApp {
   std::unique_ptr<SaturnService> saturn_service_;
   std::vector<std::unique_ptr<grpc::Service>> extra_services_;
   std::unique_ptr<TextTokenizer> tokenizer_;  // null: token ids only; outlives every call
+  std::unique_ptr<RequestIntake> intake_;     // once the model has loaded; outlives every call
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;

@@ -1,4 +1,5 @@
-// The server's configuration: what main.cc's flags become (flags live only in main.cc).
+// The server's configuration: what saturn-server's flags become (main.cc, and the engine's
+// flags in engine/engine_flags.h).
 // Field names follow the flag names so that Validate()'s messages name the flag to fix.
 #pragma once
 
@@ -8,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
-#include "engine/step_probe.h"
+#include "engine/measure/step_probe.h"
 
 namespace saturn {
 
@@ -27,7 +28,7 @@ struct ServerConfig {
   std::string calibration = "measure";  // measure | quick (shorter trials) | file
   std::string calibration_file;         // read with calibration == "file"
   std::string save_calibration;         // write the calibration here after start (optional)
-  // Synthetic probe steps after calibration and on Recalibrate (engine/step_probe.h): time
+  // Synthetic probe steps after calibration and on Recalibrate (engine/measure/step_probe.h): time
   // budget in ms (0: none; plans then rely on the window's own step shapes). --calibration=
   // quick uses an eighth of it.
   double probe_steps_ms = kDefaultProbeBudgetMs;
@@ -37,7 +38,7 @@ struct ServerConfig {
   // binds the host of `listen` (127.0.0.1 for unix: addresses).
   int metrics_port = 0;
   double metrics_window_seconds = 10;  // window of the saturn: diagnostics gauges
-  // The OpenAI-compatible HTTP API (server/openai_http.h): 0 off; -1 any free port (logged);
+  // The OpenAI-compatible HTTP API (server/http/openai_http.h): 0 off; -1 any free port (logged);
   // else the port, on the host of `listen` as the metrics endpoint.
   int http_port = 0;
   // The model id /v1/models lists and requests name ("": --model as given).

@@ -1,6 +1,7 @@
 // What every Saturn service shares while the server runs: the engine (null until it is
-// loaded and warmed), the drain flag, and the registry of in-flight calls that use the engine
-// so that shutdown can wait for them, end the stragglers, and only then free the engine.
+// loaded and warmed) and its request intake, the drain flag, and the registry of in-flight
+// calls that use the engine so that shutdown can wait for them, end the stragglers, and only
+// then free the engine.
 // Thread-safe. Owned by ServerApp, which outlives every call.
 #pragma once
 
@@ -15,8 +16,9 @@
 
 #include "absl/time/time.h"
 #include "engine/engine.h"
+#include "engine/tokenizer/text_tokenizer.h"
+#include "server/request_intake.h"
 #include "server/server_config.h"
-#include "server/text_tokenizer.h"
 
 namespace saturn {
 
@@ -34,11 +36,15 @@ class ServingState {
   // The address the server is bound to (host:port with the real port).
   std::string listen_address() const;
   void set_listen_address(std::string address);
-  // The text tokenizer (server/text_tokenizer.h), null when prompts are token ids only. Set
-  // before the engine is published; the owner (ServerApp) outlives every call.
-  const TextTokenizer* text_tokenizer() const { return tokenizer_.load(std::memory_order_acquire); }
-  void set_text_tokenizer(const TextTokenizer* t) {
-    tokenizer_.store(t, std::memory_order_release);
+  // The request intake (request_intake.h: limits, seeds, the text tokenizer), set before the
+  // engine is published; the owner (ServerApp) outlives every call. Null while loading.
+  RequestIntake* intake() const { return intake_.load(std::memory_order_acquire); }
+  void set_intake(RequestIntake* intake) { intake_.store(intake, std::memory_order_release); }
+  // The text tokenizer (engine/tokenizer/text_tokenizer.h), null when prompts are token ids
+  // only or while loading.
+  const TextTokenizer* text_tokenizer() const {
+    const RequestIntake* i = intake();
+    return i != nullptr ? i->tokenizer() : nullptr;
   }
   bool has_text_tokenizer() const { return text_tokenizer() != nullptr; }
 
@@ -64,7 +70,7 @@ class ServingState {
  private:
   const ServerConfig config_;
   std::atomic<Engine*> engine_{nullptr};
-  std::atomic<const TextTokenizer*> tokenizer_{nullptr};
+  std::atomic<RequestIntake*> intake_{nullptr};
 
   mutable std::mutex mu_;
   mutable std::condition_variable idle_cv_;
@@ -74,22 +80,5 @@ class ServingState {
   int64_t next_token_ = 1;
   std::map<int64_t, std::function<void()>> calls_;
 };
-
-// The end of a streaming reactor's call (its OnDone, before `delete this`): detaches the
-// reactor from the call's shared state, so that engine or timer callbacks that outlive it
-// stop touching it, and ends the ServingState registration outside the call's lock. `Call`
-// has `mu`, `reactor`, `state` and `call_token`.
-template <typename Call>
-void EndReactorCall(Call& call) {
-  std::optional<int64_t> token;
-  ServingState* state = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(call.mu);
-    call.reactor = nullptr;
-    token = call.call_token;
-    state = call.state;
-  }
-  if (token.has_value()) state->EndCall(*token);
-}
 
 }  // namespace saturn

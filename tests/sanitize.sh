@@ -2,8 +2,8 @@
 # The sanitizer and fuzzing job of CI (docs/HARDENING.md), run by tests/run_all.sh after the
 # normal suite: one clang build (CUDA off) with AddressSanitizer + UndefinedBehaviorSanitizer
 # and libFuzzer coverage, then
-#   - the engine, server and client tests (CTest labels engine, server, clients; the e2e and
-#     kernel tests are left to the normal build, which runs them all),
+#   - the ground floor, engine, server and client tests (CTest labels base, engine, server,
+#     clients; the e2e and kernel tests are left to the normal build, which runs them all),
 #   - a short libFuzzer run of every fuzz target (label fuzz; SATURN_FUZZ_RUNS mutants each).
 # Any sanitizer report fails the test that triggered it. SATURN_SKIP_SANITIZERS=1 skips the job;
 # SATURN_SANITIZER_LABELS (a CTest label regex) narrows it when CI time is short.
@@ -20,5 +20,5 @@ export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_init_order=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizer_suppressions.txt:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 900 \
-  -L "${SATURN_SANITIZER_LABELS:-^(engine|server|clients|fuzz)\$}"
+  -L "${SATURN_SANITIZER_LABELS:-^(base|engine|server|clients|fuzz)\$}"
 echo "saturn: sanitizer job: build $((built - start)) s, tests $(($(date +%s) - built)) s"

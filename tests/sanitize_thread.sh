@@ -15,7 +15,7 @@
 # SATURN_TSAN_TESTS="a_test b_test" runs another list of test targets instead.
 # gRPC, protobuf, abseil and OpenBLAS come uninstrumented from Debian; what TSan cannot see
 # inside them is listed (with the reason) in tests/tsan_suppressions.txt, and the one gRPC
-# guarantee Saturn's reactors rely on is annotated in server/grpc_handoff.h. Saturn's own code
+# guarantee Saturn's reactors rely on is annotated in server/grpc/grpc_handoff.h. Saturn's own code
 # has no suppression entry. SATURN_SKIP_SANITIZERS=1 skips the job.
 #   bash tests/sanitize_thread.sh [build-dir]
 set -euo pipefail

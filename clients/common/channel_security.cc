@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/credential_files.h"
+#include "kernels/base/credential_files.h"
 
 namespace saturn::clients {
 namespace {

@@ -12,7 +12,7 @@
 #include "clients/diag/fleet.h"
 #include "clients/diag/render_info.h"
 #include "clients/diag/roofline_svg.h"
-#include "engine/json_depth.h"
+#include "kernels/base/json_depth.h"
 #include "nlohmann/json.hpp"
 #include "proto/render/report_json.h"
 #include "proto/render/report_text.h"

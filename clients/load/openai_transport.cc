@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "clients/load/sse.h"
-#include "server/credential_files.h"
+#include "kernels/base/credential_files.h"
 
 namespace saturn::clients {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "engine/json_depth.h"
+#include "kernels/base/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace saturn::clients {

@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "clients/load/run_table.h"
-#include "engine/json_depth.h"
+#include "kernels/base/json_depth.h"
 
 namespace saturn::clients {
 namespace {

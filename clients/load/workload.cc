@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "engine/json_depth.h"
-#include "engine/read_file.h"
+#include "kernels/base/json_depth.h"
+#include "kernels/base/read_file.h"
 #include "nlohmann/json.hpp"
 
 namespace saturn::clients {

@@ -7,11 +7,11 @@
 #include "absl/strings/str_format.h"
 #include "engine/diag/diagnostics_session.h"
 #include "engine/diag/recording.h"
-#include "engine/read_file.h"
+#include "kernels/base/read_file.h"
 #include "nlohmann/json.hpp"
 #include "proto/render/report_json.h"
 #include "proto/render/report_text.h"
-#include "server/report_proto.h"
+#include "proto/render/report_proto.h"
 
 namespace saturn::clients {
 

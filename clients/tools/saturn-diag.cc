@@ -30,7 +30,7 @@
 #include "clients/common/security_flags.h"
 #include "clients/diag/commands.h"
 #include "clients/offline/analyze.h"
-#include "engine/flags_help.h"
+#include "kernels/base/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
           "Server host:port; get also takes a comma-separated list of replicas (fleet view)");

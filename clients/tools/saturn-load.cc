@@ -30,7 +30,7 @@
 #include "clients/load/run_table.h"
 #include "clients/load/session.h"
 #include "clients/load/workload.h"
-#include "engine/flags_help.h"
+#include "kernels/base/flags_help.h"
 
 ABSL_FLAG(std::string, api, "grpc",
           "grpc: Saturn's gRPC API (saturn.v1.Saturn/Generate); openai: any OpenAI-compatible "

@@ -9,12 +9,13 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/diag/analyzer.h"
-#include "kernels/enum_table.h"
+#include "kernels/base/enum_table.h"
 
 namespace saturn {
 namespace {
@@ -79,58 +80,53 @@ const char* BottleneckName(Bottleneck b) {
 std::string HostPathChange(const Verdict& v, bool event_thread) {
   const Verdict::HostPhases& h = v.host_per_step;
   const double largest = std::max({h.schedule_us, h.prepare_us, h.postprocess_us, h.loop_gap_us});
-  if (largest <= 0)
-    return "host work overlapped with the device, or less of it per token, would "
-           "recover it";
+  if (largest <= 0) {
+    return "host work overlapped with the device, or less of it per token, would recover it";
+  }
+  // "the largest phase is <name> (<us> us<detail>): <change>".
+  auto phase = [largest](std::string_view name, std::string_view detail, std::string_view change) {
+    return absl::StrFormat("the largest phase is %s (%.0f us%s): %s", name, largest, detail,
+                           change);
+  };
+  constexpr std::string_view kGrowing = " a step, growing with the running requests";
   if (largest == h.postprocess_us && !event_thread) {
-    return absl::StrFormat(
-        "the largest phase is postprocess (%.0f us): the token events (tokenizing, building and "
-        "writing each stream's message) run on the engine thread; saturn-server "
-        "--event_thread=on moves them to their own thread while the next step runs (auto does "
-        "so on CUDA and where the CPU backend leaves a core free)",
-        h.postprocess_us);
+    return phase("postprocess", "",
+                 "the token events (tokenizing, building and writing each stream's message) run "
+                 "on the engine thread; saturn-server --event_thread=on moves them to their own "
+                 "thread while the next step runs (auto does so on CUDA and where the CPU "
+                 "backend leaves a core free)");
   }
   if (largest == h.postprocess_us) {
-    return absl::StrFormat(
-        "the largest phase is postprocess (%.0f us): the scheduler update, and the engine "
-        "waiting for the event thread when the streams' writes fall 4 steps behind; fewer "
-        "streams per replica or less work per event would recover it",
-        h.postprocess_us);
+    return phase("postprocess", "",
+                 "the scheduler update, and the engine waiting for the event thread when the "
+                 "streams' writes fall 4 steps behind; fewer streams per replica or less work "
+                 "per event would recover it");
   }
   if (largest == h.loop_gap_us) {
-    return absl::StrFormat(
-        "the largest phase is the gap between steps (%.0f us): the engine thread waits to be "
-        "woken or for a core (see cpu_run_share); fewer other processes on the host's cores "
-        "would recover it",
-        h.loop_gap_us);
+    return phase("the gap between steps", "",
+                 "the engine thread waits to be woken or for a core (see cpu_run_share); fewer "
+                 "other processes on the host's cores would recover it");
   }
   if (h.overlapped && largest == h.schedule_us) {
-    return absl::StrFormat(
-        "the largest phase is schedule (%.0f us a step left after the overlapped loop hid what "
-        "the device's step covers): the host's schedule and postprocess outlast the device's "
-        "step; fewer running requests per replica would recover it",
-        largest);
+    return phase("schedule",
+                 " a step left after the overlapped loop hid what the device's step covers",
+                 "the host's schedule and postprocess outlast the device's step; fewer running "
+                 "requests per replica would recover it");
   }
   if (largest == h.prepare_us) {
-    return absl::StrFormat(
-        "the largest phase is prepare (%.0f us a step, growing with the running requests): "
-        "building and uploading the step's inputs runs between the device's steps even with "
-        "the overlapped loop (the inputs wait for the previous step's tokens); fewer running "
-        "requests per replica would recover it",
-        largest);
+    return phase("prepare", kGrowing,
+                 "building and uploading the step's inputs runs between the device's steps even "
+                 "with the overlapped loop (the inputs wait for the previous step's tokens); "
+                 "fewer running requests per replica would recover it");
   }
   if (!h.device_async) {
-    return absl::StrFormat(
-        "the largest phase is schedule (%.0f us a step, growing with the running requests): "
-        "the backend runs its ops on the host as they are issued, so there is no device step "
-        "to hide it behind; fewer running requests per replica would recover it",
-        largest);
+    return phase("schedule", kGrowing,
+                 "the backend runs its ops on the host as they are issued, so there is no device "
+                 "step to hide it behind; fewer running requests per replica would recover it");
   }
-  return absl::StrFormat(
-      "the largest phase is schedule (%.0f us a step, growing with the running requests): "
-      "saturn-server --async_scheduling=on overlaps it with the device's step (as vLLM v1's "
-      "async scheduling and SGLang's overlap scheduler do)",
-      largest);
+  return phase("schedule", kGrowing,
+               "saturn-server --async_scheduling=on overlaps it with the device's step (as vLLM "
+               "v1's async scheduling and SGLang's overlap scheduler do)");
 }
 
 namespace {
@@ -249,9 +245,9 @@ void Decide(const StepCosts& c, const Evidence& e, Verdict* v) {
   const bool launch_bound = e.overhead.crossed && (e.launch_share.crossed || e.host_share.crossed ||
                                                    e.device_idle.crossed);
   // The overhead is the server's host path, not op launches: host phases over their threshold,
-  // the device idle inside steps, launches under theirs and at most the host time (the H200
-  // run, graphs on, small at c=64: device idle 37 % of each step, host phases 35 %, one launch
-  // a step). No launch-side change (graphs, fewer ops) removes it.
+  // the device idle inside steps, launches under theirs and at most the host time (as in a
+  // graphs-on GPU run at high concurrency: docs/CUDA.md). No launch-side change (graphs, fewer
+  // ops) removes it.
   const bool host_bound = launch_bound && e.host_share.crossed && e.device_idle.crossed &&
                           !e.launch_share.crossed && c.host >= c.launch;
   v->step_bound = host_bound                    ? Bottleneck::kHostBound

@@ -3,16 +3,13 @@
 #include "engine/diag/diagnostics_session.h"
 
 #include <algorithm>
-#include <chrono>
 #include <iostream>
 #include <utility>
 
+#include "kernels/base/clock.h"
+
 namespace saturn {
 namespace {
-
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 struct WindowEdges {
   double busy_us = 0;  // overlap of steps not wholly inside the window
@@ -99,7 +96,7 @@ void DiagnosticsSession::StartOffline(const Calibration& calibration) {
 double DiagnosticsSession::calibration_age_s() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!calibration_ || calibration_->measured_unix_s <= 0) return -1;
-  return std::max(0.0, UnixNow() - calibration_->measured_unix_s);
+  return std::max(0.0, UnixNowSeconds() - calibration_->measured_unix_s);
 }
 
 bool DiagnosticsSession::calibration_suspect(std::string* reason) const {

@@ -11,7 +11,7 @@
 #include "engine/diag/analyzer.h"
 #include "engine/diag/plan_predict.h"
 #include "engine/diag/step_curve.h"
-#include "kernels/enum_table.h"
+#include "kernels/base/enum_table.h"
 
 namespace saturn {
 namespace {
@@ -341,7 +341,7 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
     a.tokens_per_s_before = std::min(a.tokens_per_s_before, b.p.output_tokens_per_s);
   }
   // Host-bound: each request adds host work to every step, so more clients help only where
-  // the measured steps say so (the H200's c=64 window was offered 64 -> 111 at -2 %).
+  // the measured steps say so (docs/CUDA.md: a host-bound window on a GPU).
   if (b.v.bottleneck == Bottleneck::kHostBound &&
       !(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) {
     b.Decline(a);

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engine/json_depth.h"
+#include "kernels/base/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace saturn {

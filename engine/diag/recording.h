@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/calibration.h"
+#include "engine/measure/calibration.h"
 #include "engine/diag/analyzer.h"
-#include "engine/step_record.h"
+#include "engine/measure/step_record.h"
 
 namespace saturn {
 

@@ -8,7 +8,7 @@
 #include <array>
 #include <cstdint>
 
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 #include "kernels/op_record.h"
 
 namespace saturn {

@@ -136,10 +136,9 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
     const std::vector<double> xs(s.wall_us.size(), double(s.rows));
     CurvePoint p = PointOf(xs, s.wall_us);
     // Best of the repeats (one stalled step must not set a size's time) times the pooled
-    // typical/best ratio: served steps are typical steps, not the best of a few (measured on
-    // the 2-core Xeon: served decode steps at batch 8-41 ran 1.04-1.10x the probe's best and
-    // 0.97-1.05x its mean at the same shape). MergeCurves then scales the probe's shape to
-    // the window's steps.
+    // typical/best ratio: served steps are typical steps, not the best of a few (served decode
+    // steps ran near the probe's mean, above its best: docs/CPU.md). MergeCurves then scales
+    // the probe's shape to the window's steps.
     p.us = *std::min_element(s.wall_us.begin(), s.wall_us.end()) * typical_over_best;
     (s.prefill ? c.prefill : s.after_prefill ? c.decode_after_prefill : c.decode).push_back(p);
   }
@@ -149,9 +148,8 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
   std::sort(c.prefill.begin(), c.prefill.end(), by_x);
   // What a prefill step before it adds to a decode step, pooled over the sizes timed both ways:
   // the median difference (never below 0), added to each size's back-to-back time. Each size's
-  // own pair is noisy (fewer repeats after prefill fit the budget: single after-prefill steps
-  // read 4-20 % slower at batch 33-64 on the 2-core Xeon where served decode steps after a
-  // prefill step ran a median 1.6 % slower than the others, 42 windows), the pool is not.
+  // own pair is noisy (fewer repeats after prefill fit the budget, and single after-prefill
+  // steps read several times the slowdown served steps showed: docs/CPU.md), the pool is not.
   std::vector<std::pair<CurvePoint*, const CurvePoint*>> pairs;  // (after, back to back)
   for (CurvePoint& a : c.decode_after_prefill) {
     for (const CurvePoint& d : c.decode) {
@@ -257,8 +255,8 @@ StepCurve MergeCurves(const StepCurve& window, const StepCurve& probe) {
   // recurs at every shape. A window faster than the probe's best ran warmer than the probe
   // could (back-to-back steps of a small working set keep the weights in a large last-level
   // cache; the probe's sizes follow other shapes), which a larger shape does not keep
-  // (measured on a 2-core Xeon VM: batch-1 windows at 0.65-0.92x the probe were carried to
-  // batch 40, whose served steps then ran 1.2-1.3x the curve).
+  // (carried to a larger batch, such a ratio put the curve below its served steps:
+  // docs/CPU.md).
   auto ratio = [&](const std::vector<double>* v) {
     return v->empty() ? 1.0 : std::max(1.0, median(*v));
   };

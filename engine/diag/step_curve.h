@@ -14,8 +14,8 @@
 #include <functional>
 #include <vector>
 
-#include "engine/step_probe.h"
-#include "engine/step_record.h"
+#include "engine/measure/step_probe.h"
+#include "engine/measure/step_record.h"
 
 namespace saturn {
 
@@ -57,8 +57,8 @@ CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
 // `min_samples` steps.
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples = 2);
 
-// The probe's timed series (engine/step_probe.h) as curve points: the best time of each size
-// (one stalled step must not set a size's time) times the median over the sizes timed more
+// The probe's timed series (engine/measure/step_probe.h) as curve points: the best time of each
+// size (one stalled step must not set a size's time) times the median over the sizes timed more
 // than once of their median repeat over their best (served steps are typical, not best, steps;
 // never below 1), with the repeats' spread (p90 - p10) / median. Decode series at
 // the probe's long_context are left out (they are ContextSlopes'). A decode size timed both

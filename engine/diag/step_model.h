@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/calibration.h"
+#include "engine/measure/calibration.h"
 #include "engine/diag/step_cost.h"
-#include "engine/step_record.h"
+#include "engine/measure/step_record.h"
 
 namespace saturn {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/step_record.h"
+#include "engine/measure/step_record.h"
 
 namespace saturn {
 

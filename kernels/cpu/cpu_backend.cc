@@ -16,7 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/clock.h"
+#include "kernels/base/clock.h"
 #include "kernels/cpu/gemm/gemm_planner.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"

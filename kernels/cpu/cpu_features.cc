@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/enum_table.h"
+#include "kernels/base/enum_table.h"
 
 namespace saturn::cpu {
 namespace {

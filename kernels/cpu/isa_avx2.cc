@@ -7,13 +7,9 @@
 #include <cstdint>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/isa_target.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+SATURN_TARGET_PUSH("avx2,fma")
 
 namespace saturn::cpu::isa_avx2 {
 #define SATURN_SIMD_AVX2
@@ -30,9 +26,5 @@ constexpr int kGemmRows = 2;
 
 }  // namespace saturn::cpu::isa_avx2
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+SATURN_TARGET_POP
 #endif  // __x86_64__

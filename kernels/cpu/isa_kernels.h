@@ -47,9 +47,10 @@ inline size_t AttnTileScratchFloats(int head_dim) {
   return (head_dim + 16 + 4 + hdp) * kAttnTileRows + 64 + 2 * 16 * hdp;
 }
 
-// out[m, n_begin:n_end) = x[m, K] * w[n, K]^T for the weight rows [n_begin, n_end): every
-// weight row is read once from memory and used against all m input rows.
-struct SkinnyArgs {
+// One GEMM part as the CPU GEMM kernels take it (skinny, blocked, panels, bf16 dot): each
+// call computes out[m, n_begin:n_end) = x[m, K] * w[n, K]^T for the weight rows
+// [n_begin, n_end) it is given.
+struct GemmArgs {
   const float* x = nullptr;          // [m, k] f32
   const void* w = nullptr;           // [n, k] f32 or bf16
   const uint16_t* x_bf16 = nullptr;  // [m, k] x rounded to bf16 (bf16 dot-product kernel only)
@@ -88,16 +89,16 @@ struct IsaKernels {
   void (*attend_tile)(const AttnTile& tile, float* scratch);
   // o[0, n) = silu(g) * u elementwise (SwiGLU's one row).
   void (*swiglu_row)(const float* g, const float* u, float* o, int64_t n);
-  void (*skinny_f32)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+  void (*skinny_f32)(const GemmArgs& a, int64_t n_begin, int64_t n_end);
   // bf16 weights widened to f32 in registers; f32 x and accumulation.
-  void (*skinny_bf16)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+  void (*skinny_bf16)(const GemmArgs& a, int64_t n_begin, int64_t n_end);
   // The blocked GEMM over out columns [n_begin, n_end) (n_begin a multiple of kBlockedPanel).
-  void (*blocked_f32)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
-  void (*blocked_bf16)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
+  void (*blocked_f32)(const GemmArgs& a, int64_t n_begin, int64_t n_end, float* pack);
+  void (*blocked_bf16)(const GemmArgs& a, int64_t n_begin, int64_t n_end, float* pack);
   // f32 weights in 32-row panels (tensor.h: Layout::kPanels; a.w the part's first panel,
   // n_begin a multiple of kBlockedPanel): blocked_f32's order and sums with nothing packed, at
   // any m, the weights prefetched a.prefetch_bytes ahead (m = 1: two k blocks at a time).
-  void (*panels_f32)(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
+  void (*panels_f32)(const GemmArgs& a, int64_t n_begin, int64_t n_end);
 };
 
 // The kernels for `isa`, which the CPU must support (IsaSupported).
@@ -115,9 +116,9 @@ inline const char* Bf16DotFormName(Bf16DotForm f) {
   return f == Bf16DotForm::kSplit ? "split fma" : "vdpbf16ps";
 }
 Bf16DotForm Bf16DotFormInUse();
-void SkinnyBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end);  // in the form in use
-void SkinnyBf16DotAs(Bf16DotForm form, const SkinnyArgs& a, int64_t n_begin, int64_t n_end);
-// x_split[rows, k & ~31] from x_bf16[rows, k] (SkinnyArgs::x_split).
+void SkinnyBf16Dot(const GemmArgs& a, int64_t n_begin, int64_t n_end);  // in the form in use
+void SkinnyBf16DotAs(Bf16DotForm form, const GemmArgs& a, int64_t n_begin, int64_t n_end);
+// x_split[rows, k & ~31] from x_bf16[rows, k] (GemmArgs::x_split).
 void SplitBf16Pairs(const uint16_t* x_bf16, int64_t rows, int64_t k, float* x_split);
 // The AMX GEMMs (gemm_amx.cc): bf16 weights against x rounded to bf16, in 16 x 16 f32 tiles;
 // only where DetectCpuFeatures().amx_usable. Callers split n at multiples of kAmxPanel and
@@ -157,6 +158,6 @@ void PackPanels(const float* src, int64_t rows, int64_t cols, int64_t p_begin, i
                 float* dst);
 // The blocked GEMM with the same arithmetic (isa_avx512bf16.cc): bf16 panels, needs
 // a.x_bf16; same calling convention as IsaKernels::blocked_bf16.
-void BlockedBf16Dot(const SkinnyArgs& a, int64_t n_begin, int64_t n_end, float* pack);
+void BlockedBf16Dot(const GemmArgs& a, int64_t n_begin, int64_t n_end, float* pack);
 
 }  // namespace saturn::cpu

@@ -21,15 +21,15 @@ constexpr int kGemmRows = 4;
 #undef SATURN_SIMD_SCALAR
 }  // namespace isa_scalar
 
-#define SATURN_DECLARE_ISA(ns)                                              \
-  namespace ns {                                                            \
-  void AttendTile(const AttnTile& t, float* scratch);                       \
-  void SwiGluRow(const float* g, const float* u, float* o, int64_t n);      \
-  void SkinnyF32(const SkinnyArgs& a, int64_t b, int64_t e);                \
-  void SkinnyBf16(const SkinnyArgs& a, int64_t b, int64_t e);               \
-  void BlockedF32(const SkinnyArgs& a, int64_t b, int64_t e, float* pack);  \
-  void BlockedBf16(const SkinnyArgs& a, int64_t b, int64_t e, float* pack); \
-  void PanelsF32(const SkinnyArgs& a, int64_t b, int64_t e);                \
+#define SATURN_DECLARE_ISA(ns)                                            \
+  namespace ns {                                                          \
+  void AttendTile(const AttnTile& t, float* scratch);                     \
+  void SwiGluRow(const float* g, const float* u, float* o, int64_t n);    \
+  void SkinnyF32(const GemmArgs& a, int64_t b, int64_t e);                \
+  void SkinnyBf16(const GemmArgs& a, int64_t b, int64_t e);               \
+  void BlockedF32(const GemmArgs& a, int64_t b, int64_t e, float* pack);  \
+  void BlockedBf16(const GemmArgs& a, int64_t b, int64_t e, float* pack); \
+  void PanelsF32(const GemmArgs& a, int64_t b, int64_t e);                \
   }
 #if defined(__x86_64__)
 SATURN_DECLARE_ISA(isa_avx2)

@@ -28,7 +28,7 @@ inline bool IsAmx(GemmPath p) { return p == GemmPath::kAmx || p == GemmPath::kAm
 bool AmxRuns(Isa isa, DType w);
 const char* GemmPathName(GemmPath path);
 class GemmPlanner;
-// prefetch_blocks, prefetch_bytes: the skinny kernel's software prefetch distances (SkinnyArgs:
+// prefetch_blocks, prefetch_bytes: the skinny kernel's software prefetch distances (GemmArgs:
 // in blocks for M > 1, in bytes for M = 1); -1 takes the planner's measured distance (without
 // a planner: one block, kDefaultPrefetchBytes).
 constexpr int64_t kDefaultPrefetchBytes = 8192;

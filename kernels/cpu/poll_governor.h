@@ -17,9 +17,8 @@ class PollGovernor {
   static constexpr double kMaxWaitShare = 0.2;        // of runnable time, waiting
   // A transient stretch of contention (OpenBLAS's threads spin ~0.1 s after each call; the
   // planner's probes and calibration make such calls at start-up) then costs a tenth of a
-  // second of sleeping workers, not a whole second: with 1 s, the bf16 batch-1 decode timed
-  // right after calibration on a 2-core Xeon VM ran 130.7 tok/s against 153.6-157.6 in the
-  // rounds that followed.
+  // second of sleeping workers, not a whole second: with 1 s, the first decode timed right
+  // after calibration ran slower than the ones that followed (docs/CPU.md).
   static constexpr int64_t kMinBackoffNs = 100'000'000;    // 0.1 s
   static constexpr int64_t kMaxBackoffNs = 8'000'000'000;  // 8 s
 

@@ -5,9 +5,8 @@
 // transparent huge pages (madvise(MADV_HUGEPAGE), honoured where
 // /sys/kernel/mm/transparent_hugepage/enabled says "always" or "madvise"). A decode step reads
 // every weight once; on 4 KiB pages that stream walks a page-table entry (two levels of them
-// in a VM) every 4 KiB, on huge pages every 2 MiB. Measured on a 2-core Xeon VM (AVX-512 +
-// AMX), two threads reading 256 MiB, interleaved: 23.5-29.2 GB/s on 4 KiB pages, 31.1-33.2 GB/s
-// on huge pages. Where THP is off the hint is ignored and the buffer is plain memory.
+// in a VM) every 4 KiB, on huge pages every 2 MiB, and streams slower (docs/CPU.md). Where THP
+// is off the hint is ignored and the buffer is plain memory.
 #pragma once
 
 #include <cstddef>
@@ -36,9 +35,9 @@ std::unique_ptr<T[], FreeDeleter> StreamedArray(size_t count) {
 
 // A thread's growing scratch for kernels that load whole cache lines or AMX tile rows from it:
 // 64-byte aligned (a std::vector's buffer is 16-byte aligned, so a 64-byte row may straddle
-// two cache lines; which one a process got depended on its heap: AMX GEMMs on x padded in a
-// vector ran 870-900 or 1320-1390 GFLOP/s from one process to the next on the 2-core AMX
-// Xeon). Old contents are not kept when it grows; throws std::bad_alloc as a vector would.
+// two cache lines or not, by the process's heap, and AMX GEMMs ran at one of two speeds from
+// one process to the next: docs/CPU.md, Memory). Old contents are not kept when it grows;
+// throws std::bad_alloc as a vector would.
 template <typename T>
 class AlignedScratch {
  public:
@@ -61,10 +60,9 @@ class AlignedScratch {
 
 // Writes [p, p + bytes) back and drops it from every cache level, so the next read streams it
 // from memory, as a decode step streams its weights. A probe timed on a buffer that fits in
-// the last-level cache otherwise measures that cache (on the 2-core Xeon VM, whose L3 reports
-// 480 MiB, an M = 1 GEMM over 16-64 MiB ran at 56-58 GB/s and over 256 MiB at 28-29 GB/s).
-// clflushopt where the CPU has it (0.04 ms per MiB there), clflush (13x slower) on older x86,
-// dc civac on arm64; elsewhere nothing.
+// the last-level cache otherwise measures that cache, which on a VM may report hundreds of MiB
+// (docs/CPU.md). clflushopt where the CPU has it, clflush (an order of magnitude slower) on
+// older x86, dc civac on arm64; elsewhere nothing.
 void EvictFromCache(const void* p, size_t bytes);
 
 }  // namespace saturn::cpu

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "kernels/clock.h"
+#include "kernels/base/clock.h"
 #include "kernels/cpu/poll_governor.h"
 #include "kernels/schedstat.h"
 

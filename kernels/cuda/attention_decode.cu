@@ -13,7 +13,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn::gpu {
 namespace {

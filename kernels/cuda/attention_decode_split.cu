@@ -1,21 +1,21 @@
-// Split-K ("flash-decoding") paged attention for decode, --cuda_kernels=v2. One block per
+// Split-K ("flash-decoding") paged attention for decode, --cuda_kernels=fused. One block per
 // (kv head, sequence, split): its warps stride over the split's context positions and score
 // each K row against all query heads of the kv head's GQA group (one read of K and V serves
 // them all), keeping an online softmax per head; the warps merge in shared memory. With one
 // split the block writes the output; otherwise it writes its partial (max, sum, unnormalised
 // V accumulator) to a workspace and a combine kernel merges the splits of each row.
 //
-// v1 (attention_decode.cu) runs one block per (query head, sequence): at batch 1 on `small`
-// that is 12 blocks on a 132-SM H200, each reading its kv head's K and V again. Here the grid
-// has num_kv_heads * num_seqs * splits blocks (kernel_plan.h: DecodeSplits), and the split
-// count depends on shapes only, so a captured graph replays at any context length.
+// The baseline set (attention_decode.cu) runs one block per (query head, sequence): at batch 1
+// on `small` that is 12 blocks on a 132-SM H200, each reading its kv head's K and V again. Here
+// the grid has num_kv_heads * num_seqs * splits blocks (kernel_plan.h: DecodeSplits), and the
+// split count depends on shapes only, so a captured graph replays at any context length.
 #include "absl/strings/str_cat.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernel_plan.h"
 #include "kernels/cuda/ops.h"
-#include "kernels/status_macros.h"
 
 namespace saturn::gpu {
 namespace {

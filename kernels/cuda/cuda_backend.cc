@@ -14,7 +14,7 @@ absl::Status CudaBackend::Init() {
   // A fixed workspace keeps cuBLAS from allocating, which graph capture forbids.
   CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
-  if (kernels_v2_) {
+  if (fused_kernels_) {
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&split_workspace_), gpu::kSplitWorkspaceBytes));
     const size_t parts = size_t{gpu::kSampleMaxRows} * gpu::kSampleMaxSplits;
     const size_t bytes =
@@ -132,7 +132,7 @@ SpecCeilings CudaBackend::spec_ceilings() const {
 }  // namespace cuda_detail
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, bool batch_invariant,
-                                                           bool kernels_v2) {
+                                                           bool fused_kernels) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -153,7 +153,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, bool batc
                      prop.major, ".", prop.minor, "; the CUDA backend needs 8.0 or newer (bf16)"));
   }
   auto backend =
-      std::make_unique<cuda_detail::CudaBackend>(device, prop, batch_invariant, kernels_v2);
+      std::make_unique<cuda_detail::CudaBackend>(device, prop, batch_invariant, fused_kernels);
   absl::Status s = backend->Init();
   if (!s.ok()) {
     return absl::FailedPreconditionError(

@@ -20,11 +20,12 @@ namespace saturn {
 // unusable (compute capability below 8.0: no bf16), INVALID_ARGUMENT for a bad index.
 // batch_invariant: GEMMs by gemm_invariant.cu and all attention by the prefill kernel, so a
 // row's result does not depend on what shares its step (slower; not yet verified on a GPU).
-// kernels_v2 (--cuda_kernels=v2): a skinny weight-streaming GEMM at 1-16 rows (the fused QKV
-// in one launch) and split-K GQA decode attention, beside v1's cuBLAS and per-head attention
+// fused_kernels (--cuda_kernels=fused): a skinny weight-streaming GEMM at 1-16 rows (the fused
+// QKV in one launch, SwiGLU in its epilogue), split-K GQA decode attention, RoPE fused with the
+// KV write and split greedy sampling, beside the baseline set's cuBLAS and per-head attention
 // until a GPU run verifies them; batch_invariant wins where both are asked for.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, bool batch_invariant = false,
-                                                           bool kernels_v2 = false);
+                                                           bool fused_kernels = false);
 
 // nvidia-smi's "GPU utilization" for a CUDA device index: the share of the last sample period
 // (1/6 s to 1 s) in which any kernel ran. Loads libnvidia-ml.so.1 at run time (dlopen) on

@@ -28,13 +28,13 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/clock.h"
+#include "kernels/base/clock.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernel_plan.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/op_record.h"
-#include "kernels/status_macros.h"
 
 namespace saturn {
 namespace cuda_detail {
@@ -62,17 +62,17 @@ inline absl::Status RefuseDuringCapture(bool capturing, const char* what) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const cudaDeviceProp& prop, bool batch_invariant, bool kernels_v2)
+  CudaBackend(int device, const cudaDeviceProp& prop, bool batch_invariant, bool fused_kernels)
       : device_(device),
         prop_(prop),
         batch_invariant_(batch_invariant),
-        kernels_v2_(kernels_v2 && !batch_invariant) {}
+        fused_kernels_(fused_kernels && !batch_invariant) {}
   ~CudaBackend() override;
   absl::Status Init();
 
   std::string name() const override { return "cuda"; }
   std::string device_name() const override {
-    return kernels_v2_ ? absl::StrCat(prop_.name, " (kernels v2)") : std::string(prop_.name);
+    return fused_kernels_ ? absl::StrCat(prop_.name, " (fused kernels)") : std::string(prop_.name);
   }
   DType compute_dtype() const override { return DType::kBF16; }
   size_t device_memory_bytes() const override { return prop_.totalGlobalMem; }
@@ -156,8 +156,8 @@ class CudaBackend final : public Backend {
   absl::Status AbortGraphCapture() override;
   absl::Status ReplayGraph(int handle) override;
   absl::Status ReleaseGraph(int handle) override;
-  // GPU clocks idle low (an H200 at 540 MHz, 1980 MHz under load: the first H200 run's
-  // calibration saw its first GEMM trials 14 % slow while they ramped).
+  // GPU clocks idle low and ramp under load; calibration's first GEMM trials ran slow while
+  // they did (docs/CUDA.md).
   double clock_warmup_s() const override { return 0.5; }
   size_t graph_memory_bytes() const override { return graph_memory_bytes_; }
 
@@ -170,23 +170,25 @@ class CudaBackend final : public Backend {
     OpScope op(this, OpKind::kGemm);
     if (batch_invariant_) return gpu::GemmInvariant(stream_, x, w, out);
     const Tensor outs[] = {out};
-    if (kernels_v2_ && gpu::GemmSkinnyApplies(x, w, outs)) {
+    if (fused_kernels_ && gpu::GemmSkinnyApplies(x, w, outs)) {
       return gpu::GemmSkinny(stream_, prop_.multiProcessorCount, x, w, outs);
     }
     return gpu::Gemm(cublas_, x, w, out);
   }
-  // v2 at few rows: the fused projection's parts in one skinny launch (v1: one GEMM a part).
+  // Fused set at few rows: the fused projection's parts in one skinny launch (baseline: one
+  // GEMM a part).
   absl::Status DoGemmSplit(const Tensor& x, const Tensor& w,
                            absl::Span<const Tensor> outs) override {
-    if (kernels_v2_ && gpu::GemmSkinnyApplies(x, w, outs)) {
+    if (fused_kernels_ && gpu::GemmSkinnyApplies(x, w, outs)) {
       OpScope op(this, OpKind::kGemm);
       return gpu::GemmSkinny(stream_, prop_.multiProcessorCount, x, w, outs);
     }
     return Backend::DoGemmSplit(x, w, outs);
   }
-  // v2 at few rows: SwiGLU in the skinny GEMM's epilogue (v1: a GEMM, then swiglu.cu).
+  // Fused set at few rows: SwiGLU in the skinny GEMM's epilogue (baseline: a GEMM, then
+  // swiglu.cu).
   bool FusesGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& act) const override {
-    return kernels_v2_ && gpu::GemmSkinnySwiGluApplies(x, w, act);
+    return fused_kernels_ && gpu::GemmSkinnySwiGluApplies(x, w, act);
   }
   absl::Status DoGemmSwiGlu(const Tensor& x, const Tensor& w, const Tensor& /*gate_up*/,
                             const Tensor& act) override {
@@ -213,7 +215,7 @@ class CudaBackend final : public Backend {
     OpScope op(this, OpKind::kKvWrite);
     return gpu::KvWrite(stream_, k, v, slot_mapping, k_cache, v_cache);
   }
-  bool FusesRopeKvWrite() const override { return kernels_v2_; }
+  bool FusesRopeKvWrite() const override { return fused_kernels_; }
   absl::Status DoRopeKvWrite(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& positions, int head_dim, const RopeParams& rope,
                              const Tensor& slot_mapping, const Tensor& k_cache,
@@ -229,7 +231,7 @@ class CudaBackend final : public Backend {
     // on the row's position alone; the decode kernel splits keys across warps differently.
     const bool decode = batch.max_query_len <= 1 && !batch_invariant_;
     OpScope op(this, decode ? "attention_decode" : "attention_prefill");
-    if (decode && kernels_v2_ && gpu::AttentionDecodeSplitApplies(shape)) {
+    if (decode && fused_kernels_ && gpu::AttentionDecodeSplitApplies(shape)) {
       const int splits = gpu::DecodeSplits(
           batch.num_seqs, shape.num_heads, shape.num_kv_heads, shape.head_dim,
           batch.block_tables.cols * int64_t{shape.block_size}, prop_.multiProcessorCount,
@@ -258,7 +260,7 @@ class CudaBackend final : public Backend {
   absl::Status DoSample(const Tensor& logits, const SamplingBatch& params,
                         const Tensor& tokens) override {
     OpScope op(this, OpKind::kSample);
-    if (kernels_v2_) {
+    if (fused_kernels_) {
       return gpu::SampleSplit(stream_, prop_.multiProcessorCount, logits, params, tokens,
                               sample_workspace_);
     }
@@ -308,11 +310,11 @@ class CudaBackend final : public Backend {
   int device_;
   cudaDeviceProp prop_;
   bool batch_invariant_ = false;  // gemm_invariant.cu and the prefill attention kernel only
-  // --cuda_kernels=v2: gemm_skinny.cu (with its SwiGLU epilogue), attention_decode_split.cu,
+  // --cuda_kernels=fused: gemm_skinny.cu (with its SwiGLU epilogue), attention_decode_split.cu,
   // rope_kv_write.cu.
-  bool kernels_v2_ = false;
-  float* split_workspace_ = nullptr;  // split attention's partials (v2), gpu::kSplitWorkspaceBytes
-  gpu::GreedySplitWorkspace sample_workspace_;  // split greedy sampling's partials (v2)
+  bool fused_kernels_ = false;
+  float* split_workspace_ = nullptr;  // split attention's partials, gpu::kSplitWorkspaceBytes
+  gpu::GreedySplitWorkspace sample_workspace_;  // split greedy sampling's partials
   void* sample_workspace_memory_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace saturn::gpu {
 

@@ -3,7 +3,7 @@
 // sums in a fixed butterfly. The order depends on k alone, never on M or on how rows share a
 // launch, so a row's bits are the same at any batch (cuBLAS picks its kernel, tiles and
 // split-K by M). Slower than cuBLAS: every row re-reads the weights (from L2 at small M); a
-// mode for reproducibility, not speed. Not yet verified on a GPU: tests/cuda/
+// mode for reproducibility, not speed. Not yet verified on a GPU: tests/kernels/cuda/
 // cuda_batch_invariance_test.cc checks it where a device exists.
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_check.h"

@@ -1,22 +1,21 @@
-// Skinny GEMM for decode (M <= kSkinnyMaxRows), --cuda_kernels=v2: out[M, N] = x[M, K] w[N, K]^T
+// Skinny GEMM for decode (M <= kSkinnyMaxRows), --cuda_kernels=fused: out[M, N] = x[M, K] w[N, K]^T
 // as a weight stream. Each warp owns kSkinnyCols output columns over a slice of k and reads
 // their weight rows once, 16 bytes a lane, for all M rows of x (which sit in L1/L2); the
 // slices of a column pair are summed in shared memory. The outputs may be several tensors
-// side by side (GemmSplit: q, k and v from the fused projection in one launch, where v1 runs
-// three cuBLAS GEMMs).
+// side by side (GemmSplit: q, k and v from the fused projection in one launch, where the baseline
+// set runs three cuBLAS GEMMs).
 //
-// Why: at M = 1 cuBLAS ran small's 768-wide GEMMs at 231 GB/s and 1b's 2048 x 2048 at
-// 330 GB/s on the H200 (Nsight Compute, gpu-runs/2026-12-04-h200/anchors), on grids of a few
-// dozen blocks. kernel_plan.h sizes this grid to cover every SM twice.
+// Why: at M = 1 cuBLAS runs these GEMMs on grids of a few dozen blocks, far below the memory
+// bandwidth (docs/CUDA.md, kernel sets). kernel_plan.h sizes this grid to cover every SM twice.
 #include <cuda_bf16.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernel_plan.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/vector_access.cuh"
-#include "kernels/status_macros.h"
 
 namespace saturn::gpu {
 namespace {

@@ -1,7 +1,7 @@
-// Launch shapes of the v2 CUDA kernels (--cuda_kernels=v2), chosen on the host from shapes
+// Launch shapes of the fused CUDA kernel set (--cuda_kernels=fused), chosen on the host from shapes
 // alone, never from context lengths or data: a graph captured at one step replays at any
 // other. Host-only and free of CUDA headers, so CPU tests check every rule
-// (tests/kernels/cuda_kernel_plan_test.cc).
+// (tests/kernels/cuda/cuda_kernel_plan_test.cc).
 #pragma once
 
 #include <algorithm>

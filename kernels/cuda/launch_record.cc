@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "kernels/cuda/ops.h"
-#include "kernels/enum_table.h"
+#include "kernels/base/enum_table.h"
 
 namespace saturn::gpu {
 namespace {
@@ -15,7 +15,7 @@ std::array<LaunchRecord, EnumCount<KernelFamily>()> g_launches;  // by g_mu
 }  // namespace
 
 const char* KernelFamilyName(KernelFamily f) {
-  // In KernelFamily's order (kernels/enum_table.h checks the count).
+  // In KernelFamily's order (kernels/base/enum_table.h checks the count).
   static constexpr std::array kNames{
       "embedding",      "rms_norm",          "add_rms_norm",      "rope",
       "swiglu",         "elementwise",       "gather_rows",       "convert_f32_bf16",

@@ -30,7 +30,7 @@ absl::Status Copy(cudaStream_t s, const Tensor& src, const Tensor& dst);
 absl::Status ConvertF32ToBF16(cudaStream_t s, const float* src, void* dst, int64_t n);
 absl::Status KvWrite(cudaStream_t s, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                      const Tensor& k_cache, const Tensor& v_cache);
-// Rope then KvWrite in one kernel (v2; rope_kv_write.cu): k's rotated rows go only to the
+// Rope then KvWrite in one kernel (fused set; rope_kv_write.cu): k's rotated rows go only to the
 // cache. All dtypes equal.
 absl::Status RopeKvWrite(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& positions, int head_dim, const RopeParams& rope,
@@ -45,7 +45,7 @@ absl::Status AttentionPrefill(cudaStream_t s, const Tensor& q, const Tensor& k_c
                               const AttentionShape& shape, const Tensor& out);
 absl::Status Sample(cudaStream_t s, const Tensor& logits, const SamplingBatch& params,
                     const Tensor& tokens);
-// v2: the same tokens, with greedy rows' vocabulary split over blocks where SampleSplits
+// Fused set: the same tokens, with greedy rows' vocabulary split over blocks where SampleSplits
 // (kernel_plan.h) says so, else Sample. The workspace holds kSampleMaxRows x kSampleMaxSplits
 // partials and a counter per row, zero between launches (allocated zeroed once); one stream
 // uses it (launches on two streams at once would share the counters).
@@ -63,7 +63,7 @@ absl::Status Gemm(cublasHandle_t h, const Tensor& x, const Tensor& w, const Tens
 // (--batch_invariant=on; gemm_invariant.cu).
 absl::Status GemmInvariant(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
 
-// --cuda_kernels=v2 (kernel_plan.h sizes their grids from shapes alone).
+// --cuda_kernels=fused (kernel_plan.h sizes their grids from shapes alone).
 // Split-K decode attention, all query heads of a kv head per block; splits > 1 write partials
 // to `workspace` (num_seqs * num_heads * splits * (head_dim + 2) floats) and a combine kernel
 // merges them. Applies where the GQA group is at most kSplitMaxGroup.

@@ -1,4 +1,4 @@
-// Rotary embedding and KV-cache write as one kernel (--cuda_kernels=v2): q [T, Hq*hd] rotated
+// Rotary embedding and KV-cache write as one kernel (--cuda_kernels=fused): q [T, Hq*hd] rotated
 // in place; k [T, Hkv*hd] read, rotated and written straight to k_cache[slot[t], :]; v copied
 // to v_cache[slot[t], :]. One block per token, as rope.cu and kv_write.cu; it saves one launch
 // per layer and k's write and re-read. k itself is left unrotated (scratch). Negative slots
@@ -56,42 +56,37 @@ struct TokenRows {
   }
 };
 
-template <typename T>
+// kVector: half a head is whole 16-byte vectors and every pointer is 16-byte aligned, so
+// pairs are rotated and v copied 16 bytes a load; else one element at a time.
+template <typename T, bool kVector>
 __global__ void RopeKvWriteKernel(T* q, const T* __restrict__ k, const T* __restrict__ v,
                                   const int32_t* __restrict__ positions,
                                   const int32_t* __restrict__ slots, T* __restrict__ k_cache,
                                   T* __restrict__ v_cache, RopeKvArgs a) {
   const TokenRows<T> row(q, k, k_cache, positions, slots, a);
   const int half = a.head_dim / 2;
-  for (int p = threadIdx.x; p < row.heads * half; p += blockDim.x) {
-    const int head = p / half, i = p % half;
-    float s, c;
-    RopeCosSin(row.pos, i, a.head_dim, a.log2_theta, a.rope, &c, &s);
-    RotatePair(row.src(head, a), row.dst(head, a), i, half, c, s);
+  if constexpr (kVector) {
+    const int packs_per_head = half / kVec<T>;
+    for (int p = threadIdx.x; p < row.heads * packs_per_head; p += blockDim.x) {
+      const int head = p / packs_per_head, i = (p % packs_per_head) * kVec<T>;
+      RotatePairsVec(row.src(head, a), row.dst(head, a), i, half, row.pos, a.log2_theta, a.head_dim,
+                     a.rope);
+    }
+  } else {
+    for (int p = threadIdx.x; p < row.heads * half; p += blockDim.x) {
+      const int head = p / half, i = p % half;
+      float s, c;
+      RopeCosSin(row.pos, i, a.head_dim, a.log2_theta, a.rope, &c, &s);
+      RotatePair(row.src(head, a), row.dst(head, a), i, half, c, s);
+    }
   }
   if (!row.write) return;
   const T* vrow = v + int64_t{blockIdx.x} * row.kv_width;
-  for (int64_t e = threadIdx.x; e < row.kv_width; e += blockDim.x) {
-    v_cache[row.slot * row.kv_width + e] = vrow[e];
-  }
-}
-
-// Half a head is whole 16-byte vectors and every pointer is 16-byte aligned.
-template <typename T>
-__global__ void RopeKvWriteVecKernel(T* q, const T* __restrict__ k, const T* __restrict__ v,
-                                     const int32_t* __restrict__ positions,
-                                     const int32_t* __restrict__ slots, T* __restrict__ k_cache,
-                                     T* __restrict__ v_cache, RopeKvArgs a) {
-  const TokenRows<T> row(q, k, k_cache, positions, slots, a);
-  const int half = a.head_dim / 2, packs_per_head = half / kVec<T>;
-  for (int p = threadIdx.x; p < row.heads * packs_per_head; p += blockDim.x) {
-    const int head = p / packs_per_head, i = (p % packs_per_head) * kVec<T>;
-    RotatePairsVec(row.src(head, a), row.dst(head, a), i, half, row.pos, a.log2_theta, a.head_dim,
-                   a.rope);
-  }
-  if (row.write) {
-    CopyRowVec(v + int64_t{blockIdx.x} * row.kv_width, v_cache + row.slot * row.kv_width,
-               row.kv_width * sizeof(T));
+  T* vdst = v_cache + row.slot * row.kv_width;
+  if constexpr (kVector) {
+    CopyRowVec(vrow, vdst, row.kv_width * sizeof(T));
+  } else {
+    CopyRow(vrow, vdst, row.kv_width);
   }
 }
 
@@ -118,19 +113,13 @@ absl::Status RopeKvWrite(cudaStream_t s, const Tensor& q, const Tensor& k, const
     // Whole vectors in half a head make every row (a whole number of heads) whole vectors.
     const bool vec = CanVectorize(head_dim / 2, sizeof(scalar_t),
                                   {q.data, k.data, v.data, k_cache.data, v_cache.data});
-    const void* kernel = vec ? reinterpret_cast<const void*>(&RopeKvWriteVecKernel<scalar_t>)
-                             : reinterpret_cast<const void*>(&RopeKvWriteKernel<scalar_t>);
-    if (vec) {
-      RopeKvWriteVecKernel<scalar_t><<<blocks, threads, 0, s>>>(
-          q.as<scalar_t>(), k.as<scalar_t>(), v.as<scalar_t>(), positions.as<int32_t>(),
-          slot_mapping.as<int32_t>(), k_cache.as<scalar_t>(), v_cache.as<scalar_t>(), a);
-    } else {
-      RopeKvWriteKernel<scalar_t><<<blocks, threads, 0, s>>>(
-          q.as<scalar_t>(), k.as<scalar_t>(), v.as<scalar_t>(), positions.as<int32_t>(),
-          slot_mapping.as<int32_t>(), k_cache.as<scalar_t>(), v_cache.as<scalar_t>(), a);
-    }
+    auto* kernel = vec ? &RopeKvWriteKernel<scalar_t, true> : &RopeKvWriteKernel<scalar_t, false>;
+    kernel<<<blocks, threads, 0, s>>>(q.as<scalar_t>(), k.as<scalar_t>(), v.as<scalar_t>(),
+                                      positions.as<int32_t>(), slot_mapping.as<int32_t>(),
+                                      k_cache.as<scalar_t>(), v_cache.as<scalar_t>(), a);
     CUDA_CHECK_LAUNCH("RopeKvWriteKernel");
-    RecordLaunch(KernelFamily::kRopeKvWrite, kernel, q.rows, threads, 0);
+    RecordLaunch(KernelFamily::kRopeKvWrite, reinterpret_cast<const void*>(kernel), q.rows, threads,
+                 0);
     return absl::OkStatus();
   })
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/base/host_device.h"
 #include "kernels/sampling_rng.h"
 
 #if defined(__CUDACC__)
@@ -114,7 +115,7 @@ SATURN_HD void ArgMaxMerge(float ov, int oi, int n, float& bv, int& bi) {
   }
 }
 
-// Greedy over splits (sampling.cu's split kernel, --cuda_kernels=v2): split s of `splits`
+// Greedy over splits (sampling.cu's split kernel, --cuda_kernels=fused): split s of `splits`
 // scans [begin, end) of the row, equal chunks (the last ones may be empty), and the partials
 // (each split's best value and index, n for none) merge in split order. (value desc, index
 // asc) is a total order on non-NaN values, so the token is the one-block ArgMax's for any

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) tokens[row] = t;
 }
 
-// v2: a grid of (row, split). Sampled rows run the one-block search in split 0's block (the
+// Fused set: a grid of (row, split). Sampled rows run the one-block search in split 0's block (the
 // others return). Greedy rows scan a split each; the block that finishes last (threadfence,
 // then a per-row counter, as CUDA's threadFenceReduction sample) merges the partials in
 // split order and resets the counter for the next launch.

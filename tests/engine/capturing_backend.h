@@ -29,8 +29,8 @@ class CapturingBackend final : public Backend {
 
   std::vector<std::string> log;
   std::string fail_in_capture;        // an op kind that fails while capturing ("" = none)
-  bool fuse_rope_kv_write = false;    // FusesRopeKvWrite, as CUDA's v2 kernels do
-  int fuse_gemm_swiglu_max_rows = 0;  // FusesGemmSwiGlu up to this many rows (CUDA v2: 16)
+  bool fuse_rope_kv_write = false;    // FusesRopeKvWrite, as CUDA's fused kernels do
+  int fuse_gemm_swiglu_max_rows = 0;  // FusesGemmSwiGlu up to this many rows (CUDA fused: 16)
   bool async_downloads = false;       // DownloadAsync lands late and RunsAsync() is true
 
   std::string name() const override { return "capturing-cpu"; }

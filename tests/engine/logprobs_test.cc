@@ -11,7 +11,7 @@
 
 #include "engine/engine.h"
 #include "engine/model_runner.h"
-#include "engine/weights.h"
+#include "engine/model/weights.h"
 #include "reference_model.h"
 
 namespace saturn {

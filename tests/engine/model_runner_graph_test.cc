@@ -16,10 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/block_manager.h"
-#include "engine/model_config.h"
+#include "engine/measure/step_probe_run.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 #include "engine/model_runner.h"
-#include "engine/step_probe.h"
-#include "engine/weights.h"
 #include "tests/engine/capturing_backend.h"
 #include "tests/engine/runner_test_util.h"
 
@@ -220,7 +220,7 @@ const OpRecord& FirstOp(const StepTiming& t, OpKind kind) {
                        [kind](const OpRecord& op) { return op.kind == kind; });
 }
 
-// Where the backend fuses rope and the KV write (CUDA v2), the runner issues one
+// Where the backend fuses rope and the KV write (CUDA fused kernels), the runner issues one
 // rope_kv_write op per layer in their place, costed as one pass, and the tokens and logprobs
 // stay the same (the tokens replayed too).
 TEST_F(GraphCaptureTest, AFusedRopeKvWriteIsOneOpPerLayerAndKeepsTheTokens) {
@@ -262,7 +262,7 @@ TEST_F(GraphCaptureTest, AFusedRopeKvWriteIsOneOpPerLayerAndKeepsTheTokens) {
   EXPECT_EQ(CountOps(replayed.last.timing, OpKind::kRopeKvWrite), layers);
 }
 
-// Where the backend fuses SwiGLU into the GEMM at few rows (CUDA v2's skinny kernel), decode
+// Where the backend fuses SwiGLU into the GEMM at few rows (CUDA's fused skinny kernel), decode
 // steps issue one gemm_swiglu op per layer, a GEMM by class, with the same tokens and logprobs
 // (replayed too); steps past the row limit keep the GEMM and SwiGLU apart.
 TEST_F(GraphCaptureTest, AFusedGemmSwiGluRunsAtFewRowsAndKeepsTheTokens) {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/weights.h"
+#include "engine/model/weights.h"
 
 namespace saturn::testing_ref {
 

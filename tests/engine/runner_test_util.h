@@ -1,6 +1,6 @@
 // Shared by the model runner tests (model_runner_test, model_runner_graph_test and
-// tests/cuda/cuda_runner_test): the tiny model's seeded random weights and a step plan of one
-// whole prompt. Test-only; owns no test cases.
+// tests/kernels/cuda/cuda_runner_test): the tiny model's seeded random weights and a step plan of
+// one whole prompt. Test-only; owns no test cases.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "engine/block_manager.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 #include "engine/model_runner.h"
-#include "engine/weights.h"
 
 namespace saturn::testing_runner {
 

@@ -1,4 +1,4 @@
-// Fuzz target: the byte-level BPE reader (engine/tokenizer_bpe.h) on both of its inputs.
+// Fuzz target: the byte-level BPE reader (engine/tokenizer/tokenizer_bpe.h) on both of its inputs.
 //  - Input starting with '{': a tokenizer.json. Parsed into a tokenizer or refused with
 //    INVALID_ARGUMENT / UNIMPLEMENTED, never a crash; a parsed one encodes a fixed text.
 //  - Anything else: prompt text for a fixed tokenizer (every byte in its alphabet, a few
@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer_bpe.h"
-#include "engine/utf8.h"
+#include "engine/tokenizer/tokenizer_bpe.h"
+#include "kernels/base/utf8.h"
 
 namespace {
 

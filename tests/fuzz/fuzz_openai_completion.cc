@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "server/openai_protocol.h"
-#include "server/proto_convert.h"
+#include "server/http/openai_protocol.h"
+#include "server/request_intake.h"
 #include "tests/fuzz/fuzz_request_limits.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Open takes a path: one file per process, rewritten for each input.

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "server/proto_convert.h"
-#include "server/raw_message.h"
+#include "server/grpc/proto_convert.h"
+#include "server/grpc/raw_message.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   saturn::v1::UpdateEngineOptionsRequest req;

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "tests/kernels/cpu_test_util.h"
+#include "tests/kernels/cpu/cpu_test_util.h"
 
 namespace saturn::testing {
 

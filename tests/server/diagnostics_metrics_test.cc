@@ -8,7 +8,7 @@
 #include <regex>
 #include <sstream>
 
-#include "server/request_metrics.h"
+#include "server/diag/request_metrics.h"
 #include "tests/server/diagnostics_test_util.h"
 
 namespace saturn::testing {

@@ -2,7 +2,7 @@
 // load and when idle, trace export, the watch stream (cancel and shutdown), argument errors,
 // UNAVAILABLE before the engine is ready, and closing the loop on an applied plan action.
 // Assertions rest on classes, presence and counts, never on how fast the machine is.
-#include "server/diagnostics_service.h"
+#include "server/diag/diagnostics_service.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "saturn/v1/diagnostics.grpc.pb.h"
-#include "server/diagnostics_state.h"
+#include "server/diag/diagnostics_state.h"
 #include "tests/server/server_test_util.h"
 
 namespace saturn::testing {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/byte_tokenizer.h"
 #include "server/text_stream.h"
 #include "tests/server/server_test_util.h"
 

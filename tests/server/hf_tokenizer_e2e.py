@@ -11,7 +11,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "engine",
+                                "tokenizer"))
 import make_hf_tokenizers as mk  # exits 3 without `tokenizers`
 from tokenizers import Regex, Tokenizer, pre_tokenizers, processors
 

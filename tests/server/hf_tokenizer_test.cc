@@ -18,12 +18,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engine/model_config.h"
-#include "engine/weights.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 #include "server/text_stream.h"
-#include "server/text_tokenizer.h"
+#include "engine/tokenizer/text_tokenizer.h"
 #include "server_test_util.h"
-#include "tests/tokenizer/hf_python.h"
+#include "tests/engine/tokenizer/hf_python.h"
 
 namespace saturn::testing {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "server/http_listener.h"
+#include "server/http/http_listener.h"
 #include "server/listen_address.h"
 #include "tests/server/server_test_util.h"
 

@@ -13,7 +13,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 #include "tests/server/server_test_util.h"
 
 namespace saturn {

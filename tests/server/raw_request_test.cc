@@ -10,9 +10,9 @@
 
 #include <string>
 
-#include "engine/utf8.h"
+#include "kernels/base/utf8.h"
 #include "saturn/v1/diagnostics.pb.h"
-#include "server/raw_message.h"
+#include "server/grpc/raw_message.h"
 #include "tests/server/server_test_util.h"
 
 namespace saturn {

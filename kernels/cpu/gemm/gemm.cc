@@ -1,5 +1,5 @@
 // GEMM on the CPU: out[M, N] = x[M, K] * w[N, K]^T, x and out f32, w f32 or bf16.
-// Three paths:
+// Row-major weights take one of five paths (GemmPath), chosen per M:
 //  - skinny: a weight-streaming kernel of our own (isa_kernels.h, per instruction-set
 //    level): each weight row is read from memory once and multiplied against all M input
 //    rows while it sits in L1, so a decode step costs one pass over the weights. bf16
@@ -12,12 +12,13 @@
 //    (N * K conversions against 2 * M * N * K FLOPs, so only for large M).
 //  - amx, amx_stream: bf16 weights where the CPU has AMX and the OS grants it (gemm_amx.cc):
 //    16 x 16 tiles; amx packs the weights into tiles per 32-row panel as they are used,
-//    amx_stream reads them as tiles straight from memory and packs x instead. Weights
-//    uploaded in AMX tiles (Layout::kAmxTiles: the CPU backend's bf16 weights
-//    where AMX runs) take GemmAmxTilesBf16 at every M, which packs nothing.
-//  - f32 weights uploaded in 32-row panels (Layout::kPanels: the CPU backend's f32 weights
-//    at the AVX-512 level) take the blocked kernel's loops on them at every M (panels_f32),
-//    which packs nothing and sums as the blocked path does.
+//    amx_stream reads them as tiles straight from memory and packs x instead.
+// Weights uploaded packed take one kernel at every M, which packs nothing:
+//  - bf16 in AMX tiles (Layout::kAmxTiles: the CPU backend's bf16 weights where AMX runs):
+//    GemmAmxTilesBf16.
+//  - f32 in 32-row panels (Layout::kPanels: the CPU backend's f32 weights at the AVX-512
+//    level): the blocked kernel's loops on them (panels_f32), which sum as the blocked path
+//    does.
 // With bf16 weights every path multiplies x rounded to bf16 (the products are then exact in
 // f32), but each path sums in its own order; a batch-invariant planner
 // (GemmPlanner::set_batch_invariant, the CPU backend's default) keeps every M on the skinny
@@ -35,11 +36,11 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "kernels/base/enum_table.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm/gemm_planner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/stream_memory.h"
-#include "kernels/enum_table.h"
 #include "kernels/half_float.h"
 
 namespace saturn::cpu {
@@ -52,8 +53,8 @@ struct Part {
 };
 
 // a for part p: its weight rows and its output (a.n = its rows, the output's row stride).
-SkinnyArgs PartArgs(const Tensor& x, const Tensor& w, const Part& p) {
-  SkinnyArgs a;
+GemmArgs PartArgs(const Tensor& x, const Tensor& w, const Part& p) {
+  GemmArgs a;
   a.x = x.as<float>();
   a.w = static_cast<const char*>(w.data) + p.row0 * w.cols * DTypeSize(w.dtype);
   a.out = p.out.as<float>();
@@ -87,11 +88,11 @@ bool UseBf16Dot(const IsaKernels& kernels, const Tensor& w) {
 }
 
 // Each part's args; x_bf16 (and x_split) where the bf16 dot-product kernels run.
-std::vector<SkinnyArgs> ArgsOfParts(const IsaKernels& kernels, const Tensor& x,
-                                    const uint16_t* x_bf16, const float* x_split, const Tensor& w,
-                                    absl::Span<const Part> parts) {
+std::vector<GemmArgs> ArgsOfParts(const IsaKernels& kernels, const Tensor& x,
+                                  const uint16_t* x_bf16, const float* x_split, const Tensor& w,
+                                  absl::Span<const Part> parts) {
   const bool dot = UseBf16Dot(kernels, w);
-  std::vector<SkinnyArgs> args;
+  std::vector<GemmArgs> args;
   args.reserve(parts.size());
   for (const Part& p : parts) {
     args.push_back(PartArgs(x, w, p));
@@ -101,12 +102,11 @@ std::vector<SkinnyArgs> ArgsOfParts(const IsaKernels& kernels, const Tensor& x,
   return args;
 }
 
-// The skinny kernel's L2 tiles for many input rows (SkinnyArgs::panel_rows): a panel of input
+// The skinny kernel's L2 tiles for many input rows (GemmArgs::panel_rows): a panel of input
 // rows in half of L2, a group of weight rows whose k chunk fills an eighth, both multiples of
 // 4; {0, 0} (the block order) where x fits the panel and the block order's working set fits
-// L1 (below). Measured on a 2-core Xeon
-// (2 MiB L2), f32, M = 512: k = 2048 7.2-7.5 ms against 9.2 unchunked and 10.9 in block
-// order (blocked 5.9); k = 768 7.3 ms against 8.8 in block order (blocked 6.4).
+// L1 (below). At 512 rows the tiles ran faster than both the block order and unchunked k
+// (docs/CPU.md).
 std::pair<int64_t, int64_t> SkinnyTiles(int64_t m, int64_t k, int64_t x_bytes, int64_t w_bytes) {
   static const int64_t l2 = [] {
     const size_t b = CacheBytes(2);
@@ -121,8 +121,7 @@ std::pair<int64_t, int64_t> SkinnyTiles(int64_t m, int64_t k, int64_t x_bytes, i
   if (panel >= m) {
     // x fits half of L2. The block order keeps an 8-row weight block and four input rows in
     // L1 for the whole of k; where they outgrow it (k = 2048 f32: 96 KiB), one panel of all
-    // the rows with k in chunks instead (2-core Xeon VM, 48 KiB L1, n = 768, k = 2048, f32:
-    // M = 64 1.21 -> 0.88 ms, M = 16 0.36 -> 0.28; bf16 split form, M = 64 1.03 -> 0.95).
+    // the rows with k in chunks instead, which ran faster at 16 and 64 rows (docs/CPU.md).
     // Under four rows the tiles would be single rows: the block order's pairs stay.
     if (m < 4 || (8 * w_bytes + 4 * x_bytes) * k <= l1) return {0, 0};
     panel = (m + 3) / 4 * 4;
@@ -140,8 +139,8 @@ void Skinny(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const 
   const auto [panel_rows, group_rows] =
       SkinnyTiles(x.rows, x.cols, dot && x_split == nullptr ? 2 : 4,  // x_split: f32
                   static_cast<int64_t>(DTypeSize(w.dtype)));
-  std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, x_split, w, parts);
-  for (SkinnyArgs& a : args) {
+  std::vector<GemmArgs> args = ArgsOfParts(kernels, x, x_bf16, x_split, w, parts);
+  for (GemmArgs& a : args) {
     a.prefetch_blocks = prefetch_blocks;
     a.prefetch_bytes = prefetch_bytes;
     a.one_chain = one_chain;
@@ -159,7 +158,7 @@ void Blocked(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const
              const Tensor& w, absl::Span<const Part> parts) {
   auto kernel = w.dtype == DType::kF32 ? kernels.blocked_f32 : kernels.blocked_bf16;
   if (UseBf16Dot(kernels, w)) kernel = BlockedBf16Dot;
-  const std::vector<SkinnyArgs> args = ArgsOfParts(kernels, x, x_bf16, nullptr, w, parts);
+  const std::vector<GemmArgs> args = ArgsOfParts(kernels, x, x_bf16, nullptr, w, parts);
   ForUnits(pool, parts, kBlockedPanel, 1, [&](size_t i, int64_t b, int64_t e) {
     thread_local AlignedScratch<float> pack;  // pool threads persist: allocated once each
     kernel(args[i], b, e, pack.Get(kBlockedPackFloats));
@@ -266,16 +265,16 @@ void AmxTiles(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<con
 }
 
 // f32 weights in panels (Layout::kPanels): every M runs the blocked kernel's order on them
-// (IsaKernels::panels_f32), the weights prefetched kPanelsPrefetch bytes ahead: at M = 1, 2-8
-// KiB streamed from memory within 3 % of each other and of the skinny row stream on the 2-core
-// AMX Xeon, none clearly best, so the distance is fixed, not tuned on served steps.
+// (IsaKernels::panels_f32), the weights prefetched kPanelsPrefetch bytes ahead: at M = 1 the
+// distances from 2 to 8 KiB streamed alike, none clearly best (docs/CPU.md), so the distance
+// is fixed, not tuned on served steps.
 constexpr int64_t kPanelsPrefetch = 4096;
 static_assert(kBlockedPanel == kPanelRows, "the blocked kernel's panels are Layout::kPanels'");
 
 void Panels(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
             absl::Span<const Part> parts) {
   OnPanels(x, w, parts, [&](absl::Span<const Part> on) {
-    std::vector<SkinnyArgs> args;
+    std::vector<GemmArgs> args;
     args.reserve(on.size());
     for (const Part& p : on) {  // a panel starts where its first row would in rows
       args.push_back(PartArgs(x, w, p));

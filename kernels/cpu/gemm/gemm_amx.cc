@@ -1,26 +1,23 @@
-// The AMX GEMMs (isa_kernels.h: GemmAmxBf16, GemmAmxStreamBf16): bf16 weights against
-// bf16-rounded input rows with Intel AMX tiles (TDPBF16PS: a 16 x 16 f32 tile += 16 x 32 bf16
-// times 32 x 16 bf16, 8192 products per instruction). Only called where
-// DetectCpuFeatures().amx_usable. Weights stay row-major in memory (the M = 1 stream reads
-// them that way). Eight tile registers: four C (2 x 2), two A, two B.
+// The AMX GEMMs (isa_kernels.h: GemmAmxBf16, GemmAmxStreamBf16, GemmAmxTilesBf16): bf16
+// weights against bf16-rounded input rows with Intel AMX tiles (TDPBF16PS: a 16 x 16 f32 tile
+// += 16 x 32 bf16 times 32 x 16 bf16, 8192 products per instruction). Only called where
+// DetectCpuFeatures().amx_usable. The first two read row-major weights (as the M = 1 stream
+// does), the third weights stored as tiles. Eight tile registers: four C (2 x 2), two A, two B.
 //  - GemmAmxBf16 (many input rows): x is A, read straight from the caller's zero-padded copy
 //    (AmxArgs::xp); each thread packs a block of 32-row weight panels (half its L2) by all of
 //    k into VNNI B tiles (16 k-pairs x 16 weight rows x 2 bf16; a 16 x 16 transpose of 32-bit
 //    pairs per 16 rows x 32 k), then runs each 32 input rows against every panel of the block
 //    (the GotoBLAS order: the packed weights stay in L2, each weight is packed once, x is
-//    read once per block). The old order, one panel against ~1 MiB blocks of x rows,
-//    repacked the weights per block of x and ran 1.1-1.45x slower at 256-2048 rows (quiet
-//    2-core Xeon, bench/results/2026-12-03-cpu-2core-xeon-amx-plans-gemm-blocks.txt).
+//    read once per block). One panel against ~1 MiB blocks of x rows instead would repack
+//    the weights per block of x, which ran slower at 256-2048 rows (docs/CPU.md).
 //  - GemmAmxStreamBf16 (few input rows): the weights are A, 16 whole rows per tile straight
 //    from memory; x is packed once per GEMM into B tiles (AmxPackX); each C tile holds the
 //    transposed product and is transposed back as it is stored.
 //  - GemmAmxTilesBf16 (any number of rows; weights uploaded as Layout::kAmxTiles, tensor.h):
 //    GemmAmxBf16's order with the weights already in B tiles, so nothing is packed and each
-//    thread's share of the weights is one sequential stream. Batch 1, the 49 GEMMs of a
-//    `small` decode step (200 MB of bf16 weights), 2 threads, medians of 21 interleaved rounds on
-//    the 2-core Xeon VM (2026-12-06): 6.42 ms against 6.88 for the skinny stream and 7.47 for
-//    GemmAmxStreamBf16 on row-major weights; at 8 rows 8.9 against 10.1 (amx_stream) and 16.9
-//    (skinny). Same bits as the other two.
+//    thread's share of the weights is one sequential stream; it beat the skinny stream and
+//    GemmAmxStreamBf16 on row-major weights at 1-16 rows (docs/CPU.md, AMX). Same bits as the
+//    other two.
 //  - Tile state is configured on entry and released on return, so a pool thread holds no
 //    tile state (and the kernel saves none on a context switch) between GEMMs.
 // Linux grants the tile data only after arch_prctl(ARCH_REQ_XCOMP_PERM) (cpu_features.cc).
@@ -33,13 +30,9 @@
 #include <algorithm>
 #include <cstring>
 
-#if defined(__clang__)
-#pragma clang attribute push( \
-    __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")
-#endif
+#include "kernels/cpu/isa_target.h"
+
+SATURN_TARGET_PUSH("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")
 
 namespace saturn::cpu {
 namespace {
@@ -274,11 +267,9 @@ void GemmAmxStreamBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_
       w0 = scratch;
       ldw = a.kp;
     }
-    // The next panel (contiguous: 32 rows of k), prefetched into L2 over the first pass (into
-    // L1 the panel, 64 k bytes (48 KiB at k = 768), evicts the one being read and holds the core's
-    // fill buffers: 200 MB of bf16 weights, 2-core Xeon, medians of interleaved rounds against the
-    // skinny stream's time: one input row 1.13-1.35x with the L1 hint, 1.07-1.11x with L2's; two
-    // rows 1.07x, 0.88x).
+    // The next panel (contiguous: 32 rows of k), prefetched into L2 over the first pass: into
+    // L1 the panel, 64 k bytes (48 KiB at k = 768), evicts the one being read and holds the
+    // core's fill buffers (docs/CPU.md, AMX: the L2 hint ran faster at one and two rows).
     const bool ahead = n0 + 2 * kAmxPanel <= n_end;
     const char* next =
         ahead ? reinterpret_cast<const char*>(a.w + (n0 + kAmxPanel) * a.k) : nullptr;
@@ -331,9 +322,8 @@ void GemmAmxStreamBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end, uint16_
   _tile_release();
 }
 
-// Bytes of B tiles packed at a time: half the core's L2 (measured on a Xeon with 2 MiB of L2,
-// 64-2048 rows of x: 768 KiB and 1.25 MiB ran alike, 384 KiB up to 1.2x and 192 KiB 1.5x
-// slower at 1024+ rows), 1 MiB where the L2 is unknown.
+// Bytes of B tiles packed at a time: half the core's L2 (smaller blocks ran slower at 1024+
+// rows of x, larger ones no faster: docs/CPU.md), 1 MiB where the L2 is unknown.
 int64_t PackBlockBytes() {
   static const int64_t bytes = [] {
     const int64_t l2 = static_cast<int64_t>(CacheBytes(2));
@@ -391,11 +381,7 @@ void GemmAmxTilesBf16(const AmxArgs& a, int64_t n_begin, int64_t n_end) {
 
 }  // namespace saturn::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+SATURN_TARGET_POP
 
 #else  // no compiler support: never selected (DetectCpuFeatures reports no amx_usable)
 namespace saturn::cpu {

@@ -24,12 +24,11 @@ constexpr int64_t kProbeRows = 512;  // weight rows timed: enough to occupy ever
 constexpr int kRuns = 3;             // fastest of these (after one warm-up) is kept
 // At M = 1 and 2 the paths differ most in how they stream the weights (a GEMV, the skinny
 // kernel's row stream), so there they are timed on kStreamProbeBytes of weights evicted from
-// the caches before each run, which come from memory as a decode step's do. On the 512 rows alone
-// (1.5 MiB of f32 at k = 768, L2-resident) OpenBLAS's M = 1 GEMV ran 14 us to the skinny kernel's
-// 20-22 in five starts of six on a 2-core Xeon VM and won M = 1 and 2; served from memory it
-// streams at half the skinny kernel's rate (f32 batch-1 decode 29-34 tok/s against 61-69).
-// Streaming every bandwidth-bound M (up to 16) on 16 MiB instead cost each engine start enough to
-// take the sanitizer test pass from ~390 s to 1031 s, so larger M keep the in-cache probe.
+// the caches before each run, which come from memory as a decode step's do. On the 512 rows
+// alone (L2-resident) OpenBLAS's GEMV won M = 1 and 2, though from memory it streams at half
+// the skinny kernel's rate (docs/CPU.md). Streaming every bandwidth-bound M (up to 16) instead
+// made each engine start far slower (the sanitizer test pass most), so larger M keep the
+// in-cache probe.
 constexpr int64_t kStreamProbeMaxM = 2;
 constexpr size_t kStreamProbeBytes = size_t{8} << 20;
 
@@ -61,9 +60,8 @@ double TimeUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, cons
 // (OpenBLAS's threads spin on the cores for a while after its calls, a pool worker may have
 // gone to sleep) then slows a different path in each round, and the fastest round of each
 // path is one it did not follow the disturber in. Timing each path's runs back to back
-// instead let one such spell decide a probe: the skinny kernel, 1.7x OpenBLAS at M = 1 here,
-// lost M = 1 and 2 to it in half the starts on a 2-core Xeon VM and dropped out (f32 batch-1
-// decode at 29-32 tok/s instead of 63-67).
+// instead let one such spell decide a probe: the skinny kernel, faster than OpenBLAS at M = 1,
+// lost M = 1 and 2 to it in half the starts and dropped out (docs/CPU.md).
 std::vector<double> FastestUs(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x,
                               const Tensor& w, const Tensor& out,
                               const std::vector<GemmPath>& paths, int prefetch_blocks,
@@ -83,9 +81,9 @@ std::vector<double> FastestUs(ThreadPool& pool, const IsaKernels& kernels, const
 
 // Bytes of synthetic weights the prefetch probe streams, evicted from the caches before each
 // run (so they come from memory however large the last-level cache is). Sizing the probe at
-// twice the last-level cache instead (at most 64 MiB) left it cache-resident on a Xeon VM whose
-// L3 reports 480 MiB: the probe then picked distances at random (0, 4, 16 KiB for bf16 in four
-// starts) where from memory, f32 over 256 MiB, 16 KiB streamed 13-17 % faster than none.
+// twice the last-level cache instead (at most 64 MiB) left it cache-resident where the L3 is
+// large (a VM's L3 may report hundreds of MiB), and the probe then picked distances at random
+// (docs/CPU.md).
 constexpr size_t kPrefetchProbeBytes = size_t{16} << 20;
 
 // Rows shorter than this many elements are mostly per-row overhead (reductions, k tails):
@@ -104,9 +102,9 @@ enum class PrefetchKind { kBlocks, kBytes };
 // round, and scores each by its time over no prefetch's in the same round, so a burst of load
 // elsewhere on the machine (which moves a whole round) cancels. A distance is taken only
 // where it wins clearly: a median score under 0.97 and faster than no prefetch in three
-// rounds of four (a sign test); otherwise none. On a shared 2-core Zen 5 VM single probes
-// swung +-10 %: fastest-of-two had picked 2 blocks for bf16 weights where no prefetch
-// streamed 7 % faster over 40 interleaved steps of the `small` model.
+// rounds of four (a sign test); otherwise none. On a shared machine single probes swing by
+// more than the distances differ: fastest-of-two picked a distance that then streamed slower
+// than none over served steps (docs/CPU.md).
 int64_t MeasurePrefetch(ThreadPool& pool, const IsaKernels& kernels, const Tensor& w,
                         PrefetchKind kind) {
   const int64_t k = w.cols, m = kind == PrefetchKind::kBytes ? 1 : 2;
@@ -209,8 +207,7 @@ GemmPlanner::Plan GemmPlanner::Probe(ThreadPool& pool, const IsaKernels& kernels
     for (size_t c = 0; c < paths.size(); ++c) {
       if (us[c] < us[best]) best = c;
       // Past the last probe only the many-row paths: the AMX stream kernel re-reads all of x
-      // for each 32-row weight panel, which leaves the L2 as M grows (measured on a 2-core
-      // Xeon, k = 768, n = 4096: 0.9x the AMX path's time at M = 128, 1.9-2.1x at M = 2048).
+      // for each 32-row weight panel, which leaves the L2 as M grows (docs/CPU.md).
       if (c + 1 == many_row_paths) plan.beyond = paths[best];
     }
     if (skinny_losses < 2) {

@@ -8,7 +8,7 @@
 // its edge only shrinks with M, so a loss below a win is noise). An M between probes takes the
 // choice of the nearest probe in log scale, an M past the last probe the fastest of the
 // many-row paths (blocked, BLAS, AMX) there. Before that, where the skinny kernel may run, it
-// takes its software prefetch distances (SkinnyArgs:: prefetch_blocks for its 8-row blocks,
+// takes its software prefetch distances (GemmArgs:: prefetch_blocks for its 8-row blocks,
 // measured at M = 2; prefetch_bytes for its M = 1 row stream), each measured once per process for
 // each kernel level, weight dtype and thread count on a 16 MiB synthetic weight matrix evicted from
 // the caches before each run, so the rows come from memory as a decode step's do (and with the L2
@@ -60,7 +60,7 @@ class GemmPlanner {
   std::string Describe() const;
   // Batch invariance: every M takes the skinny path, whose per-row sums do not depend on M
   // or on how rows are split across threads (one chain per output over k, in k's order; the
-  // M = 1 stream too: SkinnyArgs::one_chain), so a request's logits are bit-identical
+  // M = 1 stream too: GemmArgs::one_chain), so a request's logits are bit-identical
   // whatever else shares its steps. Only the prefetch distances are measured. bf16 weights
   // where AMX runs take the AMX kernels instead, the faster of the two per M: both sum each
   // output as one chain of TDPBF16PS tile products over k in k's order, zero-padded to whole

@@ -22,10 +22,8 @@ int ClearWinner(const std::vector<std::vector<double>>& scores, double max_score
 
 class StreamTuner {
  public:
-  // Passes at the incumbent before the first round. On the Xeon VM the distances' scores
-  // drifted over a model's first passes after loading (8 KiB: 0.95-1.02x 2 KiB's time in the
-  // first two rounds, 0.77-0.86x from the third on, in five starts), and serving lives in the
-  // later regime.
+  // Passes at the incumbent before the first round: the distances' scores drift over a
+  // model's first passes after loading (docs/CPU.md), and serving lives in the later regime.
   static constexpr int kBurnInPasses = 16;
   // A first pass that moved less than this stays in the caches from step to step (the tiny
   // test model's one 4 MiB matrix): the tuner settles on the incumbent at once.

@@ -1,0 +1,43 @@
+// The server's text tokenizer: what prompt_text is encoded with and streamed tokens are
+// decoded with. The built-in presets use the byte tokenizer (engine/tokenizer/byte_tokenizer.h); a
+// checkpoint directory holding tokenizer.json uses it (engine/tokenizer/tokenizer_hf.h: its BOS/EOS
+// rule is transformers'); a checkpoint without one has none (token ids only). A tokenizer.json the
+// reader refuses stops the server at start with the reader's error, as vLLM does, unless
+// --skip_tokenizer_init asks for token ids only. Immutable once made: thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace saturn {
+
+class TextTokenizer {
+ public:
+  virtual ~TextTokenizer() = default;
+  // The prompt's ids, special tokens included.
+  virtual absl::StatusOr<std::vector<int>> Encode(std::string_view text) const = 0;
+  // The bytes one generated token adds to the streamed text ("" for special tokens and ids
+  // without text). Concatenated and assembled into whole UTF-8 characters by Utf8Stream.
+  virtual std::string TokenBytes(int id) const = 0;
+  // Longest prompt_text accepted for a context of `max_model_len` tokens (it bounds the work
+  // of encoding; the token count is checked against the context after).
+  virtual int max_prompt_text_bytes(int max_model_len) const = 0;
+  // Every id Encode can produce is below this (compared with the model's vocab_size at start).
+  virtual int id_limit() const = 0;
+  // "byte" or "tokenizer.json" (GetServerInfo's model.tokenizer).
+  virtual std::string kind() const = 0;
+  // One line for the start-up log.
+  virtual std::string Describe() const = 0;
+};
+
+// The tokenizer for `model` (a preset name or a checkpoint directory): null when the model
+// has none or `skip` (--skip_tokenizer_init) is set; an error when its tokenizer.json cannot be
+// used (the error names the file and the feature).
+absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTextTokenizer(const std::string& model,
+                                                                 bool skip);
+
+}  // namespace saturn

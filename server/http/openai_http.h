@@ -1,0 +1,41 @@
+// The OpenAI-compatible HTTP API (--http_port), served by cpp-httplib on its own worker
+// threads beside gRPC, over the same engine:
+//   POST /v1/completions   (stream: server-sent events ending in "data: [DONE]")
+//   POST /v1/chat/completions  (400 naming why: Saturn renders no Jinja chat templates)
+//   GET  /v1/models, GET /health (200 serving, 503 loading or draining)
+// A completion takes the gRPC Generate path's checks and engine request (openai_protocol.h ->
+// the request intake, server/request_intake.h -> Engine::Submit; openai_call.h), the same TLS
+// and bearer token (http_listener.h), and the same request metrics. A client that disconnects
+// cancels its request, and its KV blocks return to the cache. Start/Stop are called in order
+// by ServerApp; Stop comes after every call has ended.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/diag/diagnostics_state.h"
+#include "server/http/http_listener.h"
+#include "server/serving_state.h"
+
+namespace saturn {
+
+class OpenAiHttpServer final : public HttpEndpoint {
+ public:
+  // `model_name` is the id /v1/models lists and requests may name; `diag` (optional) keeps
+  // the request metrics.
+  OpenAiHttpServer(ServingState* state, DiagnosticsState* diag, std::string model_name);
+  ~OpenAiHttpServer() override { Stop(); }
+
+  absl::Status Start(const std::string& host, int port) override;
+
+ private:
+  ServingState* state_;
+  DiagnosticsState* diag_;
+  std::string model_name_;
+  int64_t created_;                  // /v1/models' "created": when the server started
+  std::atomic<int64_t> next_id_{1};  // completion ids
+};
+
+}  // namespace saturn

@@ -1,0 +1,508 @@
+// The saturation plan on hand-built windows: each action, its predictions and each failure
+// mode that bounds it. No timing.
+#include <gtest/gtest.h>
+
+#include "engine/diag/analyzer.h"
+#include "proto/render/report_text.h"
+#include "proto/render/report_proto.h"
+#include "tests/engine/diag/synthetic.h"
+
+namespace saturn {
+namespace {
+
+using testing_diag::StepSpec;
+using testing_diag::TrueModel;
+
+// Memory-bound decode at batch 4 = max_num_seqs with `waiting` requests queued.
+std::vector<StepRecord> MemoryBoundAt4(int waiting) {
+  StepSpec s;
+  s.seqs = 4;
+  s.queue_depth = waiting;
+  s.max_num_seqs = 4;
+  return testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 10);
+}
+
+// A mixed window at max_num_seqs 4 with requests queued: a step carrying a 64-token prefill
+// chunk, then 7 decode steps, 8 times.
+std::vector<StepRecord> MixedAt4() {
+  std::vector<StepRecord> steps;
+  StepSpec pre, dec;
+  pre.seqs = dec.seqs = 4;
+  pre.max_num_seqs = dec.max_num_seqs = 4;
+  pre.queue_depth = dec.queue_depth = 40;
+  pre.prefill_tokens = 64;
+  for (int i = 0; i < 8; ++i) {
+    const double at = steps.empty() ? 0 : steps.back().end_us;
+    steps.push_back(testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, pre, at));
+    for (int j = 0; j < 7; ++j) {
+      steps.push_back(
+          testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, dec, steps.back().end_us));
+    }
+  }
+  return steps;
+}
+
+DiagnosticsReport Plan(const std::vector<StepRecord>& steps, const AnalyzerContext& ctx) {
+  return Analyze(steps, steps.front().start_us, steps.back().end_us,
+                 testing_diag::TestCalibration(), ctx);
+}
+
+const FailureMode* FindMode(const Action& a, const std::string& name) {
+  for (const FailureMode& f : a.tradeoffs) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+TEST(PlanTest, MemoryBoundWithWaitingRequestsRaisesMaxNumSeqs) {
+  const auto r = Plan(MemoryBoundAt4(40), testing_diag::TestContext(testing_diag::Small(), 4));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kMemoryBound);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions[0];
+  EXPECT_EQ(a.kind, ActionKind::kRaiseMaxNumSeqs);
+  EXPECT_EQ(a.from, 4);
+  // The true model turns compute-bound near B* = ridge (10) x 4 bytes / 2 = 20.
+  EXPECT_GE(a.to, 14);
+  EXPECT_LE(a.to, 32);
+  EXPECT_EQ(a.options_after.max_num_seqs, a.to);
+  EXPECT_GT(a.tokens_per_s_after, 3 * a.tokens_per_s_before);
+  EXPECT_GE(a.tpot_ms_after, a.tpot_ms_before);
+  EXPECT_NE(FindMode(a, "latency"), nullptr);
+  // The prediction at batch 4 matches the measured steps (the model fits them exactly).
+  EXPECT_NEAR(a.tpot_ms_before, r.profile.mean_decode_step_ms, 0.01 * a.tpot_ms_before);
+  EXPECT_EQ(r.plan.plateau_batch, a.to);
+}
+
+TEST(PlanTest, KvCapacityCapsTheBatch) {
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  ctx.kv_num_blocks = 130;  // sequences of ~200 tokens take 13 blocks: 10 fit
+  const auto r = Plan(MemoryBoundAt4(40), ctx);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions[0];
+  EXPECT_EQ(r.plan.kv_capacity_batch, 10);
+  EXPECT_EQ(a.to, 10);
+  const FailureMode* kv = FindMode(a, "kv_preemption");
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(kv->at, 10);
+}
+
+TEST(PlanTest, ProbedStepsPutPredictionsInsideTheMeasuredRange) {
+  const std::vector<StepRecord> steps = MemoryBoundAt4(40);
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  const auto without = Plan(steps, ctx);
+  ASSERT_FALSE(without.plan.actions.empty());
+  EXPECT_TRUE(without.plan.actions[0].outside_measured);  // the window saw batch 4 only
+  EXPECT_FALSE(without.plan.used_probe);
+  // Probed decode steps, linear in the batch, half as long as the window's (a quieter
+  // machine): the plan scales them by the window's own step at batch 4.
+  const double t4 = steps[0].wall_us();
+  auto truth = [&](double b) { return t4 * (1 + 0.1 * (b - 4)); };
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, 0.5 * truth(b), 0.01, 3});
+  }
+  const auto with = Plan(steps, ctx);
+  ASSERT_FALSE(with.plan.actions.empty());
+  const Action& a = with.plan.actions[0];
+  EXPECT_TRUE(with.plan.used_probe);
+  EXPECT_EQ(with.plan.measured_max_batch, 64);
+  EXPECT_FALSE(a.outside_measured);
+  EXPECT_NEAR(a.tokens_per_s_after, a.batch_after / truth(a.batch_after) * 1e6,
+              1e-6 * a.tokens_per_s_after);
+  EXPECT_LT(a.expected_error, without.plan.actions[0].expected_error);
+  const std::string with_text = RenderReport(ToProto(with));
+  const std::string without_text = RenderReport(ToProto(without));
+  EXPECT_NE(with_text.find("decode batch <= 64, prefill rows <= 0 (window + probe steps)"),
+            std::string::npos)
+      << with_text;
+  EXPECT_NE(without_text.find("decode batch <= 4, prefill rows <= 0 (window only)"),
+            std::string::npos)
+      << without_text;
+  // Probed with the other CUDA-graph setting: not used.
+  ctx.probe_graphs = true;
+  const auto other = Plan(steps, ctx);
+  EXPECT_FALSE(other.plan.used_probe);
+  EXPECT_TRUE(other.plan.actions[0].outside_measured);
+}
+
+// A mixed window (MixedAt4): probed decode steps that follow a prefill chunk ran 1.3x the
+// back-to-back ones, so the plan's mix prediction (most decode steps follow a prefill at the larger
+// batch) is lower than with no such series; a decode-only window's prediction does not change.
+TEST(PlanTest, DecodeStepsAfterPrefillLowerTheMixPrediction) {
+  const std::vector<StepRecord> steps = MixedAt4();
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  ctx.mean_prompt_tokens = 64;
+  ctx.mean_output_tokens = 64;
+  const double t4 = steps[1].wall_us();
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t4 * (1 + 0.1 * (b - 4)), 0.01, 3});
+  }
+  for (double x : {16, 64, 256}) {
+    ctx.probe_curve.prefill.push_back(CurvePoint{x, 3 * t4 * x / 64, 0.01, 3});
+  }
+  const auto plain = Plan(steps, ctx);
+  auto slow_after = ctx;
+  for (CurvePoint p : ctx.probe_curve.decode) {
+    p.us *= 1.3;
+    slow_after.probe_curve.decode_after_prefill.push_back(p);
+  }
+  const auto slow = Plan(steps, slow_after);
+  ASSERT_FALSE(plain.plan.actions.empty());
+  ASSERT_FALSE(slow.plan.actions.empty());
+  const Action& a = plain.plan.actions[0];
+  const Action& b = slow.plan.actions[0];
+  ASSERT_EQ(a.kind, b.kind);
+  EXPECT_GT(b.prefill_share, 0);  // the mix model made the prediction
+  EXPECT_LT(b.tokens_per_s_after, 0.97 * a.tokens_per_s_after);
+  EXPECT_TRUE(plain.plan.curve.decode_after_prefill.empty() ||
+              plain.plan.curve.decode_after_prefill.size() == 1);  // the window's own, batch 4
+  EXPECT_GE(slow.plan.curve.decode_after_prefill.size(), 7u);
+  EXPECT_EQ(ToProto(slow).plan_curve().decode_after_prefill_size(),
+            int(slow.plan.curve.decode_after_prefill.size()));
+  // Decode-only: no step follows a prefill, the back-to-back curve decides.
+  auto decode_only = testing_diag::TestContext(testing_diag::Small(), 4);
+  decode_only.probe_curve.decode = ctx.probe_curve.decode;
+  const auto d0 = Plan(MemoryBoundAt4(40), decode_only);
+  decode_only.probe_curve.decode_after_prefill = slow_after.probe_curve.decode_after_prefill;
+  const auto d1 = Plan(MemoryBoundAt4(40), decode_only);
+  ASSERT_FALSE(d0.plan.actions.empty());
+  ASSERT_FALSE(d1.plan.actions.empty());
+  EXPECT_DOUBLE_EQ(d1.plan.actions[0].tokens_per_s_after, d0.plan.actions[0].tokens_per_s_after);
+}
+
+// Probed decode points are moved from the probe's context to the mix's by the measured slope
+// per context token where the probe has one: a steeper slope, a slower curve at the mix's
+// longer context (relative to the window's batch 4, which moves by the slope too), a lower
+// prediction.
+TEST(PlanTest, MeasuredContextSlopeMovesProbedDecodePoints) {
+  const std::vector<StepRecord> steps = MixedAt4();
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  ctx.mean_prompt_tokens = 256;
+  ctx.mean_output_tokens = 64;  // the plan's context: 256 + 32
+  ctx.probe_context = 32;
+  const double t4 = steps[1].wall_us();
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t4 * (1 + 0.1 * (b - 4)), 0.01, 3});
+  }
+  auto gentle = ctx, steep = ctx;
+  for (double b : {1, 4, 16, 64}) {
+    gentle.probe_context_slopes.push_back(CurvePoint{b, 0.2 * b, 0, 3});
+    steep.probe_context_slopes.push_back(CurvePoint{b, 2 * b, 0, 3});
+  }
+  const auto flat = Plan(steps, gentle);
+  const auto slow = Plan(steps, steep);
+  ASSERT_FALSE(flat.plan.actions.empty());
+  ASSERT_FALSE(slow.plan.actions.empty());
+  ASSERT_FALSE(flat.plan.curve.decode.empty());
+  const CurvePoint& f = flat.plan.curve.decode.back();
+  const CurvePoint& g = slow.plan.curve.decode.back();
+  ASSERT_EQ(f.x, 64);
+  ASSERT_EQ(g.x, 64);
+  EXPECT_GT(g.us, f.us);
+  EXPECT_LT(slow.plan.actions[0].tokens_per_s_after, flat.plan.actions[0].tokens_per_s_after);
+}
+
+TEST(PlanTest, ConfiguredLimitCapsTheBatch) {
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  ctx.max_num_seqs_limit = 8;
+  const auto r = Plan(MemoryBoundAt4(40), ctx);
+  ASSERT_FALSE(r.plan.actions.empty());
+  EXPECT_EQ(r.plan.actions[0].to, 8);
+  EXPECT_NE(FindMode(r.plan.actions[0], "configured_limit"), nullptr);
+}
+
+TEST(PlanTest, QueueDemandBoundsTheBatchAndAsksForMoreClients) {
+  const auto r = Plan(MemoryBoundAt4(2), testing_diag::TestContext(testing_diag::Small(), 4));
+  ASSERT_EQ(r.plan.actions.size(), 2u);
+  const Action& raise = r.plan.actions[0];
+  EXPECT_EQ(raise.kind, ActionKind::kRaiseMaxNumSeqs);
+  EXPECT_EQ(raise.batch_after, 6);  // 4 running + 2 waiting
+  const FailureMode* q = FindMode(raise, "queue_demand");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->at, 6);
+  const Action& clients = r.plan.actions[1];
+  EXPECT_EQ(clients.kind, ActionKind::kRaiseClientConcurrency);
+  EXPECT_EQ(clients.to, raise.to);
+  EXPECT_GT(clients.tokens_per_s_after, raise.tokens_per_s_after);
+}
+
+TEST(PlanTest, TpotObjectiveCapsTheBatch) {
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  const auto free = Plan(MemoryBoundAt4(40), ctx);
+  ASSERT_FALSE(free.plan.actions.empty());
+  const Action& a = free.plan.actions[0];
+  ctx.tpot_slo_ms = 0.5 * (a.tpot_ms_before + a.tpot_ms_after);
+  const auto r = Plan(MemoryBoundAt4(40), ctx);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& b = r.plan.actions[0];
+  EXPECT_LT(b.to, a.to);
+  EXPECT_LE(b.tpot_ms_after, ctx.tpot_slo_ms);
+  EXPECT_NE(FindMode(b, "tpot_slo"), nullptr);
+}
+
+TEST(PlanTest, UnderloadedServerAsksForClientConcurrency) {
+  StepSpec s;  // each request arrives after a pause and is served in one prefill step
+  s.running = 1;
+  s.prefill_tokens = 8;
+  const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 5, 200000);
+  const auto r = Analyze(steps, 0, steps.back().end_us + 200000, testing_diag::TestCalibration(),
+                         testing_diag::TestContext(testing_diag::Small(), 64));
+  ASSERT_EQ(r.plan.actions.size(), 1u);
+  const Action& a = r.plan.actions[0];
+  EXPECT_EQ(a.kind, ActionKind::kRaiseClientConcurrency);
+  EXPECT_GE(a.to, 14);
+  // Before is what the window delivered, idle time included.
+  EXPECT_NEAR(a.tokens_per_s_before, r.profile.output_tokens_per_s, 1e-9);
+  EXPECT_GT(a.tokens_per_s_after, 10 * a.tokens_per_s_before);
+}
+
+// Two clients with long prompts and short outputs: the steps carrying the prompts hold the
+// window at the compute roof, the decode steps between them run 2 sequences far under the
+// ridge. More clients share those decode steps, so the plan asks for them.
+TEST(PlanTest, PrefillHeavyComputeBoundWindowStillAsksForClientConcurrency) {
+  const auto m = testing_diag::Small();
+  std::vector<StepRecord> steps;
+  double at = 0;
+  for (int cycle = 0; cycle < 4; ++cycle) {
+    for (int i = 0; i < 8; ++i) {
+      StepSpec s;
+      s.seqs = 2;
+      s.max_num_seqs = 64;
+      s.prefill_tokens = i == 0 ? 256 : 0;  // one request's prompt, then its outputs
+      steps.push_back(testing_diag::MakeStep(m, TrueModel{}, s, at, int64_t(steps.size())));
+      at = steps.back().end_us;
+    }
+  }
+  AnalyzerContext ctx = testing_diag::TestContext(m, 64);
+  ctx.mean_prompt_tokens = 256;
+  ctx.mean_output_tokens = 8;
+  ctx.num_running = 2;
+  const auto r = Plan(steps, ctx);
+  ASSERT_EQ(r.verdict.step_bound, Bottleneck::kComputeBound) << r.verdict.summary;
+  ASSERT_FALSE(r.plan.actions.empty()) << r.plan.note << " / " << r.verdict.summary;
+  const Action& a = r.plan.actions.back();
+  EXPECT_EQ(a.kind, ActionKind::kRaiseClientConcurrency);
+  EXPECT_GT(a.to, 2);
+  EXPECT_GE(a.tokens_per_s_after, 1.05 * a.tokens_per_s_before);
+  EXPECT_NE(FindMode(a, "prefill_compute"), nullptr);
+  EXPECT_NE(FindMode(a, "workload_mix"), nullptr);
+}
+
+// Four clients with 1500-token prompts and 2 output tokens: each step carries a prompt chunk
+// the token budget allows, the others wait, so the queue binds; but every output token costs
+// a prompt, and more sequences per step add nothing the request mix would turn into tokens/s.
+// No action may be offered whose prediction (with the mix) gains less than min_gain: a
+// "raise max_num_seqs 64 -> 81: 1.36 -> 1.36 tok/s" was the plan on this load on the CPU, and
+// here (max_num_seqs 2) it was "2 -> 16: 0.716 -> 0.679 tok/s" before the mix's gain was
+// checked; the note then says why there is no action.
+TEST(PlanTest, NoActionWhoseMixPredictionGainsNothing) {
+  const auto m = testing_diag::Small();
+  StepSpec s;
+  s.seqs = 2;
+  s.prefill_tokens = 1500;
+  s.context = 1500;
+  s.queue_depth = 2;
+  s.running = 2;
+  s.max_num_seqs = 2;
+  const std::vector<StepRecord> steps = testing_diag::Steps(m, TrueModel{}, s, 12);
+  AnalyzerContext ctx = testing_diag::TestContext(m, 2);
+  ctx.mean_prompt_tokens = 1500;
+  ctx.mean_output_tokens = 2;
+  ctx.num_running = 2;
+  ctx.num_waiting = 2;
+  const auto r = Plan(steps, ctx);
+  for (const Action& a : r.plan.actions) {
+    EXPECT_GE(a.tokens_per_s_after, AnalyzerThresholds().min_gain * a.tokens_per_s_before)
+        << a.what << " / " << r.plan.note;
+  }
+  if (r.plan.actions.empty()) EXPECT_FALSE(r.plan.note.empty());
+}
+
+// The step model (fit on the window's batch-4 steps) puts the plateau far above the rate now,
+// but probed steps where every row costs as much as a whole step (a contended or instrumented
+// machine) show no gain: no action, and the note names the change it weighed and why it fell.
+TEST(PlanTest, MeasuredStepsThatGainNothingDeclineTheModelsPlateau) {
+  const std::vector<StepRecord> steps = MemoryBoundAt4(40);
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  const double t4 = steps[0].wall_us();
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t4 * b / 4, 0.01, 3});
+  }
+  const auto r = Plan(steps, ctx);
+  ASSERT_TRUE(r.plan.actions.empty()) << r.plan.actions[0].what;
+  EXPECT_GT(r.plan.plateau_tokens_per_s, 2 * 4 / t4 * 1e6);  // the model's plateau
+  EXPECT_NE(r.plan.note.find("raise max_num_seqs 4 -> "), std::string::npos) << r.plan.note;
+  EXPECT_NE(r.plan.note.find("was weighed and declined: the measured steps give"),
+            std::string::npos)
+      << r.plan.note;
+  // The same window with steps that do gain keeps the action and says nothing of it.
+  ctx.probe_curve.decode.clear();
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t4 * (1 + 0.1 * (b - 4)), 0.01, 3});
+  }
+  const auto gain = Plan(steps, ctx);
+  ASSERT_FALSE(gain.plan.actions.empty());
+  EXPECT_EQ(gain.plan.actions[0].kind, ActionKind::kRaiseMaxNumSeqs);
+  EXPECT_TRUE(gain.plan.note.empty()) << gain.plan.note;
+}
+
+TEST(PlanTest, PrefillBudgetLimitedRaisesMaxNumBatchedTokens) {
+  StepSpec s;
+  s.prefill_tokens = 16;
+  s.max_num_batched_tokens = 16;
+  s.queue_depth = 5;
+  s.max_num_seqs = 64;
+  s.seqs = 1;
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 64);
+  ctx.options.max_num_batched_tokens = 16;
+  const auto r = Plan(testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 6), ctx);
+  const Action* a = nullptr;
+  for (const Action& x : r.plan.actions) {
+    if (x.kind == ActionKind::kRaiseMaxNumBatchedTokens) a = &x;
+  }
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->from, 16);
+  EXPECT_GT(a->to, 16);
+  EXPECT_LE(a->to, 256);
+  EXPECT_GT(a->tokens_per_s_after, 1.3 * a->tokens_per_s_before);
+  EXPECT_GT(a->tpot_ms_after, a->tpot_ms_before);  // decodes sharing the step wait longer
+  EXPECT_EQ(a->options_after.max_num_batched_tokens, a->to);
+}
+
+// Launch-bound windows: graphs only on a backend that can capture them, and only when off.
+std::vector<StepRecord> LaunchBound() {
+  TrueModel t;
+  t.host_us = 40;
+  t.op_overhead_us = 0;  // CUDA-style: launches show up as gaps, not inside ops
+  ModelConfig m = testing_diag::Micro();
+  StepSpec s;
+  s.max_num_seqs = 1;
+  auto steps = testing_diag::Steps(m, t, s, 20);
+  for (StepRecord& r : steps) {  // add the launch gaps: 6 us per op
+    r.end_us += 6.0 * r.op_count;
+  }
+  for (size_t i = 1; i < steps.size(); ++i) {
+    const double w = steps[i].wall_us();
+    steps[i].start_us = steps[i - 1].end_us;
+    steps[i].end_us = steps[i].start_us + w;
+  }
+  return steps;
+}
+
+AnalyzerContext CudaContext(bool supports, bool on) {
+  auto ctx = testing_diag::TestContext(testing_diag::Micro(), 1);
+  ctx.backend = "cuda";
+  ctx.supports_graphs = supports;
+  ctx.options.cuda_graphs = on;
+  ctx.graph_sizes = {1, 2, 4, 8};
+  return ctx;
+}
+
+Calibration CudaCal() {
+  Calibration c = testing_diag::TestCalibration();
+  c.backend = "cuda";
+  c.op_dispatch_us = 6;
+  return c;
+}
+
+TEST(PlanTest, LaunchBoundOnGraphBackendEnablesGraphsFirst) {
+  const auto steps = LaunchBound();
+  const auto r = Analyze(steps, 0, steps.back().end_us, CudaCal(), CudaContext(true, false));
+  EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kLaunchBound) << r.verdict.summary;
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions[0];
+  EXPECT_EQ(a.kind, ActionKind::kEnableCudaGraphs);
+  EXPECT_TRUE(a.options_after.cuda_graphs);
+  EXPECT_GT(a.tokens_per_s_after, 1.5 * a.tokens_per_s_before);
+  EXPECT_LT(a.tpot_ms_after, a.tpot_ms_before);
+  const FailureMode* mem = FindMode(a, "graph_memory");
+  ASSERT_NE(mem, nullptr);
+  EXPECT_DOUBLE_EQ(mem->at, 4 * 10.0 * (1 << 20));  // estimated: 10 MiB per size
+  EXPECT_NE(FindMode(a, "padding_waste"), nullptr);
+}
+
+// The probe timed the decode batches with graphs off (the setting in force) and on: the
+// graphs action is read off those measured steps (the probe's on/off ratio at the batch, on
+// the window's own step), inside the measured range, where without them the fitted model's
+// launch term decides (the first H200 run: that predicted 1.08-1.30x where graphs gave
+// 1.29-1.82x).
+TEST(PlanTest, GraphsActionReadOffTheProbesBothSettings) {
+  const auto steps = LaunchBound();
+  AnalyzerContext ctx = CudaContext(true, false);
+  const auto model_only = Analyze(steps, 0, steps.back().end_us, CudaCal(), ctx);
+  ASSERT_FALSE(model_only.plan.actions.empty());
+  ASSERT_EQ(model_only.plan.actions[0].kind, ActionKind::kEnableCudaGraphs);
+  const double t1 = steps[0].wall_us();
+  for (double b : {1, 2, 4, 8}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, t1 * (1 + 0.1 * (b - 1)), 0.01, 3});
+    // Replayed: a third of the eager step at batch 1, growing the same 10 % a row.
+    ctx.probe_curve_other_graphs.decode.push_back(
+        CurvePoint{b, t1 / 3 * (1 + 0.1 * (b - 1)), 0.01, 3});
+  }
+  ctx.probe_graphs = false;
+  ctx.probe_context = 100;
+  const auto r = Analyze(steps, 0, steps.back().end_us, CudaCal(), ctx);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions[0];
+  ASSERT_EQ(a.kind, ActionKind::kEnableCudaGraphs);
+  EXPECT_FALSE(a.outside_measured);
+  EXPECT_NEAR(a.tokens_per_s_after / a.tokens_per_s_before, 3.0, 0.03);
+  EXPECT_NE(model_only.plan.actions[0].tokens_per_s_after /
+                model_only.plan.actions[0].tokens_per_s_before,
+            a.tokens_per_s_after / a.tokens_per_s_before);
+  // Measured with graphs on while they are off again: not this window's setting, not used.
+  ctx.probe_graphs = true;
+  const auto other = Analyze(steps, 0, steps.back().end_us, CudaCal(), ctx);
+  ASSERT_FALSE(other.plan.actions.empty());
+  EXPECT_NE(other.plan.actions[0].tokens_per_s_after / other.plan.actions[0].tokens_per_s_before,
+            a.tokens_per_s_after / a.tokens_per_s_before);
+}
+
+TEST(PlanTest, NoGraphsActionWithoutSupportOrWhenAlreadyOn) {
+  const auto steps = LaunchBound();
+  for (bool supports : {false, true}) {
+    const auto r =
+        Analyze(steps, 0, steps.back().end_us, CudaCal(), CudaContext(supports, supports));
+    EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kLaunchBound);
+    for (const Action& a : r.plan.actions) EXPECT_NE(a.kind, ActionKind::kEnableCudaGraphs);
+  }
+}
+
+// The plan's curve holds prefill chunks as pure prefill at the mix's steady-state context:
+// the window's mixed steps (8 decodes beside a 64-token chunk) are moved there by the cost
+// model, so their points read faster than the steps did, and say no decode rows are left in them.
+TEST(PlanTest, MixedStepsAreMovedToPurePrefillAtTheMixContext) {
+  StepSpec dec;
+  dec.seqs = 8;
+  dec.context = 100;
+  dec.queue_depth = 20;
+  dec.max_num_seqs = 9;
+  StepSpec mixed = dec;
+  mixed.seqs = 9;  // 8 decodes and one 64-token chunk
+  mixed.prefill_tokens = 64;
+  std::vector<StepRecord> steps;
+  double at = 0;
+  for (int i = 0; i < 24; ++i) {
+    steps.push_back(testing_diag::MakeStep(testing_diag::Small(), TrueModel{},
+                                           i % 3 == 0 ? mixed : dec, at, i));
+    at = steps.back().end_us;
+  }
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 9);
+  ctx.mean_prompt_tokens = 64;
+  const auto r = Plan(steps, ctx);
+  // O = 1 + P x decode tokens / prefill tokens = 1 + 64 x (24 x 8) / (8 x 64) = 25.
+  EXPECT_NEAR(r.plan.context, 64 + 25 / 2.0, 1e-6);
+  const double mixed_us = steps[0].wall_us();
+  bool found = false;
+  for (const CurvePoint& p : r.plan.curve.prefill) {
+    if (std::abs(p.x - 72) > 0.5) continue;
+    found = true;
+    EXPECT_EQ(p.decode_rows, 0);
+    // 8 decode rows over a context of 100 cost more than 8 prompt rows (here ~5 %).
+    EXPECT_LT(p.us, 0.98 * mixed_us);
+    EXPECT_GT(p.us, 0.5 * mixed_us);
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace saturn

@@ -1,0 +1,250 @@
+// The OpenAI wire format: request fields -> saturn.v1.GenerateRequest, refusals by name, the
+// error shape and status codes, and the response JSON.
+#include "server/http/openai_protocol.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace saturn {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::StatusOr<CompletionRequest> Parse(const Json& body) {
+  return ParseCompletionRequest(body.dump());
+}
+
+// The field an INVALID_ARGUMENT names, as OpenAI's `param`.
+std::string Param(const absl::Status& s) {
+  return Json::parse(ErrorJson(s))["error"]["param"].get<std::string>();
+}
+
+TEST(OpenAiProtocolTest, MapsEveryFieldOntoTheGenerateRequest) {
+  absl::StatusOr<CompletionRequest> r = Parse({{"model", "m"},
+                                               {"prompt", "hi"},
+                                               {"max_tokens", 7},
+                                               {"temperature", 0.5},
+                                               {"top_p", 0.9},
+                                               {"top_k", 5},
+                                               {"seed", 42},
+                                               {"logprobs", 3},
+                                               {"ignore_eos", true},
+                                               {"stop_token_ids", {4, 5}},
+                                               {"stop", "\n"},
+                                               {"stream", true},
+                                               {"stream_options", {{"include_usage", true}}},
+                                               {"return_token_ids", true},
+                                               {"user", "u"},
+                                               {"n", 1},
+                                               {"echo", false},
+                                               {"some_future_field", 1}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::GenerateRequest& g = r->generate;
+  EXPECT_EQ(r->model, "m");
+  EXPECT_EQ(g.prompt_text(), "hi");
+  EXPECT_EQ(g.max_tokens(), 7);
+  EXPECT_FLOAT_EQ(g.temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(g.top_p(), 0.9f);
+  EXPECT_EQ(g.top_k(), 5);
+  EXPECT_EQ(g.seed(), 42);
+  EXPECT_EQ(g.logprobs(), 3);
+  EXPECT_TRUE(g.ignore_eos());
+  ASSERT_EQ(g.stop_token_ids_size(), 2);
+  EXPECT_EQ(g.stop_token_ids(1), 5);
+  EXPECT_EQ(r->stop, std::vector<std::string>{"\n"});
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_TRUE(r->return_token_ids);
+}
+
+TEST(OpenAiProtocolTest, DefaultsAreOpenAis) {
+  absl::StatusOr<CompletionRequest> r = Parse({{"prompt", {1, 2, 3}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FLOAT_EQ(r->generate.temperature(), 1.0f);  // OpenAI and vLLM sample by default
+  EXPECT_FALSE(r->generate.has_max_tokens());        // the engine's 16, OpenAI's default too
+  EXPECT_FALSE(r->generate.has_logprobs());
+  EXPECT_FALSE(r->stream);
+  EXPECT_EQ(r->generate.prompt_token_ids_size(), 3);
+}
+
+TEST(OpenAiProtocolTest, PromptFormsOfOneRequest) {
+  EXPECT_EQ(Parse({{"prompt", {"text"}}})->generate.prompt_text(), "text");
+  EXPECT_EQ(Parse({{"prompt", {{7, 8}}}})->generate.prompt_token_ids_size(), 2);
+  EXPECT_EQ(Param(Parse({{"prompt", {"a", "b"}}}).status()), "prompt");
+  EXPECT_EQ(Param(Parse({{"prompt", Json::array()}}).status()), "prompt");
+  EXPECT_EQ(Param(Parse({{"prompt", 5}}).status()), "prompt");
+  EXPECT_EQ(Param(Parse({{"max_tokens", 5}}).status()), "prompt");  // missing
+  EXPECT_EQ(Param(Parse({{"prompt", {1, -2}}}).status()), "prompt[1]");
+  EXPECT_EQ(Parse({{"prompt", "x"}, {"top_k", -1}})->generate.top_k(), 0);  // vLLM's "off"
+}
+
+TEST(OpenAiProtocolTest, UnsupportedFieldsAreRefusedByName) {
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, Json>>{{"echo", true},
+                                                 {"n", 2},
+                                                 {"best_of", 3},
+                                                 {"suffix", "s"},
+                                                 {"presence_penalty", 0.5},
+                                                 {"frequency_penalty", -1},
+                                                 {"repetition_penalty", 1.2},
+                                                 {"logit_bias", {{"5", 1}}},
+                                                 {"min_tokens", 3}}) {
+    Json body = {{"prompt", "x"}};
+    body[field] = value;
+    absl::StatusOr<CompletionRequest> r = Parse(body);
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(Param(r.status()), field);
+  }
+  // Asking for the default is fine.
+  EXPECT_TRUE(
+      Parse({{"prompt", "x"}, {"n", 1}, {"presence_penalty", 0}, {"logit_bias", Json::object()}})
+          .ok());
+}
+
+TEST(OpenAiProtocolTest, BadValuesNameTheFieldAndTheLimit) {
+  absl::Status s = Parse({{"prompt", "x"}, {"max_tokens", 0}}).status();
+  EXPECT_EQ(Param(s), "max_tokens");
+  EXPECT_NE(s.message().find("[1, "), absl::string_view::npos) << s;
+  EXPECT_EQ(Param(Parse({{"prompt", "x"}, {"logprobs", 21}}).status()), "logprobs");
+  EXPECT_EQ(Param(Parse({{"prompt", "x"}, {"temperature", "hot"}}).status()), "temperature");
+  EXPECT_EQ(Param(Parse({{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}).status()),
+            "stream_options");
+  EXPECT_EQ(Param(Parse({{"prompt", "x"}, {"stop", Json::array({"a", ""})}}).status()), "stop[1]");
+  Json many = Json::array();
+  for (int i = 0; i <= kMaxStopStrings; ++i) many.push_back("s" + std::to_string(i));
+  EXPECT_EQ(Param(Parse({{"prompt", "x"}, {"stop", many}}).status()), "stop");
+  EXPECT_FALSE(ParseCompletionRequest("{not json").ok());
+  EXPECT_FALSE(ParseCompletionRequest("[1]").ok());
+}
+
+TEST(OpenAiProtocolTest, NumbersOutsideTheEnginesTypesAreRefusedNotWrapped) {
+  // 2^64 - 1 parses as an unsigned integer; read as int64 it was -1.
+  absl::Status s =
+      ParseCompletionRequest(R"({"prompt": "x", "seed": 18446744073709551615})").status();
+  EXPECT_EQ(Param(s), "seed");
+  EXPECT_NE(s.message().find("18446744073709551615"), absl::string_view::npos) << s;
+  EXPECT_EQ(Param(ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 18446744073709551615})")
+                      .status()),
+            "max_tokens");
+  // 1e39 as f32 is inf: refused with the value given.
+  s = Parse({{"prompt", "x"}, {"temperature", 1e39}}).status();
+  EXPECT_EQ(Param(s), "temperature");
+  EXPECT_NE(s.message().find("1e+39"), absl::string_view::npos) << s;
+  EXPECT_EQ(Param(Parse({{"prompt", "x"}, {"top_p", -1e300}}).status()), "top_p");
+  EXPECT_TRUE(Parse({{"prompt", "x"}, {"temperature", 3e38}}).ok());
+  EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "seed": 9223372036854775807})").ok());
+}
+
+TEST(OpenAiProtocolTest, DeeplyNestedBodiesAreRefusedBeforeTheParse) {
+  const auto nested = [](int depth) {
+    return R"({"prompt": "x", "user_data": )" + std::string(depth, '[') + std::string(depth, ']') +
+           "}";
+  };
+  // The body object holds the list: depth + 1 levels.
+  EXPECT_TRUE(ParseCompletionRequest(nested(kMaxJsonDepth - 1)).ok());
+  const absl::Status s = ParseCompletionRequest(nested(100000)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("100001 deep"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("limit is 32"), absl::string_view::npos) << s;
+  // Brackets inside strings (escaped quotes too) do not count.
+  const std::string in_string = R"({"prompt": "\"[[[[)" + std::string(100, '[') + R"("})";
+  EXPECT_TRUE(ParseCompletionRequest(in_string).ok()) << ParseCompletionRequest(in_string).status();
+}
+
+TEST(OpenAiProtocolTest, ErrorsUseOpenAisShapeAndStatus) {
+  EXPECT_EQ(HttpStatus(absl::InvalidArgumentError("x: y")), 400);
+  EXPECT_EQ(HttpStatus(absl::UnauthenticatedError("no")), 401);
+  EXPECT_EQ(HttpStatus(absl::NotFoundError("no")), 404);
+  EXPECT_EQ(HttpStatus(absl::ResourceExhaustedError("full")), 429);
+  EXPECT_EQ(HttpStatus(absl::UnavailableError("draining")), 503);
+  EXPECT_EQ(HttpStatus(absl::InternalError("kernel")), 500);
+  const Json e = Json::parse(ErrorJson(absl::ResourceExhaustedError("queue full")));
+  EXPECT_EQ(e["error"]["message"], "queue full");
+  EXPECT_EQ(e["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(e["error"]["code"], 429);
+  // The engine's field names for the prompt become the API's.
+  EXPECT_EQ(InApiTerms(absl::InvalidArgumentError("prompt_token_ids: 9 ids")).message(),
+            "prompt: 9 ids");
+  EXPECT_EQ(InApiTerms(absl::InvalidArgumentError("max_tokens: x")).message(), "max_tokens: x");
+  const Json framing = Json::parse(HttpErrorJson(413, "request body: too large"));
+  EXPECT_EQ(framing["error"]["code"], 413);
+  EXPECT_EQ(framing["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(framing["error"]["param"].is_null());
+}
+
+TEST(OpenAiProtocolTest, ResponseChunksAndUsage) {
+  const CompletionHeader h{"cmpl-1", 100, "m"};
+  CompletionPiece piece;
+  piece.text = "ab";
+  piece.token_ids = {5, 6};
+  PositionLogprobs lp;
+  lp.token = {5, -0.5f, 1};
+  lp.top = {{5, -0.5f, 1}, {9, -1.5f, 2}};
+  piece.logprobs = {lp, lp};
+  auto text = [](int id) { return std::string(1, static_cast<char>('a' + id % 26)); };
+  Usage u;
+  u.prompt_tokens = 3;
+  u.completion_tokens = 2;
+  const Json full = Json::parse(CompletionJson(h, piece, text, true, true, "length", &u, 0));
+  EXPECT_EQ(full["object"], "text_completion");
+  EXPECT_EQ(full["choices"][0]["text"], "ab");
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(full["choices"][0]["token_ids"], Json({5, 6}));
+  EXPECT_EQ(full["choices"][0]["logprobs"]["tokens"], Json({"f", "f"}));
+  EXPECT_EQ(full["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(full["choices"][0]["logprobs"]["text_offset"], Json({0, 1}));
+  EXPECT_EQ(full["usage"]["total_tokens"], 5);
+
+  const std::string chunk = CompletionChunkEvent(h, piece, text, false, false, "", true, 0);
+  ASSERT_EQ(chunk.rfind("data: ", 0), 0u);
+  ASSERT_EQ(chunk.substr(chunk.size() - 2), "\n\n");
+  const Json c = Json::parse(chunk.substr(6));
+  EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(c["usage"].is_null());  // present, null, until the usage chunk
+  const Json usage = Json::parse(UsageChunkEvent(h, u).substr(6));
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
+  // Byte tokens that are not UTF-8 do not break the JSON.
+  piece.text = "ok";
+  auto bad = [](int) { return std::string("\xFF"); };
+  EXPECT_NO_THROW(Json::parse(CompletionJson(h, piece, bad, true, false, "stop", &u, 0)));
+}
+
+TEST(OpenAiProtocolTest, ModelsListsTheOneModel) {
+  const Json m = Json::parse(ModelsJson("small", 7, 4096));
+  ASSERT_EQ(m["data"].size(), 1u);
+  EXPECT_EQ(m["data"][0]["id"], "small");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 4096);
+}
+
+TEST(OpenAiProtocolTest, ChatRefusalSaysWhy) {
+  absl::Status s = ChatTemplateRefusal("small");
+  EXPECT_EQ(HttpStatus(s), 400);
+  EXPECT_NE(s.message().find("no chat template"), absl::string_view::npos) << s;
+}
+
+// The checkpoint's tokenizer_config.json is read on the request: one with a template is named
+// as a Jinja program; one nested 200k deep (which overflowed the parser's stack) is not parsed.
+TEST(OpenAiProtocolTest, ChatRefusalReadsTheCheckpointsTokenizerConfigSafely) {
+  namespace fs = std::filesystem;
+  std::string dir = (fs::path(::testing::TempDir()) / "chat_XXXXXX").string();
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"chat_template": "{{ messages }}"})";
+  absl::Status s = ChatTemplateRefusal(dir);
+  EXPECT_NE(s.message().find("is a Jinja program"), absl::string_view::npos) << s;
+  std::ofstream(dir + "/tokenizer_config.json")
+      << "{\"x\": " << std::string(200000, '[') << std::string(200000, ']') << "}";
+  s = ChatTemplateRefusal(dir);
+  EXPECT_EQ(HttpStatus(s), 400);
+  EXPECT_NE(s.message().find("has no chat template"), absl::string_view::npos) << s;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace saturn
