@@ -30,7 +30,8 @@ class HfTokenizersTest : public ::testing::Test {
     std::string tmpl = (fs::path(::testing::TempDir()) / "hf_tok_XXXXXX").string();
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = new std::string(tmpl);
-    code_ = hf_test::RunScript("engine/tokenizer/make_hf_tokenizers.py", *dir_, *dir_ + "/stderr.txt");
+    code_ =
+        hf_test::RunScript("engine/tokenizer/make_hf_tokenizers.py", *dir_, *dir_ + "/stderr.txt");
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
