@@ -11,8 +11,8 @@
 #include "engine/logprobs.h"
 #include "engine/model_runner_state.h"
 #include "kernels/base/clock.h"
-#include "kernels/op_cost.h"
 #include "kernels/base/status_macros.h"
+#include "kernels/op_cost.h"
 
 namespace saturn {
 

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/base/clock.h"
-#include "kernels/op_cost.h"
 #include "kernels/base/status_macros.h"
+#include "kernels/op_cost.h"
 
 namespace saturn {
 namespace {

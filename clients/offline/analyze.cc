@@ -10,8 +10,8 @@
 #include "kernels/base/read_file.h"
 #include "nlohmann/json.hpp"
 #include "proto/render/report_json.h"
-#include "proto/render/report_text.h"
 #include "proto/render/report_proto.h"
+#include "proto/render/report_text.h"
 
 namespace saturn::clients {
 

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/measure/calibration.h"
 #include "engine/diag/step_curve.h"
 #include "engine/diag/step_model.h"
-#include "engine/model/model_config.h"
+#include "engine/measure/calibration.h"
 #include "engine/measure/step_record.h"
+#include "engine/model/model_config.h"
 
 namespace saturn {
 

@@ -13,12 +13,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/measure/calibration.h"
-#include "engine/measure/calibration_trials.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/plan_tracker.h"
 #include "engine/diag/recording.h"
 #include "engine/engine.h"
+#include "engine/measure/calibration.h"
+#include "engine/measure/calibration_trials.h"
 #include "engine/measure/step_probe.h"
 
 namespace saturn {

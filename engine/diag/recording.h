@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/measure/calibration.h"
 #include "engine/diag/analyzer.h"
+#include "engine/measure/calibration.h"
 #include "engine/measure/step_record.h"
 
 namespace saturn {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/measure/calibration.h"
 #include "engine/diag/step_cost.h"
+#include "engine/measure/calibration.h"
 #include "engine/measure/step_record.h"
 
 namespace saturn {

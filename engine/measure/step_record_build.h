@@ -3,9 +3,9 @@
 // and the options in force; everything else comes from here. Engine thread only.
 #pragma once
 
+#include "engine/measure/step_record.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
-#include "engine/measure/step_record.h"
 
 namespace saturn {
 

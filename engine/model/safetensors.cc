@@ -19,8 +19,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/base/json_depth.h"
-#include "kernels/half_float.h"
 #include "kernels/base/status_macros.h"
+#include "kernels/half_float.h"
 
 namespace saturn {
 namespace {

@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/base/json_depth.h"
 #include "kernels/base/read_file.h"
-#include "kernels/base/utf8.h"
 #include "kernels/base/status_macros.h"
+#include "kernels/base/utf8.h"
 
 namespace saturn {
 namespace {

@@ -9,11 +9,11 @@
 //                                           + p % block_size
 //   K/V of kv head g in that row = cache[row, g*hd .. (g+1)*hd)
 #include "absl/strings/str_cat.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
-#include "kernels/base/status_macros.h"
 
 namespace saturn::gpu {
 namespace {

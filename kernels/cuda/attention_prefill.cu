@@ -9,11 +9,11 @@
 //   warp w owns rows w*4 .. w*4+3 of the tile; lane j scores key kv0+j of the K tile;
 //   lane j accumulates output dims j, j+32, ... (head_dim <= 32 * NPL)
 #include "absl/strings/str_cat.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
-#include "kernels/base/status_macros.h"
 
 namespace saturn::gpu {
 namespace {

@@ -5,8 +5,8 @@
 #include <array>
 #include <mutex>
 
-#include "kernels/cuda/ops.h"
 #include "kernels/base/enum_table.h"
+#include "kernels/cuda/ops.h"
 
 namespace saturn::gpu {
 namespace {

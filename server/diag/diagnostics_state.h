@@ -11,8 +11,8 @@
 #include "engine/diag/diagnostics_session.h"
 #include "engine/engine.h"
 #include "server/diag/request_metrics.h"
-#include "server/server_config.h"
 #include "server/diag/utilization_sampler.h"
+#include "server/server_config.h"
 
 namespace saturn {
 

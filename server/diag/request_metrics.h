@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/request.h"
 #include "engine/measure/step_record.h"
+#include "engine/request.h"
 
 namespace saturn {
 

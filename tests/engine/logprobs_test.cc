@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/model_runner.h"
 #include "engine/model/weights.h"
+#include "engine/model_runner.h"
 #include "reference_model.h"
 
 namespace saturn {

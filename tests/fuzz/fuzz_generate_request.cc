@@ -8,8 +8,8 @@
 #include <memory>
 #include <string_view>
 
-#include "server/request_intake.h"
 #include "server/grpc/raw_message.h"
+#include "server/request_intake.h"
 #include "tests/fuzz/fuzz_request_limits.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

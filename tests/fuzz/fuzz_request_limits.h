@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "engine/request.h"
-#include "server/request_intake.h"
 #include "engine/tokenizer/text_tokenizer.h"
+#include "server/request_intake.h"
 
 namespace saturn::fuzz {
 

@@ -20,8 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
-#include "server/text_stream.h"
 #include "engine/tokenizer/text_tokenizer.h"
+#include "server/text_stream.h"
 #include "server_test_util.h"
 #include "tests/engine/tokenizer/hf_python.h"
 

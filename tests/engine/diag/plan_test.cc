@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/diag/analyzer.h"
-#include "proto/render/report_text.h"
 #include "proto/render/report_proto.h"
+#include "proto/render/report_text.h"
 #include "tests/engine/diag/synthetic.h"
 
 namespace saturn {

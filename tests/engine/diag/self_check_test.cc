@@ -6,8 +6,8 @@
 
 #include "engine/diag/analyzer.h"
 #include "proto/render/report_json.h"
-#include "proto/render/report_text.h"
 #include "proto/render/report_proto.h"
+#include "proto/render/report_text.h"
 #include "tests/engine/diag/synthetic.h"
 
 namespace saturn {

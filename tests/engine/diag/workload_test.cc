@@ -22,8 +22,8 @@
 #include "engine/engine.h"
 #include "engine/model/weights.h"
 #include "proto/render/report_json.h"
-#include "proto/render/report_text.h"
 #include "proto/render/report_proto.h"
+#include "proto/render/report_text.h"
 #include "tests/engine/diag/busy.h"
 #include "tests/engine/diag/synthetic.h"
 

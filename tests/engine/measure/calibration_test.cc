@@ -12,8 +12,8 @@
 
 #include "engine/measure/calibration_fields.h"
 #include "engine/measure/calibration_trials.h"
-#include "tests/engine/measure/calibration_values.h"
 #include "tests/engine/capturing_backend.h"
+#include "tests/engine/measure/calibration_values.h"
 
 namespace saturn {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace saturn::testing {
 namespace {

@@ -6,11 +6,11 @@
 
 #include <map>
 
+#include "engine/model/weights.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
-#include "engine/model/weights.h"
-#include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/engine/runner_test_util.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace saturn {
 namespace {
