@@ -1,5 +1,5 @@
-// Device helpers shared by the .cu files: typed load/store through float, a row copy, SwiGLU's
-// step, warp and block reductions. Header-only, device code only; no kernels and no state.
+// Device helpers shared by the .cu files: typed load/store through float, SwiGLU's step, warp
+// and block reductions. Header-only, device code only; no kernels and no state.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,20 +18,6 @@ __device__ __forceinline__ float Load(const __nv_bfloat16* p, int64_t i) {
 __device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void Store(__nv_bfloat16* p, int64_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
-}
-
-// Copies `cols` elements with the block's threads, one element per load; src == nullptr writes
-// zeros (a row an index does not name). CopyRowVec (vector_access.cuh) is the 16-byte form.
-template <typename T>
-__device__ __forceinline__ void CopyRow(const T* __restrict__ src, T* __restrict__ dst,
-                                        int64_t cols) {
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    if (src != nullptr) {
-      dst[c] = src[c];
-    } else {
-      Store(dst, c, 0.0f);
-    }
-  }
 }
 
 // SwiGLU's step, silu(g) * u, written once: swiglu.cu and the skinny GEMM's SwiGLU epilogue

@@ -27,9 +27,15 @@ __global__ void AddKernel(const T* a, const T* b, T* out, int64_t n) {
 
 template <typename T>
 __global__ void AddVecKernel(const T* a, const T* b, T* out, int64_t packs) {
+  constexpr int N = kVec<T>;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < packs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    AddVec(a, b, out, i * kVec<T>);
+    float x[N], y[N];
+    LoadVec(a, i * N, x);
+    LoadVec(b, i * N, y);
+#pragma unroll
+    for (int k = 0; k < N; ++k) x[k] += y[k];
+    StoreVec(out, i * N, x);
   }
 }
 
@@ -39,7 +45,14 @@ __global__ void GatherRowsKernel(const T* __restrict__ x, const int32_t* __restr
                                  T* __restrict__ out, int64_t x_rows, int64_t cols) {
   const int64_t r = blockIdx.x;
   const int64_t src = idx[r];
-  CopyRow(src >= 0 && src < x_rows ? x + src * cols : nullptr, out + r * cols, cols);
+  T* dst = out + r * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    if (src >= 0 && src < x_rows) {
+      dst[c] = x[src * cols + c];
+    } else {
+      Store(dst, c, 0.0f);
+    }
+  }
 }
 
 __global__ void GatherRowsVecKernel(const char* __restrict__ x, const int32_t* __restrict__ idx,

@@ -16,7 +16,13 @@ __global__ void EmbeddingKernel(const int32_t* __restrict__ ids, const T* __rest
                                 T* __restrict__ out, int64_t vocab, int64_t dim) {
   const int64_t t = blockIdx.x;
   const int64_t id = ids[t];
-  CopyRow(id < 0 || id >= vocab ? nullptr : table + id * dim, out + t * dim, dim);
+  T* dst = out + t * dim;
+  if (id < 0 || id >= vocab) {
+    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) Store(dst, c, 0.0f);
+    return;
+  }
+  const T* src = table + id * dim;
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = src[c];
 }
 
 __global__ void EmbeddingVecKernel(const int32_t* __restrict__ ids, const char* __restrict__ table,

@@ -97,8 +97,12 @@ __global__ void AddRmsNormVecKernel(const T* x, T* residual, const T* __restrict
   const int64_t packs = cols / N;
   float ss = 0.0f;
   for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    AddVec(rr, xr, rr, p * N);  // residual + x
-    float r[N];
+    float a[N], r[N];
+    LoadVec(xr, p * N, a);
+    LoadVec(rr, p * N, r);
+#pragma unroll
+    for (int k = 0; k < N; ++k) r[k] += a[k];
+    StoreVec(rr, p * N, r);
     LoadVec(rr, p * N, r);  // the stored (rounded) residual, as later layers read it
 #pragma unroll
     for (int k = 0; k < N; ++k) ss += r[k] * r[k];

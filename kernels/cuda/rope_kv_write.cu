@@ -86,7 +86,7 @@ __global__ void RopeKvWriteKernel(T* q, const T* __restrict__ k, const T* __rest
   if constexpr (kVector) {
     CopyRowVec(vrow, vdst, row.kv_width * sizeof(T));
   } else {
-    CopyRow(vrow, vdst, row.kv_width);
+    for (int64_t e = threadIdx.x; e < row.kv_width; e += blockDim.x) vdst[e] = vrow[e];
   }
 }
 

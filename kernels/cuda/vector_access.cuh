@@ -32,17 +32,6 @@ __device__ __forceinline__ void StoreVec(T* p, int64_t i, const float (&v)[kVec<
   *reinterpret_cast<uint4*>(p + i) = raw;
 }
 
-// out's pack at i = a's + b's there, added in f32 (a[k] + b[k], in that order).
-template <typename T>
-__device__ __forceinline__ void AddVec(const T* a, const T* b, T* out, int64_t i) {
-  float x[kVec<T>], y[kVec<T>];
-  LoadVec(a, i, x);
-  LoadVec(b, i, y);
-#pragma unroll
-  for (int k = 0; k < kVec<T>; ++k) x[k] += y[k];
-  StoreVec(out, i, x);
-}
-
 // Copies `bytes` (a multiple of 16, both pointers 16-byte aligned) with the block's threads,
 // 16 bytes per load; src == nullptr writes zeros (all-zero bits are 0 in f32 and bf16).
 __device__ __forceinline__ void CopyRowVec(const void* src, void* dst, int64_t bytes) {
