@@ -168,7 +168,7 @@ absl::Status ServerApp::LoadEngine() {
       return s;
     }
     Log(absl::StrCat("OpenAI-compatible API at http://", HttpHost(config_.listen), ":",
-                     openai_->port(), "/v1"));
+                     openai_->port(), "/v1 (Prometheus metrics at /metrics there too)"));
   }
   SetServing(true);
   Log(absl::StrCat("ready: model ", m.name, " (", m.NumParameters(), " parameters), backend ",

@@ -162,6 +162,12 @@ absl::Status LoadConfig::Validate() const {
       return Bad("--request_rate", "inf sends everything at once, so it needs --num_requests");
     }
   }
+  if (prefix_len < 0 || prefix_len > kMaxLength) {
+    return Bad("--prefix_len", absl::StrCat("must be in [0, ", kMaxLength, "], got ", prefix_len));
+  }
+  if (prefix_len > 0 && !prompts.empty()) {
+    return Bad("--prefix_len", "shares a prefix among synthetic prompts: not with --prompts");
+  }
   if (!(temperature >= 0) || !std::isfinite(temperature)) {
     return Bad("--temperature", absl::StrCat("must be finite and >= 0, got ", temperature));
   }

@@ -35,6 +35,9 @@ struct LoadConfig {
   // Per phase: keep sending past the bounds until the load has run this long after the
   // warm-up (runner.h PhaseSettings::min_measure_s); 0: stop at the bounds.
   double min_measure_s = 0;
+  // Synthetic prompts: the same prefix_len seeded random ids first in every prompt (a prefix
+  // the server's cache can share), then input_len ids of the request's own.
+  int prefix_len = 0;
   LengthSpec input_len{LengthSpec::Kind::kFixed, 32, 0};
   LengthSpec output_len{LengthSpec::Kind::kFixed, 32, 0};
   std::string prompts;  // JSONL file; empty: synthetic prompts

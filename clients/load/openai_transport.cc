@@ -1,14 +1,17 @@
 // OpenAiTransport (openai_transport.h): connecting (GET /v1/models), the client pool, and one
 // completion call per thread.
 //
-// A call's thread sends the request and reads the stream; Cancel() sets a flag the content
-// receiver checks and shuts the client's socket (cpp-httplib's stop(), the one thing it allows
-// from another thread), so a call waiting for its first byte ends at once. The thread's last
-// act is the done callback; the runner destroys the call later, which joins the thread.
+// A call's thread sends the request and reads the stream, sending it once more on a fresh
+// connection when a reused one ended before any answer (openai_transport.h); Cancel() sets a
+// flag the content receiver checks and shuts the client's socket (cpp-httplib's stop(), the
+// one thing it allows from another thread), so a call waiting for its first byte ends at once.
+// The thread's last act is the done callback; the runner destroys the call later, which joins
+// the thread.
 #include "clients/load/openai_transport.h"
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -45,7 +48,8 @@ class CompletionCall : public StreamCall {
         body_(std::move(body)),
         timeout_s_(r.timeout_s),
         t0_(t0),
-        done_(std::move(done)) {
+        done_(std::move(done)),
+        reader_(&rec_) {
     rec_.index = r.index;
     rec_.peer = transport->targets()[target].Url();
   }
@@ -65,7 +69,22 @@ class CompletionCall : public StreamCall {
   }
 
  private:
+  // What one send of the request on one connection came to.
+  struct Attempt {
+    bool sent = false;  // the exchange ended cleanly
+    httplib::Error error = httplib::Error::Success;
+    int status = 0;  // the answer's HTTP status; 0: no answer began
+    bool timed_out = false;
+    std::string error_body;  // a non-2xx answer's body
+  };
   void Run();
+  Attempt Send(httplib::Client& client, LoadClock::time_point deadline);
+  // Whether `a` failed before any answer began, on a connection that the server may have
+  // closed, with time left to send again.
+  bool NoAnswer(const Attempt& a, LoadClock::time_point deadline) const {
+    return !a.sent && a.status == 0 && !a.timed_out && !cancelled_.load() &&
+           !IsConnectError(a.error) && LoadClock::now() < deadline;
+  }
 
   const OpenAiTransport* transport_;
   const size_t target_;
@@ -74,77 +93,88 @@ class CompletionCall : public StreamCall {
   const LoadClock::time_point t0_;
   CallDone done_;
   RequestRecord rec_;
+  SseParser sse_;                  // the answer's events (one answer: no send after it began)
+  CompletionStreamReader reader_;  // into rec_
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   httplib::Client* client_ = nullptr;  // while the request is under way (Cancel stops it)
   std::thread thread_;
 };
 
-void CompletionCall::Run() {
-  std::unique_ptr<httplib::Client> client = transport_->Acquire(target_);
-  client->set_read_timeout(Micros(timeout_s_));
+CompletionCall::Attempt CompletionCall::Send(httplib::Client& client,
+                                             LoadClock::time_point deadline) {
+  client.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(
+      std::max(deadline - LoadClock::now(), LoadClock::duration::zero())));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    client_ = client.get();
+    client_ = &client;
   }
-  const auto deadline = LoadClock::now() + Micros(timeout_s_);
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
   req.set_header("Accept", "text/event-stream");
   req.set_header("Content-Type", "application/json");
   req.body = body_;
-  int status = 0;
-  bool timed_out = false;
-  std::string error_body;
-  SseParser sse;
-  CompletionStreamReader reader(&rec_);
-  req.response_handler = [&status](const httplib::Response& r) {
-    status = r.status;
+  Attempt a;
+  req.response_handler = [&a](const httplib::Response& r) {
+    a.status = r.status;
     return true;
   };
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     if (cancelled_.load()) return false;
     if (LoadClock::now() > deadline) {
-      timed_out = true;
+      a.timed_out = true;
       return false;
     }
-    if (status < 200 || status >= 300) {
-      if (error_body.size() < kMaxErrorBody) error_body.append(data, n);
+    if (a.status < 200 || a.status >= 300) {
+      if (a.error_body.size() < kMaxErrorBody) a.error_body.append(data, n);
       return true;
     }
     const double now = Since(t0_, LoadClock::now());
-    for (const SseEvent& e : sse.Feed(std::string_view(data, n))) {
-      reader.OnData(e.data, now);
-      if (reader.failed()) return false;
+    for (const SseEvent& e : sse_.Feed(std::string_view(data, n))) {
+      reader_.OnData(e.data, now);
+      if (reader_.failed()) return false;
     }
     return true;
   };
   httplib::Response res;
-  httplib::Error err = httplib::Error::Success;
-  const bool sent = !cancelled_.load() && client->send(req, res, err);
-  rec_.end_s = Since(t0_, LoadClock::now());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    client_ = nullptr;
+  a.sent = !cancelled_.load() && client.send(req, res, a.error);
+  if (a.error_body.empty()) a.error_body = res.body;
+  std::lock_guard<std::mutex> lock(mu_);
+  client_ = nullptr;
+  return a;
+}
+
+void CompletionCall::Run() {
+  const auto deadline = LoadClock::now() + Micros(timeout_s_);
+  bool reused = false;
+  std::unique_ptr<httplib::Client> client = transport_->Acquire(target_, &reused);
+  Attempt a = Send(*client, deadline);
+  if (reused && NoAnswer(a, deadline)) {
+    // The server closed the kept-alive connection before answering (its keep-alive timeout or
+    // request count ran out as the request went): once more on a connection of its own. The
+    // request's times still count from its first send.
+    client = transport_->NewClient(target_, timeout_s_);
+    a = Send(*client, deadline);
   }
+  rec_.end_s = Since(t0_, LoadClock::now());
   const std::string& url = rec_.peer;
   if (cancelled_.load()) {
     rec_.status = "CANCELLED";
     rec_.error_message = "cancelled by saturn-load";
-  } else if (timed_out) {
+  } else if (a.timed_out) {
     rec_.status = "DEADLINE_EXCEEDED";
     rec_.error_message = absl::StrCat("no end within --request_timeout ", timeout_s_, " s");
-  } else if (status != 0 && (status < 200 || status >= 300)) {
-    rec_.status = HttpStatusName(status);
-    rec_.error_message = ErrorMessage(error_body.empty() ? res.body : error_body);
-  } else if (!sent && !reader.failed() && !reader.done()) {
-    rec_.status = IsConnectError(err) ? "UNAVAILABLE" : "STREAM_BROKEN";
-    rec_.error_message = absl::StrCat(url, ": ", httplib::to_string(err),
-                                      status == 0 ? " before an answer" : " before data: [DONE]");
+  } else if (a.status != 0 && (a.status < 200 || a.status >= 300)) {
+    rec_.status = HttpStatusName(a.status);
+    rec_.error_message = ErrorMessage(a.error_body);
+  } else if (!a.sent && !reader_.failed() && !reader_.done()) {
+    rec_.status = IsConnectError(a.error) ? "UNAVAILABLE" : "STREAM_BROKEN";
+    rec_.error_message = absl::StrCat(url, ": ", httplib::to_string(a.error),
+                                      a.status == 0 ? " before an answer" : " before data: [DONE]");
   }
-  reader.Finish(sse.Pending());
-  if (sent && rec_.ok()) transport_->Release(target_, std::move(client));
+  reader_.Finish(sse_.Pending());
+  if (a.sent && rec_.ok()) transport_->Release(target_, std::move(client));
   client.reset();
   done_(this, std::move(rec_));  // *this must not be touched after this line
 }
@@ -240,10 +270,11 @@ absl::StatusOr<std::unique_ptr<OpenAiTransport>> OpenAiTransport::Connect(
   return t;
 }
 
-std::unique_ptr<httplib::Client> OpenAiTransport::Acquire(size_t i) const {
+std::unique_ptr<httplib::Client> OpenAiTransport::Acquire(size_t i, bool* reused) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!idle_[i].empty()) {
+    *reused = !idle_[i].empty();
+    if (*reused) {
       std::unique_ptr<httplib::Client> c = std::move(idle_[i].back());
       idle_[i].pop_back();
       return c;

@@ -5,6 +5,12 @@
 // request, as the gRPC channel does). Each target keeps its idle keep-alive clients for the
 // next request, so a closed loop reuses its connections as gRPC reuses its channel.
 //
+// Servers close kept-alive connections when they like (llama.cpp's server: "Keep-Alive:
+// timeout=5, max=100"), and a request sent on one just as it closes fails before any byte of
+// its answer. Such a request, on a reused connection, is sent once more on a fresh one, as
+// HTTP clients do (httpx, urllib3); only a stream that broke after its answer began, or a
+// fresh connection that failed, counts as broken (STREAM_BROKEN, UNAVAILABLE).
+//
 // Security, with the flags the gRPC path takes: https:// targets check the server's
 // certificate against --tls_ca (else the system's CAs), present --tls_cert/--tls_key, and check
 // --tls_server_name when given; --auth_token_file is sent as "Authorization: Bearer <token>".
@@ -58,14 +64,15 @@ class OpenAiTransport : public Transport {
   // The model's context as /v1/models gives it (vLLM, Saturn); 0 when not given.
   int max_model_len() const { return max_model_len_; }
 
-  // For the calls (thread-safe): a client of target `i`, idle or new, and its return after a
-  // request that ended cleanly.
-  std::unique_ptr<httplib::Client> Acquire(size_t i) const;
+  // For the calls (thread-safe): a client of target `i`, idle (`*reused` true) or new, and
+  // its return after a request that ended cleanly.
+  std::unique_ptr<httplib::Client> Acquire(size_t i, bool* reused) const;
   void Release(size_t i, std::unique_ptr<httplib::Client> client) const;
+  // A client of target `i` on a connection of its own, never an idle one.
+  std::unique_ptr<httplib::Client> NewClient(size_t i, double read_timeout_s) const;
 
  private:
   OpenAiTransport() = default;
-  std::unique_ptr<httplib::Client> NewClient(size_t i, double read_timeout_s) const;
 
   OpenAiOptions options_;
   std::vector<HttpTarget> targets_;

@@ -38,6 +38,7 @@ json SettingsJson(const LoadConfig& c) {
           {"num_requests", c.num_requests},
           {"duration_s", c.duration_s},
           {"min_measure_s", c.min_measure_s},
+          {"prefix_len", c.prefix_len},
           {"input_len", c.prompts.empty() ? c.input_len.ToString() : ""},
           {"output_len", c.output_len.ToString()},
           {"prompts", c.prompts},

@@ -24,7 +24,7 @@ std::string RateText(double r) { return std::isinf(r) ? "inf" : absl::StrCat(r);
 absl::StatusOr<std::unique_ptr<Workload>> BuildWorkload(const LoadConfig& c,
                                                         const ModelLimits& limits) {
   if (!c.prompts.empty()) return LoadJsonlWorkload(c.prompts, c.output_len, limits, c.seed);
-  return MakeSyntheticWorkload(c.input_len, c.output_len, limits, c.seed);
+  return MakeSyntheticWorkload(c.input_len, c.output_len, limits, c.seed, c.prefix_len);
 }
 
 // One run of a sweep point: how it differs from its twin in a comparison.

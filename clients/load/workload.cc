@@ -48,10 +48,15 @@ std::vector<int> RandomTokens(std::mt19937_64& rng, int n, const ModelLimits& li
   return ids;
 }
 
-// Output kept, input shortened, both >= 1, sum <= max_model_len.
-void FitLengths(int max_model_len, int* input, int* output) {
+// The generator streams of ItemRng: a synthetic item's, a JSONL item's, the shared prefix's.
+constexpr uint64_t kSyntheticStream = 0, kJsonlStream = 1, kPrefixStream = 2;
+
+// Output kept, then the input shortened (down to 1), then the prefix: output and input >= 1,
+// prefix >= 0, prefix + input + output <= max_model_len.
+void FitLengths(int max_model_len, int* prefix, int* input, int* output) {
   *output = std::clamp(*output, 1, std::max(1, max_model_len - 1));
-  *input = std::clamp(*input, 1, std::max(1, max_model_len - *output));
+  *input = std::clamp(*input, 1, std::max(1, max_model_len - *output - *prefix));
+  *prefix = std::clamp(*prefix, 0, std::max(0, max_model_len - *output - *input));
 }
 
 // The largest length a spec draws in practice (a normal's mean + 4 sd).
@@ -69,63 +74,84 @@ double UpperBound(const LengthSpec& l) {
 
 class SyntheticWorkload : public Workload {
  public:
-  SyntheticWorkload(LengthSpec in, LengthSpec out, ModelLimits limits, uint64_t seed)
-      : in_(in), out_(out), limits_(std::move(limits)), seed_(seed) {}
+  SyntheticWorkload(LengthSpec in, LengthSpec out, ModelLimits limits, uint64_t seed,
+                    int prefix_len)
+      : in_(in), out_(out), limits_(std::move(limits)), seed_(seed), prefix_len_(prefix_len) {
+    // Drawn once; no fitted prefix is longer than the context.
+    std::mt19937_64 rng = ItemRng(seed_, 0, kPrefixStream);
+    prefix_ = RandomTokens(rng, std::min(prefix_len_, limits_.max_model_len), limits_);
+  }
 
   WorkItem Get(int64_t i) const override {
-    std::mt19937_64 rng = ItemRng(seed_, i, 0);
-    int input = in_.Draw(rng), output = out_.Draw(rng);
-    FitLengths(limits_.max_model_len, &input, &output);
+    std::mt19937_64 rng = ItemRng(seed_, i, kSyntheticStream);
+    int prefix = prefix_len_, input = in_.Draw(rng), output = out_.Draw(rng);
+    FitLengths(limits_.max_model_len, &prefix, &input, &output);
     WorkItem item;
-    item.prompt_token_ids = RandomTokens(rng, input, limits_);
+    item.prompt_token_ids.assign(prefix_.begin(), prefix_.begin() + prefix);
+    const std::vector<int> own = RandomTokens(rng, input, limits_);
+    item.prompt_token_ids.insert(item.prompt_token_ids.end(), own.begin(), own.end());
     item.max_tokens = output;
     return item;
   }
   std::string Describe() const override {
-    int input = 0, output = 0;
-    if (FittedFixed(&input, &output)) {
-      auto show = [](const LengthSpec& asked, int used) {
-        return static_cast<double>(used) == asked.a
-                   ? absl::StrCat(used)
-                   : absl::StrCat(used, " (asked ", asked.ToString(), ")");
-      };
-      return absl::StrCat("synthetic input_len=", show(in_, input),
-                          " output_len=", show(out_, output), " seed=", seed_);
-    }
-    return absl::StrCat("synthetic input_len=", in_.ToString(), " output_len=", out_.ToString(),
-                        " seed=", seed_);
+    int prefix = 0, input = 0, output = 0;
+    const bool fixed = FittedFixed(&prefix, &input, &output);
+    // A fixed length in force that differs from the asked one shows both.
+    auto show = [fixed](const std::string& asked, double asked_value, int used) {
+      return !fixed || static_cast<double>(used) == asked_value
+                 ? asked
+                 : absl::StrCat(used, " (asked ", asked, ")");
+    };
+    return absl::StrCat(
+        "synthetic ",
+        prefix_len_ > 0
+            ? absl::StrCat("prefix_len=", show(absl::StrCat(prefix_len_), prefix_len_, prefix), " ")
+            : "",
+        "input_len=", show(in_.ToString(), in_.a, input),
+        " output_len=", show(out_.ToString(), out_.a, output), " seed=", seed_);
   }
   std::string Adjustment() const override {
     const int limit = limits_.max_model_len;
-    int input = 0, output = 0;
-    if (FittedFixed(&input, &output)) {
-      if (static_cast<double>(input) == in_.a && static_cast<double>(output) == out_.a) return "";
-      return absl::StrCat("--input_len ", in_.ToString(), " + --output_len ", out_.ToString(),
-                          " does not fit the model's context (max_model_len ", limit,
-                          "), so every request uses input_len ", input, " and output_len ", output,
-                          " (the output is kept, the prompt shortened)");
+    const std::string asked =
+        absl::StrCat(prefix_len_ > 0 ? absl::StrCat("--prefix_len ", prefix_len_, " + ") : "",
+                     "--input_len ", in_.ToString(), " + --output_len ", out_.ToString());
+    int prefix = 0, input = 0, output = 0;
+    if (FittedFixed(&prefix, &input, &output)) {
+      if (prefix == prefix_len_ && static_cast<double>(input) == in_.a &&
+          static_cast<double>(output) == out_.a) {
+        return "";
+      }
+      return absl::StrCat(asked, " does not fit the model's context (max_model_len ", limit,
+                          "), so every request uses ",
+                          prefix_len_ > 0 ? absl::StrCat("prefix_len ", prefix, ", ") : "",
+                          "input_len ", input, " and output_len ", output,
+                          prefix_len_ > 0
+                              ? " (the output is kept, the input shortened, then the shared prefix)"
+                              : " (the output is kept, the prompt shortened)");
     }
-    if (UpperBound(in_) + UpperBound(out_) <= limit) return "";
-    return absl::StrCat("draws of --input_len ", in_.ToString(), " + --output_len ",
-                        out_.ToString(), " can exceed the model's context (max_model_len ", limit,
-                        "); such requests keep their output length (at most ", limit - 1,
+    if (prefix_len_ + UpperBound(in_) + UpperBound(out_) <= limit) return "";
+    return absl::StrCat("draws of ", asked, " can exceed the model's context (max_model_len ",
+                        limit, "); such requests keep their output length (at most ", limit - 1,
                         ") and get a shorter prompt");
   }
 
  private:
   // For fixed lengths: the lengths in force.
-  bool FittedFixed(int* input, int* output) const {
+  bool FittedFixed(int* prefix, int* input, int* output) const {
+    *prefix = prefix_len_;
     if (in_.kind != LengthSpec::Kind::kFixed || out_.kind != LengthSpec::Kind::kFixed) {
       return false;
     }
     *input = static_cast<int>(in_.a);
     *output = static_cast<int>(out_.a);
-    FitLengths(limits_.max_model_len, input, output);
+    FitLengths(limits_.max_model_len, prefix, input, output);
     return true;
   }
   LengthSpec in_, out_;
   ModelLimits limits_;
   uint64_t seed_;
+  int prefix_len_;
+  std::vector<int> prefix_;  // the shared prefix's ids (at most max_model_len of them)
 };
 
 // A JSONL line, parsed; input_len > 0 means "random ids of that length".
@@ -148,12 +174,12 @@ class JsonlWorkload : public Workload {
 
   WorkItem Get(int64_t i) const override {
     const JsonlItem& src = items_[static_cast<size_t>(i) % items_.size()];
-    std::mt19937_64 rng = ItemRng(seed_, i, 1);
+    std::mt19937_64 rng = ItemRng(seed_, i, kJsonlStream);
     WorkItem item;
     item.max_tokens = src.max_tokens > 0 ? src.max_tokens : out_.Draw(rng);
     if (src.input_len > 0) {
-      int input = src.input_len;
-      FitLengths(limits_.max_model_len, &input, &item.max_tokens);
+      int no_prefix = 0, input = src.input_len;
+      FitLengths(limits_.max_model_len, &no_prefix, &input, &item.max_tokens);
       item.prompt_token_ids = RandomTokens(rng, input, limits_);
     } else {
       item.prompt_text = src.text;
@@ -331,8 +357,8 @@ absl::StatusOr<LengthSpec> ParseLengthSpec(const std::string& flag, const std::s
 }
 
 std::unique_ptr<Workload> MakeSyntheticWorkload(LengthSpec input, LengthSpec output,
-                                                ModelLimits limits, uint64_t seed) {
-  return std::make_unique<SyntheticWorkload>(input, output, std::move(limits), seed);
+                                                ModelLimits limits, uint64_t seed, int prefix_len) {
+  return std::make_unique<SyntheticWorkload>(input, output, std::move(limits), seed, prefix_len);
 }
 
 absl::StatusOr<std::unique_ptr<Workload>> ParseJsonlWorkload(const std::string& name,

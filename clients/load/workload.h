@@ -62,11 +62,15 @@ class Workload {
   virtual std::string Adjustment() const { return ""; }
 };
 
-// Synthetic prompts of random token ids. Lengths are clamped so that input + output fits
-// max_model_len (the output length is kept, the input shortened; both at least 1); Describe()
-// then shows the fixed lengths in force beside the asked ones, and Adjustment() says so.
+// Synthetic prompts of random token ids: the same `prefix_len` ids first in every prompt
+// (drawn once from the seed, as vLLM's --random-prefix-len: a prefix the server's cache can
+// share), then the item's own random input. Lengths are clamped so that prefix + input + output
+// fits max_model_len (the output length is kept, then the input shortened down to 1, then the
+// prefix); Describe() then shows the fixed lengths in force beside the asked ones, and
+// Adjustment() says so.
 std::unique_ptr<Workload> MakeSyntheticWorkload(LengthSpec input, LengthSpec output,
-                                                ModelLimits limits, uint64_t seed);
+                                                ModelLimits limits, uint64_t seed,
+                                                int prefix_len = 0);
 
 // One JSON object per line; blank lines are skipped. Each object has exactly one of
 //   "prompt": "text"                  (a text prompt; needs the server's text tokenizer)

@@ -5,6 +5,7 @@
 //   saturn-load --target 127.0.0.1:50051 --concurrency 1,4,16 --num_requests 64
 //   saturn-load --request_rate 2 --duration 60 --slo_ttft_ms 200 --json out.json
 //   saturn-load --concurrency 8 --num_requests 200 --compare cuda_graphs
+//   saturn-load --concurrency 32 --num_requests 32 --prefix_len 1024 --input_len 32
 //   saturn-load --concurrency 1 --duration 10 --follow_plan
 //   saturn-load --target host:50051 --tls_ca ca.pem --auth_token_file token
 //   saturn-load --api openai --target http://127.0.0.1:8000 --concurrency 1,16   (vLLM, llama.cpp)
@@ -59,7 +60,13 @@ ABSL_FLAG(double, min_measure_s, 10,
           "Each phase keeps sending past --num_requests / --duration until the load has run this "
           "many seconds after the warm-up, so that its figures are steady (0: stop at the bounds; "
           "at most 3x this past the bound; not for --request_rate inf)");
-ABSL_FLAG(std::string, input_len, "32", "Prompt length: N, uniform:LOW:HIGH or normal:MEAN:SD");
+ABSL_FLAG(std::string, input_len, "32",
+          "Prompt length: N, uniform:LOW:HIGH or normal:MEAN:SD (after --prefix_len's shared "
+          "prefix)");
+ABSL_FLAG(int, prefix_len, 0,
+          "Synthetic prompts start with the same N random token ids (drawn once from --seed; "
+          "vLLM's --random-prefix-len), then --input_len ids of their own: a prefix the server's "
+          "prefix cache can share. Prefix + input + output are fitted to the model's context");
 ABSL_FLAG(std::string, output_len, "32", "Output length (max_tokens), same forms as --input_len");
 ABSL_FLAG(std::string, prompts, "",
           "JSONL file of prompts (prompt | prompt_token_ids | input_len, optional max_tokens)");
@@ -140,6 +147,7 @@ int Run() {
   auto out = ParseLengthSpec("--output_len", absl::GetFlag(FLAGS_output_len));
   if (!out.ok()) return Usage(std::string(out.status().message()));
   c.input_len = *in;
+  c.prefix_len = absl::GetFlag(FLAGS_prefix_len);
   c.output_len = *out;
   c.prompts = absl::GetFlag(FLAGS_prompts);
   c.seed = absl::GetFlag(FLAGS_seed);

@@ -103,6 +103,15 @@ std::string RenderMetrics(ServingState* state, DiagnosticsState* diag, double wi
   return out;
 }
 
+void AddMetricsRoute(httplib::Server& http, ServingState* state, DiagnosticsState* diag,
+                     double window_seconds) {
+  http.Get("/metrics",
+           [state, diag, window_seconds](const httplib::Request&, httplib::Response& res) {
+             res.set_content(RenderMetrics(state, diag, window_seconds),
+                             "text/plain; version=0.0.4; charset=utf-8");
+           });
+}
+
 MetricsHttpServer::MetricsHttpServer(ServingState* state, DiagnosticsState* diag,
                                      double window_seconds)
     : state_(state), diag_(diag), window_seconds_(window_seconds) {}
@@ -127,10 +136,7 @@ absl::Status MetricsHttpServer::Start(const std::string& host, int port) {
   };
   http.set_read_timeout(2, 0);
   http.set_keep_alive_timeout(2);
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(RenderMetrics(state_, diag_, window_seconds_),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
+  AddMetricsRoute(http, state_, diag_, window_seconds_);
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("saturn-server: metrics at /metrics\n", "text/plain");
   });

@@ -2,8 +2,9 @@
 // with vLLM-style serving figures (saturn:num_requests_running, ..., the request histograms of
 // RequestMetrics) and Saturn's own gauges over the last diagnostics window (bottleneck class,
 // MFU, MBU, busy fraction, calibrated ceilings). cpp-httplib serves it on its own threads;
-// nothing here touches gRPC. Start/Stop are not thread-safe against each other (ServerApp
-// calls them in order); scrapes run concurrently with everything else.
+// nothing here touches gRPC. The OpenAI-compatible API's port (--http_port) serves the same
+// route (AddMetricsRoute), where vLLM serves it. Start/Stop are not thread-safe against each
+// other (ServerApp calls them in order); scrapes run concurrently with everything else.
 #pragma once
 
 #include <string>
@@ -18,6 +19,10 @@ namespace saturn {
 // The whole exposition text. Reads the engine under a ServingState call token (engine
 // gauges are omitted while loading or shutting down).
 std::string RenderMetrics(ServingState* state, DiagnosticsState* diag, double window_seconds);
+
+// Registers GET /metrics (RenderMetrics' text) on `http`; the pointers outlive the server.
+void AddMetricsRoute(httplib::Server& http, ServingState* state, DiagnosticsState* diag,
+                     double window_seconds);
 
 class MetricsHttpServer final : public HttpEndpoint {
  public:

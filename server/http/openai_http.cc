@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "server/http/elastic_task_queue.h"
 #include "server/http/http_listener.h"
+#include "server/http/metrics_http.h"
 #include "server/http/openai_call.h"
 #include "server/http/openai_protocol.h"
 
@@ -37,8 +38,8 @@ std::string FramingError(const httplib::Request& req, int status) {
   }
   if (status == 404) {
     return absl::StrCat("no route for ", req.method, " ", req.path,
-                        " (this server answers POST /v1/completions, GET /v1/models, GET /health "
-                        "and POST /v1/chat/completions)");
+                        " (this server answers POST /v1/completions, GET /v1/models, GET /health, "
+                        "GET /metrics and POST /v1/chat/completions)");
   }
   return absl::StrCat("request: HTTP ", status,
                       " before the API read it (malformed headers or framing, or an unsupported "
@@ -49,24 +50,32 @@ bool Write(httplib::DataSink& sink, const std::string& bytes) {
   return sink.write(bytes.data(), bytes.size());
 }
 
+void AddUsage(const Usage& u, Usage* sum) {
+  sum->prompt_tokens += u.prompt_tokens;
+  sum->completion_tokens += u.completion_tokens;
+  sum->num_preemptions += u.num_preemptions;
+}
+
 // What a completion request needs beyond its call, shared by the stream's provider.
 struct Completion {
   CompletionHeader header;
-  bool with_logprobs = false;
-  bool return_token_ids = false;
+  ChoiceFormat format;
   bool include_usage = false;
-  std::function<std::string(int)> token_text;
   // How often a worker checks that its client is still there (ServerConfig::http_client_check):
   // a stream sends an SSE comment after this long without events, a plain response a leading
   // space of its JSON body this often.
   absl::Duration client_check;
 };
 
-// Streams pieces as server-sent events until the final one (true) or a failed write, which
-// cancels the request (false).
+// Streams pieces as server-sent events, each chunk naming its choice, until every choice has
+// ended (the usage of them all when asked for, then [DONE]; true) or one failed (its error
+// event, the others cancelled, then [DONE]; true), or a write failed, which cancels them all
+// (false).
 bool PumpStream(OpenAiCall& call, const Completion& c, httplib::DataSink& sink) {
-  int64_t offset = 0;
-  for (;;) {
+  std::vector<int64_t> offsets(call.choices(), 0);  // per choice: text sent so far
+  Usage usage;
+  bool failed = false;
+  while (!call.done() && !failed) {
     std::optional<OpenAiCall::Piece> p = call.Next(c.client_check);
     if (!p.has_value()) {
       if (Write(sink, ": keep-alive\n\n")) continue;
@@ -75,39 +84,58 @@ bool PumpStream(OpenAiCall& call, const Completion& c, httplib::DataSink& sink) 
     }
     if (!p->error.ok()) {
       Write(sink, ErrorEvent(p->error));
+      call.Cancel();  // one prompt failed: the request fails, and its other prompts end
+      failed = true;
     } else if (!p->out.token_ids.empty() || !p->out.text.empty() || p->final) {
-      if (!Write(sink, CompletionChunkEvent(c.header, p->out, c.token_text, c.with_logprobs,
-                                            c.return_token_ids, p->final ? p->finish_reason : "",
-                                            c.include_usage, offset))) {
+      const CompletionChoice choice{p->index, std::move(p->out), p->final ? p->finish_reason : "",
+                                    offsets[p->index]};
+      if (!Write(sink, CompletionChunkEvent(c.header, c.format, choice, c.include_usage))) {
         call.Cancel();
         return false;
       }
-      offset += static_cast<int64_t>(p->out.text.size());
-      if (p->final && c.include_usage) Write(sink, UsageChunkEvent(c.header, p->usage));
+      offsets[p->index] += static_cast<int64_t>(choice.piece.text.size());
     }
-    if (!p->final) continue;
-    Write(sink, std::string(kDoneEvent));
-    sink.done();
-    return true;
+    if (p->final) AddUsage(p->usage, &usage);
   }
+  if (!failed && c.include_usage) Write(sink, UsageChunkEvent(c.header, usage));
+  Write(sink, std::string(kDoneEvent));
+  sink.done();
+  return true;
 }
 
-// A non-streamed completion's pieces, gathered.
+// A non-streamed completion's choices, gathered in the prompts' order.
 struct Gathered {
-  CompletionPiece out;
-  OpenAiCall::Piece last;
-  bool done = false;
+  explicit Gathered(int n) : choices(n), unfinished(n) {
+    for (int i = 0; i < n; ++i) choices[i].index = i;
+  }
+  std::vector<CompletionChoice> choices;
+  Usage usage;         // of the choices that finished
+  absl::Status error;  // the first choice that failed
+  int unfinished = 0;
 
+  bool done() const { return unfinished == 0 || !error.ok(); }
   void Add(OpenAiCall::Piece p) {
+    CompletionPiece& out = choices[p.index].piece;
     out.text += p.out.text;
     out.token_ids.insert(out.token_ids.end(), p.out.token_ids.begin(), p.out.token_ids.end());
     for (PositionLogprobs& lp : p.out.logprobs) out.logprobs.push_back(std::move(lp));
-    done = p.final;
-    if (done) last = std::move(p);
+    if (!p.final) return;
+    --unfinished;
+    if (!p.error.ok() && error.ok()) error = p.error;
+    choices[p.index].finish_reason = p.finish_reason;
+    AddUsage(p.usage, &usage);
+  }
+  // Waits for the call's pieces until done or `until`; a choice that failed cancels the others.
+  void Gather(OpenAiCall& call, absl::Time until) {
+    while (!done() && absl::Now() < until) {
+      if (std::optional<OpenAiCall::Piece> p = call.Next(until - absl::Now()); p.has_value()) {
+        Add(std::move(*p));
+      }
+    }
+    if (!error.ok()) call.Cancel();
   }
   std::string Json(const Completion& c) const {
-    return CompletionJson(c.header, out, c.token_text, c.with_logprobs, c.return_token_ids,
-                          last.finish_reason, &last.usage, 0);
+    return CompletionJson(c.header, c.format, choices, usage);
   }
 };
 
@@ -169,86 +197,90 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   http.Post("/v1/chat/completions", [this](const httplib::Request&, httplib::Response& res) {
     SendError(res, ChatTemplateRefusal(state_->config().engine.model));
   });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    absl::StatusOr<CompletionRequest> parsed = ParseCompletionRequest(req.body);
-    if (!parsed.ok()) return SendError(res, parsed.status());
-    if (!parsed->model.empty() && parsed->model != model_name_) {
-      return SendError(res, absl::NotFoundError(absl::StrCat("model: \"", parsed->model,
-                                                             "\" does not exist (this server "
-                                                             "serves \"",
-                                                             model_name_, "\")")));
-    }
-    absl::StatusOr<std::unique_ptr<OpenAiCall>> admitted = OpenAiCall::Admit(state_);
-    if (!admitted.ok()) return SendError(res, admitted.status());
-    std::shared_ptr<OpenAiCall> call = std::move(*admitted);
-    absl::StatusOr<ConvertedRequest> converted = state_->intake()->Convert(parsed->generate);
-    if (!converted.ok()) return SendError(res, InApiTerms(converted.status()));
-    const TextTokenizer* tokenizer = state_->text_tokenizer();
-    if (!parsed->stop.empty() && tokenizer == nullptr) {
-      return SendError(res, absl::InvalidArgumentError(
-                                "stop: stop strings need a text tokenizer, which this model "
-                                "lacks; use stop_token_ids"));
-    }
-    if (absl::Status s = call->Submit(std::move(converted->request), parsed->stop, tokenizer,
-                                      diag_ != nullptr ? diag_->request_metrics() : nullptr);
-        !s.ok()) {
-      return SendError(res, InApiTerms(s));
-    }
-    Completion c;
-    c.header = {absl::StrCat("cmpl-", created_, "-", next_id_.fetch_add(1)),
-                absl::ToUnixSeconds(absl::Now()), model_name_};
-    c.with_logprobs = parsed->generate.has_logprobs();
-    c.return_token_ids = parsed->return_token_ids;
-    c.include_usage = parsed->include_usage;
-    c.client_check = state_->config().http_client_check;
-    c.token_text = [tokenizer](int id) {
-      return tokenizer != nullptr ? tokenizer->TokenBytes(id) : std::string();
-    };
-    if (parsed->stream) {
-      res.set_header("Cache-Control", "no-cache");
-      res.set_header("X-Accel-Buffering", "no");  // proxies (nginx) pass each event at once
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [call, c](size_t, httplib::DataSink& sink) { return PumpStream(*call, c, sink); });
-      return;
-    }
-    // Not streamed: a request that ends within c.client_check gets its status as usual; a longer
-    // one commits to 200 and sends a space of its JSON body now and then, so that a client
-    // gone is seen (and its request cancelled) while it runs.
-    auto gathered = std::make_shared<Gathered>();
-    for (const absl::Time until = absl::Now() + c.client_check;
-         !gathered->done && absl::Now() < until;) {
-      if (std::optional<OpenAiCall::Piece> p = call->Next(until - absl::Now()); p.has_value()) {
-        gathered->Add(std::move(*p));
-      }
-    }
-    if (gathered->done) {
-      if (!gathered->last.error.ok()) return SendError(res, gathered->last.error);
-      return res.set_content(gathered->Json(c), "application/json");
-    }
-    res.set_chunked_content_provider("application/json", [call, c, gathered](
-                                                             size_t, httplib::DataSink& sink) {
-      // The probe runs on a clock, not on silence: tokens arriving faster than client_check
-      // must not keep a departed client's request running to max_tokens.
-      absl::Time probe_at = absl::Now() + c.client_check;
-      while (!gathered->done) {
-        std::optional<OpenAiCall::Piece> p =
-            call->Next(std::max(absl::ZeroDuration(), probe_at - absl::Now()));
-        if (p.has_value()) gathered->Add(std::move(*p));
-        if (gathered->done || absl::Now() < probe_at) continue;
-        if (!Write(sink, " ")) {
-          call->Cancel();
-          return false;
-        }
-        probe_at = absl::Now() + c.client_check;
-      }
-      Write(sink, gathered->last.error.ok() ? gathered->Json(c) : ErrorJson(gathered->last.error));
-      sink.done();
-      return true;
-    });
-  });
+  http.Post("/v1/completions",
+            [this](const httplib::Request& req, httplib::Response& res) { Complete(req, res); });
+  // Where vLLM serves it, for scrapers pointed at the API's port.
+  if (diag_ != nullptr) {
+    AddMetricsRoute(http, state_, diag_, state_->config().metrics_window_seconds);
+  }
 
   return listener_.Listen(host, port, "--http_port");
+}
+
+void OpenAiHttpServer::Complete(const httplib::Request& req, httplib::Response& res) {
+  absl::StatusOr<CompletionRequest> parsed = ParseCompletionRequest(req.body);
+  if (!parsed.ok()) return SendError(res, parsed.status());
+  if (!parsed->model.empty() && parsed->model != model_name_) {
+    return SendError(res, absl::NotFoundError(absl::StrCat("model: \"", parsed->model,
+                                                           "\" does not exist (this server "
+                                                           "serves \"",
+                                                           model_name_, "\")")));
+  }
+  const int n = static_cast<int>(parsed->requests.size());
+  absl::StatusOr<std::unique_ptr<OpenAiCall>> admitted = OpenAiCall::Admit(state_, n);
+  if (!admitted.ok()) return SendError(res, admitted.status());
+  std::shared_ptr<OpenAiCall> call = std::move(*admitted);
+  // Every prompt is checked before any is submitted.
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<ConvertedRequest> converted = state_->intake()->Convert(parsed->requests[i]);
+    if (!converted.ok()) return SendError(res, InApiTerms(converted.status(), n > 1 ? i : -1));
+    requests.push_back(std::move(converted->request));
+  }
+  const TextTokenizer* tokenizer = state_->text_tokenizer();
+  if (!parsed->stop.empty() && tokenizer == nullptr) {
+    return SendError(res, absl::InvalidArgumentError(
+                              "stop: stop strings need a text tokenizer, which this model "
+                              "lacks; use stop_token_ids"));
+  }
+  if (absl::Status s = call->Submit(std::move(requests), parsed->stop, tokenizer,
+                                    diag_ != nullptr ? diag_->request_metrics() : nullptr);
+      !s.ok()) {
+    return SendError(res, s);
+  }
+  Completion c;
+  c.header = {absl::StrCat("cmpl-", created_, "-", next_id_.fetch_add(1)),
+              absl::ToUnixSeconds(absl::Now()), model_name_};
+  c.format.with_logprobs = parsed->requests[0].has_logprobs();
+  c.format.return_token_ids = parsed->return_token_ids;
+  c.format.token_text = [tokenizer](int id) {
+    return tokenizer != nullptr ? tokenizer->TokenBytes(id) : std::string();
+  };
+  c.include_usage = parsed->include_usage;
+  c.client_check = state_->config().http_client_check;
+  if (parsed->stream) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");  // proxies (nginx) pass each event at once
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [call, c](size_t, httplib::DataSink& sink) { return PumpStream(*call, c, sink); });
+    return;
+  }
+  // Not streamed: a request that ends within c.client_check gets its status as usual; a longer
+  // one commits to 200 and sends a space of its JSON body now and then, so that a client
+  // gone is seen (and its requests cancelled) while it runs.
+  auto gathered = std::make_shared<Gathered>(n);
+  gathered->Gather(*call, absl::Now() + c.client_check);
+  if (gathered->done()) {
+    if (!gathered->error.ok()) return SendError(res, gathered->error);
+    return res.set_content(gathered->Json(c), "application/json");
+  }
+  res.set_chunked_content_provider(
+      "application/json", [call, c, gathered](size_t, httplib::DataSink& sink) {
+        // The probe runs on a clock, not on silence: tokens arriving faster than client_check
+        // must not keep a departed client's requests running to max_tokens.
+        while (!gathered->done()) {
+          gathered->Gather(*call, absl::Now() + c.client_check);
+          if (gathered->done()) break;
+          if (!Write(sink, " ")) {
+            call->Cancel();
+            return false;
+          }
+        }
+        Write(sink, gathered->error.ok() ? gathered->Json(c) : ErrorJson(gathered->error));
+        sink.done();
+        return true;
+      });
 }
 
 }  // namespace saturn

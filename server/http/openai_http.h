@@ -1,13 +1,16 @@
 // The OpenAI-compatible HTTP API (--http_port), served by cpp-httplib on its own worker
 // threads beside gRPC, over the same engine:
-//   POST /v1/completions   (stream: server-sent events ending in "data: [DONE]")
+//   POST /v1/completions   (stream: server-sent events ending in "data: [DONE]"; a list of
+//                           prompts is answered as one choice per prompt, by index)
 //   POST /v1/chat/completions  (400 naming why: Saturn renders no Jinja chat templates)
 //   GET  /v1/models, GET /health (200 serving, 503 loading or draining)
-// A completion takes the gRPC Generate path's checks and engine request (openai_protocol.h ->
-// the request intake, server/request_intake.h -> Engine::Submit; openai_call.h), the same TLS
-// and bearer token (http_listener.h), and the same request metrics. A client that disconnects
-// cancels its request, and its KV blocks return to the cache. Start/Stop are called in order
-// by ServerApp; Stop comes after every call has ended.
+//   GET  /metrics  (the same Prometheus text as --metrics_port: metrics_http.h)
+// A completion takes the gRPC Generate path's checks and engine request, one per prompt
+// (openai_protocol.h -> the request intake, server/request_intake.h -> Engine::Submit;
+// openai_call.h), the same TLS and bearer token (http_listener.h), and the same request
+// metrics. A client that disconnects cancels its requests, and their KV blocks return to the
+// cache; a prompt that fails ends the others. Start/Stop are called in order by ServerApp; Stop
+// comes after every call has ended.
 #pragma once
 
 #include <atomic>
@@ -18,6 +21,10 @@
 #include "server/diag/diagnostics_state.h"
 #include "server/http/http_listener.h"
 #include "server/serving_state.h"
+
+namespace httplib {
+struct Request;
+}  // namespace httplib
 
 namespace saturn {
 
@@ -31,6 +38,9 @@ class OpenAiHttpServer final : public HttpEndpoint {
   absl::Status Start(const std::string& host, int port) override;
 
  private:
+  // POST /v1/completions, on the worker thread that serves it.
+  void Complete(const httplib::Request& req, httplib::Response& res);
+
   ServingState* state_;
   DiagnosticsState* diag_;
   std::string model_name_;

@@ -77,45 +77,47 @@ absl::Status GetBoundedInt(const Json& body, const char* name, int64_t lo, int64
   return absl::OkStatus();
 }
 
-absl::Status TokenIds(const Json& ids, v1::GenerateRequest* out) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!ids[i].is_number_integer() || ids[i].get<int64_t>() < 0 ||
-        ids[i].get<int64_t>() > INT32_MAX) {
-      return Bad(absl::StrCat("prompt[", i, "]"), "token ids must be integers >= 0");
+// One prompt, text or token ids, named `field` in errors.
+absl::Status OnePrompt(const Json& p, const std::string& field, v1::GenerateRequest* out) {
+  if (!p.is_string() && !p.is_array()) {
+    return Bad(field, "must be a string or a list of token ids");
+  }
+  if (p.is_string() ? p.get_ref<const std::string&>().empty() : p.empty()) {
+    return Bad(field, "an empty prompt is not allowed");
+  }
+  if (p.is_string()) {
+    out->set_prompt_text(p.get<std::string>());
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!p[i].is_number_integer() || p[i].get<int64_t>() < 0 || p[i].get<int64_t>() > INT32_MAX) {
+      return Bad(absl::StrCat(field, "[", i, "]"), "token ids must be integers >= 0");
     }
-    out->add_prompt_token_ids(static_cast<int32_t>(ids[i].get<int64_t>()));
+    out->add_prompt_token_ids(static_cast<int32_t>(p[i].get<int64_t>()));
   }
   return absl::OkStatus();
 }
 
-// prompt: "text", [ids], ["text"] or [[ids]] (a list must hold one prompt: n = 1 and one
-// prompt per request).
-absl::Status Prompt(const Json& body, v1::GenerateRequest* out) {
+// prompt: "text" or [ids] (one prompt), or a list of up to kMaxPrompts prompts, ["text", ...]
+// or [[ids], ...]: one request per prompt, holding only its prompt.
+absl::Status Prompts(const Json& body, std::vector<v1::GenerateRequest>* out) {
   const Json* p = Field(body, "prompt");
-  if (p == nullptr) return Bad("prompt", "required (a string or a list of token ids)");
-  if (p->is_string()) {
-    if (p->get_ref<const std::string&>().empty()) {
-      return Bad("prompt", "an empty prompt is not allowed");
+  if (p == nullptr) {
+    return Bad("prompt", "required (a string, a list of token ids, or a list of either)");
+  }
+  if (!p->is_array() || p->empty() || (*p)[0].is_number()) {
+    return OnePrompt(*p, "prompt", &out->emplace_back());
+  }
+  if (p->size() > static_cast<size_t>(kMaxPrompts)) {
+    return Bad("prompt", absl::StrFormat("at most %d prompts, got %d", kMaxPrompts, p->size()));
+  }
+  for (size_t i = 0; i < p->size(); ++i) {
+    if (absl::Status s = OnePrompt((*p)[i], absl::StrCat("prompt[", i, "]"), &out->emplace_back());
+        !s.ok()) {
+      return s;
     }
-    out->set_prompt_text(p->get<std::string>());
-    return absl::OkStatus();
   }
-  if (!p->is_array()) return Bad("prompt", "must be a string or a list of token ids");
-  if (p->empty()) return Bad("prompt", "an empty prompt is not allowed");
-  if ((*p)[0].is_number()) return TokenIds(*p, out);
-  if (p->size() != 1) {
-    return Bad("prompt", absl::StrFormat("one prompt per request (got a list of %d)", p->size()));
-  }
-  const Json& only = (*p)[0];
-  if (only.is_string() && !only.get_ref<const std::string&>().empty()) {
-    out->set_prompt_text(only.get<std::string>());
-    return absl::OkStatus();
-  }
-  if (only.is_array() && !only.empty()) return TokenIds(only, out);
-  if (only.is_string() || only.is_array()) {
-    return Bad("prompt[0]", "an empty prompt is not allowed");
-  }
-  return Bad("prompt[0]", "must be a string or a list of token ids");
+  return absl::OkStatus();
 }
 
 absl::Status Stop(const Json& body, std::vector<std::string>* out) {
@@ -203,14 +205,14 @@ Json UsageJson(const Usage& u) {
           {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
-Json Choice(const CompletionPiece& piece, const std::function<std::string(int)>& token_text,
-            bool with_logprobs, bool return_token_ids, const std::string& finish_reason,
-            int64_t text_offset) {
-  Json c = {{"index", 0},
-            {"text", piece.text},
-            {"logprobs", with_logprobs ? Logprobs(piece, token_text, text_offset) : Json()},
-            {"finish_reason", finish_reason.empty() ? Json() : Json(finish_reason)}};
-  if (return_token_ids) c["token_ids"] = piece.token_ids;
+Json Choice(const ChoiceFormat& f, const CompletionChoice& choice) {
+  const CompletionPiece& piece = choice.piece;
+  Json c = {
+      {"index", choice.index},
+      {"text", piece.text},
+      {"logprobs", f.with_logprobs ? Logprobs(piece, f.token_text, choice.text_offset) : Json()},
+      {"finish_reason", choice.finish_reason.empty() ? Json() : Json(choice.finish_reason)}};
+  if (f.return_token_ids) c["token_ids"] = piece.token_ids;
   return c;
 }
 
@@ -239,8 +241,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body_t
     r.model = m->get<std::string>();
   }
   if (absl::Status s = Unsupported(body); !s.ok()) return s;
-  v1::GenerateRequest& g = r.generate;
-  if (absl::Status s = Prompt(body, &g); !s.ok()) return s;
+  if (absl::Status s = Prompts(body, &r.requests); !s.ok()) return s;
+  v1::GenerateRequest g;  // the fields every prompt's request shares
   std::optional<int64_t> max_tokens, top_k, seed, logprobs;
   std::optional<double> temperature, top_p;
   if (absl::Status s = GetBoundedInt(body, "max_tokens", 1, INT32_MAX, &max_tokens); !s.ok()) {
@@ -284,17 +286,22 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body_t
   if (const Json* u = Field(body, "user"); u != nullptr && !u->is_string()) {
     return Bad("user", "must be a string");
   }
+  // Each request holds only its prompt, `g` none: merged, each has both.
+  for (v1::GenerateRequest& one : r.requests) one.MergeFrom(g);
   return r;
 }
 
-absl::Status InApiTerms(const absl::Status& status) {
+absl::Status InApiTerms(const absl::Status& status, int prompt_index) {
+  const std::string prompt =
+      prompt_index < 0 ? "prompt" : absl::StrCat("prompt[", prompt_index, "]");
   for (absl::string_view field : {"prompt_text", "prompt_token_ids"}) {
     if (absl::StartsWith(status.message(), field)) {
       return absl::Status(status.code(),
-                          absl::StrCat("prompt", status.message().substr(field.size())));
+                          absl::StrCat(prompt, status.message().substr(field.size())));
     }
   }
-  return status;
+  if (prompt_index < 0 || status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(status.message(), " (", prompt, ")"));
 }
 
 int HttpStatus(const absl::Status& status) {
@@ -352,25 +359,19 @@ std::string HttpErrorJson(int http, std::string_view message) {
                  {"code", http}}}});
 }
 
-std::string CompletionJson(const CompletionHeader& h, const CompletionPiece& piece,
-                           const std::function<std::string(int)>& token_text, bool with_logprobs,
-                           bool return_token_ids, const std::string& finish_reason,
-                           const Usage* usage, int64_t text_offset) {
+std::string CompletionJson(const CompletionHeader& h, const ChoiceFormat& format,
+                           const std::vector<CompletionChoice>& choices, const Usage& usage) {
   Json j = Envelope(h);
-  j["choices"] = Json::array(
-      {Choice(piece, token_text, with_logprobs, return_token_ids, finish_reason, text_offset)});
-  if (usage != nullptr) j["usage"] = UsageJson(*usage);
+  j["choices"] = Json::array();
+  for (const CompletionChoice& c : choices) j["choices"].push_back(Choice(format, c));
+  j["usage"] = UsageJson(usage);
   return Dump(j);
 }
 
-std::string CompletionChunkEvent(const CompletionHeader& h, const CompletionPiece& piece,
-                                 const std::function<std::string(int)>& token_text,
-                                 bool with_logprobs, bool return_token_ids,
-                                 const std::string& finish_reason, bool include_usage,
-                                 int64_t text_offset) {
+std::string CompletionChunkEvent(const CompletionHeader& h, const ChoiceFormat& format,
+                                 const CompletionChoice& choice, bool include_usage) {
   Json j = Envelope(h);
-  j["choices"] = Json::array(
-      {Choice(piece, token_text, with_logprobs, return_token_ids, finish_reason, text_offset)});
+  j["choices"] = Json::array({Choice(format, choice)});
   if (include_usage) j["usage"] = nullptr;
   return Event(j);
 }

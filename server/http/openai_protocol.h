@@ -3,8 +3,9 @@
 // gRPC front builds (then checked once by ToEngineRequest and Engine::Submit), and the
 // response, chunk, usage and error JSON. Pure functions, no I/O; thread-safe.
 //
-// Accepted (OpenAI): model, prompt (a string, token ids, or a list of one of either),
-// max_tokens, temperature (default 1, as OpenAI and vLLM), top_p, seed, stop (a string or up to
+// Accepted (OpenAI): model, prompt (a string, token ids, or a list of up to kMaxPrompts of
+// either, each answered as its own choice with its index, as OpenAI and vLLM do), max_tokens,
+// temperature (default 1, as OpenAI and vLLM), top_p, seed, stop (a string or up to
 // kMaxStopStrings), logprobs (0-20), stream, stream_options.include_usage, n = 1, best_of = 1,
 // echo = false, user. vLLM's extensions: top_k (-1 or 0: off), ignore_eos, stop_token_ids,
 // return_token_ids. Fields Saturn cannot honour (echo, n > 1, suffix, penalties, logit_bias,
@@ -24,6 +25,8 @@
 
 namespace saturn {
 
+// Prompts in one request (each is its own engine request).
+inline constexpr int kMaxPrompts = 64;
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxStopStringBytes = 256;
 // Arrays and objects nested deeper than this refuse the body before it is parsed (a request
@@ -31,8 +34,10 @@ inline constexpr int kMaxStopStringBytes = 256;
 inline constexpr int kMaxJsonDepth = 32;
 
 struct CompletionRequest {
-  v1::GenerateRequest generate;  // server-level fields; ToEngineRequest checks them
-  std::string model;             // "" when the request named none
+  // One per prompt, in the prompt list's order (choice i answers requests[i]), each with the
+  // same sampling fields; ToEngineRequest checks them.
+  std::vector<v1::GenerateRequest> requests;
+  std::string model;  // "" when the request named none
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool return_token_ids = false;  // choices carry token_ids (vLLM's extension)
@@ -42,8 +47,10 @@ struct CompletionRequest {
 // Parses a /v1/completions body. INVALID_ARGUMENT names the field and the limit.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body);
 
-// What ToEngineRequest and the engine call the prompt, renamed to the API's field ("prompt").
-absl::Status InApiTerms(const absl::Status& status);
+// What ToEngineRequest and the engine call the prompt, renamed to the API's field: "prompt",
+// or "prompt[i]" for prompt `prompt_index` of a request of several (-1: the only one), whose
+// other errors end with " (prompt[i])".
+absl::Status InApiTerms(const absl::Status& status, int prompt_index = -1);
 
 // The HTTP status for an error (400 bad field, 401, 404, 429 overload, 503 loading or
 // draining, 500 otherwise).
@@ -61,25 +68,35 @@ struct CompletionPiece {
   std::vector<PositionLogprobs> logprobs;
 };
 
+// A choice of a response: the prompt it answers (`index`), its output, why it finished (""
+// -> null) and the length of its text returned before `piece` (logprobs.text_offset).
+struct CompletionChoice {
+  int index = 0;
+  CompletionPiece piece;
+  std::string finish_reason;
+  int64_t text_offset = 0;
+};
+
+// How a request's choices are written: what it asked for.
+struct ChoiceFormat {
+  std::function<std::string(int)> token_text;  // a token's text, for logprobs
+  bool with_logprobs = false;
+  bool return_token_ids = false;  // vLLM's extension
+};
+
 struct CompletionHeader {
   std::string id;  // "cmpl-..."
   int64_t created = 0;
   std::string model;
 };
 
-// `token_text` gives a token's text for logprobs; `text_offset` is the length of the text
-// returned before `piece` (logprobs.text_offset). `finish_reason` "" -> null.
-std::string CompletionJson(const CompletionHeader& h, const CompletionPiece& piece,
-                           const std::function<std::string(int)>& token_text, bool with_logprobs,
-                           bool return_token_ids, const std::string& finish_reason,
-                           const Usage* usage, int64_t text_offset);
-// One server-sent event ("data: ...\n\n") of a stream: a chunk, its usage (null until the
-// last chunk when include_usage), the usage-only chunk (choices []), and the end.
-std::string CompletionChunkEvent(const CompletionHeader& h, const CompletionPiece& piece,
-                                 const std::function<std::string(int)>& token_text,
-                                 bool with_logprobs, bool return_token_ids,
-                                 const std::string& finish_reason, bool include_usage,
-                                 int64_t text_offset);
+// A whole (non-streamed) response: the choices in the order given, the usage of them all.
+std::string CompletionJson(const CompletionHeader& h, const ChoiceFormat& format,
+                           const std::vector<CompletionChoice>& choices, const Usage& usage);
+// One server-sent event ("data: ...\n\n") of a stream: a chunk of one choice, its usage (null
+// until the usage chunk when include_usage), the usage-only chunk (choices []), and the end.
+std::string CompletionChunkEvent(const CompletionHeader& h, const ChoiceFormat& format,
+                                 const CompletionChoice& choice, bool include_usage);
 std::string UsageChunkEvent(const CompletionHeader& h, const Usage& usage);
 std::string ErrorEvent(const absl::Status& status);
 inline constexpr std::string_view kDoneEvent = "data: [DONE]\n\n";

@@ -30,6 +30,7 @@ check server/saturn-server kv_cache_mb
 check clients/saturn-load concurrency
 check clients/saturn-diag target
 check clients/saturn-load tls_ca  # the security flags shared by both tools
+check clients/saturn-load prefix_len
 check clients/saturn-diag auth_token_file
 check bench/saturn-bench-engine json
 check bench/saturn-bench-gemm json

@@ -54,6 +54,23 @@ def main(base_url, token):
     check(finish == "length", f"stream finish_reason {finish}")
     check(usage is not None and usage.completion_tokens == 8, f"stream usage {usage}")
 
+    # A list of prompts: one choice per prompt, by index, usage summed; streamed, each chunk
+    # names its choice.
+    many = client.completions.create(model=model, prompt=[[9, 13, 2], [1, 5, 9, 13]],
+                                     max_tokens=8, temperature=0, extra_body=extra)
+    check([x.index for x in many.choices] == [0, 1], f"choices {many.choices}")
+    check(many.choices[1].model_extra["token_ids"] == tokens, f"prompt[1] gave {many.choices[1]}")
+    check(many.usage.prompt_tokens == 7 and many.usage.completion_tokens == 16,
+          f"usage of two prompts {many.usage}")
+    stream = client.completions.create(model=model, prompt=["Hello", "World", "!"], max_tokens=4,
+                                       stream=True, extra_body=extra)
+    per_choice = {}
+    for chunk in stream:
+        for choice in chunk.choices:
+            per_choice.setdefault(choice.index, []).extend(choice.model_extra.get("token_ids", []))
+    check(sorted(per_choice) == [0, 1, 2] and all(len(t) == 4 for t in per_choice.values()),
+          f"streamed choices {per_choice}")
+
     # Text in, text out (the built-in byte tokenizer), sampled with a seed: repeatable.
     a = client.completions.create(model=model, prompt="Hello", max_tokens=16, seed=5)
     b = client.completions.create(model=model, prompt="Hello", max_tokens=16, seed=5)

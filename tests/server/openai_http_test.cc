@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <functional>
@@ -88,16 +89,16 @@ Json Completion(httplib::Client& cli, const Json& body, int* status = nullptr) {
 
 // A long greedy stream (500 tokens, EOS ignored) read until `keep_reading(bytes so far)` says
 // stop; the client then drops the connection. Returns whether the response ended by itself.
-bool StreamUntil(int port, const std::function<bool(const std::string&)>& keep_reading) {
+bool StreamUntil(int port, const std::function<bool(const std::string&)>& keep_reading,
+                 const Json& prompt = {1, 2, 3}) {
   httplib::Client cli("127.0.0.1", port);
   cli.set_read_timeout(60, 0);
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
   req.set_header("Content-Type", "application/json");
-  req.body =
-      Json({{"prompt", {1, 2, 3}}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}})
-          .dump();
+  req.body = Json({{"prompt", prompt}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}})
+                 .dump();
   std::string got;
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     got.append(data, n);
@@ -289,6 +290,172 @@ TEST_F(OpenAiHttpTest, ClientThatDisconnectsMidStreamFreesItsKvBlocks) {
   EXPECT_EQ(status, 200);
 }
 
+// A list of prompts: one choice per prompt, by index, each the tokens gRPC Generate gives its
+// prompt; usage sums them all.
+TEST_F(OpenAiHttpTest, ListOfPromptsGivesOneChoicePerPromptInOrder) {
+  const std::vector<std::vector<int>> prompts = {{1, 17, 42}, {5, 6}, {9, 9, 9, 9}};
+  auto cli = Client(*server_->app);
+  int status = 0;
+  const Json r = Completion(*cli,
+                            {{"prompt", prompts},
+                             {"max_tokens", 6},
+                             {"temperature", 0},
+                             {"ignore_eos", true},
+                             {"return_token_ids", true}},
+                            &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  ASSERT_EQ(r["choices"].size(), 3u) << r.dump();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Json& c = r["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    EXPECT_EQ(c["finish_reason"], "length");
+    StreamResult grpc = RunStream(server_->stub.get(), IdsRequest(prompts[i], 6));
+    ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
+    EXPECT_EQ(c["token_ids"].get<std::vector<int>>(), grpc.tokens) << i;
+  }
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 9);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 18);
+  EXPECT_EQ(r["usage"]["total_tokens"], 27);
+  // Text prompts likewise, each its own choice.
+  const Json t = Completion(
+      *cli, {{"prompt", {"Hello", "Once upon a time"}}, {"max_tokens", 3}, {"ignore_eos", true}},
+      &status);
+  ASSERT_EQ(status, 200) << t.dump();
+  ASSERT_EQ(t["choices"].size(), 2u);
+  EXPECT_EQ(t["choices"][1]["index"], 1);
+  EXPECT_EQ(t["usage"]["completion_tokens"], 6);
+  EXPECT_TRUE(WaitForKvFree(*server_->engine()));
+}
+
+TEST_F(OpenAiHttpTest, ListOfPromptsStreamsChunksThatNameTheirChoice) {
+  const std::vector<std::vector<int>> prompts = {{3, 4, 5}, {7}, {11, 12}};
+  auto cli = Client(*server_->app);
+  const Json body = {{"prompt", prompts},
+                     {"max_tokens", 8},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"stream", true},
+                     {"return_token_ids", true},
+                     {"stream_options", {{"include_usage", true}}}};
+  httplib::Result r = cli->Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::vector<std::string> events = Events(r->body);
+  ASSERT_GE(events.size(), 5u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(std::count(events.begin(), events.end(), "[DONE]"), 1);
+  std::vector<std::vector<int>> tokens(prompts.size());
+  std::vector<std::string> finish(prompts.size());
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const Json c = Json::parse(events[i]);
+    EXPECT_TRUE(c["usage"].is_null());
+    ASSERT_EQ(c["choices"].size(), 1u);
+    const int index = c["choices"][0]["index"];
+    ASSERT_TRUE(index >= 0 && index < 3) << events[i];
+    EXPECT_TRUE(finish[index].empty()) << "a chunk after choice " << index << "'s last";
+    for (int t : c["choices"][0]["token_ids"]) tokens[index].push_back(t);
+    if (!c["choices"][0]["finish_reason"].is_null())
+      finish[index] = c["choices"][0]["finish_reason"];
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(finish[i], "length") << i;
+    EXPECT_EQ(tokens[i], RunStream(server_->stub.get(), IdsRequest(prompts[i], 8)).tokens) << i;
+  }
+  const Json usage = Json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 6);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 24);
+}
+
+// A list of prompts has a limit, and an error names the prompt; one that the engine refuses
+// after others were submitted cancels them (nothing is left running or holding KV blocks).
+TEST_F(OpenAiHttpTest, ListOfPromptsIsBoundedAndAPromptThatFailsEndsTheOthers) {
+  auto cli = Client(*server_->app);
+  int status = 0;
+  Json r = Completion(*cli, {{"prompt", std::vector<std::vector<int>>(65, {1, 2})}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "prompt");
+  EXPECT_EQ(r["error"]["message"], "prompt: at most 64 prompts, got 65");
+  r = Completion(*cli, {{"prompt", Json::array({Json::array({1, 2}), Json::array()})}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "prompt[1]") << r.dump();
+  // Too long for the server's limits: refused before anything is submitted.
+  r = Completion(*cli, {{"prompt", {std::vector<int>{1}, std::vector<int>(600, 1)}}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "prompt[1]") << r.dump();
+  // Refused by the engine once prompt[0] is in: prompt[0] is cancelled.
+  const int metrics = server_->app->metrics_port();
+  const double aborted = Metric(metrics, kAborted);
+  r = Completion(*cli,
+                 {{"prompt", {std::vector<int>{1, 2}, std::vector<int>{1, 5000}}},
+                  {"max_tokens", 400},
+                  {"ignore_eos", true}},
+                 &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "prompt[1][1]") << r.dump();
+  r = Completion(*cli,
+                 {{"prompt", {std::vector<int>{1, 2}, std::vector<int>(500, 1)}},
+                  {"max_tokens", 20},
+                  {"ignore_eos", true}},
+                 &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "max_tokens") << r.dump();
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("(prompt[1])"), std::string::npos)
+      << r.dump();
+  EXPECT_EQ(WaitForMetric(metrics, kAborted, aborted + 2), aborted + 2);
+  EXPECT_TRUE(WaitForKvFree(*server_->engine()));
+  EXPECT_EQ(server_->engine()->counters().num_running, 0);
+}
+
+TEST_F(OpenAiHttpTest, ClientThatLeavesAListOfPromptsCancelsThemAll) {
+  const int metrics = server_->app->metrics_port();
+  const double aborted = Metric(metrics, kAborted);
+  bool got_event = false;
+  EXPECT_FALSE(StreamUntil(
+      server_->app->http_port(),
+      [&](const std::string& got) {
+        got_event = got.find("data: {") != std::string::npos;
+        return !got_event;  // leave after the first event
+      },
+      Json(std::vector<std::vector<int>>{{1, 2, 3}, {4, 5}, {6}})));
+  ASSERT_TRUE(got_event);
+  EXPECT_EQ(WaitForMetric(metrics, kAborted, aborted + 3), aborted + 3);
+  EXPECT_TRUE(WaitForKvFree(*server_->engine()));
+  EXPECT_EQ(server_->engine()->counters().num_running, 0);
+}
+
+// GET /metrics on the API's port, where vLLM serves it: the same series as --metrics_port.
+TEST_F(OpenAiHttpTest, MetricsAreServedOnTheApiPortToo) {
+  auto series = [](int port) {
+    httplib::Client cli("127.0.0.1", port);
+    cli.set_read_timeout(60, 0);
+    httplib::Result r = cli.Get("/metrics");
+    EXPECT_TRUE(r);
+    std::vector<std::string> names;
+    if (!r) return names;
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+    size_t at = 0;
+    while ((at = r->body.find("# TYPE ", at)) != std::string::npos) {
+      at += 7;
+      names.push_back(r->body.substr(at, r->body.find(' ', at) - at));
+    }
+    return names;
+  };
+  const std::vector<std::string> api = series(server_->app->http_port());
+  EXPECT_NE(std::find(api.begin(), api.end(), "saturn:num_requests_running"), api.end());
+  EXPECT_NE(std::find(api.begin(), api.end(), "saturn:request_success_total"), api.end());
+  EXPECT_EQ(api, series(server_->app->metrics_port()));
+  // The same counts: a completion on the API moves both.
+  auto cli = Client(*server_->app);
+  const double before = Metric(server_->app->http_port(), kLength);
+  int status = 0;
+  Completion(*cli, {{"prompt", {1}}, {"max_tokens", 2}, {"ignore_eos", true}}, &status);
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(WaitForMetric(server_->app->http_port(), kLength, before + 1), before + 1);
+  EXPECT_EQ(Metric(server_->app->metrics_port(), kLength), before + 1);
+}
+
 // One running sequence and one waiting: the next request is 429, and the running ones finish.
 ServerConfig OneSlotConfig() {
   ServerConfig c = HttpConfig();
@@ -438,6 +605,14 @@ TEST(OpenAiHttpAuthTest, WrongOrMissingTokenIs401) {
                                     body, "application/json");
   ASSERT_TRUE(right);
   EXPECT_EQ(right->status, 200) << right->body;
+  // /metrics on the API's port too.
+  httplib::Result metrics = cli->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 401);
+  metrics = cli->Get("/metrics", {{"Authorization", "Bearer s3cret-token"}});
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("saturn:num_requests_running"), std::string::npos);
   std::remove(token_file.c_str());
 }
 

@@ -78,6 +78,18 @@ TEST(LoadConfigTest, EachBadValueNamesItsFlag) {
   c.num_requests = 2;
   c.warmup_requests = 2;
   ExpectBad(c, "--warmup_requests");
+  c = Good();
+  c.prefix_len = -1;
+  ExpectBad(c, "--prefix_len");
+  c = Good();
+  c.prefix_len = kMaxLength + 1;
+  ExpectBad(c, "--prefix_len");
+  c = Good();
+  c.prefix_len = 16;
+  c.prompts = "prompts.jsonl";  // a shared prefix is the synthetic workload's
+  ExpectBad(c, "--prefix_len");
+  c.prompts.clear();
+  EXPECT_TRUE(c.Validate().ok());
 }
 
 TEST(LoadConfigTest, ApiFlagsAreCheckedTogether) {

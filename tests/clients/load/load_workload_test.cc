@@ -3,8 +3,10 @@
 // a function of (seed, index); JSONL files parse and their errors name file:line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <set>
 
 #include "clients/load/workload.h"
 
@@ -221,6 +223,84 @@ TEST(SyntheticWorkloadTest, SaysWhenItShrinksLengthsToFitTheContextAndShowsTheir
   auto drawn = MakeSyntheticWorkload(*ParseLengthSpec("", "uniform:8:64"),
                                      *ParseLengthSpec("", "8"), Limits(40), 1);
   EXPECT_NE(drawn->Adjustment().find("can exceed"), std::string::npos) << drawn->Adjustment();
+}
+
+// --prefix_len: every synthetic prompt starts with the same seeded ids (a prefix cache's
+// hit), then its own, which are the ids the same item has without a prefix.
+TEST(SyntheticWorkloadTest, SharedPrefixComesFirstThenEachItemsOwnInput) {
+  const LengthSpec in = *ParseLengthSpec("", "32"), out = *ParseLengthSpec("", "8");
+  auto w = MakeSyntheticWorkload(in, out, Limits(), 5, 1024);
+  auto again = MakeSyntheticWorkload(in, out, Limits(), 5, 1024);
+  auto plain = MakeSyntheticWorkload(in, out, Limits(), 5);
+  EXPECT_EQ(w->Describe(), "synthetic prefix_len=1024 input_len=32 output_len=8 seed=5");
+  EXPECT_EQ(w->Adjustment(), "");
+  const std::vector<int> first = w->Get(0).prompt_token_ids;
+  ASSERT_EQ(first.size(), 1056u);
+  const std::vector<int> prefix(first.begin(), first.begin() + 1024);
+  std::set<std::vector<int>> suffixes;
+  for (int i = 0; i < 32; ++i) {
+    const WorkItem item = w->Get(i);
+    ASSERT_EQ(item.prompt_token_ids.size(), 1056u) << i;
+    EXPECT_EQ(item.max_tokens, 8);
+    EXPECT_EQ(std::vector<int>(item.prompt_token_ids.begin(), item.prompt_token_ids.begin() + 1024),
+              prefix)
+        << i;
+    const std::vector<int> own(item.prompt_token_ids.begin() + 1024, item.prompt_token_ids.end());
+    EXPECT_EQ(own, plain->Get(i).prompt_token_ids) << i;
+    suffixes.insert(own);
+    EXPECT_EQ(item.prompt_token_ids, again->Get(i).prompt_token_ids) << i;
+    for (int id : item.prompt_token_ids) EXPECT_TRUE(id >= 0 && id < 256 && id != 1 && id != 2);
+  }
+  EXPECT_EQ(suffixes.size(), 32u);  // distinct inputs behind the one prefix
+  // The prefix is not one id repeated, and another seed draws another.
+  EXPECT_GT(std::set<int>(prefix.begin(), prefix.end()).size(), 100u);
+  const std::vector<int> other =
+      MakeSyntheticWorkload(in, out, Limits(), 6, 1024)->Get(0).prompt_token_ids;
+  EXPECT_NE(std::vector<int>(other.begin(), other.begin() + 1024), prefix);
+  // --prefix_len 0 is the plain workload.
+  EXPECT_EQ(MakeSyntheticWorkload(in, out, Limits(), 5, 0)->Get(3).prompt_token_ids,
+            plain->Get(3).prompt_token_ids);
+}
+
+// Fitting counts prefix + input + output: the output is kept, the input shortened to 1, then
+// the prefix, which stays shared.
+TEST(SyntheticWorkloadTest, FittingToTheContextCountsThePrefix) {
+  const LengthSpec in = *ParseLengthSpec("", "32"), out = *ParseLengthSpec("", "8");
+  auto input_cut = MakeSyntheticWorkload(in, out, Limits(1040), 5, 1024);
+  EXPECT_EQ(input_cut->Describe(),
+            "synthetic prefix_len=1024 input_len=8 (asked 32) output_len=8 seed=5");
+  EXPECT_NE(input_cut->Adjustment().find("--prefix_len 1024 + --input_len 32 + --output_len 8"),
+            std::string::npos)
+      << input_cut->Adjustment();
+  EXPECT_NE(input_cut->Adjustment().find("prefix_len 1024, input_len 8 and output_len 8"),
+            std::string::npos)
+      << input_cut->Adjustment();
+  EXPECT_EQ(input_cut->Get(0).prompt_token_ids.size(), 1032u);
+
+  auto both_cut = MakeSyntheticWorkload(in, out, Limits(40), 5, 1024);
+  EXPECT_EQ(both_cut->Describe(),
+            "synthetic prefix_len=31 (asked 1024) input_len=1 (asked 32) output_len=8 seed=5");
+  const std::vector<int> full =
+      MakeSyntheticWorkload(in, out, Limits(), 5, 1024)->Get(0).prompt_token_ids;
+  for (int i = 0; i < 4; ++i) {
+    const WorkItem item = both_cut->Get(i);
+    ASSERT_EQ(item.prompt_token_ids.size(), 32u);
+    EXPECT_EQ(item.max_tokens, 8);
+    // The same prefix, cut to what fits.
+    EXPECT_TRUE(std::equal(full.begin(), full.begin() + 31, item.prompt_token_ids.begin())) << i;
+  }
+
+  // Drawn inputs that can pass the context with the prefix say so; each fits.
+  auto drawn =
+      MakeSyntheticWorkload(*ParseLengthSpec("", "uniform:8:64"), out, Limits(1050), 5, 1000);
+  EXPECT_NE(drawn->Adjustment().find("draws of --prefix_len 1000 + --input_len uniform:8:64"),
+            std::string::npos)
+      << drawn->Adjustment();
+  for (int i = 0; i < 50; ++i) {
+    const WorkItem item = drawn->Get(i);
+    EXPECT_LE(static_cast<int>(item.prompt_token_ids.size()) + item.max_tokens, 1050) << i;
+    EXPECT_TRUE(std::equal(full.begin(), full.begin() + 1000, item.prompt_token_ids.begin())) << i;
+  }
 }
 
 }  // namespace

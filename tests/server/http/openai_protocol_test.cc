@@ -44,7 +44,8 @@ TEST(OpenAiProtocolTest, MapsEveryFieldOntoTheGenerateRequest) {
                                                {"echo", false},
                                                {"some_future_field", 1}});
   ASSERT_TRUE(r.ok()) << r.status();
-  const v1::GenerateRequest& g = r->generate;
+  ASSERT_EQ(r->requests.size(), 1u);
+  const v1::GenerateRequest& g = r->requests[0];
   EXPECT_EQ(r->model, "m");
   EXPECT_EQ(g.prompt_text(), "hi");
   EXPECT_EQ(g.max_tokens(), 7);
@@ -65,22 +66,63 @@ TEST(OpenAiProtocolTest, MapsEveryFieldOntoTheGenerateRequest) {
 TEST(OpenAiProtocolTest, DefaultsAreOpenAis) {
   absl::StatusOr<CompletionRequest> r = Parse({{"prompt", {1, 2, 3}}});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_FLOAT_EQ(r->generate.temperature(), 1.0f);  // OpenAI and vLLM sample by default
-  EXPECT_FALSE(r->generate.has_max_tokens());        // the engine's 16, OpenAI's default too
-  EXPECT_FALSE(r->generate.has_logprobs());
+  const v1::GenerateRequest& g = r->requests.at(0);
+  EXPECT_FLOAT_EQ(g.temperature(), 1.0f);  // OpenAI and vLLM sample by default
+  EXPECT_FALSE(g.has_max_tokens());        // the engine's 16, OpenAI's default too
+  EXPECT_FALSE(g.has_logprobs());
   EXPECT_FALSE(r->stream);
-  EXPECT_EQ(r->generate.prompt_token_ids_size(), 3);
+  EXPECT_EQ(g.prompt_token_ids_size(), 3);
 }
 
 TEST(OpenAiProtocolTest, PromptFormsOfOneRequest) {
-  EXPECT_EQ(Parse({{"prompt", {"text"}}})->generate.prompt_text(), "text");
-  EXPECT_EQ(Parse({{"prompt", {{7, 8}}}})->generate.prompt_token_ids_size(), 2);
-  EXPECT_EQ(Param(Parse({{"prompt", {"a", "b"}}}).status()), "prompt");
+  EXPECT_EQ(Parse({{"prompt", {"text"}}})->requests.at(0).prompt_text(), "text");
+  EXPECT_EQ(Parse({{"prompt", {{7, 8}}}})->requests.at(0).prompt_token_ids_size(), 2);
   EXPECT_EQ(Param(Parse({{"prompt", Json::array()}}).status()), "prompt");
   EXPECT_EQ(Param(Parse({{"prompt", 5}}).status()), "prompt");
   EXPECT_EQ(Param(Parse({{"max_tokens", 5}}).status()), "prompt");  // missing
   EXPECT_EQ(Param(Parse({{"prompt", {1, -2}}}).status()), "prompt[1]");
-  EXPECT_EQ(Parse({{"prompt", "x"}, {"top_k", -1}})->generate.top_k(), 0);  // vLLM's "off"
+  EXPECT_EQ(Param(Parse({{"prompt", {1, "2"}}}).status()), "prompt[1]");
+  EXPECT_EQ(Parse({{"prompt", "x"}, {"top_k", -1}})->requests.at(0).top_k(), 0);  // vLLM's "off"
+}
+
+// A list of prompts (texts, token-id lists, or both) is one request per prompt, in order, each
+// with every sampling field; errors name the prompt, and the list has a limit.
+TEST(OpenAiProtocolTest, AListOfPromptsIsOneRequestPerPrompt) {
+  absl::StatusOr<CompletionRequest> r =
+      Parse({{"prompt", Json::array({"a", Json::array({7, 8, 9}), "bc"})},
+             {"max_tokens", 5},
+             {"temperature", 0},
+             {"seed", 11},
+             {"stop_token_ids", {4}},
+             {"logprobs", 2}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->requests.size(), 3u);
+  EXPECT_EQ(r->requests[0].prompt_text(), "a");
+  EXPECT_EQ(r->requests[1].prompt_token_ids_size(), 3);
+  EXPECT_EQ(r->requests[1].prompt_token_ids(2), 9);
+  EXPECT_TRUE(r->requests[1].prompt_text().empty());
+  EXPECT_EQ(r->requests[2].prompt_text(), "bc");
+  for (const v1::GenerateRequest& g : r->requests) {
+    EXPECT_EQ(g.max_tokens(), 5);
+    EXPECT_FLOAT_EQ(g.temperature(), 0.0f);
+    EXPECT_EQ(g.seed(), 11);
+    ASSERT_EQ(g.stop_token_ids_size(), 1);  // not one per prompt merged in
+    EXPECT_EQ(g.logprobs(), 2);
+  }
+  const auto many = [](int n) { return Json({{"prompt", std::vector<std::string>(n, "x")}}); };
+  EXPECT_EQ(Parse(many(kMaxPrompts))->requests.size(), static_cast<size_t>(kMaxPrompts));
+  const absl::Status s = Parse(many(kMaxPrompts + 1)).status();
+  EXPECT_EQ(s.message(), "prompt: at most 64 prompts, got 65");
+  EXPECT_EQ(Param(s), "prompt");
+  EXPECT_EQ(Param(Parse({{"prompt", {"a", ""}}}).status()), "prompt[1]");
+  EXPECT_EQ(Param(Parse({{"prompt", Json::array({Json::array({1}), Json::array()})}}).status()),
+            "prompt[1]");
+  EXPECT_EQ(Param(Parse({{"prompt", Json::array({"a", 5})}}).status()), "prompt[1]");
+  EXPECT_EQ(
+      Param(Parse({{"prompt", Json::array({Json::array({1}), Json::array({2, -1})})}}).status()),
+      "prompt[1][1]");
+  EXPECT_EQ(Param(Parse({{"prompt", Json::array({Json::array({Json::array({1})})})}}).status()),
+            "prompt[0][0]");
 }
 
 TEST(OpenAiProtocolTest, UnsupportedFieldsAreRefusedByName) {
@@ -172,6 +214,16 @@ TEST(OpenAiProtocolTest, ErrorsUseOpenAisShapeAndStatus) {
   EXPECT_EQ(InApiTerms(absl::InvalidArgumentError("prompt_token_ids: 9 ids")).message(),
             "prompt: 9 ids");
   EXPECT_EQ(InApiTerms(absl::InvalidArgumentError("max_tokens: x")).message(), "max_tokens: x");
+  // One prompt of several: named by its index.
+  EXPECT_EQ(InApiTerms(absl::InvalidArgumentError("prompt_token_ids[3]: id 9"), 2).message(),
+            "prompt[2][3]: id 9");
+  EXPECT_EQ(InApiTerms(absl::InvalidArgumentError("prompt_text: too long"), 0).message(),
+            "prompt[0]: too long");
+  const absl::Status other = InApiTerms(absl::InvalidArgumentError("max_tokens: x"), 1);
+  EXPECT_EQ(other.message(), "max_tokens: x (prompt[1])");
+  EXPECT_EQ(Param(other), "max_tokens");
+  EXPECT_EQ(InApiTerms(absl::ResourceExhaustedError("queue: full"), 4).code(),
+            absl::StatusCode::kResourceExhausted);
   const Json framing = Json::parse(HttpErrorJson(413, "request body: too large"));
   EXPECT_EQ(framing["error"]["code"], 413);
   EXPECT_EQ(framing["error"]["type"], "invalid_request_error");
@@ -191,8 +243,11 @@ TEST(OpenAiProtocolTest, ResponseChunksAndUsage) {
   Usage u;
   u.prompt_tokens = 3;
   u.completion_tokens = 2;
-  const Json full = Json::parse(CompletionJson(h, piece, text, true, true, "length", &u, 0));
+  ChoiceFormat all{text, true, true};
+  const Json full =
+      Json::parse(CompletionJson(h, all, {CompletionChoice{0, piece, "length", 0}}, u));
   EXPECT_EQ(full["object"], "text_completion");
+  EXPECT_EQ(full["choices"][0]["index"], 0);
   EXPECT_EQ(full["choices"][0]["text"], "ab");
   EXPECT_EQ(full["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(full["choices"][0]["token_ids"], Json({5, 6}));
@@ -201,11 +256,16 @@ TEST(OpenAiProtocolTest, ResponseChunksAndUsage) {
   EXPECT_EQ(full["choices"][0]["logprobs"]["text_offset"], Json({0, 1}));
   EXPECT_EQ(full["usage"]["total_tokens"], 5);
 
-  const std::string chunk = CompletionChunkEvent(h, piece, text, false, false, "", true, 0);
+  const ChoiceFormat plain{text, false, false};
+  const std::string chunk =
+      CompletionChunkEvent(h, plain, CompletionChoice{2, piece, "", 0}, /*include_usage=*/true);
   ASSERT_EQ(chunk.rfind("data: ", 0), 0u);
   ASSERT_EQ(chunk.substr(chunk.size() - 2), "\n\n");
   const Json c = Json::parse(chunk.substr(6));
+  EXPECT_EQ(c["choices"][0]["index"], 2);  // the prompt's choice
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+  EXPECT_FALSE(c["choices"][0].contains("token_ids"));
+  EXPECT_TRUE(c["choices"][0]["logprobs"].is_null());
   EXPECT_TRUE(c["usage"].is_null());  // present, null, until the usage chunk
   const Json usage = Json::parse(UsageChunkEvent(h, u).substr(6));
   EXPECT_TRUE(usage["choices"].empty());
@@ -213,7 +273,20 @@ TEST(OpenAiProtocolTest, ResponseChunksAndUsage) {
   // Byte tokens that are not UTF-8 do not break the JSON.
   piece.text = "ok";
   auto bad = [](int) { return std::string("\xFF"); };
-  EXPECT_NO_THROW(Json::parse(CompletionJson(h, piece, bad, true, false, "stop", &u, 0)));
+  EXPECT_NO_THROW(Json::parse(
+      CompletionJson(h, {bad, true, false}, {CompletionChoice{0, piece, "stop", 0}}, u)));
+  // Several choices: in the order given, each with its index, its text offsets its own.
+  CompletionPiece second = piece;
+  second.text = "xyz";
+  const Json two = Json::parse(CompletionJson(
+      h, all, {CompletionChoice{0, piece, "length", 0}, CompletionChoice{1, second, "stop", 5}},
+      u));
+  ASSERT_EQ(two["choices"].size(), 2u);
+  EXPECT_EQ(two["choices"][1]["index"], 1);
+  EXPECT_EQ(two["choices"][1]["text"], "xyz");
+  EXPECT_EQ(two["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(two["choices"][1]["logprobs"]["text_offset"], Json({5, 6}));
+  EXPECT_EQ(two["usage"]["total_tokens"], 5);
 }
 
 TEST(OpenAiProtocolTest, ModelsListsTheOneModel) {
