@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <future>
+#include <iostream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -14,6 +15,7 @@
 #include "engine/measure/step_probe_run.h"
 #include "engine/model/weights.h"
 #include "kernels/base/clock.h"
+#include "kernels/base/split_mix64.h"
 #include "kernels/base/status_macros.h"
 
 namespace saturn {
@@ -36,6 +38,17 @@ absl::Status EngineConfig::Validate() const {
     return absl::InvalidArgumentError("max_queued_requests: must be >= 0");
   }
   RETURN_IF_ERROR(ParseEventThread(event_thread).status());
+  if (prompt_lookup_min < 1 || prompt_lookup_max > kMaxPromptLookup ||
+      prompt_lookup_min > prompt_lookup_max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt_lookup_min, prompt_lookup_max: ", prompt_lookup_min, ", ",
+                     prompt_lookup_max, " must satisfy 1 <= min <= max <= ", kMaxPromptLookup));
+  }
+  if (options.num_speculative_tokens > 0 && async_scheduling == "on") {
+    return absl::InvalidArgumentError(
+        "num_speculative_tokens: speculation needs the plain step loop; async_scheduling is on "
+        "(use auto or off)");
+  }
   return ResolveAsyncScheduling(async_scheduling, false).status();
 }
 
@@ -59,6 +72,17 @@ absl::StatusOr<int> ParseEventThread(const std::string& setting) {
 }
 
 namespace {
+
+// What the KV depends on besides the tokens, for the first block's key: the model's shape and
+// the cache's dtype (a server serves one checkpoint; this keeps keys honest if that changes).
+uint64_t PrefixSalt(const ModelConfig& m, DType kv_dtype) {
+  uint64_t h = SplitMix64(std::hash<std::string>{}(m.name));
+  for (int64_t v : {int64_t{m.vocab_size}, int64_t{m.hidden_size}, int64_t{m.num_layers},
+                    int64_t{m.num_kv_heads}, int64_t{m.head_dim}, static_cast<int64_t>(kv_dtype)}) {
+    h = SplitMix64(h ^ static_cast<uint64_t>(v));
+  }
+  return h;
+}
 
 // EngineConfig::event_thread -> delivery threads (0: on the engine thread). auto is on unless
 // the backend's threads compute on every core. on: the CPU's spare cores, at most 4; with a
@@ -155,12 +179,24 @@ absl::Status Engine::Impl::Init() {
   sc.max_model_len = max_len;
   sc.eos_token_id = m.eos_token_id;
   sc.extra_eos_token_ids = m.extra_eos_token_ids;
+  sc.enable_prefix_caching = config_.options.prefix_caching;
+  sc.prefix_salt = PrefixSalt(m, backend_->kv_cache_dtype());
+  sc.key_prompt_boundary = backend_->batch_invariant();
+  sc.num_speculative_tokens = config_.options.num_speculative_tokens;
+  sc.prompt_lookup_min = config_.prompt_lookup_min;
+  sc.prompt_lookup_max = config_.prompt_lookup_max;
+  sc.max_sample_rows = rc.max_num_seqs_limit;
   scheduler_ = std::make_unique<Scheduler>(sc, num_kv_blocks_, config_.block_size);
   if (config_.options.cuda_graphs) RETURN_IF_ERROR(runner_->SetUseGraphs(true));
   graph_info_ = runner_->graph_info();
   options_ = config_.options;
   FillFixedInfo(max_len, per_block, rc.graph_sizes);
   ASSIGN_OR_RETURN(async_, ResolveAsyncScheduling(config_.async_scheduling, backend_->RunsAsync()));
+  if (async_ && config_.options.num_speculative_tokens > 0) {
+    async_ = false;  // auto (Validate refused on): speculation runs in the plain loop
+    std::cerr << "saturn: num_speculative_tokens " << config_.options.num_speculative_tokens
+              << ": the plain step loop (async scheduling off)\n";
+  }
   fixed_.async_scheduling = async_;
   RETURN_IF_ERROR(Warmup());
   fixed_.event_threads = ResolveEventThreads(config_.event_thread, *backend_);
@@ -262,6 +298,11 @@ EngineOptions Engine::Impl::options() const {
 absl::StatusOr<EngineOptions> Engine::Impl::UpdateOptions(const EngineOptions& o) {
   RETURN_IF_ERROR(
       CheckEngineOptions(o, config_.max_num_seqs_limit, config_.max_num_batched_tokens_limit));
+  if (o.num_speculative_tokens > 0 && fixed_.async_scheduling) {
+    return absl::FailedPreconditionError(
+        "num_speculative_tokens: speculation needs the plain step loop; start the server with "
+        "--async_scheduling=off");
+  }
   if (o.cuda_graphs && !fixed_.supports_graphs) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cuda_graphs: the ", fixed_.backend,

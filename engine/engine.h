@@ -65,8 +65,12 @@ struct EngineConfig {
   // the device runs the current one, and the current one's tokens are posted while the device
   // runs the next; a decode whose input is still on the device is fed from it (Scheduler,
   // ModelRunner::Launch). on | off | auto (on where the backend runs asynchronously: CUDA; off
-  // where ops run as issued, where it could only delay every token by a step).
+  // where ops run as issued, where it could only delay every token by a step). auto is off
+  // where options.num_speculative_tokens > 0 (speculation needs the plain loop; on refuses it).
   std::string async_scheduling = "auto";
+  // The n-gram lengths speculation's proposer matches (engine/ngram_proposer.h), 1-8.
+  static constexpr int kMaxPromptLookup = 8;
+  int prompt_lookup_min = 1, prompt_lookup_max = 4;
   int max_queued_requests = 0;  // 0: unbounded; past it Submit returns RESOURCE_EXHAUSTED
 
   absl::Status Validate() const;

@@ -39,6 +39,16 @@ struct EngineCounters {
   int64_t submitted_prompt_tokens = 0;  // of every accepted request, at Submit
   int64_t generation_tokens = 0;
   int64_t preemptions = 0;
+  // Prefix caching, in tokens (vLLM's prefix_cache_queries and prefix_cache_hits): looked up
+  // when a request is admitted, found cached and taken; with caching off, found and not taken.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_missed = 0;
+  // Speculative decoding (vLLM's spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens):
+  // verify rows with proposals, tokens proposed, tokens kept.
+  int64_t spec_drafts = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
   int num_waiting = 0;  // incl. submitted but not yet seen by the loop
   int num_running = 0;
   int64_t steps = 0;

@@ -129,6 +129,8 @@ void Engine::Impl::ApplyPendingOptions() {
     has_pending_options_ = false;
   }
   scheduler_->SetLimits(o.max_num_seqs, o.max_num_batched_tokens);
+  scheduler_->SetPrefixCaching(o.prefix_caching);
+  scheduler_->SetSpeculativeTokens(o.num_speculative_tokens);
   absl::Status s = runner_->SetUseGraphs(o.cuda_graphs);
   if (!s.ok()) o.cuda_graphs = runner_->use_graphs();
   std::lock_guard<std::mutex> lock(mu_);
@@ -207,8 +209,12 @@ void Engine::Impl::AttachLogprobs(const StepPlan& plan, RunnerOutput* out,
   for (size_t k = 0; k < updates.size(); ++k) {
     const RequestUpdate& u = updates[k];
     auto it = by_id.find(u.request_id);
-    if (u.new_tokens.empty() || it == by_id.end() || !it->second->sampled.has_value()) continue;
-    (*events)[k].logprobs.push_back(std::move(*it->second->sampled));
+    if (it == by_id.end()) continue;
+    // One entry per row that sampled; the request kept the first new_tokens of them.
+    std::vector<PositionLogprobs>& rows = it->second->sampled;
+    const size_t kept = std::min(u.new_tokens.size(), rows.size());
+    (*events)[k].logprobs.assign(std::make_move_iterator(rows.begin()),
+                                 std::make_move_iterator(rows.begin() + kept));
   }
 }
 
@@ -356,16 +362,23 @@ void Engine::Impl::Complete(const InFlight& step, absl::StatusOr<RunnerOutput> o
   }
   rec.step_id = step.step_id;
   RecordStepWork(plan, &*out, &rec);
+  for (const RequestUpdate& u : updates) rec.spec_accepted_tokens += u.num_accepted;
   RecordServingState(*scheduler_, &rec);
   // The counters first, the events after: a client that has seen its final event reads
   // counters (GetServerInfo, /metrics) that already include its request.
   {
     std::lock_guard<std::mutex> lock(mu_);
-    rec.options = EngineOptions{options_.max_num_seqs, options_.max_num_batched_tokens,
-                                runner_->use_graphs()};
+    rec.options = options_;
+    rec.options.cuda_graphs = runner_->use_graphs();
     counters_.generation_tokens += generated;
     counters_.requests_finished += finished;
     counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
+    counters_.prefix_cache_queries += plan.prefix_query_tokens;
+    (plan.prefix_caching ? counters_.prefix_cache_hits : counters_.prefix_cache_missed) +=
+        plan.prefix_hit_tokens;
+    counters_.spec_drafts += rec.spec_verify_seqs;
+    counters_.spec_draft_tokens += rec.spec_draft_tokens;
+    counters_.spec_accepted_tokens += rec.spec_accepted_tokens;
     for (const RequestUpdate& u : updates) {
       if (u.finish != FinishReason::kNone) counters_.prompt_tokens += u.usage.prompt_tokens;
     }

@@ -30,6 +30,11 @@ absl::Status CheckEngineOptions(const EngineOptions& o, int max_num_seqs_limit,
         "max_num_batched_tokens: ", o.max_num_batched_tokens, " is outside [1, ",
         max_num_batched_tokens_limit, "] (the server's --max_num_batched_tokens_limit)"));
   }
+  if (o.num_speculative_tokens < 0 || o.num_speculative_tokens > kMaxSpeculativeTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_speculative_tokens: ", o.num_speculative_tokens, " is outside [0, ",
+                     kMaxSpeculativeTokens, "]"));
+  }
   return absl::OkStatus();
 }
 

@@ -90,19 +90,25 @@ absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_
     }
     b.h_context_lens[i] = s.context_len();
     b.context_tokens += s.context_len();
-    if (s.sample) {
-      b.h_sample_rows.push_back(t - 1);
+    // The last row samples; a speculating sequence's proposal rows too, each its own output
+    // index.
+    for (int j = s.sample ? s.num_draft : -1; j >= 0; --j) {
+      b.h_sample_rows.push_back(t - 1 - j);
       b.h_temperature.push_back(s.sampling.temperature);
       b.h_top_k.push_back(s.sampling.top_k);
       b.h_top_p.push_back(s.sampling.top_p);
       b.h_seed.push_back(s.sampling.seed);
-      b.h_step.push_back(s.sample_step);
+      b.h_step.push_back(s.sample_step + s.num_draft - j);
     }
   }
   b.h_query_start[num_seqs] = t;
   const int r = static_cast<int>(b.h_sample_rows.size());
+  if (r > b.max_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step samples ", r, " rows; the runner holds ", b.max_seqs));
+  }
   // Pack into the staging buffer at this step's layout, then one upload of the whole step.
-  b.layout = LayoutFor(num_tokens, num_seqs, width);
+  b.layout = LayoutFor(num_tokens, num_seqs, r, width);
   char* stage = static_cast<char*>(b.h_inputs.get());
   auto pack = [&](size_t off, const auto& v, int64_t count) {
     if (count > 0) std::memcpy(stage + off, v.data(), count * sizeof(v[0]));
@@ -312,11 +318,11 @@ absl::StatusOr<RunnerOutput> ModelRunner::Finish(const StepPlan& plan) {
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       const ScheduledSeq& s = plan.seqs[i];
       if (!s.sample) continue;
-      if (s.sampling.logprobs >= 0) {
-        out.logprobs[i].sampled = ComputeLogprobs(&buf_->h_logits[size_t(row) * vocab], vocab,
-                                                  tokens[row], s.sampling.logprobs);
+      for (int j = 0; s.sampling.logprobs >= 0 && j <= s.num_draft; ++j) {
+        out.logprobs[i].sampled.push_back(ComputeLogprobs(
+            &buf_->h_logits[size_t(row + j) * vocab], vocab, tokens[row + j], s.sampling.logprobs));
       }
-      ++row;
+      row += 1 + s.num_draft;
     }
   }
   return std::move(out);

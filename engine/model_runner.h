@@ -45,8 +45,10 @@ struct RunnerConfig {
 
 // The logprobs one plan seq asked for (see SamplingParams::logprobs / prompt_logprobs).
 struct SeqLogprobs {
-  std::vector<PositionLogprobs> prompt;     // one per ScheduledSeq::prompt_logprob_targets
-  std::optional<PositionLogprobs> sampled;  // the sampled token's, when logprobs >= 0
+  std::vector<PositionLogprobs> prompt;  // one per ScheduledSeq::prompt_logprob_targets
+  // The sampled tokens', when logprobs >= 0: one per row that sampled (a speculating seq's
+  // proposal rows too; Scheduler::Update keeps the first ones).
+  std::vector<PositionLogprobs> sampled;
 };
 
 struct RunnerOutput {

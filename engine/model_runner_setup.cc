@@ -112,7 +112,7 @@ absl::Status ModelRunner::AllocateBuffers() {
         *buf, backend_->Allocate(static_cast<size_t>(std::max<int64_t>(elems, 1)) * DTypeSize(t)));
     return absl::OkStatus();
   };
-  const size_t input_bytes = LayoutFor(T, S, b.max_blocks_per_seq).end;
+  const size_t input_bytes = LayoutFor(T, S, S, b.max_blocks_per_seq).end;
   ASSIGN_OR_RETURN(b.inputs, backend_->Allocate(input_bytes));
   RETURN_IF_ERROR(alloc(&b.tokens, S, DType::kI32));
   ASSIGN_OR_RETURN(void* h_in, backend_->AllocateHost(input_bytes));

@@ -23,24 +23,26 @@ struct InputLayout {
       top_k, top_p, seed, step, end;
 };
 
-inline InputLayout LayoutFor(int64_t tokens, int64_t seqs, int64_t width) {
+// `rows`: the rows that sample (one per sampling sequence, more where it speculates), at most
+// the runner's max_seqs.
+inline InputLayout LayoutFor(int64_t tokens, int64_t seqs, int64_t rows, int64_t width) {
   InputLayout l{};
   size_t at = 0;
   auto region = [&](size_t* off, int64_t count, size_t elem) {
     *off = at;
     at += (static_cast<size_t>(count) * elem + 15) & ~size_t{15};
   };
-  region(&l.seed, seqs, 8);
+  region(&l.seed, rows, 8);
   region(&l.ids, tokens, 4);
   region(&l.positions, tokens, 4);
   region(&l.slots, tokens, 4);
   region(&l.query_start, seqs + 1, 4);
   region(&l.context_lens, seqs, 4);
-  region(&l.sample_rows, seqs, 4);
-  region(&l.temperature, seqs, 4);
-  region(&l.top_k, seqs, 4);
-  region(&l.top_p, seqs, 4);
-  region(&l.step, seqs, 4);
+  region(&l.sample_rows, rows, 4);
+  region(&l.temperature, rows, 4);
+  region(&l.top_k, rows, 4);
+  region(&l.top_p, rows, 4);
+  region(&l.step, rows, 4);
   region(&l.block_tables, seqs * width, 4);
   l.end = at;
   return l;

@@ -15,6 +15,10 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <utility>
+
+#include "absl/types/span.h"
+#include "engine/ngram_proposer.h"
 
 namespace saturn {
 
@@ -29,6 +33,15 @@ struct Scheduler::State {
   Usage usage;
   int pending = 0;             // kPendingToken entries in tokens (plans awaiting Update)
   int pending_sample_at = -1;  // the newest one's index in its plan's sampled tokens
+  std::vector<BlockKey> keys;  // of the first full blocks of known tokens (prefix caching)
+  int num_registered = 0;      // blocks of block_table registered (or already held) so far
+  // Proposals made while speculation is off, scored as the tokens they guessed land.
+  struct Shadow {
+    int pos = 0;  // the position of the first proposed token
+    std::vector<int> drafts;
+    int matched = 0;
+  };
+  std::vector<Shadow> shadows;
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_outputs() const { return num_tokens() - num_prompt; }
@@ -73,9 +86,14 @@ std::optional<Usage> Scheduler::Cancel(int64_t request_id) {
   return usage;
 }
 
-void Scheduler::Preempt(State* s) {
+void Scheduler::DropBlocks(State* s) {
   blocks_.Release(&s->block_table);
   s->num_computed = 0;
+  s->num_registered = 0;
+}
+
+void Scheduler::Preempt(State* s) {
+  DropBlocks(s);
   ++s->usage.num_preemptions;
 }
 
@@ -126,6 +144,72 @@ void AddPromptLogprobTargets(const std::vector<int>& tokens, int num_prompt, int
 
 }  // namespace
 
+int StepPlan::num_sample_rows() const {
+  int rows = 0;
+  for (const ScheduledSeq& s : seqs) rows += s.sample ? 1 + s.num_draft : 0;
+  return rows;
+}
+
+std::vector<int> Scheduler::Speculate(State* s, int budget, int rows_left, int blocks_kept,
+                                      StepPlan* plan) {
+  // A plain decode only: the newest token known, every one before it computed.
+  if (s->pending > 0 || IsPrefill(*s)) return {};
+  const int room = std::min(s->sampling.max_tokens - s->num_outputs() - 1,
+                            config_.max_model_len - s->num_tokens() - 1);
+  const NgramConfig ngram{config_.prompt_lookup_min, config_.prompt_lookup_max};
+  if (config_.num_speculative_tokens <= 0) {
+    const int k = std::min(config_.shadow_speculative_tokens, room);
+    std::vector<int> d = ProposeNgram(s->tokens, k, ngram);
+    if (!d.empty()) s->shadows.push_back(State::Shadow{s->num_tokens(), std::move(d), 0});
+    return {};
+  }
+  const int k = std::min({config_.num_speculative_tokens, room, budget - 1, rows_left - 1});
+  std::vector<int> d = ProposeNgram(s->tokens, k, ngram);
+  const int tokens = s->num_computed + 1 + static_cast<int>(d.size());
+  // Proposals take only blocks no later request of the step may need (never a preemption).
+  const int more = blocks_.BlocksFor(tokens) - static_cast<int>(s->block_table.size());
+  if (d.empty() || more > blocks_.num_free() - blocks_kept ||
+      !blocks_.EnsureCapacity(&s->block_table, tokens)) {
+    return {};
+  }
+  plan->num_draft_tokens += static_cast<int>(d.size());
+  return d;
+}
+
+std::vector<int> Scheduler::Verify(State* s, const ScheduledSeq& seq, const int* drawn) {
+  // Row j drew the token after token_ids[j]; proposal token_ids[j + 1] stands while it is the
+  // row j draw.
+  int kept = 1;
+  while (kept <= seq.num_draft && seq.token_ids[kept] == drawn[kept - 1]) ++kept;
+  const int at = seq.start_position + 1;  // the pending token's index
+  s->tokens[at] = drawn[0];
+  s->tokens.insert(s->tokens.end(), drawn + 1, drawn + kept);
+  // KV holds the decode token and the proposals kept; the positions after them go back.
+  s->num_computed = at + kept - 1;
+  blocks_.Truncate(&s->block_table, blocks_.BlocksFor(s->num_tokens()));
+  return std::vector<int>(drawn, drawn + kept);
+}
+
+void Scheduler::ScoreShadows(State* s, int pos, int token) {
+  for (auto it = s->shadows.begin(); it != s->shadows.end();) {
+    State::Shadow& sh = *it;
+    if (pos != sh.pos + sh.matched) {
+      ++it;
+      continue;
+    }
+    const bool match = sh.drafts[sh.matched] == token;
+    if (match) ++sh.matched;
+    if (match && sh.matched < static_cast<int>(sh.drafts.size())) {
+      ++it;
+      continue;
+    }
+    ++shadow_proposals_;
+    shadow_drafted_ += static_cast<int>(sh.drafts.size());
+    shadow_accepted_ += sh.matched;
+    it = s->shadows.erase(it);
+  }
+}
+
 void Scheduler::Commit(State* s, ScheduledSeq* seq, int* samples) {
   if (s->pending > 0 && s->tokens.back() == kPendingToken &&
       seq->context_len() == s->num_tokens()) {
@@ -139,7 +223,47 @@ void Scheduler::Commit(State* s, ScheduledSeq* seq, int* samples) {
   if (!seq->sample) return;
   s->tokens.push_back(kPendingToken);
   ++s->pending;
-  s->pending_sample_at = (*samples)++;
+  s->pending_sample_at = *samples;
+  *samples += 1 + seq->num_draft;
+}
+
+void Scheduler::KeyBlocks(State* s, int num_blocks) const {
+  const int bs = blocks_.block_size();
+  for (int i = static_cast<int>(s->keys.size()); i < num_blocks; ++i) {
+    const uint64_t parent = i == 0 ? config_.prefix_salt : s->keys[i - 1].hash;
+    const int prompt_in_block =
+        config_.key_prompt_boundary ? std::clamp(s->num_prompt - i * bs, 0, bs) : 0;
+    s->keys.push_back(BlockKey::Of(
+        parent, absl::MakeConstSpan(s->tokens).subspan(static_cast<size_t>(i) * bs, bs),
+        static_cast<uint64_t>(prompt_in_block)));
+  }
+}
+
+int Scheduler::TakeCachedPrefix(State* s) {
+  // The last known token is always computed: its row samples the next one.
+  int cap = s->num_tokens() - 1;
+  if (s->sampling.prompt_logprobs >= 0) cap = std::min(cap, s->prompt_logprobs_done);
+  const int bs = blocks_.block_size(), full = std::max(cap, 0) / bs;
+  KeyBlocks(s, full);
+  const std::vector<int> found =
+      blocks_.FindCached(absl::MakeConstSpan(s->keys).subspan(0, static_cast<size_t>(full)));
+  const int hit = static_cast<int>(found.size()) * bs;
+  if (!config_.enable_prefix_caching || hit == 0) return hit;
+  blocks_.AcquireCached(found, &s->block_table);
+  s->num_computed = hit;
+  s->num_registered = static_cast<int>(found.size());
+  return hit;
+}
+
+void Scheduler::RegisterComputed(State* s) {
+  const int known = s->num_tokens() - s->pending;  // pending tokens are the newest
+  const int full = std::min({s->num_computed, known,
+                             static_cast<int>(s->block_table.size()) * blocks_.block_size()}) /
+                   blocks_.block_size();
+  if (full <= s->num_registered) return;
+  KeyBlocks(s, full);
+  for (int i = s->num_registered; i < full; ++i) blocks_.Register(s->block_table[i], s->keys[i]);
+  s->num_registered = full;
 }
 
 // A request whose newest token is pending can run only its decode of that token, and only if
@@ -157,6 +281,10 @@ bool Scheduler::EndsByLengthWhenPendingLands(const State& s) const {
 
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
+  plan.prefix_caching = config_.enable_prefix_caching;
+  plan.shadow_proposals = std::exchange(shadow_proposals_, 0);
+  plan.shadow_drafted = std::exchange(shadow_drafted_, 0);
+  plan.shadow_accepted = std::exchange(shadow_accepted_, 0);
   int budget = config_.max_num_batched_tokens;
   int samples = 0;  // sampling seqs in the plan so far: the index of the next one's token
 
@@ -193,12 +321,24 @@ StepPlan Scheduler::Schedule() {
       }
     }
     if (self_preempted) break;  // everything after it was preempted already
+    // Rows for the proposals: one is kept for each sequence that may still join the step.
+    const int rows_left =
+        config_.max_sample_rows - samples - static_cast<int>(max_seqs - plan.seqs.size() - 1);
+    const int blocks_kept = static_cast<int>(running_.size() - i - 1);  // one per later request
+    const std::vector<int> drafts = Speculate(s, budget, rows_left, blocks_kept, &plan);
     AddSeq(s->id, s->tokens, s->num_computed, num_new, s->block_table, IsPrefill(*s), s->sampling,
            s->num_outputs(), &plan);
+    ScheduledSeq& seq = plan.seqs.back();
+    if (!drafts.empty()) {
+      seq.token_ids.insert(seq.token_ids.end(), drafts.begin(), drafts.end());
+      seq.num_draft = static_cast<int>(drafts.size());
+      seq.block_table = s->block_table;
+      plan.num_decode_tokens += seq.num_draft;
+    }
     AddPromptLogprobTargets(s->tokens, s->num_prompt, s->prompt_logprobs_done,
-                            s->sampling.prompt_logprobs, &plan.seqs.back());
-    Commit(s, &plan.seqs.back(), &samples);
-    budget -= num_new;
+                            s->sampling.prompt_logprobs, &seq);
+    Commit(s, &seq, &samples);
+    budget -= seq.num_new_tokens();
     ++i;
   }
 
@@ -210,10 +350,14 @@ StepPlan Scheduler::Schedule() {
       State* s = states_.at(waiting_.front()).get();
       // Preempted while its token was in flight: it waits for that token (FCFS holds).
       if (s->pending > 0) break;
+      const int hit = TakeCachedPrefix(s);
       const int num_new = std::min(s->num_tokens() - s->num_computed, budget);
       if (num_new > 0 && !blocks_.EnsureCapacity(&s->block_table, s->num_computed + num_new)) {
+        DropBlocks(s);  // gives the cached blocks back
         break;
       }
+      plan.prefix_query_tokens += s->num_tokens();
+      plan.prefix_hit_tokens += hit;
       waiting_.pop_front();
       running_.push_back(s->id);
       if (num_new > 0) {
@@ -227,6 +371,8 @@ StepPlan Scheduler::Schedule() {
     }
   }
 
+  // The blocks this step computes, registered now that no request can take them in it.
+  for (const ScheduledSeq& seq : plan.seqs) RegisterComputed(states_.at(seq.request_id).get());
   return plan;
 }
 
@@ -236,14 +382,15 @@ std::vector<RequestUpdate> Scheduler::Update(const StepPlan& plan,
   size_t next_sample = 0;
   for (const ScheduledSeq& seq : plan.seqs) {
     if (!seq.sample) continue;  // its chunk was committed by Schedule()
-    const bool has_token = next_sample < sampled.size();
-    const int token = has_token ? sampled[next_sample] : -1;
-    ++next_sample;
+    const size_t rows = 1 + static_cast<size_t>(seq.num_draft);
+    const bool has_token = next_sample + rows <= sampled.size();
+    const int* drawn = has_token ? &sampled[next_sample] : nullptr;
+    next_sample += rows;
 
     auto it = states_.find(seq.request_id);
     // Finished or cancelled since Schedule(): the token is dropped. A request re-added under
     // the same id starts from 0 and has no pending token at this position.
-    const int at = seq.context_len();  // where Schedule() put this chunk's pending token
+    const int at = seq.context_len() - seq.num_draft;  // where Schedule() put the pending token
     if (it == states_.end()) continue;
     State& s = *it->second;
     if (at >= s.num_tokens() || s.tokens[at] != kPendingToken) continue;
@@ -256,23 +403,36 @@ std::vector<RequestUpdate> Scheduler::Update(const StepPlan& plan,
       // request can never advance, so finish it rather than let it hang.
       u.finish = FinishReason::kError;
     } else {
-      s.tokens[at] = token;
-      ++s.usage.completion_tokens;
-      u.new_tokens.push_back(token);
-      // Stop conditions up to this token (a later pending token is not counted).
-      const int tokens_through = at + 1, outputs_through = tokens_through - s.num_prompt;
-      const auto& stops = s.sampling.stop_token_ids;
-      if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
-        u.finish = FinishReason::kStop;
-      } else if (!s.sampling.ignore_eos && IsEos(token)) {
-        u.finish = FinishReason::kStop;
-      } else if (outputs_through >= s.sampling.max_tokens) {
-        u.finish = FinishReason::kLength;
-      } else if (tokens_through >= config_.max_model_len) {
-        u.finish = FinishReason::kLength;
+      std::vector<int> kept{drawn[0]};
+      if (seq.num_draft > 0) {
+        kept = Verify(&s, seq, drawn);
+        u.num_draft = seq.num_draft;
+        u.num_accepted = static_cast<int>(kept.size()) - 1;
+      } else {
+        s.tokens[at] = drawn[0];
+      }
+      // Stop conditions token by token (a later pending token is not counted); tokens kept
+      // past the one that ends the request are dropped.
+      for (size_t j = 0; j < kept.size() && u.finish == FinishReason::kNone; ++j) {
+        const int token = kept[j], tokens_through = at + static_cast<int>(j) + 1;
+        const int outputs_through = tokens_through - s.num_prompt;
+        ++s.usage.completion_tokens;
+        u.new_tokens.push_back(token);
+        ScoreShadows(&s, tokens_through - 1, token);
+        const auto& stops = s.sampling.stop_token_ids;
+        if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+          u.finish = FinishReason::kStop;
+        } else if (!s.sampling.ignore_eos && IsEos(token)) {
+          u.finish = FinishReason::kStop;
+        } else if (outputs_through >= s.sampling.max_tokens) {
+          u.finish = FinishReason::kLength;
+        } else if (tokens_through >= config_.max_model_len) {
+          u.finish = FinishReason::kLength;
+        }
       }
     }
     u.usage = s.usage;
+    RegisterComputed(&s);  // a block whose last computed token was pending till now
     if (u.finish != FinishReason::kNone) {
       blocks_.Release(&s.block_table);
       running_.erase(std::remove(running_.begin(), running_.end(), s.id), running_.end());

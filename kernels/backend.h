@@ -136,6 +136,9 @@ class Backend {
   // Precision of the KV cache where it differs from compute_dtype() (the CPU backend keeps
   // K and V in bf16 beside bf16 weights, as a bf16 model's cache is on other engines).
   virtual DType kv_cache_dtype() const { return compute_dtype(); }
+  // A row's results do not depend on the batch, the chunking or what else shares the step
+  // (--batch_invariant; CreateBackend below).
+  virtual bool batch_invariant() const { return false; }
   // The layout a GEMM weight matrix of this dtype is uploaded in (tensor.h: Layout): kRows, or
   // the backend's own, which only its GEMMs read (the CPU backend's AMX tiles for bf16 weights
   // where AMX runs). UploadF32 writes that layout.

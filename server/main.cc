@@ -33,6 +33,20 @@ ABSL_FLAG(int, kv_cache_mb, 0,
           "KV cache size in MiB (0: enough for the sequence limit at full length, capped at "
           "1/8 of device memory)");
 ABSL_FLAG(bool, cuda_graphs, false, "Replay CUDA graphs for decode steps (CUDA backend only)");
+ABSL_FLAG(bool, enable_prefix_caching, true,
+          "Requests take the KV blocks of a prefix already computed (automatic prefix caching, "
+          "as vLLM v1); off (--noenable_prefix_caching), prompts are still hashed and the reuse "
+          "missed is reported");
+ABSL_FLAG(std::string, speculative, "none",
+          "none | ngram: speculative decoding by n-gram lookup in each request's own prompt and "
+          "output (vLLM's ngram method, llama.cpp's prompt lookup): greedy and seeded outputs "
+          "keep their tokens; needs the plain step loop (async scheduling off; auto turns it "
+          "off); requests asking for logprobs do not speculate");
+ABSL_FLAG(int, num_speculative_tokens, 4,
+          "Tokens proposed per decoding request and step with --speculative ngram (1-16; "
+          "UpdateEngineOptions may change it, 0 turns speculation off)");
+ABSL_FLAG(int, prompt_lookup_min, 1, "Shortest n-gram the ngram proposer matches (1-8)");
+ABSL_FLAG(int, prompt_lookup_max, 4, "Longest n-gram the ngram proposer matches (1-8)");
 ABSL_FLAG(std::string, event_thread, "auto",
           "auto | on | off | N: on, token events (stream writes) go out on their own threads "
           "(N of them; on: the CPU's spare cores, or one per 8 cores with CUDA, at most 4) while "
@@ -68,8 +82,9 @@ ABSL_FLAG(int, metrics_port, 0,
           "Serve Prometheus metrics at http://HOST:PORT/metrics, HOST being --listen's host "
           "(0: off; -1: any free port, logged)");
 ABSL_FLAG(int, http_port, 0,
-          "Serve the OpenAI-compatible HTTP API (/v1/completions, /v1/models, /health) at "
-          "http://HOST:PORT, HOST being --listen's host (0: off; -1: any free port, logged)");
+          "Serve the OpenAI-compatible HTTP API (/v1/completions, /v1/models, /health, and "
+          "/metrics as --metrics_port serves it) at http://HOST:PORT, HOST being --listen's host "
+          "(0: off; -1: any free port, logged)");
 ABSL_FLAG(std::string, served_model_name, "",
           "The model id the HTTP API lists and requests name (empty: --model as given)");
 ABSL_FLAG(double, metrics_window_seconds, 10,
@@ -143,6 +158,18 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_num_seqs), absl::GetFlag(FLAGS_max_num_batched_tokens),
       absl::GetFlag(FLAGS_cuda_graphs), kv_cache_mb, absl::GetFlag(FLAGS_max_num_seqs_limit),
       absl::GetFlag(FLAGS_max_num_batched_tokens_limit), &config.engine);
+  config.engine.options.prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
+  const std::string speculative = absl::GetFlag(FLAGS_speculative);
+  if (speculative != "none" && speculative != "ngram") {
+    return Fail(absl::StrCat("--speculative: \"", speculative, "\" is not one of none or ngram"));
+  }
+  config.engine.options.num_speculative_tokens =
+      speculative == "ngram" ? absl::GetFlag(FLAGS_num_speculative_tokens) : 0;
+  if (speculative == "ngram" && config.engine.options.num_speculative_tokens < 1) {
+    return Fail("--num_speculative_tokens: must be >= 1 with --speculative ngram");
+  }
+  config.engine.prompt_lookup_min = absl::GetFlag(FLAGS_prompt_lookup_min);
+  config.engine.prompt_lookup_max = absl::GetFlag(FLAGS_prompt_lookup_max);
   if (absl::Status s = config.Validate(); !s.ok()) return Fail(std::string(s.message()));
 
   saturn::ServerApp app(config);

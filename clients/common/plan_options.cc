@@ -25,6 +25,16 @@ std::string PlanOptionsRequest(const v1::PlanAction& a, const v1::EngineOptions&
     parts.push_back(absl::StrCat("cuda_graphs ", now.cuda_graphs() ? "on" : "off", " -> ",
                                  a.cuda_graphs() ? "on" : "off"));
   }
+  if (a.prefix_caching() != now.prefix_caching()) {
+    req->set_prefix_caching(a.prefix_caching());
+    parts.push_back(absl::StrCat("prefix_caching ", now.prefix_caching() ? "on" : "off", " -> ",
+                                 a.prefix_caching() ? "on" : "off"));
+  }
+  if (a.num_speculative_tokens() != now.num_speculative_tokens()) {
+    req->set_num_speculative_tokens(a.num_speculative_tokens());
+    parts.push_back(absl::StrCat("num_speculative_tokens ", now.num_speculative_tokens(), " -> ",
+                                 a.num_speculative_tokens()));
+  }
   return absl::StrJoin(parts, ", ");
 }
 

@@ -98,9 +98,10 @@ int RunApply(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::
     out << "applied: " << ActionLine(a) << "\n"
         << absl::StrFormat(
                "sent %s; in force now: max_num_seqs %d, max_num_batched_tokens %d, "
-               "cuda_graphs %s\n",
+               "cuda_graphs %s, prefix_caching %s, num_speculative_tokens %d\n",
                change, now.max_num_seqs(), now.max_num_batched_tokens(),
-               now.cuda_graphs() ? "on" : "off")
+               now.cuda_graphs() ? "on" : "off", now.prefix_caching() ? "on" : "off",
+               now.num_speculative_tokens())
         << absl::StrFormat("waiting %.1f s for the change to settle...\n", o.settle_s);
     out.flush();
   }

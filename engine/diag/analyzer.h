@@ -54,6 +54,10 @@ struct AnalyzerContext {
   std::string backend;
   bool supports_graphs = false;
   bool event_thread = false;      // token events leave the engine thread (EngineInfo::event_thread)
+  bool async_scheduling = false;  // the overlapped step loop (speculation needs the plain one)
+  // Tokens per proposal the scheduler scores while speculation is off (SchedulerConfig::
+  // shadow_speculative_tokens): the K a speculation action proposes.
+  int speculative_tokens_scored = 4;
   std::vector<int> graph_sizes;   // captured decode batch sizes (ascending)
   double graph_memory_bytes = 0;  // 0: unknown (estimated per size, see plan.cc)
   // Engine counters now.
@@ -115,6 +119,9 @@ struct AnalyzerThresholds {
   double plateau_fraction = 0.90;  // B' reaches this share of the throughput plateau
   double min_gain = 1.05;          // an action must predict at least this throughput ratio
   double budget_hit_share = 0.5;   // prefill steps that filled the token budget
+  // Prefix caching off: a share of the prompt tokens looked up at admission at least this
+  // large was in the cache and recomputed (the plan weighs turning caching on).
+  double prefix_missed_share = 0.10;
   // A gap between steps is idle (waiting for requests) only when the next step admits a
   // request (has prefill tokens) and the gap is longer than max(this, the previous step's
   // time); otherwise it is the engine loop's own overhead (HTA's "kernel wait").
@@ -195,6 +202,19 @@ struct Profile {
   // CUDA graphs.
   double graph_hit_rate = 0;  // replayed / uniform-decode steps
   double padding_waste = 0;   // padding rows / rows processed in replayed steps
+  // Prefix caching (StepRecord::prefix_*): of the tokens looked up when requests were admitted,
+  // the share found in cached blocks, and those tokens per second of the window: taken (not
+  // computed) with caching on, missed with it off. Either may be 0.
+  double prefix_hit_rate = 0, prefix_saved_tokens_per_s = 0;
+  double prefix_missed_rate = 0, prefix_missed_tokens_per_s = 0;
+  double prefill_step_share = 0;  // of step time, the steps that carry prefill
+  // Speculative decoding (StepRecord::spec_*; with it off, the scheduler's scored proposals,
+  // shadow_*): of the decodes, the share that proposed; tokens proposed per proposal; of them
+  // the share kept (acceptance rate) and the mean kept per proposal; kept tokens per second.
+  bool speculating = false;  // the window's steps ran with speculation on
+  double spec_proposal_rate = 0, spec_mean_drafted = 0;
+  double spec_acceptance_rate = 0, spec_mean_accepted = 0;
+  double spec_accepted_tokens_per_s = 0;
   std::vector<ClassProfile> classes;
 };
 
@@ -240,6 +260,8 @@ enum class ActionKind {
   kRaiseMaxNumSeqs,
   kRaiseMaxNumBatchedTokens,
   kRaiseClientConcurrency,
+  kEnablePrefixCaching,
+  kSetSpeculativeTokens,
   kCount
 };
 const char* ActionKindName(ActionKind k);  // "enable_cuda_graphs", ...

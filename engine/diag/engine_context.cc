@@ -22,6 +22,7 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
   c.backend = info.backend;
   c.supports_graphs = info.supports_graphs;
   c.event_thread = info.event_threads > 0;
+  c.async_scheduling = info.async_scheduling;
   // The captured sizes; before any capture, the sizes the engine would capture.
   c.graph_sizes = info.graphs.sizes.empty() ? info.graph_sizes : info.graphs.sizes;
   c.graph_memory_bytes = static_cast<double>(info.graphs.memory_bytes);

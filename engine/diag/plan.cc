@@ -121,20 +121,35 @@ struct PlanBuild {
 // with the mean request length. Without prefill in the window (use = false), decode-only
 // predictions.
 struct KnownMix {
-  WorkloadMix mix;
+  WorkloadMix mix;  // prompt_tokens: those a request's prefill computes (cached ones are not)
+  double prompt_tokens = 0;  // a request's prompt, cached tokens included
   bool use = false;
   // Mean context of a decode row in steady state: a request's decode steps see P + 1 ...
   // P + O - 1 tokens before the new one, P + O/2 on average, whatever the batch. The window's
   // own mean follows the few requests it happened to hold (measured: 157 for a 128 + 128 mix
   // at batch 2, 191 at batch 16); 0 when the mix is not known.
-  double decode_context() const { return use ? mix.prompt_tokens + mix.output_tokens / 2 : 0; }
+  double decode_context() const { return use ? prompt_tokens + mix.output_tokens / 2 : 0; }
 };
+
+// Of the tokens looked up at admission in the window's steps, the share found in cached
+// blocks: taken (caching on) or, `missed`, recomputed (caching off).
+double PrefixShare(const std::vector<StepRecord>& steps, bool missed) {
+  double query = 0, hit = 0;
+  for (const StepRecord& r : steps) {
+    if (r.options.prefix_caching == missed) continue;
+    query += r.prefix_query_tokens;
+    hit += r.prefix_hit_tokens;
+  }
+  return query > 0 ? std::clamp(hit / query, 0.0, 1.0) : 0;
+}
 
 KnownMix MixOf(const std::vector<StepRecord>& steps, const AnalyzerContext& ctx) {
   double win_prefill = 0, win_decode = 0;
   for (const StepRecord& r : steps)
     win_prefill += r.num_prefill_tokens, win_decode += r.num_decode_tokens;
-  WorkloadMix mix{ctx.mean_prompt_tokens, ctx.mean_output_tokens};
+  // Prompt tokens a request's prefill computes: those not taken from cached blocks.
+  const double computed = 1 - PrefixShare(steps, false);
+  WorkloadMix mix{ctx.mean_prompt_tokens * computed, ctx.mean_output_tokens};
   if (mix.prompt_tokens > 0 && win_prefill > 0 && win_decode > 0) {
     // Output length from the window's own token ratio rho = P / (O - 1): finished requests
     // favour the short ones that finish first (a window after a start or a change).
@@ -143,9 +158,10 @@ KnownMix MixOf(const std::vector<StepRecord>& steps, const AnalyzerContext& ctx)
              win_decode > 0 && ctx.mean_request_tokens > 0) {
     const double rho = win_prefill / win_decode;  // = P / (O - 1)
     mix.output_tokens = (ctx.mean_request_tokens + rho) / (1 + rho);
-    mix.prompt_tokens = ctx.mean_request_tokens - mix.output_tokens;
+    mix.prompt_tokens = ctx.mean_request_tokens - mix.output_tokens;  // computed ones
   }
-  return KnownMix{mix, win_prefill > 0 && mix.prompt_tokens > 0 && mix.output_tokens > 0};
+  const double prompt = computed > 0 ? mix.prompt_tokens / computed : mix.prompt_tokens;
+  return KnownMix{mix, prompt, win_prefill > 0 && mix.prompt_tokens > 0 && mix.output_tokens > 0};
 }
 
 // The throughput plateau over every batch the server could be configured to, B90, the
@@ -217,6 +233,63 @@ void AddEnableCudaGraphs(PlanBuild& b, Plan* plan) {
   b.opts.cuda_graphs = true;
   a.options_after = b.opts;
   b.cur_graphs = true;
+  plan->actions.push_back(a);
+}
+
+// Caching off while admitted prompts were found in the cache and recomputed: turn it on. The
+// request mix after it computes only the share of each prompt that was not cached; the rules
+// after this one plan with that mix.
+void AddEnablePrefixCaching(PlanBuild& b, Plan* plan, double missed) {
+  if (b.ctx.options.prefix_caching || missed < b.th.prefix_missed_share) return;
+  Action a;
+  a.kind = ActionKind::kEnablePrefixCaching;
+  a.what = "turn on prefix caching";
+  const double concurrency = std::max(b.demand, b.cur_batch);
+  if (!b.use_mix) {
+    b.declined = absl::StrFormat(
+        "%s was weighed, but the window holds no prefill with a known request mix to predict "
+        "it from",
+        a.what);
+    return;
+  }
+  WorkloadMix after_mix = b.mix;
+  after_mix.prompt_tokens = std::max(1.0, b.mix.prompt_tokens * (1 - missed));
+  const MixPrediction before = PredictMix(CurveLookupFn{b.pred, b.curve, b.cur_graphs}, b.mix,
+                                          concurrency, b.opts.max_num_seqs, b.budget_now);
+  const MixPrediction after = PredictMix(CurveLookupFn{b.pred, b.curve, b.cur_graphs}, after_mix,
+                                         concurrency, b.opts.max_num_seqs, b.budget_now);
+  a.from = b.mix.prompt_tokens;
+  a.to = after_mix.prompt_tokens;
+  a.tokens_per_s_before = before.output_tokens_per_s;
+  a.tpot_ms_before = before.tpot_ms;
+  a.tokens_per_s_after = after.output_tokens_per_s;
+  a.tpot_ms_after = after.tpot_ms;
+  a.batch_after = after.decode_batch;
+  a.prefill_share = after.prefill_share;
+  a.mix_after = after;
+  a.outside_measured = !after.in_range;
+  a.expected_error = std::max(after.rel_error, b.model.fit_error);
+  if (!(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) {
+    b.Decline(a);
+    return;
+  }
+  a.tradeoffs.push_back(Fm(
+      "workload_mix", after.prefill_share,
+      absl::StrFormat("prefill computes %.0f of %.0f prompt tokens per request: %.0f%% -> %.0f%% "
+                      "of step time in steps carrying prefill; expected error %.0f%%%s",
+                      after_mix.prompt_tokens, b.mix.prompt_tokens, 100 * before.prefill_share,
+                      100 * after.prefill_share, 100 * a.expected_error,
+                      after.in_range ? "" : " (outside the measured step shapes)")));
+  a.tradeoffs.push_back(Fm("kv_reuse", missed,
+                           absl::StrFormat("%.0f%% of admitted prompt tokens were in the KV cache "
+                                           "and computed again; cached blocks live in free KV "
+                                           "blocks, evicted least recently used when a request "
+                                           "needs them: a smaller cache or more distinct prompts "
+                                           "hit less",
+                                           100 * missed)));
+  b.opts.prefix_caching = true;
+  a.options_after = b.opts;
+  b.mix = after_mix;
   plan->actions.push_back(a);
 }
 
@@ -299,6 +372,61 @@ void AddRaiseMaxNumBatchedTokens(PlanBuild& b, Plan* plan) {
                                            a.tpot_ms_before, a.tpot_ms_after)));
   opts.max_num_batched_tokens = t_target;
   a.options_after = opts;
+  plan->actions.push_back(a);
+}
+
+// Speculative decoding by n-gram lookup. Off: where the proposals the scheduler scored on the
+// window's own tokens would be kept often enough that verifying them (more rows per decode
+// step, each a decode row) gives more tokens per second than plain decode steps: turn it on.
+// On: where plain decode steps at the batch now would give more (the batch has grown, or
+// proposals are rarely kept): turn it off. Decode steps at the batch the earlier actions reach:
+//   rows = B (1 + q d), tokens = B (1 + q m)   (q: decodes that propose; d, m: tokens proposed
+//   and kept per proposal), tokens/s = tokens / step(rows).
+void AddSpeculation(PlanBuild& b, Plan* plan) {
+  const Profile& p = b.p;
+  const int k_now = b.opts.num_speculative_tokens;
+  const double q = p.spec_proposal_rate, d = p.spec_mean_drafted, m = p.spec_mean_accepted;
+  if (!(q > 0 && d > 0) || b.ctx.async_scheduling) return;
+  const double batch = b.cur_batch, rows = batch * (1 + q * d);
+  const CurveLookup plain = CurveLookupFn{b.pred, b.curve, b.cur_graphs}(batch, batch, false, 0);
+  // Verify steps are not uniform decodes: eager, never replayed from a graph.
+  const CurveLookup spec = CurveLookupFn{b.pred, b.curve, false}(rows, rows, false, 0);
+  const double plain_tps = batch / plain.us * 1e6, spec_tps = batch * (1 + q * m) / spec.us * 1e6;
+  const bool on = k_now == 0;
+  if (on ? !(spec_tps >= b.th.min_gain * plain_tps) : !(plain_tps >= b.th.min_gain * spec_tps)) {
+    return;
+  }
+  Action a;
+  a.kind = ActionKind::kSetSpeculativeTokens;
+  a.from = k_now;
+  a.to = on ? b.ctx.speculative_tokens_scored : 0;
+  const std::string seen = absl::StrFormat(
+      "%.0f%% of decodes propose %.1f tokens, %.0f%% of them kept%s", 100 * q, d,
+      100 * p.spec_acceptance_rate, p.speculating ? "" : " (scored on proposals not used)");
+  a.what = on ? absl::StrFormat("speculate %d tokens by n-gram lookup", int(a.to))
+              : absl::StrFormat("turn speculation off (num_speculative_tokens %d -> 0)", k_now);
+  a.tradeoffs.push_back(Fm("acceptance", p.spec_acceptance_rate, seen));
+  const CurveLookup& before = on ? plain : spec;
+  const CurveLookup& after = on ? spec : plain;
+  const double per_token_before = on ? 1 : 1 + q * m, per_token_after = on ? 1 + q * m : 1;
+  a.batch_after = batch;
+  a.tokens_per_s_before = on ? plain_tps : spec_tps;
+  a.tokens_per_s_after = on ? spec_tps : plain_tps;
+  a.tpot_ms_before = before.us / per_token_before * 1e-3;
+  a.tpot_ms_after = after.us / per_token_after * 1e-3;
+  a.outside_measured = !after.in_range;
+  a.expected_error = std::max(after.rel_error, b.model.fit_error);
+  a.tradeoffs.push_back(Fm(
+      "latency", a.tpot_ms_after,
+      absl::StrFormat("time per output token %.2f -> %.2f ms", a.tpot_ms_before, a.tpot_ms_after)));
+  a.tradeoffs.push_back(
+      Fm("speculation_rows", rows,
+         absl::StrFormat("decode steps of %.1f sequences run %.1f rows with proposals; a larger "
+                         "batch leaves less idle compute to verify them in, so the gain falls as "
+                         "the batch grows",
+                         batch, rows)));
+  b.opts.num_speculative_tokens = static_cast<int>(a.to);
+  a.options_after = b.opts;
   plan->actions.push_back(a);
 }
 
@@ -399,8 +527,9 @@ std::string NoActionNote(const Verdict& v, const Plan& plan, const AnalyzerThres
 }  // namespace
 
 const char* ActionKindName(ActionKind k) {
-  static constexpr std::array kNames{"enable_cuda_graphs", "raise_max_num_seqs",
-                                     "raise_max_num_batched_tokens", "raise_client_concurrency"};
+  static constexpr std::array kNames{"enable_cuda_graphs",           "raise_max_num_seqs",
+                                     "raise_max_num_batched_tokens", "raise_client_concurrency",
+                                     "enable_prefix_caching",        "set_speculative_tokens"};
   return EnumLookup(kNames, k, "?");
 }
 
@@ -461,10 +590,13 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   b.cur_batch = b_now;
   b.cur_graphs = ctx.options.cuda_graphs;
 
-  // The rules, in the order their actions apply; each sees what the earlier ones changed.
+  // The rules, in the order their actions apply; each sees what the earlier ones changed. Work
+  // not done comes first.
+  AddEnablePrefixCaching(b, &plan, PrefixShare(steps, true));
   if (add_graphs) AddEnableCudaGraphs(b, &plan);
   AddRaiseMaxNumSeqs(b, &plan);
   AddRaiseMaxNumBatchedTokens(b, &plan);
+  AddSpeculation(b, &plan);
   AddRaiseClientConcurrency(b, &plan);
   if (plan.actions.empty()) plan.note = NoActionNote(v, plan, th, ctx.event_thread, b.declined);
   return plan;

@@ -58,7 +58,9 @@ std::optional<TrackedOutcome> PlanTracker::Evaluate(const std::vector<StepRecord
       ++decode_steps;
     }
     if (!mix && !pure) continue;
-    tokens += mix ? r.num_sampled : r.num_decode_tokens;
+    // Tokens requests got: proposals a verify step computed and dropped are not output.
+    const int dropped = r.spec_draft_tokens - r.spec_accepted_tokens;
+    tokens += mix ? r.output_tokens() : r.num_decode_tokens - dropped;
     wall += r.wall_us();
     seqs += r.num_seqs;
     ++o.steady_steps;

@@ -82,6 +82,24 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
   p.graph_hit_rate =
       s.decode_steps > 0 ? double(s.replayed_decode_steps) / double(s.decode_steps) : 0;
   p.padding_waste = s.replay_rows > 0 ? s.padding_tokens / s.replay_rows : 0;
+  p.prefix_hit_rate = s.prefix_query_tokens > 0 ? s.prefix_hit_tokens / s.prefix_query_tokens : 0;
+  p.prefix_saved_tokens_per_s = s.prefix_hit_tokens / span_s;
+  p.prefix_missed_rate =
+      s.prefix_missed_query_tokens > 0 ? s.prefix_missed_tokens / s.prefix_missed_query_tokens : 0;
+  p.prefix_missed_tokens_per_s = s.prefix_missed_tokens / span_s;
+  p.prefill_step_share =
+      s.wall_us > 0 ? std::max(0.0, s.wall_us - s.decode_wall_us) / s.wall_us : 0;
+  // Speculation: measured where it ran, else the proposals scored while it was off.
+  p.speculating = s.spec_verify_seqs > 0;
+  const double decodes = s.decode_tokens - s.spec_draft_tokens;  // one row per decoding seq
+  const double proposals = p.speculating ? s.spec_verify_seqs : s.shadow_proposals;
+  const double drafted = p.speculating ? s.spec_draft_tokens : s.shadow_drafted;
+  const double accepted = p.speculating ? s.spec_accepted_tokens : s.shadow_accepted;
+  p.spec_proposal_rate = decodes > 0 ? std::min(1.0, proposals / decodes) : 0;
+  p.spec_mean_drafted = proposals > 0 ? drafted / proposals : 0;
+  p.spec_acceptance_rate = drafted > 0 ? accepted / drafted : 0;
+  p.spec_mean_accepted = proposals > 0 ? accepted / proposals : 0;
+  p.spec_accepted_tokens_per_s = s.spec_accepted_tokens / span_s;
 
   // Per-class roofline over the steps whose ops were timed.
   double total_class_us = 0;

@@ -31,7 +31,7 @@ constexpr std::array<std::pair<const char*, double StepRecord::*>, 12> kDoubleCo
     {"sched_run_us", &StepRecord::sched_run_us},
     {"sched_wait_us", &StepRecord::sched_wait_us},
 }};
-constexpr std::array<std::pair<const char*, int StepRecord::*>, 13> kIntCols{{
+constexpr std::array<std::pair<const char*, int StepRecord::*>, 21> kIntCols{{
     {"op_count", &StepRecord::op_count},
     {"replayed_ops", &StepRecord::replayed_ops},
     {"num_seqs", &StepRecord::num_seqs},
@@ -45,6 +45,14 @@ constexpr std::array<std::pair<const char*, int StepRecord::*>, 13> kIntCols{{
     {"num_running", &StepRecord::num_running},
     {"kv_blocks_used", &StepRecord::kv_blocks_used},
     {"kv_blocks_free", &StepRecord::kv_blocks_free},
+    {"prefix_query_tokens", &StepRecord::prefix_query_tokens},
+    {"prefix_hit_tokens", &StepRecord::prefix_hit_tokens},
+    {"spec_verify_seqs", &StepRecord::spec_verify_seqs},
+    {"spec_draft_tokens", &StepRecord::spec_draft_tokens},
+    {"spec_accepted_tokens", &StepRecord::spec_accepted_tokens},
+    {"shadow_proposals", &StepRecord::shadow_proposals},
+    {"shadow_drafted", &StepRecord::shadow_drafted},
+    {"shadow_accepted", &StepRecord::shadow_accepted},
 }};
 constexpr std::array<std::pair<const char*, bool StepRecord::*>, 3> kBoolCols{{
     {"per_op_timed", &StepRecord::per_op_timed},
@@ -54,13 +62,23 @@ constexpr std::array<std::pair<const char*, bool StepRecord::*>, 3> kBoolCols{{
 constexpr std::array<const char*, 4> kClassFields{"count", "device_us", "flops", "bytes"};
 constexpr size_t kClasses = static_cast<size_t>(OpClass::kCount);
 
+// Step columns and sums added since version 1 began: read as 0 (off) from older files.
+bool IsLaterField(std::string_view name) {
+  for (const char* later : {"prefix_", "spec_", "shadow_", "options.prefix_caching",
+                            "options.num_speculative_tokens"}) {
+    if (name.substr(0, std::string_view(later).size()) == later) return true;
+  }
+  return name == "hidden_host_us";
+}
+
 std::vector<std::string> Columns() {
   std::vector<std::string> c{"step_id", "context_tokens"};
   for (const auto& [name, m] : kDoubleCols) c.push_back(name);
   for (const auto& [name, m] : kIntCols) c.push_back(name);
   for (const auto& [name, m] : kBoolCols) c.push_back(name);
   c.insert(c.end(),
-           {"options.max_num_seqs", "options.max_num_batched_tokens", "options.cuda_graphs"});
+           {"options.max_num_seqs", "options.max_num_batched_tokens", "options.cuda_graphs",
+            "options.prefix_caching", "options.num_speculative_tokens"});
   for (size_t k = 0; k < kClasses; ++k) {
     for (const char* f : kClassFields) c.push_back(absl::StrCat("class", k, ".", f));
   }
@@ -75,6 +93,8 @@ json StepRow(const StepRecord& r) {
   row.push_back(r.options.max_num_seqs);
   row.push_back(r.options.max_num_batched_tokens);
   row.push_back(r.options.cuda_graphs ? 1 : 0);
+  row.push_back(r.options.prefix_caching ? 1 : 0);
+  row.push_back(r.options.num_speculative_tokens);
   for (const OpClassStats& c : r.by_class) {
     row.push_back(c.count);
     row.push_back(c.device_us);
@@ -95,6 +115,8 @@ StepRecord StepFromRow(const json& row) {
   r.options.max_num_seqs = row.at(i++).get<int>();
   r.options.max_num_batched_tokens = row.at(i++).get<int>();
   r.options.cuda_graphs = row.at(i++).get<int>() != 0;
+  r.options.prefix_caching = row.at(i++).get<int>() != 0;
+  r.options.num_speculative_tokens = row.at(i++).get<int>();
   for (OpClassStats& c : r.by_class) {
     c.count = row.at(i++).get<int>();
     c.device_us = row.at(i++).get<double>();
@@ -161,12 +183,15 @@ ModelConfig ModelFrom(const json& j) {
 json OptionsJson(const EngineOptions& o) {
   return {{"max_num_seqs", o.max_num_seqs},
           {"max_num_batched_tokens", o.max_num_batched_tokens},
-          {"cuda_graphs", o.cuda_graphs}};
+          {"cuda_graphs", o.cuda_graphs},
+          {"prefix_caching", o.prefix_caching},
+          {"num_speculative_tokens", o.num_speculative_tokens}};
 }
 
 EngineOptions OptionsFrom(const json& j) {
   return EngineOptions{j.at("max_num_seqs").get<int>(), j.at("max_num_batched_tokens").get<int>(),
-                       j.at("cuda_graphs").get<bool>()};
+                       j.at("cuda_graphs").get<bool>(), j.value("prefix_caching", false),
+                       j.value("num_speculative_tokens", 0)};
 }
 
 // Every field the analyzer reads; the window-edge fields are left out (the session derives
@@ -187,6 +212,7 @@ json ContextJson(const AnalyzerContext& c) {
           {"backend", c.backend},
           {"supports_graphs", c.supports_graphs},
           {"event_thread", c.event_thread},
+          {"async_scheduling", c.async_scheduling},
           {"graph_sizes", c.graph_sizes},
           {"graph_memory_bytes", c.graph_memory_bytes},
           {"num_waiting", c.num_waiting},
@@ -221,6 +247,7 @@ AnalyzerContext ContextFrom(const json& j) {
   c.backend = j.at("backend").get<std::string>();
   c.supports_graphs = j.at("supports_graphs").get<bool>();
   c.event_thread = j.value("event_thread", false);  // recordings before it: on the engine thread
+  c.async_scheduling = j.value("async_scheduling", false);
   c.graph_sizes = j.at("graph_sizes").get<std::vector<int>>();
   c.graph_memory_bytes = j.at("graph_memory_bytes").get<double>();
   c.num_waiting = j.at("num_waiting").get<int>();
@@ -263,6 +290,16 @@ constexpr std::pair<const char*, double StepSums::*> kSumDoubles[] = {
     {"running", &StepSums::running},
     {"kv_usage", &StepSums::kv_usage},
     {"kv_usage_max", &StepSums::kv_usage_max},
+    {"prefix_query_tokens", &StepSums::prefix_query_tokens},
+    {"prefix_hit_tokens", &StepSums::prefix_hit_tokens},
+    {"prefix_missed_query_tokens", &StepSums::prefix_missed_query_tokens},
+    {"prefix_missed_tokens", &StepSums::prefix_missed_tokens},
+    {"spec_verify_seqs", &StepSums::spec_verify_seqs},
+    {"spec_draft_tokens", &StepSums::spec_draft_tokens},
+    {"spec_accepted_tokens", &StepSums::spec_accepted_tokens},
+    {"shadow_proposals", &StepSums::shadow_proposals},
+    {"shadow_drafted", &StepSums::shadow_drafted},
+    {"shadow_accepted", &StepSums::shadow_accepted},
     {"decode_wall_us", &StepSums::decode_wall_us},
     {"decode_seqs", &StepSums::decode_seqs},
     {"decode_context", &StepSums::decode_context},
@@ -308,9 +345,8 @@ EvictedSums SumsFrom(const json& j) {
   e.complete = j.at("complete").get<bool>();
   s.any_graph_replayed = j.at("any_graph_replayed").get<bool>();
   s.max_queue_depth = j.at("max_queue_depth").get<int>();
-  for (const auto& [name, field] : kSumDoubles) {  // hidden_host_us: 0 in older files
-    s.*field =
-        std::string_view(name) == "hidden_host_us" ? j.value(name, 0.0) : j.at(name).get<double>();
+  for (const auto& [name, field] : kSumDoubles) {  // later fields: 0 in older files
+    s.*field = IsLaterField(name) ? j.value(name, 0.0) : j.at(name).get<double>();
   }
   for (const auto& [name, field] : kSumCounts) s.*field = j.at(name).get<int64_t>();
   const json& classes = j.at("by_class");
@@ -395,7 +431,7 @@ absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
     std::vector<int> from;  // for each column of this build, its index in the file's rows
     for (const std::string& c : want) {
       const auto at = std::find(have.begin(), have.end(), c);
-      if (at == have.end() && c != "hidden_host_us") {
+      if (at == have.end() && !IsLaterField(c)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "recording: \"step_columns\" differ from this build's step record (no \"", c, "\")"));
       }

@@ -79,8 +79,9 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) 
     prev_prefill = r.num_prefill_tokens > 0;
     if (wall <= 0) continue;
     if (r.num_prefill_tokens == 0 && r.num_decode_tokens > 0) {
-      auto& g = (after_prefill ? dec_after : dec)[r.num_seqs];
-      g.first.push_back(r.num_seqs);
+      // By rows: a step verifying proposals runs more rows than sequences, each a decode row.
+      auto& g = (after_prefill ? dec_after : dec)[r.num_decode_tokens];
+      g.first.push_back(r.num_decode_tokens);
       g.second.push_back(wall);
     } else if (r.num_prefill_tokens > 0) {
       const double rows = r.num_prefill_tokens + r.num_decode_tokens;

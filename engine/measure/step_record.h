@@ -71,6 +71,17 @@ struct StepRecord {
   bool graph_replayed = false;
   int graph_batch_size = 0;
   int padding_tokens = 0;
+  // Prefix caching (Scheduler): the known tokens of the requests admitted this step, and those
+  // found in cached blocks (not computed when options.prefix_caching; the reuse missed when
+  // not).
+  int prefix_query_tokens = 0;
+  int prefix_hit_tokens = 0;
+  // Speculative decoding (Scheduler): the sequences that verified proposals this step, the
+  // tokens proposed and those kept. Off (options.num_speculative_tokens 0), the proposals the
+  // scheduler scored against the tokens that followed (completed since the step before): how
+  // many, their tokens, and those that matched in a row.
+  int spec_verify_seqs = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  int shadow_proposals = 0, shadow_drafted = 0, shadow_accepted = 0;
 
   // Serving state after scheduling.
   int queue_depth = 0;  // waiting requests
@@ -80,6 +91,8 @@ struct StepRecord {
   EngineOptions options;  // in force for this step (cuda_graphs: graph replay was on)
 
   std::array<OpClassStats, static_cast<size_t>(OpClass::kCount)> by_class{};
+  // Tokens the step gave requests: a row per sampling sequence, more where proposals were kept.
+  int output_tokens() const { return num_sampled - spec_draft_tokens + spec_accepted_tokens; }
   double total_flops() const;
   double total_bytes() const;
   // Per-op records (kept for trace export).

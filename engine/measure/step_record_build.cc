@@ -24,6 +24,13 @@ void RecordStepWork(const StepPlan& plan, RunnerOutput* out, StepRecord* rec) {
   rec->graph_replayed = out->graph_replayed;
   rec->graph_batch_size = out->graph_batch_size;
   rec->padding_tokens = out->padding_tokens;
+  rec->prefix_query_tokens = plan.prefix_query_tokens;
+  rec->prefix_hit_tokens = plan.prefix_hit_tokens;
+  for (const ScheduledSeq& s : plan.seqs) rec->spec_verify_seqs += s.num_draft > 0 ? 1 : 0;
+  rec->spec_draft_tokens = plan.num_draft_tokens;
+  rec->shadow_proposals = plan.shadow_proposals;
+  rec->shadow_drafted = plan.shadow_drafted;
+  rec->shadow_accepted = plan.shadow_accepted;
   for (const OpRecord& op : t.ops) {
     OpClassStats& c = rec->by_class[static_cast<size_t>(ClassOf(op.kind))];
     ++c.count;

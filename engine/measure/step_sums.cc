@@ -50,12 +50,21 @@ StepSums OneStep(const StepRecord& r, const StepRecord* prev, double idle_gap_fl
 
   s.prefill_tokens = r.num_prefill_tokens;
   s.decode_tokens = r.num_decode_tokens;
-  s.sampled = r.num_sampled;
+  s.sampled = r.output_tokens();
   s.seqs = r.num_seqs;
   s.queue_depth = r.queue_depth;
   s.max_queue_depth = r.queue_depth;
   s.running = r.num_running;
   s.preemptions = r.num_preempted;
+  (r.options.prefix_caching ? s.prefix_query_tokens : s.prefix_missed_query_tokens) =
+      r.prefix_query_tokens;
+  (r.options.prefix_caching ? s.prefix_hit_tokens : s.prefix_missed_tokens) = r.prefix_hit_tokens;
+  s.spec_verify_seqs = r.spec_verify_seqs;
+  s.spec_draft_tokens = r.spec_draft_tokens;
+  s.spec_accepted_tokens = r.spec_accepted_tokens;
+  s.shadow_proposals = r.shadow_proposals;
+  s.shadow_drafted = r.shadow_drafted;
+  s.shadow_accepted = r.shadow_accepted;
   const int blocks = r.kv_blocks_used + r.kv_blocks_free;
   s.kv_usage = blocks > 0 ? double(r.kv_blocks_used) / blocks : 0;
   s.kv_usage_max = s.kv_usage;
@@ -130,6 +139,16 @@ void StepSums::Merge(const StepSums& later) {
   max_queue_depth = std::max(max_queue_depth, later.max_queue_depth);
   kv_usage_max = std::max(kv_usage_max, later.kv_usage_max);
   preemptions += later.preemptions;
+  prefix_query_tokens += later.prefix_query_tokens;
+  prefix_hit_tokens += later.prefix_hit_tokens;
+  prefix_missed_query_tokens += later.prefix_missed_query_tokens;
+  prefix_missed_tokens += later.prefix_missed_tokens;
+  spec_verify_seqs += later.spec_verify_seqs;
+  spec_draft_tokens += later.spec_draft_tokens;
+  spec_accepted_tokens += later.spec_accepted_tokens;
+  shadow_proposals += later.shadow_proposals;
+  shadow_drafted += later.shadow_drafted;
+  shadow_accepted += later.shadow_accepted;
 
   decode_steps += later.decode_steps;
   decode_wall_us += later.decode_wall_us;

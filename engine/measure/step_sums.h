@@ -48,11 +48,19 @@ struct StepSums {
   bool any_graph_replayed = false;
   double sched_run_us = 0, sched_wait_us = 0;  // steps with sched_known only
 
-  double prefill_tokens = 0, decode_tokens = 0, sampled = 0, seqs = 0;
+  double prefill_tokens = 0, decode_tokens = 0, seqs = 0;
+  double sampled = 0;  // tokens given to requests (StepRecord::output_tokens)
   double queue_depth = 0, running = 0, kv_usage = 0;  // summed per step (means / steps)
   int max_queue_depth = 0;
   double kv_usage_max = 0;
   int64_t preemptions = 0;
+  // Prefix caching: tokens looked up and found cached, with caching on (taken) and off
+  // (missed) apart.
+  double prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  double prefix_missed_query_tokens = 0, prefix_missed_tokens = 0;
+  // Speculation (StepRecord::spec_*, shadow_*).
+  double spec_verify_seqs = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  double shadow_proposals = 0, shadow_drafted = 0, shadow_accepted = 0;
 
   // Pure decode steps (no prefill tokens), and those replayed from a graph.
   int64_t decode_steps = 0;

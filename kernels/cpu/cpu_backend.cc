@@ -87,6 +87,7 @@ class CpuBackend final : public Backend {
   DType weight_dtype() const override { return weight_dtype_; }
   // bf16 weights keep a bf16 KV cache: half the bytes a decode step's attention reads.
   DType kv_cache_dtype() const override { return kv_dtype_; }
+  bool batch_invariant() const override { return planner_.batch_invariant(); }
   Layout GemmWeightLayout(DType weight) const override {
     return weight == weight_dtype_ ? packed_layout_ : Layout::kRows;
   }

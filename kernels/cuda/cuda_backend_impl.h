@@ -75,6 +75,7 @@ class CudaBackend final : public Backend {
     return fused_kernels_ ? absl::StrCat(prop_.name, " (fused kernels)") : std::string(prop_.name);
   }
   DType compute_dtype() const override { return DType::kBF16; }
+  bool batch_invariant() const override { return batch_invariant_; }
   size_t device_memory_bytes() const override { return prop_.totalGlobalMem; }
   bool per_op_timing_is_cheap() const override { return false; }
   SpecCeilings spec_ceilings() const override;

@@ -48,6 +48,17 @@ void ToProto(const Profile& p, v1::Profile* out) {
   out->set_preemptions(p.preemptions);
   out->set_graph_hit_rate(p.graph_hit_rate);
   out->set_padding_waste(p.padding_waste);
+  out->set_prefix_hit_rate(p.prefix_hit_rate);
+  out->set_prefix_saved_tokens_per_s(p.prefix_saved_tokens_per_s);
+  out->set_prefix_missed_rate(p.prefix_missed_rate);
+  out->set_prefix_missed_tokens_per_s(p.prefix_missed_tokens_per_s);
+  out->set_prefill_step_share(p.prefill_step_share);
+  out->set_speculating(p.speculating);
+  out->set_spec_proposal_rate(p.spec_proposal_rate);
+  out->set_spec_mean_drafted(p.spec_mean_drafted);
+  out->set_spec_acceptance_rate(p.spec_acceptance_rate);
+  out->set_spec_mean_accepted(p.spec_mean_accepted);
+  out->set_spec_accepted_tokens_per_s(p.spec_accepted_tokens_per_s);
   out->set_output_tokens_per_s(p.output_tokens_per_s);
   out->set_max_queue_depth(p.max_queue_depth);
   out->set_loop_gap_us(p.loop_gap_us);
@@ -82,6 +93,8 @@ void ToProto(const Action& a, v1::PlanAction* out) {
   out->set_max_num_seqs(a.options_after.max_num_seqs);
   out->set_max_num_batched_tokens(a.options_after.max_num_batched_tokens);
   out->set_cuda_graphs(a.options_after.cuda_graphs);
+  out->set_prefix_caching(a.options_after.prefix_caching);
+  out->set_num_speculative_tokens(a.options_after.num_speculative_tokens);
   out->set_expected_error(a.expected_error);
   out->set_outside_measured(a.outside_measured);
   out->set_prefill_share(a.prefill_share);

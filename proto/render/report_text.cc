@@ -98,6 +98,28 @@ void Profile(const v1::DiagnosticsReport& r, std::string* out) {
                         "", p.mean_queue_depth(), p.max_queue_depth(), p.mean_running(),
                         p.mean_context(), Pct(p.kv_usage()), Pct(p.kv_usage_max()), p.preemptions(),
                         Pct(p.graph_hit_rate()), Pct(p.padding_waste()));
+  if (p.prefix_hit_rate() > 0 || p.prefix_missed_rate() > 0) {
+    absl::StrAppendFormat(
+        out, "%-10s prefix cache: %s; %.0f%% of step time in steps carrying prefill\n", "",
+        p.prefix_missed_rate() > 0
+            ? absl::StrFormat("OFF, %.0f%% of admitted tokens were cached and recomputed "
+                              "(%.1f tok/s)",
+                              Pct(p.prefix_missed_rate()), p.prefix_missed_tokens_per_s())
+            : absl::StrFormat("%.0f%% hit, %.1f tok/s not computed", Pct(p.prefix_hit_rate()),
+                              p.prefix_saved_tokens_per_s()),
+        Pct(p.prefill_step_share()));
+  }
+  if (p.spec_proposal_rate() > 0) {
+    absl::StrAppendFormat(
+        out,
+        "%-10s speculation: %s; %.0f%% of decodes proposed %.1f tokens, %.0f%% kept (%.2f per "
+        "proposal)%s\n",
+        "", p.speculating() ? "on" : "OFF, scored on proposals not used",
+        Pct(p.spec_proposal_rate()), p.spec_mean_drafted(), Pct(p.spec_acceptance_rate()),
+        p.spec_mean_accepted(),
+        p.speculating() ? absl::StrFormat(", %.1f kept tok/s", p.spec_accepted_tokens_per_s())
+                        : std::string());
+  }
 }
 
 void Classes(const v1::DiagnosticsReport& r, std::string* out) {

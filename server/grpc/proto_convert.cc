@@ -24,6 +24,8 @@ void ToProto(const EngineOptions& options, v1::EngineOptions* out) {
   out->set_max_num_seqs(options.max_num_seqs);
   out->set_max_num_batched_tokens(options.max_num_batched_tokens);
   out->set_cuda_graphs(options.cuda_graphs);
+  out->set_prefix_caching(options.prefix_caching);
+  out->set_num_speculative_tokens(options.num_speculative_tokens);
 }
 
 void ToProto(const Usage& usage, v1::Usage* out) {
@@ -63,6 +65,8 @@ EngineOptions MergeOptions(const EngineOptions& current,
   if (req.has_max_num_seqs()) o.max_num_seqs = req.max_num_seqs();
   if (req.has_max_num_batched_tokens()) o.max_num_batched_tokens = req.max_num_batched_tokens();
   if (req.has_cuda_graphs()) o.cuda_graphs = req.cuda_graphs();
+  if (req.has_prefix_caching()) o.prefix_caching = req.prefix_caching();
+  if (req.has_num_speculative_tokens()) o.num_speculative_tokens = req.num_speculative_tokens();
   return o;
 }
 

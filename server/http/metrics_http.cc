@@ -4,7 +4,9 @@
 
 #include <httplib.h>
 
+#include <initializer_list>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +33,27 @@ void EngineMetrics(const Engine& engine, DiagnosticsState* diag, double window_s
         kv.num_blocks > 0 ? 1.0 - static_cast<double>(kv.blocks_free) / kv.num_blocks : 0, out);
   AppendHeader("saturn:engine_steps_total", "Engine steps run.", "counter", out);
   AppendSample("saturn:engine_steps_total", "", static_cast<double>(n.steps), out);
+  for (const auto& [name, help, value] :
+       std::initializer_list<std::tuple<const char*, const char*, int64_t>>{
+           {"saturn:prefix_cache_queries_total",
+            "Prompt tokens looked up in the prefix cache when requests were admitted.",
+            n.prefix_cache_queries},
+           {"saturn:prefix_cache_hits_total",
+            "Of them, tokens found in cached KV blocks and not computed.", n.prefix_cache_hits},
+           {"saturn:prefix_cache_missed_total",
+            "With prefix caching off: tokens that were in cached KV blocks and were computed "
+            "again.",
+            n.prefix_cache_missed},
+           {"saturn:spec_decode_num_drafts_total",
+            "Speculative decoding: decode rows that verified proposed tokens.", n.spec_drafts},
+           {"saturn:spec_decode_num_draft_tokens_total", "Speculative decoding: tokens proposed.",
+            n.spec_draft_tokens},
+           {"saturn:spec_decode_num_accepted_tokens_total",
+            "Speculative decoding: proposed tokens kept (the model drew them).",
+            n.spec_accepted_tokens}}) {
+    AppendHeader(name, help, "counter", out);
+    AppendSample(name, "", static_cast<double>(value), out);
+  }
   diag->request_metrics()->ObserveSteps(engine.steps());
 
   const double now = NowUs();

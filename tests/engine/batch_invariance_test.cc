@@ -3,8 +3,10 @@
 // logprobs, with f32 and with bf16 weights. All at once, the requests share decode steps of
 // up to 64 rows and their prompts are chunked differently (the token budget is shared), so
 // every GEMM row count and attention tiling the scheduler makes is exercised. Then again with a
-// KV cache too small for all of them, so requests are preempted and recomputed. No timing: it
-// holds on a busy machine under ctest -j.
+// KV cache too small for all of them, so requests are preempted and recomputed. Last, the work
+// not done: prefix caching (requests sharing prefixes, caching off and on) and n-gram
+// speculation (off and on) give the same bits. No timing: it holds on a busy machine under
+// ctest -j.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -115,6 +117,122 @@ void ExpectAloneEqualsTogether(const char* dtype, int kv_blocks) {
   if (kv_blocks > 0)
     EXPECT_GT((*e)->counters().preemptions, 0) << "the cache was meant to be short";
   testing_engine::WaitAllBlocksFree(e->get());
+}
+
+// Request i of four families: three share a prefix of 40, 56 or 72 tokens, the fourth none;
+// then 1 .. 30 tokens of its own.
+GenerateRequest SharedPrefixRequest(int i) {
+  GenerateRequest r;
+  const int family = i % 4;
+  if (family < 3) {
+    for (int j = 0; j < 40 + 16 * family; ++j)
+      r.prompt.push_back(3 + (family * 977 + j * 13) % 4000);
+  }
+  for (int j = 0; j < 1 + (i * 7) % 30; ++j) r.prompt.push_back(3 + (i * 131 + j * 17) % 4000);
+  r.sampling.max_tokens = 10;
+  r.sampling.ignore_eos = true;
+  r.sampling.logprobs = 3;
+  return r;
+}
+
+// Request i for speculation: a prompt that repeats a short phrase (n-gram lookup finds it),
+// 24 output tokens; odd requests sampled at temperature 0.8 with seed i.
+GenerateRequest RepetitiveRequest(int i) {
+  GenerateRequest r;
+  for (int rep = 0; rep < 3 + i % 3; ++rep) {
+    for (int j = 0; j < 4 + i % 5; ++j) r.prompt.push_back(3 + (i * 131 + j * 17) % 4000);
+  }
+  r.sampling.max_tokens = 24;
+  r.sampling.ignore_eos = true;
+  r.sampling.logprobs = 3;
+  if (i % 2 == 1) {
+    r.sampling.temperature = 0.8f;
+    r.sampling.seed = i;
+  }
+  return r;
+}
+
+struct RunStats {
+  int64_t hits = 0, preemptions = 0, drafted = 0, accepted = 0;
+};
+
+// The kRequests requests made by `make`, all at once, on an engine with `options`.
+std::vector<Output> RunAll(const char* dtype, EngineOptions options, int kv_blocks,
+                           GenerateRequest (*make)(int), RunStats* stats) {
+  EngineConfig c = testing_engine::TinyConfig();
+  c.dtype = dtype;
+  c.max_num_seqs_limit = 4 * kRequests;  // rows for proposals beside kRequests sequences
+  options.max_num_seqs = kRequests;
+  options.max_num_batched_tokens = 96;
+  c.options = options;
+  if (kv_blocks > 0) {
+    auto probe = Engine::Create(c);
+    EXPECT_TRUE(probe.ok()) << probe.status();
+    if (!probe.ok()) return {};
+    c.kv_cache_bytes = (*probe)->info().kv.bytes_per_block * static_cast<size_t>(kv_blocks);
+  }
+  auto e = Engine::Create(c);
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return {};
+  std::vector<std::unique_ptr<RequestStream>> streams;
+  for (int i = 0; i < kRequests; ++i) {
+    auto s = RequestStream::Open(e->get(), make(i));
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return {};
+    streams.push_back(std::move(*s));
+  }
+  std::vector<Output> out;
+  for (auto& s : streams) out.push_back(Collect(s.get()));
+  stats->hits = (*e)->counters().prefix_cache_hits;
+  stats->preemptions = (*e)->counters().preemptions;
+  for (const StepRecord& r : (*e)->steps().Since(0)) {
+    stats->drafted += r.spec_draft_tokens;
+    stats->accepted += r.spec_accepted_tokens;
+  }
+  testing_engine::WaitAllBlocksFree(e->get());
+  return out;
+}
+
+void ExpectSameBits(const std::vector<Output>& a, const std::vector<Output>& b, size_t tokens,
+                    const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].tokens.size(), tokens) << what;
+    EXPECT_TRUE(a[i].tokens == b[i].tokens && a[i].top_ids == b[i].top_ids &&
+                SameBits(a[i].logprobs, b[i].logprobs))
+        << "request " << i << ", " << what;
+  }
+}
+
+TEST_P(BatchInvarianceTest, PrefixCachingGivesTheSameBits) {
+  RunStats stats;
+  EngineOptions o;
+  o.prefix_caching = false;
+  const std::vector<Output> off = RunAll(GetParam(), o, 0, SharedPrefixRequest, &stats);
+  EXPECT_EQ(stats.hits, 0);
+  o.prefix_caching = true;
+  for (const int kv_blocks : {0, 40}) {
+    const std::vector<Output> on = RunAll(GetParam(), o, kv_blocks, SharedPrefixRequest, &stats);
+    EXPECT_GT(stats.hits, 0) << "kv_blocks " << kv_blocks;
+    if (kv_blocks > 0) EXPECT_GT(stats.preemptions, 0) << "the cache was meant to be short";
+    ExpectSameBits(on, off, 10, absl::StrCat("kv_blocks ", kv_blocks));
+  }
+}
+
+// Greedy and seeded requests with logprobs, with n-gram speculation off and on (and on with a
+// short cache): the same tokens and logprobs, bit for bit, while proposals were kept.
+TEST_P(BatchInvarianceTest, SpeculationGivesTheSameBits) {
+  RunStats stats;
+  EngineOptions o;
+  const std::vector<Output> off = RunAll(GetParam(), o, 0, RepetitiveRequest, &stats);
+  EXPECT_EQ(stats.drafted, 0);
+  o.num_speculative_tokens = 4;
+  for (const int kv_blocks : {0, 24}) {
+    const std::vector<Output> on = RunAll(GetParam(), o, kv_blocks, RepetitiveRequest, &stats);
+    EXPECT_GT(stats.accepted, 0) << "kv_blocks " << kv_blocks;
+    if (kv_blocks > 0) EXPECT_GT(stats.preemptions, 0) << "the cache was meant to be short";
+    ExpectSameBits(on, off, 24, absl::StrCat("speculation, kv_blocks ", kv_blocks));
+  }
 }
 
 TEST_P(BatchInvarianceTest, AloneAndBesideSixtyThreeOthersGiveTheSameBits) {

@@ -1,4 +1,5 @@
-// BlockManager: counting, growth, exhaustion and the all-or-nothing rule.
+// BlockManager: counting, growth, exhaustion and the all-or-nothing rule; prefix caching's
+// keys, shared blocks, reference counts and least-recently-released eviction.
 #include "engine/block_manager.h"
 
 #include <set>
@@ -126,6 +127,104 @@ TEST(BlockManagerTest, ZeroBlocksNeverAllocates) {
   EXPECT_TRUE(bm.EnsureCapacity(&t, 0));
   EXPECT_FALSE(bm.EnsureCapacity(&t, 1));
   EXPECT_EQ(bm.num_free(), 0);
+}
+
+// A table of n full blocks registered under a chain of keys over tokens first, first + 1, ...
+std::vector<BlockKey> Chain(int n, int block_size, int first, uint64_t salt = 7) {
+  std::vector<BlockKey> keys;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int> t;
+    for (int j = 0; j < block_size; ++j) t.push_back(first + i * block_size + j);
+    keys.push_back(BlockKey::Of(i == 0 ? salt : keys.back().hash, t, 0));
+  }
+  return keys;
+}
+
+TEST(BlockManagerTest, KeysDependOnEverythingBefore) {
+  const std::vector<BlockKey> a = Chain(2, 4, 0), b = Chain(2, 4, 0);
+  EXPECT_TRUE(a[1].SameContent(b[1]));
+  EXPECT_FALSE(a[1].SameContent(Chain(2, 4, 0, 8)[1]));  // another salt
+  std::vector<int> t = a[0].tokens;
+  t[3] = 99;  // the first block differs: so does the second's key
+  const BlockKey first = BlockKey::Of(7, t, 0);
+  EXPECT_NE(BlockKey::Of(first.hash, a[1].tokens, 0).hash, a[1].hash);
+  EXPECT_NE(BlockKey::Of(7, a[0].tokens, 1).hash, a[0].hash);  // `extra` counts too
+}
+
+TEST(BlockManagerTest, RegisteredBlocksAreFoundSharedAndKeptAfterRelease) {
+  BlockManager bm(8, 4);
+  const std::vector<BlockKey> keys = Chain(3, 4, 100);
+  std::vector<int> a;
+  ASSERT_TRUE(bm.EnsureCapacity(&a, 12));
+  for (int i = 0; i < 3; ++i) bm.Register(a[i], keys[i]);
+  EXPECT_EQ(bm.num_cached(), 3);
+
+  // Another sequence with the same first two blocks, then a different third.
+  std::vector<BlockKey> other = Chain(2, 4, 100);
+  other.push_back(Chain(3, 4, 500)[2]);
+  const std::vector<int> found = bm.FindCached(other);
+  EXPECT_EQ(found, (std::vector<int>{a[0], a[1]}));
+  std::vector<int> b;
+  bm.AcquireCached(found, &b);
+  EXPECT_EQ(bm.ref_count(a[0]), 2);
+  EXPECT_EQ(bm.num_used(), 3);  // shared blocks count once
+
+  bm.Release(&a);  // b still holds two; a's third block is free but keeps its content
+  EXPECT_EQ(bm.ref_count(b[0]), 1);
+  EXPECT_EQ(bm.num_used(), 2);
+  EXPECT_EQ(bm.num_evictable(), 1);
+  EXPECT_EQ(bm.FindCached(keys).size(), 3u);
+  bm.Release(&b);
+  EXPECT_EQ(bm.num_free(), 8);
+  EXPECT_EQ(bm.num_cached(), 3);
+
+  // Found again after both released; acquiring takes them off the free blocks.
+  std::vector<int> c;
+  bm.AcquireCached(bm.FindCached(keys), &c);
+  EXPECT_EQ(bm.num_free(), 5);
+  EXPECT_EQ(bm.num_evictable(), 0);
+  bm.Release(&c);
+}
+
+TEST(BlockManagerTest, PlainFreeBlocksGoFirstThenTheLeastRecentlyReleased) {
+  BlockManager bm(4, 2);
+  const std::vector<BlockKey> k1 = Chain(1, 2, 10), k2 = Chain(1, 2, 20);
+  std::vector<int> a, b;
+  ASSERT_TRUE(bm.EnsureCapacity(&a, 2));
+  ASSERT_TRUE(bm.EnsureCapacity(&b, 2));
+  bm.Register(a[0], k1[0]);
+  bm.Register(b[0], k2[0]);
+  bm.Release(&a);  // released first: evicted first
+  bm.Release(&b);
+  std::vector<int> c;
+  ASSERT_TRUE(bm.EnsureCapacity(&c, 4));  // the two plain blocks: nothing evicted
+  EXPECT_EQ(bm.num_evicted(), 0);
+  EXPECT_EQ(bm.FindCached(k1).size(), 1u);
+  ASSERT_TRUE(bm.EnsureCapacity(&c, 6));  // one more: k1's block goes
+  EXPECT_EQ(bm.num_evicted(), 1);
+  EXPECT_TRUE(bm.FindCached(k1).empty());
+  EXPECT_EQ(bm.FindCached(k2).size(), 1u);
+  EXPECT_FALSE(bm.EnsureCapacity(&c, 10));  // one block left, two asked: nothing changes
+  EXPECT_EQ(bm.FindCached(k2).size(), 1u);
+  EXPECT_EQ(bm.num_free(), 1);
+  bm.Release(&c);
+  EXPECT_EQ(bm.num_free(), 4);
+}
+
+TEST(BlockManagerTest, ContentIsRegisteredOnce) {
+  BlockManager bm(4, 2);
+  const std::vector<BlockKey> k = Chain(1, 2, 10);
+  std::vector<int> a, b;
+  ASSERT_TRUE(bm.EnsureCapacity(&a, 2));
+  ASSERT_TRUE(bm.EnsureCapacity(&b, 2));
+  bm.Register(a[0], k[0]);
+  bm.Register(b[0], k[0]);  // same content computed twice: the first block keeps the key
+  EXPECT_EQ(bm.num_cached(), 1);
+  EXPECT_EQ(bm.FindCached(k), (std::vector<int>{a[0]}));
+  bm.Release(&b);  // b's copy was never registered: a plain free block again
+  EXPECT_EQ(bm.num_evictable(), 0);
+  bm.Release(&a);
+  EXPECT_EQ(bm.num_evictable(), 1);
 }
 
 }  // namespace

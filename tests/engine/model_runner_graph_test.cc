@@ -147,7 +147,7 @@ DecodeRun Decode(ModelRunner* runner, int n, int steps, CapturingBackend* log_ow
     next = o->sampled;
     run.tokens.insert(run.tokens.end(), next.begin(), next.end());
     for (const SeqLogprobs& l : o->logprobs) {
-      if (l.sampled.has_value()) run.logprobs.push_back(l.sampled->token.logprob);
+      for (const PositionLogprobs& p : l.sampled) run.logprobs.push_back(p.token.logprob);
     }
     run.last = *o;
   }

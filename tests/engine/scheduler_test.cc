@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/engine/fake_model.h"
 
 namespace saturn {
 namespace {
@@ -21,6 +22,9 @@ SchedulerConfig Config(int max_num_seqs, int max_tokens_per_step, int max_model_
   c.max_num_batched_tokens = max_tokens_per_step;
   c.max_model_len = max_model_len;
   c.eos_token_id = 2;
+  // Sim below expects every request to compute its KV from position 0; prefix caching has its
+  // own tests (prefix_caching_test.cc).
+  c.enable_prefix_caching = false;
   return c;
 }
 
@@ -33,21 +37,8 @@ GenerateRequest Req(int n, int max_tokens, int first = 10) {
   return r;
 }
 
-// The fake model's greedy choice: a hash of the whole context, never the eos id.
-int NextToken(const std::vector<int>& context) {
-  uint64_t h = 1469598103934665603ull;
-  for (int t : context) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
-  return 3 + static_cast<int>(h % 97);
-}
-
-std::vector<int> Reference(const GenerateRequest& r) {
-  std::vector<int> ctx = r.prompt, out;
-  while (static_cast<int>(out.size()) < r.sampling.max_tokens) {
-    out.push_back(NextToken(ctx));
-    ctx.push_back(out.back());
-  }
-  return out;
-}
+using testing_sched::NextToken;
+using testing_sched::Reference;
 
 // Plays the runner: keeps what each request's KV "holds", checks every plan against it and
 // feeds back the fake model's tokens.

@@ -258,7 +258,8 @@ TEST(PlanTest, UnderloadedServerAsksForClientConcurrency) {
 // Two clients with long prompts and short outputs: the steps carrying the prompts hold the
 // window at the compute roof, the decode steps between them run 2 sequences far under the
 // ridge. More clients share those decode steps, so the plan asks for them.
-TEST(PlanTest, PrefillHeavyComputeBoundWindowStillAsksForClientConcurrency) {
+// Two clients, 4 cycles of a step carrying one request's 256-token prompt, then 7 decode steps.
+std::vector<StepRecord> PromptThenDecodes() {
   const auto m = testing_diag::Small();
   std::vector<StepRecord> steps;
   double at = 0;
@@ -272,6 +273,12 @@ TEST(PlanTest, PrefillHeavyComputeBoundWindowStillAsksForClientConcurrency) {
       at = steps.back().end_us;
     }
   }
+  return steps;
+}
+
+TEST(PlanTest, PrefillHeavyComputeBoundWindowStillAsksForClientConcurrency) {
+  const auto m = testing_diag::Small();
+  const std::vector<StepRecord> steps = PromptThenDecodes();
   AnalyzerContext ctx = testing_diag::TestContext(m, 64);
   ctx.mean_prompt_tokens = 256;
   ctx.mean_output_tokens = 8;
@@ -285,6 +292,66 @@ TEST(PlanTest, PrefillHeavyComputeBoundWindowStillAsksForClientConcurrency) {
   EXPECT_GE(a.tokens_per_s_after, 1.05 * a.tokens_per_s_before);
   EXPECT_NE(FindMode(a, "prefill_compute"), nullptr);
   EXPECT_NE(FindMode(a, "workload_mix"), nullptr);
+}
+
+// The prefill-heavy window above, with prefix caching off and each admitted prompt found in
+// cached blocks but `missed` of it recomputed.
+std::vector<StepRecord> RepeatedPromptsCachingOff(double missed) {
+  std::vector<StepRecord> steps = PromptThenDecodes();
+  for (StepRecord& r : steps) {
+    r.options.prefix_caching = false;
+    if (r.num_prefill_tokens > 0) {
+      r.prefix_query_tokens = 256;
+      r.prefix_hit_tokens = static_cast<int>(256 * missed);
+    }
+  }
+  return steps;
+}
+
+AnalyzerContext RepeatedPromptsContext(bool caching) {
+  AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 64);
+  ctx.mean_prompt_tokens = 256;
+  ctx.mean_output_tokens = 8;
+  ctx.num_running = 2;
+  ctx.options.prefix_caching = caching;
+  return ctx;
+}
+
+// A compute-bound window whose prompts were 7/8 in the cache: the first action turns caching
+// on, predicted from the request mix with 1/8 of each prompt computed; the rules after it plan
+// with that mix, and the report shows the reuse missed.
+TEST(PlanTest, RepeatedPromptsWithCachingOffTurnItOnFirst) {
+  const auto steps = RepeatedPromptsCachingOff(0.875);
+  const auto r = Plan(steps, RepeatedPromptsContext(false));
+  EXPECT_NEAR(r.profile.prefix_missed_rate, 0.875, 1e-9);
+  EXPECT_EQ(r.profile.prefix_hit_rate, 0);
+  EXPECT_GT(r.profile.prefill_step_share, 0.3);
+  ASSERT_FALSE(r.plan.actions.empty()) << r.plan.note;
+  const Action& a = r.plan.actions.front();
+  EXPECT_EQ(a.kind, ActionKind::kEnablePrefixCaching) << a.what;
+  EXPECT_TRUE(a.options_after.prefix_caching);
+  EXPECT_NEAR(a.to, 32, 1e-9);  // prompt tokens computed per request: 256 -> 32
+  EXPECT_GE(a.tokens_per_s_after, 1.5 * a.tokens_per_s_before);
+  EXPECT_LT(a.prefill_share, 0.5);
+  EXPECT_NE(FindMode(a, "kv_reuse"), nullptr);
+  for (size_t i = 1; i < r.plan.actions.size(); ++i) {
+    EXPECT_TRUE(r.plan.actions[i].options_after.prefix_caching) << r.plan.actions[i].what;
+  }
+  const v1::DiagnosticsReport proto = ToProto(r);
+  EXPECT_EQ(proto.plan(0).kind(), "enable_prefix_caching");
+  EXPECT_TRUE(proto.plan(0).prefix_caching());
+  const std::string text = RenderReport(proto);
+  EXPECT_NE(text.find("prefix cache: OFF, 88% of admitted tokens"), std::string::npos) << text;
+}
+
+TEST(PlanTest, NoPrefixCachingActionWhenOnOrWhenPromptsDoNotRepeat) {
+  const auto rare = Plan(RepeatedPromptsCachingOff(0.05), RepeatedPromptsContext(false));
+  for (const Action& a : rare.plan.actions) EXPECT_NE(a.kind, ActionKind::kEnablePrefixCaching);
+  auto steps = RepeatedPromptsCachingOff(0.875);
+  for (StepRecord& s : steps) s.options.prefix_caching = true;  // on: those were hits
+  const auto on = Plan(steps, RepeatedPromptsContext(true));
+  EXPECT_NEAR(on.profile.prefix_hit_rate, 0.875, 1e-9);
+  for (const Action& a : on.plan.actions) EXPECT_NE(a.kind, ActionKind::kEnablePrefixCaching);
 }
 
 // Four clients with 1500-token prompts and 2 output tokens: each step carries a prompt chunk
