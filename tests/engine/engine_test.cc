@@ -316,5 +316,29 @@ TEST(EngineTest, ShutdownEndsEveryRequest) {
   EXPECT_EQ((*e)->Submit(Req(3, 3), nullptr).status().code(), absl::StatusCode::kUnavailable);
 }
 
+// Speculation needs the plain step loop, and its proposer's n-gram lengths a sane range: both
+// refused by name at start.
+TEST(EngineTest, SpeculationSettingsAreCheckedAtStart) {
+  EngineConfig c = testing_engine::TinyConfig();
+  c.options.num_speculative_tokens = 4;
+  c.async_scheduling = "on";
+  auto e = Engine::Create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("num_speculative_tokens"), std::string::npos) << e.status();
+  c.async_scheduling = "auto";
+  c.prompt_lookup_min = 5;
+  c.prompt_lookup_max = 2;
+  e = Engine::Create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("prompt_lookup_min"), std::string::npos) << e.status();
+  c.prompt_lookup_min = 1;
+  c.options.num_speculative_tokens = 17;
+  e = Engine::Create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("num_speculative_tokens: 17 is outside [0, 16]"),
+            std::string::npos)
+      << e.status();
+}
+
 }  // namespace
 }  // namespace saturn

@@ -120,6 +120,40 @@ TEST_F(OptionsTest, CudaGraphsOnTheCpuBackendIsFailedPrecondition) {
   EXPECT_TRUE(r.status.ok()) << r.status.error_message();
 }
 
+// Prefix caching and speculation switch at a step boundary; a speculation length past its
+// limit is refused by name, and nothing changes.
+TEST_F(OptionsTest, PrefixCachingAndSpeculationSwitchAndAreRangeChecked) {
+  const EngineOptions before = server_->engine()->options();
+  v1::UpdateEngineOptionsRequest req;
+  req.set_num_speculative_tokens(17);
+  v1::UpdateEngineOptionsResponse resp;
+  grpc::Status st = Update(req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("num_speculative_tokens: 17 is outside [0, 16]"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(server_->engine()->options(), before);
+
+  req.set_num_speculative_tokens(3);
+  req.set_prefix_caching(!before.prefix_caching);
+  st = Update(req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.options().num_speculative_tokens(), 3);
+  EXPECT_EQ(resp.options().prefix_caching(), !before.prefix_caching);
+  // A request runs with them (its tokens are the same: SpeculationGivesTheSameBits), and the
+  // step records say which options it ran under.
+  testing::StreamResult r = testing::RunStream(server_->stub.get(), testing::IdsRequest({1, 4}, 8));
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  const std::vector<StepRecord> steps = server_->engine()->steps().Last(1);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].options.num_speculative_tokens, 3);
+  EXPECT_EQ(steps[0].options.prefix_caching, !before.prefix_caching);
+
+  req.set_num_speculative_tokens(before.num_speculative_tokens);
+  req.set_prefix_caching(before.prefix_caching);
+  ASSERT_TRUE(Update(req, &resp).ok());
+}
+
 // This process's thread count (/proc/self/status).
 int ThreadCount() {
   std::ifstream f("/proc/self/status");
