@@ -10,6 +10,7 @@
 #include <iostream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/diag/diagnostics_service.h"
@@ -123,12 +124,13 @@ absl::Status ServerApp::LoadEngine() {
       LoadTextTokenizer(config_.engine.model, config_.skip_tokenizer_init);
   if (!tokenizer.ok()) return tokenizer.status();
   tokenizer_ = std::move(*tokenizer);
-  Log(tokenizer_ != nullptr
-          ? absl::StrCat("text tokenizer: ", tokenizer_->Describe())
-          : absl::StrCat("no text tokenizer (",
-                         config_.skip_tokenizer_init ? "--skip_tokenizer_init"
-                                                     : "the checkpoint has no tokenizer.json",
-                         "): prompts are token ids only"));
+  Log(tokenizer_ != nullptr ? absl::StrCat("text tokenizer: ", tokenizer_->Describe())
+                            : absl::StrCat("no text tokenizer (",
+                                           config_.skip_tokenizer_init ? "--skip_tokenizer_init"
+                                           : absl::EndsWith(config_.engine.model, ".gguf")
+                                               ? "a GGUF file's own tokenizer is not read yet"
+                                               : "the checkpoint has no tokenizer.json",
+                                           "): prompts are token ids only"));
   EngineConfig engine_config = config_.engine;
   engine_config.step_history_bytes = static_cast<size_t>(config_.step_history_mb) << 20;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(engine_config);

@@ -442,8 +442,12 @@ absl::StatusOr<ModelWeights> LoadModel(const std::string& model, uint64_t seed) 
   }
   std::error_code ec;
   if (fs::is_directory(model, ec)) return LoadHfCheckpoint(model);
+  if (fs::is_regular_file(model, ec) && fs::path(model).extension() == ".gguf") {
+    return LoadGguf(model);
+  }
   return absl::InvalidArgumentError(absl::StrCat("model \"", model, "\" is neither a preset (",
-                                                 PresetNames(), ") nor a checkpoint directory"));
+                                                 PresetNames(),
+                                                 "), a checkpoint directory nor a .gguf file"));
 }
 
 }  // namespace saturn

@@ -48,7 +48,16 @@ absl::StatusOr<ModelWeights> LoadHfCheckpoint(const std::string& dir);
 absl::Status SaveHfCheckpoint(const ModelWeights& weights, const std::string& dir,
                               const std::string& dtype = "F32");
 
-// "tiny" | "small" | "1b" (random weights from `seed`) or a checkpoint directory.
+// A llama-architecture GGUF file (llama.cpp's format; engine/model/gguf.h): its config from
+// the metadata, tensors f32, f16, bf16, q8_0, q4_0, q4_K and q6_K dequantized to f32, q and k
+// rows put back in Hugging Face order. Refused by name: another architecture, RoPE scaling,
+// partial rotary, any tensor Saturn does not use, any other tensor type, a truncated or
+// malformed file. The tokenizer in the file's metadata is not read yet: serve it with prompt
+// token ids (--skip_tokenizer_init).
+absl::StatusOr<ModelWeights> LoadGguf(const std::string& path);
+
+// "tiny" | "small" | "1b" (random weights from `seed`), a checkpoint directory or a .gguf
+// file.
 absl::StatusOr<ModelWeights> LoadModel(const std::string& model, uint64_t seed);
 
 }  // namespace saturn
