@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "engine/model/weights.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/engine/model/gguf_writer.h"
+#include "tests/engine/tokenizer/hf_python.h"
 
 namespace saturn {
 namespace {
@@ -145,6 +147,39 @@ TEST(GgufTest, KQuantBlocksDequantizeAsGgmlDefinesThem) {
   EXPECT_EQ(y[32], 0.5f * -1 * ((12 | 1 << 4) - 32));
   EXPECT_EQ(y[64], 0.5f * 1 * (3 - 32));
   EXPECT_FALSE(Dequantize(kGgmlQ6_K, q6k, 512, y.data()).ok());  // more values than bytes
+}
+
+// Random blocks of each quantized type, dequantized by llama.cpp's own `gguf` package (PyPI;
+// tests/run_all.sh installs it beside the build) and by Saturn: the same values. Skips, saying
+// why, where the package is missing.
+TEST(GgufTest, QuantizedBlocksMatchLlamaCppsGgufPackage) {
+  const std::string prefix = TempPath("reference");
+  const int code = hf_test::RunScript("engine/model/gguf_reference.py", prefix, prefix + ".err");
+  if (code == 3 || code == 127) {
+    GTEST_SKIP() << "llama.cpp's `gguf` package (PyPI) is not available to " << hf_test::Python()
+                 << ", so there is nothing to compare with; tests/run_all.sh installs it where "
+                    "pip can reach PyPI";
+  }
+  ASSERT_EQ(code, 0) << hf_test::ReadFile(prefix + ".err");
+  absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(prefix + ".gguf");
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::string ref_bytes = hf_test::ReadFile(prefix + ".f32");
+  std::vector<float> ref(ref_bytes.size() / 4);
+  std::memcpy(ref.data(), ref_bytes.data(), ref.size() * 4);
+  size_t at = 0;
+  for (const char* name : {"q8_0", "q4_0", "q4_K", "q6_K"}) {
+    const GgufTensor* t = (*f)->FindTensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    std::vector<float> got(static_cast<size_t>(t->elements()));
+    ASSERT_TRUE(Dequantize(t->type, (*f)->Data(*t), t->elements(), got.data()).ok()) << name;
+    ASSERT_LE(at + got.size(), ref.size());
+    for (size_t i = 0; i < got.size(); ++i, ++at) {
+      ASSERT_NEAR(got[i], ref[at], 1e-6f * std::max(1.0f, std::fabs(ref[at])))
+          << name << " value " << i;
+    }
+  }
+  EXPECT_EQ(at, ref.size());
+  for (const char* ext : {".gguf", ".f32", ".err"}) fs::remove(prefix + ext);
 }
 
 TEST(GgufTest, AnEngineServingTheFileGivesThePresetsTokens) {
