@@ -158,6 +158,8 @@ std::vector<int> Scheduler::Speculate(State* s, int budget, int rows_left, int b
                             config_.max_model_len - s->num_tokens() - 1);
   const NgramConfig ngram{config_.prompt_lookup_min, config_.prompt_lookup_max};
   if (config_.num_speculative_tokens <= 0) {
+    // Scored where speculation could pay (a small batch), so a large one pays no host time.
+    if (running_.size() > kShadowMaxRunning) return {};
     const int k = std::min(config_.shadow_speculative_tokens, room);
     std::vector<int> d = ProposeNgram(s->tokens, k, ngram);
     if (!d.empty()) s->shadows.push_back(State::Shadow{s->num_tokens(), std::move(d), 0});

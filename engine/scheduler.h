@@ -142,6 +142,9 @@ struct RequestUpdate {
 
 // A token drawn by a step whose Update() has not run yet.
 constexpr int kPendingToken = -1;
+// Speculation off: proposals are scored only while at most this many requests run (the
+// batches where speculating could pay), so larger batches spend no host time on them.
+constexpr size_t kShadowMaxRunning = 32;
 
 class Scheduler {
  public:
