@@ -157,9 +157,11 @@ class ClosingServer {
         Send(fd, Answer("text/event-stream", first, stream.size()));
         return;
       }
-      Send(fd, Answer("text/event-stream", stream, stream.size()));
+      // Counted before the answer goes out: the client may read it, and the test look, before
+      // this thread runs again.
       ++answered_here;
       ++answered_;
+      Send(fd, Answer("text/event-stream", stream, stream.size()));
     }
   }
 
@@ -226,9 +228,12 @@ TEST(OpenAiTransportTest, ConnectionsClosedAfterOneAnswerAreRetriedOnAFreshOne) 
   const PhaseOutcome out = RunLoad(*transport, ClosedLoop(1, 20));
   ExpectAllCompleted(out, 20);
   EXPECT_EQ(server.answered(), 20);
-  // The first request went on a fresh connection; each later one first on the kept-alive
-  // connection the server then closed unanswered, and again on a fresh one.
-  EXPECT_EQ(server.completion_requests(), 39);
+  // The first request went on a fresh connection; each later one on the kept-alive connection
+  // the server then closed unanswered, and again on a fresh one, unless the client saw the
+  // close before sending (cpp-httplib checks a kept connection before reuse; on a loaded
+  // machine the close often lands first): 20 to 39 requests, each answered once.
+  EXPECT_GE(server.completion_requests(), 20);
+  EXPECT_LE(server.completion_requests(), 39);
 
   // Several in flight: the same.
   const PhaseOutcome four = RunLoad(*transport, ClosedLoop(4, 24));
