@@ -23,6 +23,9 @@ struct EngineOptions {
 // them at start). INVALID_ARGUMENT names the field, the value and the range.
 inline constexpr int kMaxNumSeqsLimit = 1 << 16, kMaxNumBatchedTokensLimit = 1 << 24;
 inline constexpr int kMaxSpeculativeTokens = 16;
+// Tokens per proposal the scheduler scores while speculation is off: the K the plan's
+// speculation action proposes (Scheduler, engine/diag/plan.cc).
+inline constexpr int kScoredSpeculativeTokens = 4;
 absl::Status CheckEngineLimits(int max_num_seqs_limit, int max_num_batched_tokens_limit);
 
 // Each limit in [1, its *_limit], num_speculative_tokens in [0, kMaxSpeculativeTokens];

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/engine_options.h"
 #include "engine/request.h"
 
 namespace saturn {
@@ -74,8 +75,8 @@ struct SchedulerConfig {
   bool key_prompt_boundary = true;
   // Speculative decoding: tokens proposed per decoding request and step (0: off).
   int num_speculative_tokens = 0;
-  int prompt_lookup_min = 1, prompt_lookup_max = 4;  // n-gram lengths the proposer matches
-  int shadow_speculative_tokens = 4;                 // proposals scored while off (0: none)
+  int prompt_lookup_min = 1, prompt_lookup_max = 4;          // n-gram lengths the proposer matches
+  int shadow_speculative_tokens = kScoredSpeculativeTokens;  // scored while off (0: none)
   int max_sample_rows = 1 << 30;  // rows a step may sample (the runner's buffers)
 };
 

@@ -55,9 +55,9 @@ struct AnalyzerContext {
   bool supports_graphs = false;
   bool event_thread = false;      // token events leave the engine thread (EngineInfo::event_thread)
   bool async_scheduling = false;  // the overlapped step loop (speculation needs the plain one)
-  // Tokens per proposal the scheduler scores while speculation is off (SchedulerConfig::
-  // shadow_speculative_tokens): the K a speculation action proposes.
-  int speculative_tokens_scored = 4;
+  // Tokens per proposal the scheduler scores while speculation is off: the K a speculation
+  // action proposes.
+  int speculative_tokens_scored = kScoredSpeculativeTokens;
   std::vector<int> graph_sizes;   // captured decode batch sizes (ascending)
   double graph_memory_bytes = 0;  // 0: unknown (estimated per size, see plan.cc)
   // Engine counters now.

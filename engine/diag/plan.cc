@@ -87,15 +87,8 @@ struct PlanBuild {
                                               a->tpot_ms_before, a->tpot_ms_after, 100 * dt)));
   }
 
-  // Workload-aware prediction of an action: closed-loop output tokens/s at `conc_before` ->
-  // `conc_after` in-flight requests, max_num_seqs `seqs_before` -> `seqs_after`.
-  void FillMix(Action* a, double conc_before, int seqs_before, double conc_after, int seqs_after,
-               bool graphs_after) const {
-    if (!use_mix) return;
-    const MixPrediction before = PredictMix(CurveLookupFn{pred, curve, cur_graphs}, mix,
-                                            conc_before, seqs_before, budget_now);
-    const MixPrediction after = PredictMix(CurveLookupFn{pred, curve, graphs_after}, mix,
-                                           conc_after, seqs_after, budget_now);
+  // An action's figures from the request-mix predictions before and after it.
+  void SetFromMix(const MixPrediction& before, const MixPrediction& after, Action* a) const {
     a->tokens_per_s_before = before.output_tokens_per_s;
     a->tpot_ms_before = before.tpot_ms;
     a->tokens_per_s_after = after.output_tokens_per_s;
@@ -105,6 +98,18 @@ struct PlanBuild {
     a->mix_after = after;
     a->outside_measured = !after.in_range;
     a->expected_error = std::max(after.rel_error, model.fit_error);
+  }
+
+  // Workload-aware prediction of an action: closed-loop output tokens/s at `conc_before` ->
+  // `conc_after` in-flight requests, max_num_seqs `seqs_before` -> `seqs_after`.
+  void FillMix(Action* a, double conc_before, int seqs_before, double conc_after, int seqs_after,
+               bool graphs_after) const {
+    if (!use_mix) return;
+    const MixPrediction before = PredictMix(CurveLookupFn{pred, curve, cur_graphs}, mix,
+                                            conc_before, seqs_before, budget_now);
+    const MixPrediction after = PredictMix(CurveLookupFn{pred, curve, graphs_after}, mix,
+                                           conc_after, seqs_after, budget_now);
+    SetFromMix(before, after, a);
     a->tradeoffs.push_back(
         Fm("workload_mix", after.prefill_share,
            absl::StrFormat("requests of %.0f prompt + %.0f output tokens: %.0f%% of step time in "
@@ -265,10 +270,7 @@ void AddEnablePrefixCaching(PlanBuild& b, Plan* plan, double missed) {
   auto decode_us = [&](double rows, double unique_context_tokens) {
     StepShape shape = DecodeShape(std::max<int64_t>(1, std::llround(rows)), context);
     if (unique_context_tokens >= 0) shape.context_tokens = std::llround(unique_context_tokens);
-    const AnalyzerContext& c = b.ctx;
-    return b.model.PredictUs(
-        EstimateStepCost(c.model, c.dtype_bytes, shape, c.weight_dtype_bytes, c.kv_dtype_bytes),
-        rows);
+    return b.pred.ShapeUs(shape, rows);
   };
   auto sharing = [&](double rows, double decode_rows, bool prefill, double after_prefill) {
     CurveLookup l = measured(rows, decode_rows, prefill, after_prefill);
@@ -292,15 +294,8 @@ void AddEnablePrefixCaching(PlanBuild& b, Plan* plan, double missed) {
       std::max(all_shared.output_tokens_per_s + unshared.output_tokens_per_s, 1e-9);
   a.from = b.mix.prompt_tokens;
   a.to = after_mix.prompt_tokens;
-  a.tokens_per_s_before = before.output_tokens_per_s;
-  a.tpot_ms_before = before.tpot_ms;
-  a.tokens_per_s_after = after.output_tokens_per_s;
-  a.tpot_ms_after = after.tpot_ms;
-  a.batch_after = after.decode_batch;
-  a.prefill_share = after.prefill_share;
-  a.mix_after = after;
-  a.outside_measured = !after.in_range;
-  a.expected_error = std::max(after.rel_error, b.model.fit_error) + spread;
+  b.SetFromMix(before, after, &a);
+  a.expected_error += spread;
   if (!(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) {
     b.Decline(a);
     return;

@@ -22,6 +22,12 @@ struct Predictor {
   double host_phases_us;  // mean measured schedule + prepare + postprocess
   bool graphs_now;
 
+  // The fitted model's time for a step of `shape` holding `num_seqs` sequences.
+  double ShapeUs(const StepShape& shape, double num_seqs) const {
+    return model.PredictUs(EstimateStepCost(ctx.model, ctx.dtype_bytes, shape,
+                                            ctx.weight_dtype_bytes, ctx.kv_dtype_bytes),
+                           num_seqs);
+  }
   int Padded(int b, bool graphs) const {
     if (!graphs) return b;
     for (int s : ctx.graph_sizes) {
@@ -47,10 +53,8 @@ struct Predictor {
   double DecodeTps(int b, bool graphs) const { return b / DecodeUs(b, graphs) * 1e6; }
   // A step of `budget` rows: one prefill chunk next to `decodes` decode rows.
   double MixedUs(int budget, int decodes) const {
-    const StepShape s = MixedShape(1, std::max(1, budget - decodes), 0, decodes, context, true);
-    return model.PredictUs(
-        EstimateStepCost(ctx.model, ctx.dtype_bytes, s, ctx.weight_dtype_bytes, ctx.kv_dtype_bytes),
-        decodes + 1);
+    return ShapeUs(MixedShape(1, std::max(1, budget - decodes), 0, decodes, context, true),
+                   decodes + 1);
   }
   // A step of `rows` rows, `decode_rows` of them decodes, over one of pure prefill.
   double MixRatio(double rows, double decode_rows) const {
