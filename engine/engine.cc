@@ -9,6 +9,7 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/engine_impl.h"
@@ -43,6 +44,17 @@ absl::Status EngineConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt_lookup_min, prompt_lookup_max: ", prompt_lookup_min, ", ",
                      prompt_lookup_max, " must satisfy 1 <= min <= max <= ", kMaxPromptLookup));
+  }
+  if (quantization != "auto" && quantization != "none" && quantization != "q8_0" &&
+      quantization != "q4_0") {
+    return absl::InvalidArgumentError(absl::StrCat("quantization: \"", quantization,
+                                                   "\" is not one of auto, none, q8_0 or q4_0"));
+  }
+  if ((quantization == "q8_0" || quantization == "q4_0") && dtype != "auto" &&
+      dtype != quantization) {
+    return absl::InvalidArgumentError(absl::StrCat("quantization: ", quantization,
+                                                   " sets the weights' dtype, and dtype says ",
+                                                   dtype, "; give one of them"));
   }
   if (options.num_speculative_tokens > 0 && async_scheduling == "on") {
     return absl::InvalidArgumentError(
@@ -111,11 +123,31 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() { Shutdown(); }
 
+namespace {
+
+// The weights' dtype for CreateBackend: config.dtype, or the quantization's block format
+// (auto: a GGUF file's own, where the CPU streams it as it is).
+absl::StatusOr<std::string> WeightDType(const EngineConfig& config) {
+  if (config.quantization == "q8_0" || config.quantization == "q4_0") return config.quantization;
+  if (config.quantization != "auto" || config.dtype != "auto" || config.backend == "cuda" ||
+      !absl::EndsWith(config.model, ".gguf") || PresetConfig(config.model).ok()) {
+    return config.dtype;
+  }
+  ASSIGN_OR_RETURN(const std::string format, GgufWeightFormat(config.model));
+  if (format.empty()) return config.dtype;
+  std::cerr << "saturn: " << config.model << " holds " << format
+            << " weights; serving them as they are (--quantization none dequantizes them)\n";
+  return format;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   RETURN_IF_ERROR(config.Validate());
+  ASSIGN_OR_RETURN(const std::string weight_dtype, WeightDType(config));
   ASSIGN_OR_RETURN(
       std::unique_ptr<Backend> backend,
-      CreateBackend(config.backend, config.num_threads, config.dtype, config.kv_cache_dtype,
+      CreateBackend(config.backend, config.num_threads, weight_dtype, config.kv_cache_dtype,
                     config.batch_invariant, config.cuda_kernels));
   std::unique_ptr<Engine> engine(new Engine(std::make_unique<Impl>(config, std::move(backend))));
   RETURN_IF_ERROR(engine->impl_->Init());

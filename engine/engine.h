@@ -38,6 +38,11 @@ struct EngineConfig {
   int num_threads = 0;                  // CPU backend threads (0: all cores)
   std::string dtype = "auto";           // weights: auto | f32 | bf16 (CPU; auto: bf16 where native)
   std::string kv_cache_dtype = "auto";  // auto (the weights') | f32 | bf16 (CPU)
+  // GEMM weights in llama.cpp's block formats, quantized at load (CPU): none | q8_0 | q4_0, or
+  // auto: a GGUF file's own format where every layer matrix is q8_0 or q4_0 (so the file is
+  // served at its own bytes per weight), else none. q8_0/q4_0 set the weights' dtype, so an
+  // explicit dtype other than auto beside them is refused.
+  std::string quantization = "auto";
   std::string batch_invariant = "auto";   // auto (CPU on, CUDA off) | on | off: CreateBackend
   std::string cuda_kernels = "baseline";  // baseline | fused (aliases v1 | v2): CreateBackend
   size_t kv_cache_bytes = 0;              // 0: enough for max_num_seqs_limit full-length sequences,

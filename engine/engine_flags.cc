@@ -11,8 +11,12 @@ ABSL_FLAG(std::string, model, "small",
 ABSL_FLAG(std::string, backend, "auto", "auto | cpu | cuda");
 ABSL_FLAG(int, threads, 0, "CPU backend threads (0: all cores)");
 ABSL_FLAG(std::string, dtype, "auto",
-          "Weights: auto | f32 | bf16 (CPU backend; auto: bf16 where the CPU has native bf16 dot "
-          "products, else f32)");
+          "Weights: auto | f32 | bf16 | q8_0 | q4_0 (CPU backend; auto: bf16 where the CPU has "
+          "native bf16 dot products, else f32; q8_0 and q4_0 as --quantization)");
+ABSL_FLAG(std::string, quantization, "auto",
+          "GEMM weights in llama.cpp's block formats, quantized at load: auto | none | q8_0 | q4_0 "
+          "(CPU backend; auto: a GGUF file's own format where every layer matrix is q8_0 or q4_0, "
+          "else none)");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache: auto | f32 | bf16 (CPU backend; auto: the weights' dtype, as vLLM's "
           "--kv-cache-dtype auto)");
@@ -36,6 +40,7 @@ EngineConfig EngineConfigFromFlags() {
   config.num_threads = absl::GetFlag(FLAGS_threads);
   config.dtype = absl::GetFlag(FLAGS_dtype);
   config.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
+  config.quantization = absl::GetFlag(FLAGS_quantization);
   config.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   config.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
   return config;

@@ -1,8 +1,12 @@
 // The model runner's set-up: the weights in one device arena and the step buffers at their
 // upper bounds (model_runner.h).
 #include <algorithm>
+#include <iostream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/model_runner.h"
 #include "engine/model_runner_state.h"
 #include "kernels/base/status_macros.h"
@@ -56,9 +60,19 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
     arena_bytes += (shape.bytes() + kAlign - 1) / kAlign * kAlign;
     return absl::OkStatus();
   };
-  auto place = [&](const std::vector<float>& host, int64_t rows, int64_t cols, Tensor* view) {
-    return place_as(wdt, wlayout, host, rows, cols, view);
+  // Block-quantized weights (q8_0, q4_0): a matrix whose rows are not whole blocks stays in
+  // the compute dtype, as llama.cpp's quantizer falls back for such tensors.
+  std::vector<std::string> unquantized;
+  auto place_in = [&](DType dt, const std::vector<float>& host, int64_t rows, int64_t cols,
+                      Tensor* view, const char* what) {
+    if (IsBlockQuantized(dt) && cols % DTypeBlockElems(dt) != 0) {
+      unquantized.push_back(absl::StrCat(what, " (", cols, " columns)"));
+      return place_as(act, Layout::kRows, host, rows, cols, view);
+    }
+    return place_as(dt, backend_->GemmWeightLayout(dt), host, rows, cols, view);
   };
+  auto place = [&](const std::vector<float>& host, int64_t rows, int64_t cols, Tensor* view,
+                   const char* what) { return place_in(wdt, host, rows, cols, view, what); };
   const ModelConfig& m = model_;
   const int64_t d = m.hidden_size, hq = int64_t{m.num_heads} * m.head_dim,
                 hkv = int64_t{m.num_kv_heads} * m.head_dim, f = m.intermediate_size;
@@ -72,24 +86,36 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
   RETURN_IF_ERROR(place_as(act, Layout::kRows, w.final_norm, 1, d, &dw.final_norm_t));
   if (!shared_head) {  // untied, or tied but the GEMM wants its own copy in the weight dtype
     const std::vector<float>& head = m.tie_word_embeddings ? w.embedding : w.lm_head;
-    RETURN_IF_ERROR(place(head, m.vocab_size, d, &dw.lm_head_t));
+    // Under q4_0 the LM head takes q8_0, as llama.cpp's quantizer gives output.weight a wider
+    // format than the layers (q6_K, which Saturn does not have): its logits are what sampling sees.
+    const DType head_dt = wdt == DType::kQ4_0 ? DType::kQ8_0 : wdt;
+    RETURN_IF_ERROR(place_in(head_dt, head, m.vocab_size, d, &dw.lm_head_t, "lm_head"));
   }
   dw.layers.resize(m.num_layers);
   for (int l = 0; l < m.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
     DeviceWeights::Layer& L = dw.layers[l];
     RETURN_IF_ERROR(place_as(act, Layout::kRows, lw.attn_norm, 1, d, &L.attn_norm_t));
-    RETURN_IF_ERROR(place(lw.wqkv, hq + 2 * hkv, d, &L.wqkv_t));
-    RETURN_IF_ERROR(place(lw.wo, d, hq, &L.wo_t));
+    RETURN_IF_ERROR(place(lw.wqkv, hq + 2 * hkv, d, &L.wqkv_t, "wqkv"));
+    RETURN_IF_ERROR(place(lw.wo, d, hq, &L.wo_t, "wo"));
     RETURN_IF_ERROR(place_as(act, Layout::kRows, lw.mlp_norm, 1, d, &L.mlp_norm_t));
-    RETURN_IF_ERROR(place(lw.w_gate_up, 2 * f, d, &L.w_gate_up_t));
-    RETURN_IF_ERROR(place(lw.w_down, d, f, &L.w_down_t));
+    RETURN_IF_ERROR(place(lw.w_gate_up, 2 * f, d, &L.w_gate_up_t, "w_gate_up"));
+    RETURN_IF_ERROR(place(lw.w_down, d, f, &L.w_down_t, "w_down"));
+  }
+  if (!unquantized.empty()) {
+    // One line, each kind of matrix once (every layer has the same shapes).
+    std::sort(unquantized.begin(), unquantized.end());
+    unquantized.erase(std::unique(unquantized.begin(), unquantized.end()), unquantized.end());
+    std::cerr << "saturn: " << DTypeName(wdt) << " needs rows of whole blocks of "
+              << DTypeBlockElems(wdt) << "; kept in " << DTypeName(act) << ": "
+              << absl::StrJoin(unquantized, ", ") << "\n";
   }
   ASSIGN_OR_RETURN(dw.arena, backend_->Allocate(std::max<size_t>(arena_bytes, 1)));
   for (const Placed& p : placed) {
     *p.view = dw.arena.View(p.shape.dtype, p.shape.rows, p.shape.cols, p.offset);
     p.view->layout = p.shape.layout;
-    weight_bytes_ += static_cast<size_t>(p.view->numel()) * DTypeSize(p.view->dtype);  // unpadded
+    weight_bytes_ +=
+        static_cast<size_t>(p.view->rows) * DTypeRowBytes(p.view->dtype, p.view->cols);  // unpadded
     RETURN_IF_ERROR(backend_->UploadF32(p.host->data(), *p.view));
   }
   if (shared_head) dw.lm_head_t = dw.embedding_t;

@@ -35,6 +35,10 @@ absl::Status ExpectDType(const char* op, const char* name, const Tensor& t, DTyp
 }
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+// A GEMM weight: floating point, or a block format whose rows are whole blocks.
+bool IsWeight(const Tensor& w) {
+  return IsFloat(w.dtype) || (IsBlockQuantized(w.dtype) && w.cols % DTypeBlockElems(w.dtype) == 0);
+}
 
 // A weight in a layout other than rows must be the one this backend uploads GEMM weights in.
 absl::Status CheckWeightLayout(const char* op, const Backend& b, const Tensor& w) {
@@ -52,8 +56,10 @@ absl::Status CheckGemm(const char* op, const Tensor& x, const Tensor& w, const T
                 absl::StrCat("x is ", x.ShapeString(), " but w is ", w.ShapeString(),
                              " (inner dimensions differ)"));
   RETURN_IF_ERROR(ExpectShape(op, "out", out, x.rows, w.rows));
-  SATURN_EXPECT(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(out.dtype), op,
-                "operands must be floating point");
+  SATURN_EXPECT(IsFloat(x.dtype) && IsWeight(w) && IsFloat(out.dtype), op,
+                absl::StrCat("x and out must be floating point and w floating point or whole "
+                             "blocks of a block format; w is ",
+                             w.ShapeString()));
   return absl::OkStatus();
 }
 
@@ -171,8 +177,10 @@ absl::Status Backend::GemmSplit(const Tensor& x, const Tensor& w, absl::Span<con
   }
   SATURN_EXPECT(cols == w.rows, "gemm_split",
                 absl::StrCat("outs' columns sum to ", cols, " but w is ", w.ShapeString()));
-  SATURN_EXPECT(IsFloat(x.dtype) && IsFloat(w.dtype) && IsFloat(outs[0].dtype), "gemm_split",
-                "operands must be floating point");
+  SATURN_EXPECT(IsFloat(x.dtype) && IsWeight(w) && IsFloat(outs[0].dtype), "gemm_split",
+                absl::StrCat("x and outs must be floating point and w floating point or whole "
+                             "blocks of a block format; w is ",
+                             w.ShapeString()));
   if (x.rows == 0) return absl::OkStatus();
   const Tensor whole{nullptr, outs[0].dtype, x.rows, w.rows};  // the outs side by side
   return Run(OpKind::kGemm, cost::Gemm(x, w, whole), [&] { return DoGemmSplit(x, w, outs); });

@@ -3,8 +3,9 @@
 namespace saturn::cost {
 namespace {
 // The operand's own elements: a weight in a packed layout (Layout::kAmxTiles, kPanels) counts as
-// its rows x cols, as the step cost model (engine/diag) computes from shapes alone.
-double B(const Tensor& t) { return static_cast<double>(t.numel()) * DTypeSize(t.dtype); }
+// its rows x cols, as the step cost model (engine/diag) computes from shapes alone; a
+// block-quantized weight as its blocks' bytes (q8_0: 34 for 32 weights).
+double B(const Tensor& t) { return static_cast<double>(t.rows) * DTypeRowBytes(t.dtype, t.cols); }
 double N(const Tensor& t) { return static_cast<double>(t.numel()); }
 }  // namespace
 

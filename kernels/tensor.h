@@ -13,13 +13,37 @@
 
 namespace saturn {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kCount };
+// kQ8_0 and kQ4_0 are block-quantized GEMM weights in llama.cpp's (ggml's) formats, 32
+// weights a block, each row a whole number of blocks:
+//  - q8_0, 34 bytes: an f16 scale d, then 32 int8 q; weight i = d * q[i].
+//  - q4_0, 18 bytes: an f16 scale d, then 16 bytes of nibbles; weight i (i < 16) = d * ((byte
+//    i & 15) - 8), weight 16 + i = d * ((byte i >> 4) - 8).
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kQ8_0, kQ4_0, kCount };
 
-// Bytes per element and name of each dtype, in enum order (kernels/base/enum_table.h).
-inline constexpr std::array kDTypeSizes{size_t{4}, size_t{2}, size_t{2}, size_t{4}, size_t{8}};
-inline constexpr std::array kDTypeNames{"f32", "bf16", "f16", "i32", "i64"};
+// Per dtype, in enum order (kernels/base/enum_table.h): bytes of one block, elements in a
+// block (1 for element types), name.
+inline constexpr std::array kDTypeBlockBytes{size_t{4}, size_t{2},  size_t{2}, size_t{4},
+                                             size_t{8}, size_t{34}, size_t{18}};
+inline constexpr std::array kDTypeBlockElems{int64_t{1}, int64_t{1},  int64_t{1}, int64_t{1},
+                                             int64_t{1}, int64_t{32}, int64_t{32}};
+inline constexpr std::array kDTypeNames{"f32", "bf16", "f16", "i32", "i64", "q8_0", "q4_0"};
 
-inline size_t DTypeSize(DType t) { return EnumLookup(kDTypeSizes, t, size_t{0}); }
+inline int64_t DTypeBlockElems(DType t) { return EnumLookup(kDTypeBlockElems, t, int64_t{1}); }
+inline bool IsBlockQuantized(DType t) { return DTypeBlockElems(t) > 1; }
+// Bytes per element; 0 for the block-quantized types, whose rows DTypeRowBytes sizes.
+inline size_t DTypeSize(DType t) {
+  return IsBlockQuantized(t) ? 0 : EnumLookup(kDTypeBlockBytes, t, size_t{0});
+}
+// Bytes of a row of `cols` elements (block types: cols a multiple of the block).
+inline size_t DTypeRowBytes(DType t, int64_t cols) {
+  return static_cast<size_t>(cols / DTypeBlockElems(t)) *
+         EnumLookup(kDTypeBlockBytes, t, size_t{0});
+}
+// Bytes per element on average (q8_0: 34 / 32), what a stream of weights reads.
+inline double DTypeBytesPerElement(DType t) {
+  return static_cast<double>(EnumLookup(kDTypeBlockBytes, t, size_t{0})) /
+         static_cast<double>(DTypeBlockElems(t));
+}
 inline const char* DTypeName(DType t) { return EnumLookup(kDTypeNames, t, "?"); }
 
 // kRows: row-major and contiguous. Two packed layouts of GEMM weights on the CPU backend, both
@@ -54,7 +78,7 @@ struct Tensor {
       case Layout::kRows:
         break;
     }
-    return static_cast<size_t>(numel()) * DTypeSize(dtype);
+    return static_cast<size_t>(rows) * DTypeRowBytes(dtype, cols);
   }
   template <typename T>
   T* as() const {
@@ -64,7 +88,7 @@ struct Tensor {
   // last panel may hold rows past count, which its GEMMs do not store).
   Tensor RowSlice(int64_t begin, int64_t count) const {
     const int64_t row_elems = layout == Layout::kAmxTiles ? PanelPadded(cols) : cols;
-    return Tensor{static_cast<char*>(data) + begin * row_elems * DTypeSize(dtype), dtype, count,
+    return Tensor{static_cast<char*>(data) + begin * DTypeRowBytes(dtype, row_elems), dtype, count,
                   cols, layout};
   }
   // The same memory seen with another 2-D shape of equal element count (rows only).

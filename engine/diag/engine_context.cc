@@ -9,7 +9,7 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
   const EngineInfo info = engine.info();
   c.model = info.model;
   c.dtype_bytes = static_cast<double>(DTypeSize(info.compute_dtype));
-  c.weight_dtype_bytes = static_cast<double>(DTypeSize(info.weight_dtype));
+  c.weight_dtype_bytes = DTypeBytesPerElement(info.weight_dtype);  // q8_0: 34 / 32
   c.kv_dtype_bytes = static_cast<double>(DTypeSize(info.kv.dtype));
   c.weight_bytes = static_cast<double>(info.weight_bytes);
   c.kv_num_blocks = info.kv.num_blocks;

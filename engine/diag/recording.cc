@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/base/json_depth.h"
+#include "kernels/tensor.h"
 #include "nlohmann/json.hpp"
 
 namespace saturn {
@@ -478,16 +479,22 @@ absl::StatusOr<Recording> RecordingFromJson(std::string_view text) {
   if (!(r.input.end_us > r.input.begin_us)) {
     return absl::InvalidArgumentError("recording: \"end_us\" must be after \"begin_us\"");
   }
-  // Element sizes the cost model knows (f32 4, bf16/f16 2; 0: as the compute dtype).
+  // Element sizes the cost model knows (f32 4, bf16/f16 2; 0: as the compute dtype; GEMM
+  // weights also q8_0's 1.0625 and q4_0's 0.5625).
   const AnalyzerContext& c = r.input.context;
-  for (const auto& [name, bytes, may_be_zero] :
+  for (const auto& [name, bytes, weights] :
        {std::tuple{"dtype_bytes", c.dtype_bytes, false},
         std::tuple{"weight_dtype_bytes", c.weight_dtype_bytes, true},
         std::tuple{"kv_dtype_bytes", c.kv_dtype_bytes, true}}) {
-    if (!(bytes == 2 || bytes == 4 || (may_be_zero && bytes == 0))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("recording: context.", name, " is ", bytes, "; an element is 2 or 4 bytes",
-                       may_be_zero ? " (0: the compute dtype's)" : ""));
+    const bool block = std::string_view(name) == "weight_dtype_bytes" &&
+                       (bytes == DTypeBytesPerElement(DType::kQ8_0) ||
+                        bytes == DTypeBytesPerElement(DType::kQ4_0));
+    if (!(bytes == 2 || bytes == 4 || block || (weights && bytes == 0))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "recording: context.", name, " is ", bytes, "; an element is 2 or 4 bytes",
+          weights ? " (0: the compute dtype's)" : "",
+          std::string_view(name) == "weight_dtype_bytes" ? ", or 1.0625 (q8_0) or 0.5625 (q4_0)"
+                                                         : ""));
     }
   }
   for (size_t i = 1; i < r.input.steps.size(); ++i) {

@@ -16,9 +16,15 @@ void Add(StepCost* c, OpClass k, const OpCost& cost) {
   ++cc.ops;
 }
 
-// The dtype of an element of `bytes` bytes: 2 or 4, as the analyzer's context records them
-// (a recording with any other size is refused when it is read, recording.cc).
-DType OfSize(double bytes) { return bytes == 2 ? DType::kBF16 : DType::kF32; }
+// The dtype of an element of `bytes` bytes: 2 or 4, or for GEMM weights the block formats'
+// average (q8_0 34 / 32, q4_0 18 / 32), as the analyzer's context records them (a recording
+// with any other size is refused when it is read, recording.cc).
+DType OfSize(double bytes) {
+  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    if (bytes == DTypeBytesPerElement(t)) return t;
+  }
+  return DType::kF32;
+}
 
 // An operand's shape and dtype, for the cost formulas (which read nothing else).
 Tensor Shape(DType dt, double rows, double cols) {

@@ -183,9 +183,10 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
   if (wdt != dt) stream_dtypes.push_back(wdt);
   for (DType sdt : stream_dtypes) {
     const int64_t k = 1024;
-    const int64_t rows = std::max<int64_t>(64, int64_t(bytes / DTypeSize(sdt)) / k);
+    const size_t row_bytes = DTypeRowBytes(sdt, k);  // q8_0 / q4_0: whole blocks
+    const int64_t rows = std::max<int64_t>(64, int64_t(bytes / row_bytes));
     // weights + x + out
-    const double moved = double(rows * k) * DTypeSize(sdt) + double(k + rows) * DTypeSize(dt);
+    const double moved = double(rows) * row_bytes + double(k + rows) * DTypeSize(dt);
     ASSIGN_OR_RETURN(DeviceBuffer x, backend->Allocate(size_t(k) * DTypeSize(dt)));
     DeviceBuffer w;
     ASSIGN_OR_RETURN(const Tensor tw, AllocateWeight(backend, sdt, rows, k, &w));
@@ -205,7 +206,7 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
     run_share_min = std::min(run_share_min, st.run_share);
     absl::StrAppend(&c.bandwidth_method, c.bandwidth_method.empty() ? "" : "; ",
                     "read-only weight stream: 1x", k, " x ", rows, "x", k, " ", DTypeName(sdt),
-                    " GEMM (", (rows * k * DTypeSize(sdt)) >> 20, " MiB of weights), bytes read, ",
+                    " GEMM (", (rows * row_bytes) >> 20, " MiB of weights), bytes read, ",
                     absl::StrFormat("%.1f GB/s, ", st.best / 1e9), st.Describe());
     if (st.best > c.stream_bandwidth_bytes_per_s) {
       c.stream_bandwidth_bytes_per_s = st.best;

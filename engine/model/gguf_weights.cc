@@ -131,6 +131,24 @@ absl::StatusOr<ModelConfig> ConfigOf(const GgufFile& f) {
 
 }  // namespace
 
+absl::StatusOr<std::string> GgufWeightFormat(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::Open(path));
+  std::set<uint32_t> types;
+  for (const GgufTensor& t : f->tensors()) {
+    // The layers' GEMM matrices: every 2-d tensor of a block but the norms'.
+    if (absl::StartsWith(t.name, "blk.") && t.dims.size() == 2) types.insert(t.type);
+  }
+  if (types.size() != 1) return std::string();
+  switch (*types.begin()) {
+    case kGgmlQ8_0:
+      return std::string("q8_0");
+    case kGgmlQ4_0:
+      return std::string("q4_0");
+    default:
+      return std::string();
+  }
+}
+
 absl::StatusOr<ModelWeights> LoadGguf(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::Open(path));
   ModelWeights w;

@@ -56,6 +56,11 @@ absl::Status SaveHfCheckpoint(const ModelWeights& weights, const std::string& di
 // token ids (--skip_tokenizer_init).
 absl::StatusOr<ModelWeights> LoadGguf(const std::string& path);
 
+// The block format every GEMM matrix of a GGUF file's layers is stored in, where the CPU
+// backend streams it as it is: "q8_0" or "q4_0"; "" for any other type or a mix (Q4_K_M
+// files: q4_K beside q6_K), which LoadGguf dequantizes. The file's errors as GgufFile::Open's.
+absl::StatusOr<std::string> GgufWeightFormat(const std::string& path);
+
 // "tiny" | "small" | "1b" (random weights from `seed`), a checkpoint directory or a .gguf
 // file.
 absl::StatusOr<ModelWeights> LoadModel(const std::string& model, uint64_t seed);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -23,6 +24,7 @@
 #include "kernels/cpu/stream_memory.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/half_float.h"
+#include "kernels/quant_blocks.h"
 
 namespace saturn {
 namespace {
@@ -76,8 +78,10 @@ class CpuBackend final : public Backend {
             Bf16DotNote(isa, weight_dtype), batch_invariant ? "" : ", not batch-invariant")) {
     // bf16 in AMX tiles: no served GEMM takes the skinny stream. f32 in panels: a tied LM head
     // (the row-major embedding table) still does, every step.
-    planner_.set_tuned_dtype(
-        packed_layout_ == Layout::kAmxTiles ? std::nullopt : std::optional<DType>(weight_dtype));
+    // q8_0 / q4_0: every GEMM takes the quantized kernel, which the planner does not choose.
+    planner_.set_tuned_dtype(packed_layout_ == Layout::kAmxTiles || IsBlockQuantized(weight_dtype)
+                                 ? std::nullopt
+                                 : std::optional<DType>(weight_dtype));
     planner_.set_batch_invariant(batch_invariant);
   }
 
@@ -160,6 +164,25 @@ class CpuBackend final : public Backend {
         }
       });
       return absl::OkStatus();
+    }
+    if (IsBlockQuantized(dst.dtype)) {  // llama.cpp's blocks, its rounding (quant_blocks.h)
+      if (dst.cols % DTypeBlockElems(dst.dtype) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("upload_f32: dst is ", dst.ShapeString(), "; ", DTypeName(dst.dtype),
+                         " rows hold whole blocks of ", DTypeBlockElems(dst.dtype), " weights"));
+      }
+      const size_t row_bytes = DTypeRowBytes(dst.dtype, dst.cols);
+      absl::Status status;
+      std::mutex mu;
+      pool_.ParallelFor(dst.rows, 16, [&](int64_t b, int64_t e) {
+        absl::Status s = QuantizeRows(dst.dtype, host + b * dst.cols, e - b, dst.cols,
+                                      static_cast<char*>(dst.data) + b * row_bytes);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          status.Update(s);
+        }
+      });
+      return status;
     }
     switch (dst.dtype) {
       case DType::kF32:
@@ -287,11 +310,17 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
   DType weight_dtype = DType::kF32;
   if (options.weight_dtype == "bf16" || (options.weight_dtype == "auto" && cpu::HasNativeBf16())) {
     weight_dtype = DType::kBF16;
+  } else if (options.weight_dtype == "q8_0" || options.weight_dtype == "q4_0") {
+    weight_dtype = options.weight_dtype == "q8_0" ? DType::kQ8_0 : DType::kQ4_0;
   } else if (options.weight_dtype != "f32" && options.weight_dtype != "auto") {
     return absl::InvalidArgumentError(absl::StrCat("dtype: unknown value \"", options.weight_dtype,
-                                                   "\" (expected auto, f32 or bf16)"));
+                                                   "\" (expected auto, f32, bf16, q8_0 or q4_0)"));
   }
-  DType kv_dtype = weight_dtype;
+  // Quantized weights keep a 16-bit cache where the CPU computes bf16 natively, as llama.cpp
+  // keeps f16 beside its quantized weights; f32 elsewhere.
+  DType kv_dtype = !IsBlockQuantized(weight_dtype) ? weight_dtype
+                   : cpu::HasNativeBf16()          ? DType::kBF16
+                                                   : DType::kF32;
   if (options.kv_cache_dtype == "f32" || options.kv_cache_dtype == "bf16") {
     kv_dtype = options.kv_cache_dtype == "f32" ? DType::kF32 : DType::kBF16;
   } else if (options.kv_cache_dtype != "auto") {

@@ -1,5 +1,5 @@
-// The CPU backend: f32 activations and KV cache, f32 or bf16 GEMM weights, in 64-byte
-// aligned host memory; ops run synchronously on the calling thread plus a small pool, with
+// The CPU backend: f32 activations, f32 or bf16 KV cache, f32, bf16, q8_0 or q4_0 GEMM weights, in
+// 64-byte aligned host memory; ops run synchronously on the calling thread plus a small pool, with
 // kernels picked at run time for the CPU's instruction set (kernels/cpu/isa_kernels.h) and
 // GEMM paths chosen by measurement (kernels/cpu/gemm/gemm_planner.h).
 #pragma once
@@ -16,7 +16,8 @@ namespace saturn {
 
 struct CpuBackendOptions {
   int num_threads = 0;  // total threads for ops and OpenBLAS (0: hardware_concurrency)
-  // GEMM weight precision: "f32", "bf16", or "auto" (bf16 where the CPU has native bf16 dot
+  // GEMM weight precision: "f32", "bf16", "q8_0", "q4_0" (llama.cpp's blocks, quantized at
+  // upload: kernels/quant_blocks.h), or "auto" (bf16 where the CPU has native bf16 dot
   // products, AVX512-BF16 or AMX; f32 elsewhere).
   std::string weight_dtype = "auto";
   // KV cache precision: "f32", "bf16", or "auto" (the weights' precision, as vLLM's

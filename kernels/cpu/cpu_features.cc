@@ -65,7 +65,8 @@ const CpuFeatures& DetectCpuFeatures() {
     CpuFeatures f;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
-    f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                 __builtin_cpu_supports("f16c");
     f.avx512 = f.avx2_fma && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");

@@ -10,7 +10,7 @@
 namespace saturn::cpu {
 
 struct CpuFeatures {
-  bool avx2_fma = false;     // AVX2 + FMA3
+  bool avx2_fma = false;     // AVX2 + FMA3 (and F16C, which every AVX2 CPU has)
   bool avx512 = false;       // AVX-512 F, BW, VL and DQ (and the OS saves the zmm state)
   bool avx512_bf16 = false;  // vdpbf16ps / vcvtne2ps2bf16
   bool amx_bf16 = false;     // the CPU has AMX tiles with bf16 (CPUID)

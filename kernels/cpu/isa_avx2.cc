@@ -9,7 +9,7 @@
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/isa_target.h"
 
-SATURN_TARGET_PUSH("avx2,fma")
+SATURN_TARGET_PUSH("avx2,fma,f16c")
 
 namespace saturn::cpu::isa_avx2 {
 #define SATURN_SIMD_AVX2
@@ -21,6 +21,8 @@ constexpr int kSkinnyWeightRows = 4, kSkinnyInputRows = 1;
 // 4 x 4 skinny tiles (16 accumulators, 4 + 4 live loads): only where 32 registers hold them.
 constexpr bool kSkinnyQuadTiles = false;
 constexpr int kGemmRows = 2;
+// Quantized GEMM tiles (gemm_quant.inc): weight rows streamed at M = 1; weight x input rows.
+constexpr int kQuantStreamRows = 3, kQuantWeightRows = 2, kQuantInputRows = 2;
 #include "kernels/cpu/isa_entry.inc"
 #undef SATURN_SIMD_AVX2
 

@@ -9,7 +9,7 @@
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/isa_target.h"
 
-SATURN_TARGET_PUSH("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+SATURN_TARGET_PUSH("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 
 namespace saturn::cpu::isa_avx512 {
 #define SATURN_SIMD_AVX512
@@ -21,6 +21,8 @@ constexpr int kSkinnyWeightRows = 8, kSkinnyInputRows = 2;
 // 4 x 4 skinny tiles (16 accumulators, 4 + 4 live loads): only where 32 registers hold them.
 constexpr bool kSkinnyQuadTiles = true;
 constexpr int kGemmRows = 12;
+// Quantized GEMM tiles (gemm_quant.inc): weight rows streamed at M = 1; weight x input rows.
+constexpr int kQuantStreamRows = 8, kQuantWeightRows = 4, kQuantInputRows = 4;
 #include "kernels/cpu/isa_entry.inc"
 #undef SATURN_SIMD_AVX512
 

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/half_float.h"  // before any target pragma: plain inline helpers
+#include "kernels/tensor.h"
 
 namespace saturn::cpu {
 
@@ -52,7 +53,7 @@ inline size_t AttnTileScratchFloats(int head_dim) {
 // [n_begin, n_end) it is given.
 struct GemmArgs {
   const float* x = nullptr;          // [m, k] f32
-  const void* w = nullptr;           // [n, k] f32 or bf16
+  const void* w = nullptr;           // [n, k] f32, bf16, q8_0 or q4_0
   const uint16_t* x_bf16 = nullptr;  // [m, k] x rounded to bf16 (bf16 dot-product kernel only)
   // [m, k & ~31] x_bf16 as f32, each 32 columns' odd ones then their even ones
   // (SplitBf16Pairs): the bf16 dot-product kernel's split form only.
@@ -99,6 +100,10 @@ struct IsaKernels {
   // n_begin a multiple of kBlockedPanel): blocked_f32's order and sums with nothing packed, at
   // any m, the weights prefetched a.prefetch_bytes ahead (m = 1: two k blocks at a time).
   void (*panels_f32)(const GemmArgs& a, int64_t n_begin, int64_t n_end);
+  // q8_0 / q4_0 weights (tensor.h), row-major blocks, k a multiple of 32 (gemm_quant.inc): every
+  // M, each output one chain over k (batch-invariant); weights prefetched a.prefetch_bytes ahead.
+  void (*quant_q8_0)(const GemmArgs& a, int64_t n_begin, int64_t n_end);
+  void (*quant_q4_0)(const GemmArgs& a, int64_t n_begin, int64_t n_end);
 };
 
 // The kernels for `isa`, which the CPU must support (IsaSupported).

@@ -17,6 +17,7 @@ constexpr int kSkinnyWeightRows = 4, kSkinnyInputRows = 1;
 // 4 x 4 skinny tiles (16 accumulators, 4 + 4 live loads): only where 32 registers hold them.
 constexpr bool kSkinnyQuadTiles = false;
 constexpr int kGemmRows = 4;
+constexpr int kQuantStreamRows = 4, kQuantWeightRows = 4, kQuantInputRows = 1;
 #include "kernels/cpu/isa_entry.inc"
 #undef SATURN_SIMD_SCALAR
 }  // namespace isa_scalar
@@ -30,6 +31,8 @@ constexpr int kGemmRows = 4;
   void BlockedF32(const GemmArgs& a, int64_t b, int64_t e, float* pack);  \
   void BlockedBf16(const GemmArgs& a, int64_t b, int64_t e, float* pack); \
   void PanelsF32(const GemmArgs& a, int64_t b, int64_t e);                \
+  void QuantQ8_0(const GemmArgs& a, int64_t b, int64_t e);                \
+  void QuantQ4_0(const GemmArgs& a, int64_t b, int64_t e);                \
   }
 #if defined(__x86_64__)
 SATURN_DECLARE_ISA(isa_avx2)
@@ -45,11 +48,14 @@ const IsaKernels& KernelsFor(Isa isa) {
                                   isa_scalar::SkinnyBf16,
                                   isa_scalar::BlockedF32,
                                   isa_scalar::BlockedBf16,
-                                  isa_scalar::PanelsF32};
+                                  isa_scalar::PanelsF32,
+                                  isa_scalar::QuantQ8_0,
+                                  isa_scalar::QuantQ4_0};
 #if defined(__x86_64__)
   static const IsaKernels kAvx2{
       Isa::kAvx2,           isa_avx2::AttendTile, isa_avx2::SwiGluRow,   isa_avx2::SkinnyF32,
-      isa_avx2::SkinnyBf16, isa_avx2::BlockedF32, isa_avx2::BlockedBf16, isa_avx2::PanelsF32};
+      isa_avx2::SkinnyBf16, isa_avx2::BlockedF32, isa_avx2::BlockedBf16, isa_avx2::PanelsF32,
+      isa_avx2::QuantQ8_0,  isa_avx2::QuantQ4_0};
   static const IsaKernels kAvx512{Isa::kAvx512,
                                   isa_avx512::AttendTile,
                                   isa_avx512::SwiGluRow,
@@ -57,7 +63,9 @@ const IsaKernels& KernelsFor(Isa isa) {
                                   isa_avx512::SkinnyBf16,
                                   isa_avx512::BlockedF32,
                                   isa_avx512::BlockedBf16,
-                                  isa_avx512::PanelsF32};
+                                  isa_avx512::PanelsF32,
+                                  isa_avx512::QuantQ8_0,
+                                  isa_avx512::QuantQ4_0};
   switch (isa) {
     case Isa::kAvx512:
       return kAvx512;

@@ -1,4 +1,6 @@
-// GEMM on the CPU: out[M, N] = x[M, K] * w[N, K]^T, x and out f32, w f32 or bf16.
+// GEMM on the CPU: out[M, N] = x[M, K] * w[N, K]^T, x and out f32, w f32, bf16, q8_0 or q4_0.
+// q8_0 and q4_0 weights (llama.cpp's blocks, tensor.h) take one kernel at every M
+// (gemm_quant.inc): the blocks widened in registers, each output one chain over k.
 // Row-major weights take one of five paths (GemmPath), chosen per M:
 //  - skinny: a weight-streaming kernel of our own (isa_kernels.h, per instruction-set
 //    level): each weight row is read from memory once and multiplied against all M input
@@ -56,7 +58,7 @@ struct Part {
 GemmArgs PartArgs(const Tensor& x, const Tensor& w, const Part& p) {
   GemmArgs a;
   a.x = x.as<float>();
-  a.w = static_cast<const char*>(w.data) + p.row0 * w.cols * DTypeSize(w.dtype);
+  a.w = static_cast<const char*>(w.data) + p.row0 * DTypeRowBytes(w.dtype, w.cols);
   a.out = p.out.as<float>();
   a.m = x.rows;
   a.n = p.out.cols;
@@ -285,6 +287,28 @@ void Panels(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const 
   });
 }
 
+// q8_0 / q4_0 weights (row-major blocks): every M runs the quantized kernel
+// (gemm_quant.inc), which reads each block once and widens it in registers, prefetching
+// kQuantPrefetch bytes ahead of each weight row it streams.
+constexpr int64_t kQuantPrefetch = 1024;
+
+void Quant(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
+           absl::Span<const Part> parts) {
+  const auto kernel = w.dtype == DType::kQ8_0 ? kernels.quant_q8_0 : kernels.quant_q4_0;
+  std::vector<GemmArgs> args;
+  args.reserve(parts.size());
+  for (const Part& p : parts) {
+    args.push_back(PartArgs(x, w, p));
+    args.back().prefetch_bytes = kQuantPrefetch;
+  }
+  // Chunks of whole 16-row units (a multiple of every level's tile rows), at least ~32 KiB of
+  // weights each.
+  const int64_t row_bytes =
+      std::max<int64_t>(1, static_cast<int64_t>(DTypeRowBytes(w.dtype, w.cols)));
+  const int64_t grain = std::max<int64_t>(1, 32768 / (16 * row_bytes));
+  ForUnits(pool, parts, 16, grain, [&](size_t i, int64_t b, int64_t e) { kernel(args[i], b, e); });
+}
+
 void Blas(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& out) {
   pool.Park();  // OpenBLAS runs its own threads on these cores
   const blasint m = static_cast<blasint>(x.rows), n = static_cast<blasint>(w.rows),
@@ -318,9 +342,25 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
   for (const Part& p : parts) {
     if (absl::Status s = ExpectF32("out", p.out); !s.ok()) return s;
   }
+  if (IsBlockQuantized(w.dtype)) {
+    if (w.layout != Layout::kRows || w.cols % DTypeBlockElems(w.dtype) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gemm: w is ", w.ShapeString(), "; ", DTypeName(w.dtype),
+          " weights are row-major rows of whole blocks of ", DTypeBlockElems(w.dtype)));
+    }
+    if (path != GemmPath::kAuto && path != GemmPath::kSkinny) {
+      return absl::InvalidArgumentError(absl::StrCat("gemm: ", DTypeName(w.dtype),
+                                                     " weights take only the quantized kernel, "
+                                                     "not the ",
+                                                     GemmPathName(path), " path"));
+    }
+    if (w.rows > 0 && x.rows > 0) Quant(pool, kernels, x, w, parts);
+    return absl::OkStatus();
+  }
   if (w.dtype != DType::kF32 && w.dtype != DType::kBF16) {
-    return absl::UnimplementedError(absl::StrCat("w has dtype ", DTypeName(w.dtype),
-                                                 "; the CPU backend's weights are f32 or bf16"));
+    return absl::UnimplementedError(
+        absl::StrCat("w has dtype ", DTypeName(w.dtype),
+                     "; the CPU backend's weights are f32, bf16, q8_0 or q4_0"));
   }
   if (w.rows == 0 || x.rows == 0) return absl::OkStatus();
   if (w.layout == Layout::kAmxTiles) {

@@ -11,8 +11,10 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "engine/engine.h"
 #include "engine/model/gguf_dequant.h"
 #include "engine/model/weights.h"
@@ -182,6 +184,24 @@ TEST(GgufTest, QuantizedBlocksMatchLlamaCppsGgufPackage) {
   for (const char* ext : {".gguf", ".f32", ".err"}) fs::remove(prefix + ext);
 }
 
+// 12 greedy tokens of a 5-token prompt on an engine of config `c`, and its weights' dtype.
+std::pair<std::vector<int>, DType> GreedyTokens(const EngineConfig& c) {
+  auto e = Engine::Create(c);
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return {};
+  GenerateRequest r;
+  r.prompt = {1, 17, 30, 42, 9};
+  r.sampling.max_tokens = 12;
+  r.sampling.ignore_eos = true;
+  auto s = RequestStream::Open(e->get(), r);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  std::vector<int> tokens;
+  TokenEvent ev;
+  while ((*s)->Next(&ev)) tokens.insert(tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+  return {tokens, (*e)->info().weight_dtype};
+}
+
 TEST(GgufTest, AnEngineServingTheFileGivesThePresetsTokens) {
   absl::StatusOr<ModelWeights> tiny = LoadModel("tiny", EngineConfig().weight_seed);
   ASSERT_TRUE(tiny.ok()) << tiny.status();
@@ -191,22 +211,73 @@ TEST(GgufTest, AnEngineServingTheFileGivesThePresetsTokens) {
   for (const std::string model : {std::string("tiny"), path}) {
     EngineConfig c = testing_engine::TinyConfig();
     c.model = model;
-    auto e = Engine::Create(c);
-    ASSERT_TRUE(e.ok()) << e.status();
-    GenerateRequest r;
-    r.prompt = {1, 17, 300, 42, 9};
-    r.sampling.max_tokens = 12;
-    r.sampling.ignore_eos = true;
-    auto s = RequestStream::Open(e->get(), r);
-    ASSERT_TRUE(s.ok()) << s.status();
-    std::vector<int> tokens;
-    TokenEvent ev;
-    while ((*s)->Next(&ev)) tokens.insert(tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-    out.push_back(tokens);
+    out.push_back(GreedyTokens(c).first);
   }
   EXPECT_EQ(out[0].size(), 12u);
   EXPECT_EQ(out[0], out[1]);
   fs::remove(path);
+}
+
+// Greedy tokens of `model` served with `quantization` (dtype auto; Mini's context).
+std::pair<std::vector<int>, DType> Serve(const std::string& model,
+                                         const std::string& quantization) {
+  EngineConfig c = testing_engine::TinyConfig();
+  c.model = model;
+  c.dtype = "auto";
+  c.quantization = quantization;
+  c.max_model_len = 64;
+  return GreedyTokens(c);
+}
+
+// A q8_0 or q4_0 file is served as it is (--quantization auto: its blocks streamed by the
+// quantized GEMM), and its tokens are those of the same weights in an f32 file quantized at
+// load (--quantization): dequantized blocks quantize to the same bytes. The q4_0 side starts
+// from the file's own (dequantized) weights, since its LM head takes q8_0 either way.
+TEST(GgufTest, AQuantizedFileServesAsItsWeightsQuantizedAtLoad) {
+  const ModelWeights mini = Mini();
+  for (const auto& [type, format] :
+       {std::pair{kGgmlQ8_0, DType::kQ8_0}, {kGgmlQ4_0, DType::kQ4_0}}) {
+    SCOPED_TRACE(DTypeName(format));
+    const std::string qpath = TempPath(std::string("q-") + DTypeName(format));
+    const std::string fpath = TempPath(std::string("f-") + DTypeName(format));
+    LlamaFile(mini, type).Save(qpath);
+    absl::StatusOr<ModelWeights> held = LoadModel(qpath, 0);  // what the blocks stand for
+    ASSERT_TRUE(held.ok()) << held.status();
+    LlamaFile(type == kGgmlQ8_0 ? mini : *held, kGgmlF32).Save(fpath);
+    absl::StatusOr<std::string> found = GgufWeightFormat(qpath);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(*found, DTypeName(format));
+    EXPECT_EQ(*GgufWeightFormat(fpath), "");
+
+    const auto [as_is, as_is_dtype] = Serve(qpath, "auto");
+    EXPECT_EQ(as_is_dtype, format);
+    const auto [at_load, at_load_dtype] = Serve(fpath, DTypeName(format));
+    EXPECT_EQ(at_load_dtype, format);
+    EXPECT_EQ(as_is.size(), 12u);
+    EXPECT_EQ(as_is, at_load);
+    // --quantization none serves the dequantized weights in a float dtype.
+    const auto [none, none_dtype] = Serve(qpath, "none");
+    EXPECT_FALSE(IsBlockQuantized(none_dtype)) << DTypeName(none_dtype);
+    EXPECT_EQ(none.size(), 12u);
+    fs::remove(qpath);
+    fs::remove(fpath);
+  }
+}
+
+// --quantization with an explicit float --dtype is a contradiction, refused by name; a
+// quantization Saturn does not have is refused listing those it has.
+TEST(GgufTest, QuantizationFlagErrorsNameTheField) {
+  EngineConfig c = testing_engine::TinyConfig();
+  c.quantization = "q8_0";
+  c.dtype = "bf16";
+  absl::Status s = Engine::Create(c).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "quantization")) << s;
+  c.dtype = "auto";
+  c.quantization = "q5_k";
+  s = Engine::Create(c).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "q4_0")) << s;
 }
 
 absl::Status ParseBytes(const std::string& b) {

@@ -26,19 +26,6 @@ namespace {
 
 float Bf16Value(float f) { return Bf16ToF32(F32ToBf16(f)); }  // what a bf16 tensor holds
 
-std::vector<double> Reference(const std::vector<float>& x, const std::vector<float>& w, int m,
-                              int n, int k) {
-  std::vector<double> ref(static_cast<size_t>(m) * n);
-  for (int i = 0; i < m; ++i) {
-    for (int j = 0; j < n; ++j) {
-      double s = 0;
-      for (int l = 0; l < k; ++l) s += static_cast<double>(x[i * k + l]) * w[j * k + l];
-      ref[i * n + j] = s;
-    }
-  }
-  return ref;
-}
-
 struct Shape {
   int m, n, k;
 };
@@ -102,7 +89,7 @@ TEST_P(CpuGemmPathTest, EveryIsaF32AndBf16) {
           for (float& v : w) v = Bf16Value(v);
           for (float& v : x) v = Bf16Value(v);
         }
-        const std::vector<double> ref = Reference(x, w, s.m, s.n, s.k);
+        const std::vector<double> ref = GemmReference(x, w, s.m, s.n, s.k);
         DevTensor out = Poisoned(*b, s.m, s.n);
         if (pc.through_backend) {
           ASSERT_TRUE(b->Gemm(dx.t, dw.t, out.t).ok());
@@ -169,7 +156,7 @@ TEST(CpuGemmTest, AmxTilesMatchTheReferenceAtEveryEdge) {
     ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
     for (float& v : w) v = Bf16Value(v);
     for (float& v : x) v = Bf16Value(v);
-    const std::vector<double> ref = Reference(x, w, s.m, s.n, s.k);
+    const std::vector<double> ref = GemmReference(x, w, s.m, s.n, s.k);
     for (cpu::GemmPath path : {cpu::GemmPath::kAmx, cpu::GemmPath::kAmxStream}) {
       DevTensor out = Poisoned(*b, s.m, s.n);
       ASSERT_TRUE(
@@ -190,7 +177,7 @@ TEST_P(CpuGemmOpTest, Gemm) {
     std::vector<float> x = Random(rng_, m * k), w = Random(rng_, n * k);
     DevTensor dx = F32(*b_, m, k, x), dw = F32(*b_, n, k, w), out = Poisoned(*b_, m, n);
     ASSERT_TRUE(b_->Gemm(dx.t, dw.t, out.t).ok());
-    EXPECT_LT(RelErr(ToHost<float>(*b_, out.t), Reference(x, w, m, n, k)), kTol)
+    EXPECT_LT(RelErr(ToHost<float>(*b_, out.t), GemmReference(x, w, m, n, k)), kTol)
         << m << "x" << n << "x" << k;
   }
 }
@@ -221,7 +208,7 @@ TEST(CpuGemmTest, SkinnyPrefetchDistanceNeverChangesResults) {
         ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
         for (float& v : w) v = bf16 ? Bf16Value(v) : v;
         for (float& v : x) v = bf16 ? Bf16Value(v) : v;
-        const std::vector<double> ref = Reference(x, w, s.m, s.n, s.k);
+        const std::vector<double> ref = GemmReference(x, w, s.m, s.n, s.k);
         std::vector<float> first;
         for (int pf : cpu::GemmPlanner::kPrefetchCandidates) {
           for (int64_t bytes : cpu::GemmPlanner::kPrefetchByteCandidates) {

@@ -114,6 +114,20 @@ inline double RelErr(const std::vector<float>& out, const std::vector<double>& r
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// x [m, k] times w [n, k] transposed, in float64: the GEMM tests' reference.
+inline std::vector<double> GemmReference(const std::vector<float>& x, const std::vector<float>& w,
+                                         int m, int n, int k) {
+  std::vector<double> ref(static_cast<size_t>(m) * n);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int l = 0; l < k; ++l) s += static_cast<double>(x[i * k + l]) * w[j * k + l];
+      ref[i * n + j] = s;
+    }
+  }
+  return ref;
+}
+
 constexpr double kTol = 1e-5;
 
 // One op's tests on a CPU backend of GetParam() threads, each test from the same seed:
