@@ -28,8 +28,9 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
   }
   if (req.output_format() == v1::OUTPUT_FORMAT_TOKENS_AND_TEXT && !limits.has_text_tokenizer()) {
     return absl::InvalidArgumentError(
-        "output_format: TOKENS_AND_TEXT needs a text tokenizer, which the built-in presets and "
-        "checkpoints with tokenizer.json have; use OUTPUT_FORMAT_TOKENS");
+        "output_format: TOKENS_AND_TEXT needs a text tokenizer, which the built-in presets, "
+        "checkpoints with tokenizer.json and GGUF files with tokenizer metadata have; use "
+        "OUTPUT_FORMAT_TOKENS");
   }
   if (static_cast<int>(req.client_request_id().size()) > limits.max_client_request_id_bytes) {
     return absl::InvalidArgumentError(
@@ -47,8 +48,9 @@ absl::StatusOr<ConvertedRequest> ToEngineRequest(const v1::GenerateRequest& req,
   if (has_text) {
     if (!limits.has_text_tokenizer()) {
       return absl::InvalidArgumentError(
-          "prompt_text: this model has no text tokenizer (the built-in presets and checkpoints "
-          "with tokenizer.json have one); send prompt_token_ids");
+          "prompt_text: this model has no text tokenizer (the built-in presets, checkpoints "
+          "with tokenizer.json and GGUF files with tokenizer metadata have one); send "
+          "prompt_token_ids");
     }
     // Checked before encoding: the size bounds the work done for a hostile request.
     if (static_cast<int64_t>(req.prompt_text().size()) > limits.max_prompt_text_bytes()) {

@@ -119,7 +119,7 @@ absl::Status ServerApp::StartListening() {
 absl::Status ServerApp::LoadEngine() {
   if (server_ == nullptr) return absl::FailedPreconditionError("LoadEngine before StartListening");
   if (engine_ != nullptr) return absl::FailedPreconditionError("LoadEngine called twice");
-  // Before the weights: a tokenizer.json Saturn cannot read stops the start at once.
+  // Before the weights: a tokenizer Saturn cannot read stops the start at once.
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
       LoadTextTokenizer(config_.engine.model, config_.skip_tokenizer_init);
   if (!tokenizer.ok()) return tokenizer.status();
@@ -128,7 +128,7 @@ absl::Status ServerApp::LoadEngine() {
                             : absl::StrCat("no text tokenizer (",
                                            config_.skip_tokenizer_init ? "--skip_tokenizer_init"
                                            : absl::EndsWith(config_.engine.model, ".gguf")
-                                               ? "a GGUF file's own tokenizer is not read yet"
+                                               ? "the GGUF file holds no tokenizer.ggml.model"
                                                : "the checkpoint has no tokenizer.json",
                                            "): prompts are token ids only"));
   EngineConfig engine_config = config_.engine;

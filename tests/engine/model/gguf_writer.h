@@ -1,7 +1,7 @@
-// A small GGUF writer for tests (version 3, alignment 32): metadata, tensors in f32, f16,
-// q8_0 or q4_0 (quantized as llama.cpp's reference quantizers do: d = amax / 127, or the
-// signed max / -8, values rounded), and a llama model written as llama.cpp's converter writes
-// one (q and k rows permuted per head for its RoPE).
+// A small GGUF writer for tests (version 3, alignment 32): metadata (scalars, strings, arrays
+// of strings or i32), tensors in f32, f16, q8_0 or q4_0 (quantized as llama.cpp's reference
+// quantizers do: d = amax / 127, or the signed max / -8, values rounded), and a llama model
+// written as llama.cpp's converter writes one (q and k rows permuted per head for its RoPE).
 #pragma once
 
 #include <algorithm>
@@ -28,6 +28,19 @@ class Writer {
     Put<uint32_t>(8);
     PutString(v);
     ++kvs_;
+  }
+  void Bool(const std::string& key, bool v) {
+    const uint8_t b = v ? 1 : 0;
+    Kv(key, 7, &b, 1);
+  }
+  // Arrays of strings and of i32 (as llama.cpp writes tokenizer.ggml.tokens and token_type).
+  void StrArray(const std::string& key, const std::vector<std::string>& v) {
+    ArrayHead(key, 8, v.size());
+    for (const std::string& s : v) PutString(s);
+  }
+  void I32Array(const std::string& key, const std::vector<int32_t>& v) {
+    ArrayHead(key, 5, v.size());
+    for (int32_t x : v) Put<int32_t>(x);
   }
   // A tensor of `type` holding `data` already encoded; dims ne0 first.
   void Tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type,
@@ -84,6 +97,13 @@ class Writer {
     kv_ += s;
   }
   void Key(const std::string& key) { PutString(key); }
+  void ArrayHead(const std::string& key, uint32_t elem, uint64_t n) {
+    Key(key);
+    Put<uint32_t>(9);
+    Put<uint32_t>(elem);
+    Put<uint64_t>(n);
+    ++kvs_;
+  }
   void Kv(const std::string& key, uint32_t type, const void* v, size_t n) {
     Key(key);
     Put<uint32_t>(type);

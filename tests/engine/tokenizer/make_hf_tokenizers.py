@@ -71,9 +71,9 @@ def train(pre_tokenizer, specials, ignore_merges):
     return tok
 
 
-def main():
-    out = sys.argv[1]
-    made = {
+def make_all():
+    """The three tokenizers by name (make_gguf_tokenizers.py converts two of them to GGUF)."""
+    return {
         "gpt2": train(pre_tokenizers.ByteLevel(add_prefix_space=False), ["<|endoftext|>"], False),
         "gpt2_prefix": train(pre_tokenizers.ByteLevel(add_prefix_space=True), ["<|endoftext|>"],
                              False),
@@ -82,6 +82,11 @@ def main():
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
             ["<|begin_of_text|>", "<|eot_id|>"], True),
     }
+
+
+def main():
+    out = sys.argv[1]
+    made = make_all()
     cases = []
     for name, tok in made.items():
         os.makedirs(os.path.join(out, name), exist_ok=True)
