@@ -56,7 +56,14 @@ inline const char* DTypeName(DType t) { return EnumLookup(kDTypeNames, t, "?"); 
 //  - kPanels (f32 at the AVX-512 level, kernels/cpu/gemm/gemm_blocked.inc): each panel
 //    column-major, [cols][32], the blocked GEMM's packed panel for the whole of k. A panel
 //    starts where its first row would in kRows.
-enum class Layout : uint8_t { kRows, kAmxTiles, kPanels };
+//  - kQuantPanels (q8_0 and q4_0 at the AVX-512 level with VNNI, kernels/cpu/gemm/
+//    gemm_quant_vnni.cc): each panel k block by k block, each block as the 32 rows' f16 scales
+//    (64 bytes), then their integers four columns at a time, rows 0-15 then 16-31 (64 bytes
+//    each: row r's four bytes at 4r), the operand order of vpdpbusd: q8_0's integers plus 128
+//    (unsigned), chunks of columns 4j..4j+3 for j < 8; q4_0's bytes as ggml stores them (low
+//    nibble column i, high nibble column 16 + i), chunks 4j..4j+3 for j < 4. The same bytes per
+//    row as kRows; a panel starts where its first row would.
+enum class Layout : uint8_t { kRows, kAmxTiles, kPanels, kQuantPanels };
 inline constexpr int64_t kPanelRows = 32;  // both packed layouts' panel height and padding
 inline int64_t PanelPadded(int64_t n) { return (n + kPanelRows - 1) / kPanelRows * kPanelRows; }
 
@@ -75,6 +82,8 @@ struct Tensor {
         return static_cast<size_t>(PanelPadded(rows) * PanelPadded(cols)) * DTypeSize(dtype);
       case Layout::kPanels:
         return static_cast<size_t>(PanelPadded(rows) * cols) * DTypeSize(dtype);
+      case Layout::kQuantPanels:
+        return static_cast<size_t>(PanelPadded(rows)) * DTypeRowBytes(dtype, cols);
       case Layout::kRows:
         break;
     }
@@ -96,9 +105,10 @@ struct Tensor {
   std::string ShapeString() const {
     return std::string(DTypeName(dtype)) + "[" + std::to_string(rows) + ", " +
            std::to_string(cols) + "]" +
-           (layout == Layout::kAmxTiles ? " in AMX tiles"
-            : layout == Layout::kPanels ? " in 32-row panels"
-                                        : "");
+           (layout == Layout::kAmxTiles      ? " in AMX tiles"
+            : layout == Layout::kPanels      ? " in 32-row panels"
+            : layout == Layout::kQuantPanels ? " in 32-row quantized panels"
+                                             : "");
   }
 };
 

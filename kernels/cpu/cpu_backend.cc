@@ -92,8 +92,11 @@ class CpuBackend final : public Backend {
   // bf16 weights keep a bf16 KV cache: half the bytes a decode step's attention reads.
   DType kv_cache_dtype() const override { return kv_dtype_; }
   bool batch_invariant() const override { return planner_.batch_invariant(); }
+  // Another block format than the weights' (q4_0 weights' q8_0 LM head) reads as they do.
   Layout GemmWeightLayout(DType weight) const override {
-    return weight == weight_dtype_ ? packed_layout_ : Layout::kRows;
+    if (weight == weight_dtype_) return packed_layout_;
+    if (IsBlockQuantized(weight) && IsBlockQuantized(weight_dtype_)) return packed_layout_;
+    return Layout::kRows;
   }
   size_t device_memory_bytes() const override {
     const long pages = sysconf(_SC_PHYS_PAGES);
@@ -111,6 +114,8 @@ class CpuBackend final : public Backend {
     return absl::StrCat(DTypeName(weight_dtype_),
                         packed_layout_ == Layout::kAmxTiles
                             ? " weights in AMX tiles: every M=amx_tiles"
+                        : packed_layout_ == Layout::kQuantPanels
+                            ? " weights in quantized panels: every M=vnni (x as q8_0)"
                             : " weights in 32-row panels: every M=panels (the blocked order)",
                         plan.empty() ? "" : "; ", plan);
   }
@@ -148,6 +153,42 @@ class CpuBackend final : public Backend {
     if (host == nullptr || dst.data == nullptr) {
       return absl::InvalidArgumentError("upload_f32: null host or device pointer");
     }
+    if (IsBlockQuantized(dst.dtype)) {  // llama.cpp's blocks, its rounding (quant_blocks.h)
+      if (dst.cols % DTypeBlockElems(dst.dtype) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("upload_f32: dst is ", dst.ShapeString(), "; ", DTypeName(dst.dtype),
+                         " rows hold whole blocks of ", DTypeBlockElems(dst.dtype), " weights"));
+      }
+      if (dst.layout != Layout::kRows && GemmWeightLayout(dst.dtype) != dst.layout) {
+        return absl::InvalidArgumentError(absl::StrCat("upload_f32: dst is ", dst.ShapeString(),
+                                                       ", which this backend does not use for ",
+                                                       DTypeName(dst.dtype), " weights"));
+      }
+      const size_t row_bytes = DTypeRowBytes(dst.dtype, dst.cols);
+      const bool panels = dst.layout == Layout::kQuantPanels;
+      // Rows: 16 at a time in place. Panels: 32 rows quantized into scratch, then packed.
+      const int64_t unit = panels ? kPanelRows : 16;
+      const int64_t units = (dst.rows + unit - 1) / unit;
+      absl::Status status;
+      std::mutex mu;
+      pool_.ParallelFor(units, 1, [&](int64_t ub, int64_t ue) {
+        std::vector<uint8_t> scratch(panels ? kPanelRows * row_bytes : 0);
+        for (int64_t u = ub; u < ue; ++u) {
+          const int64_t r0 = u * unit, rows = std::min(unit, dst.rows - r0);
+          uint8_t* to = static_cast<uint8_t*>(dst.data) + r0 * row_bytes;
+          absl::Status st = QuantizeRows(dst.dtype, host + r0 * dst.cols, rows, dst.cols,
+                                         panels ? scratch.data() : to);
+          if (st.ok() && panels) {
+            cpu::PackQuantPanels(dst.dtype, scratch.data(), rows, dst.cols, 0, 1, to);
+          }
+          if (!st.ok()) {
+            std::lock_guard<std::mutex> lock(mu);
+            status.Update(st);
+          }
+        }
+      });
+      return status;
+    }
     if (dst.layout != Layout::kRows) {
       if (GemmWeightLayout(dst.dtype) != dst.layout) {
         return absl::InvalidArgumentError(absl::StrCat("upload_f32: dst is ", dst.ShapeString(),
@@ -164,25 +205,6 @@ class CpuBackend final : public Backend {
         }
       });
       return absl::OkStatus();
-    }
-    if (IsBlockQuantized(dst.dtype)) {  // llama.cpp's blocks, its rounding (quant_blocks.h)
-      if (dst.cols % DTypeBlockElems(dst.dtype) != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("upload_f32: dst is ", dst.ShapeString(), "; ", DTypeName(dst.dtype),
-                         " rows hold whole blocks of ", DTypeBlockElems(dst.dtype), " weights"));
-      }
-      const size_t row_bytes = DTypeRowBytes(dst.dtype, dst.cols);
-      absl::Status status;
-      std::mutex mu;
-      pool_.ParallelFor(dst.rows, 16, [&](int64_t b, int64_t e) {
-        absl::Status s = QuantizeRows(dst.dtype, host + b * dst.cols, e - b, dst.cols,
-                                      static_cast<char*>(dst.data) + b * row_bytes);
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          status.Update(s);
-        }
-      });
-      return status;
     }
     switch (dst.dtype) {
       case DType::kF32:
@@ -287,6 +309,10 @@ class CpuBackend final : public Backend {
     if (!packed) return Layout::kRows;
     if (cpu::AmxRuns(isa, weight_dtype)) return Layout::kAmxTiles;
     if (weight_dtype == DType::kF32 && isa == cpu::Isa::kAvx512) return Layout::kPanels;
+    if (IsBlockQuantized(weight_dtype) && isa == cpu::Isa::kAvx512 &&
+        cpu::DetectCpuFeatures().avx512_vnni) {
+      return Layout::kQuantPanels;
+    }
     return Layout::kRows;
   }
   const Layout packed_layout_;

@@ -73,6 +73,7 @@ const CpuFeatures& DetectCpuFeatures() {
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
+    f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
     DetectAmx(f);
 #endif
     return f;
@@ -103,6 +104,7 @@ std::string CpuFeatureSummary() {
   const CpuFeatures& f = DetectCpuFeatures();
   std::string s = IsaName(BestIsa());
   if (f.avx512_bf16) s += " +avx512_bf16";
+  if (f.avx512_vnni) s += " +avx512_vnni";
   if (f.amx_usable) s += " +amx_bf16";
   if (f.amx_bf16 && !f.amx_usable) s += " (amx_bf16 unusable: " + f.amx_note + ")";
   return s;

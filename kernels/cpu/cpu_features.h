@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx2_fma = false;     // AVX2 + FMA3 (and F16C, which every AVX2 CPU has)
   bool avx512 = false;       // AVX-512 F, BW, VL and DQ (and the OS saves the zmm state)
   bool avx512_bf16 = false;  // vdpbf16ps / vcvtne2ps2bf16
+  bool avx512_vnni = false;  // vpdpbusd (int8 dot products: the q8_0 / q4_0 GEMM's)
   bool amx_bf16 = false;     // the CPU has AMX tiles with bf16 (CPUID)
   // AMX can run here: the CPU has it, the OS saves the tile state (XCR0) and granted this
   // process the tile data (Linux arch_prctl(ARCH_REQ_XCOMP_PERM), requested at detection).

@@ -161,6 +161,23 @@ void PackAmxTiles(const float* src, int64_t rows, int64_t cols, int64_t p_begin,
 // zero-padded; panels [p_begin, p_end) of 32 rows.
 void PackPanels(const float* src, int64_t rows, int64_t cols, int64_t p_begin, int64_t p_end,
                 float* dst);
+// q8_0 / q4_0 weights in Layout::kQuantPanels against x quantized to q8_0 (gemm_quant_vnni.cc,
+// AVX512-VNNI; llama.cpp's arithmetic: integer dot products per 32-column block, scaled by the
+// two blocks' scales). Callers split n at multiples of kPanelRows.
+struct QuantPanelArgs {
+  const uint8_t* xq = nullptr;     // [m, k / 32] q8_0 blocks of x (QuantizeRows)
+  const int32_t* xcorr = nullptr;  // [m, k / 32]: -(128 q8_0, 8 q4_0) x the block's integer sum
+  const uint8_t* w = nullptr;      // the part's first panel
+  DType fmt = DType::kQ8_0;
+  int64_t m = 0, n = 0, k = 0;  // n: out's columns (its row stride)
+  float* out = nullptr;         // [m, n]
+  int64_t prefetch_bytes = 0;   // software prefetch this far ahead of each block (0: none)
+};
+void GemmQuantPanelsVnni(const QuantPanelArgs& a, int64_t n_begin, int64_t n_end);
+// src: `rows` rows of q8_0 / q4_0 blocks (kRows) -> dst in Layout::kQuantPanels; panels
+// [p_begin, p_end) of 32 rows, padding rows zero weights. Portable.
+void PackQuantPanels(DType fmt, const uint8_t* src, int64_t rows, int64_t cols, int64_t p_begin,
+                     int64_t p_end, uint8_t* dst);
 // The blocked GEMM with the same arithmetic (isa_avx512bf16.cc): bf16 panels, needs
 // a.x_bf16; same calling convention as IsaKernels::blocked_bf16.
 void BlockedBf16Dot(const GemmArgs& a, int64_t n_begin, int64_t n_end, float* pack);

@@ -44,6 +44,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/stream_memory.h"
 #include "kernels/half_float.h"
+#include "kernels/quant_blocks.h"
 
 namespace saturn::cpu {
 namespace {
@@ -292,6 +293,52 @@ void Panels(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const 
 // kQuantPrefetch bytes ahead of each weight row it streams.
 constexpr int64_t kQuantPrefetch = 1024;
 
+// q8_0 / q4_0 weights in Layout::kQuantPanels (AVX512-VNNI): x quantized to q8_0 once per
+// GEMM (llama.cpp's activation format for these weights), then integer dot products per block.
+// The weights are prefetched kQuantPanelsPrefetch bytes ahead: at M = 1 on the small preset
+// (2 threads, Xeon), 4 to 16 KiB read faster than none, none clearly best (docs/CPU.md).
+constexpr int64_t kQuantPanelsPrefetch = 8192;
+
+void QuantPanels(ThreadPool& pool, const Tensor& x, const Tensor& w, absl::Span<const Part> parts) {
+  const int64_t m = x.rows, k = x.cols, blocks = k / 32;
+  const int32_t offset = w.dtype == DType::kQ8_0 ? 128 : 8;  // the weights' unsigned offset
+  thread_local AlignedScratch<uint8_t> xq_scratch;
+  thread_local AlignedScratch<int32_t> corr_scratch;
+  uint8_t* xq = xq_scratch.Get(m * blocks * 34);
+  int32_t* corr = corr_scratch.Get(m * blocks);
+  pool.ParallelFor(m, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      // Cannot fail: q8_0 and k a multiple of 32, checked by GemmParts.
+      (void)QuantizeRows(DType::kQ8_0, x.as<float>() + i * k, 1, k, xq + i * blocks * 34);
+      for (int64_t j = 0; j < blocks; ++j) {
+        const int8_t* q = reinterpret_cast<const int8_t*>(xq + (i * blocks + j) * 34 + 2);
+        int32_t sum = 0;
+        for (int t = 0; t < 32; ++t) sum += q[t];
+        corr[i * blocks + j] = -offset * sum;
+      }
+    }
+  });
+  OnPanels(x, w, parts, [&](absl::Span<const Part> on) {
+    std::vector<QuantPanelArgs> args;
+    args.reserve(on.size());
+    for (const Part& p : on) {
+      QuantPanelArgs a;
+      a.xq = xq;
+      a.xcorr = corr;
+      a.w = static_cast<const uint8_t*>(w.RowSlice(p.row0, p.out.cols).data);
+      a.fmt = w.dtype;
+      a.m = m;
+      a.n = p.out.cols;
+      a.k = k;
+      a.out = p.out.as<float>();
+      a.prefetch_bytes = kQuantPanelsPrefetch;
+      args.push_back(a);
+    }
+    ForUnits(pool, on, kPanelRows, 1,
+             [&](size_t i, int64_t b, int64_t e) { GemmQuantPanelsVnni(args[i], b, e); });
+  });
+}
+
 void Quant(ThreadPool& pool, const IsaKernels& kernels, const Tensor& x, const Tensor& w,
            absl::Span<const Part> parts) {
   const auto kernel = w.dtype == DType::kQ8_0 ? kernels.quant_q8_0 : kernels.quant_q4_0;
@@ -343,7 +390,8 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
     if (absl::Status s = ExpectF32("out", p.out); !s.ok()) return s;
   }
   if (IsBlockQuantized(w.dtype)) {
-    if (w.layout != Layout::kRows || w.cols % DTypeBlockElems(w.dtype) != 0) {
+    const bool panels = w.layout == Layout::kQuantPanels;
+    if ((w.layout != Layout::kRows && !panels) || w.cols % DTypeBlockElems(w.dtype) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "gemm: w is ", w.ShapeString(), "; ", DTypeName(w.dtype),
           " weights are row-major rows of whole blocks of ", DTypeBlockElems(w.dtype)));
@@ -354,7 +402,18 @@ absl::Status GemmParts(ThreadPool& pool, const IsaKernels& kernels, GemmPlanner*
                                                      "not the ",
                                                      GemmPathName(path), " path"));
     }
-    if (w.rows > 0 && x.rows > 0) Quant(pool, kernels, x, w, parts);
+    if (panels && (kernels.isa != Isa::kAvx512 || !DetectCpuFeatures().avx512_vnni)) {
+      return absl::FailedPreconditionError(absl::StrCat("gemm: w is ", w.ShapeString(),
+                                                        "; reading quantized panels needs the "
+                                                        "avx512 kernel level (",
+                                                        IsaName(kernels.isa), ") and AVX512-VNNI"));
+    }
+    if (w.rows == 0 || x.rows == 0) return absl::OkStatus();
+    if (panels) {
+      QuantPanels(pool, x, w, parts);
+    } else {
+      Quant(pool, kernels, x, w, parts);
+    }
     return absl::OkStatus();
   }
   if (w.dtype != DType::kF32 && w.dtype != DType::kBF16) {

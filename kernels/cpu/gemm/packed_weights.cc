@@ -47,4 +47,36 @@ void PackPanels(const float* src, int64_t rows, int64_t cols, int64_t p_begin, i
   }
 }
 
+// PackQuantPanels: q8_0 / q4_0 rows in 32-row panels (Layout::kQuantPanels), block by block.
+void PackQuantPanels(DType fmt, const uint8_t* src, int64_t rows, int64_t cols, int64_t p_begin,
+                     int64_t p_end, uint8_t* dst) {
+  constexpr int64_t kB = kPanelRows, kHalf = kB / 2;
+  const bool q8 = fmt == DType::kQ8_0;
+  const int64_t bb = q8 ? 34 : 18, blocks = cols / 32, row_bytes = blocks * bb;
+  const int chunks = q8 ? 8 : 4;  // of four integer bytes a row
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* out = dst + (p * blocks + b) * kB * bb;
+      for (int64_t r = 0; r < kB; ++r) {
+        const int64_t row = p * kB + r;
+        const uint8_t* block = row < rows ? src + row * row_bytes + b * bb : nullptr;
+        // The scale (zero for padding rows, whose integers then count for nothing).
+        out[2 * r] = block != nullptr ? block[0] : 0;
+        out[2 * r + 1] = block != nullptr ? block[1] : 0;
+        for (int j = 0; j < chunks; ++j) {
+          uint8_t* to = out + 2 * kB + (j * 2 + r / kHalf) * 64 + (r % kHalf) * 4;
+          for (int t = 0; t < 4; ++t) {
+            if (block == nullptr) {
+              to[t] = q8 ? 128 : 0x88;
+            } else {
+              const uint8_t v = block[2 + 4 * j + t];
+              to[t] = q8 ? static_cast<uint8_t>(v ^ 0x80) : v;  // int8 + 128 as unsigned
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace saturn::cpu

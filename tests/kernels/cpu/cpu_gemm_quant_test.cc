@@ -1,13 +1,18 @@
-// q8_0 / q4_0 weights on the CPU (kernels/quant_blocks.h, kernels/cpu/gemm/gemm_quant.inc):
-// the block bytes are ggml's reference quantizer's (worked by hand for one block each), blocks
-// dequantized and quantized again come back bit for bit, and the quantized GEMM at every kernel
-// level matches a float64 reference over the weights the blocks stand for, at f32 tolerance, for
-// one to many input rows. Its rows are batch-invariant (each output row the same bits whatever
-// M and the pool size), GemmSplit agrees with Gemm, and the errors name the operand and limit.
+// q8_0 / q4_0 weights on the CPU (kernels/quant_blocks.h, kernels/cpu/gemm/gemm_quant.inc,
+// gemm_quant_vnni.cc): the block bytes are ggml's reference quantizer's (worked by hand for one
+// block each), blocks dequantized and quantized again come back bit for bit, and the quantized
+// GEMM (rows at every kernel level; panels with x as q8_0 where AVX512-VNNI runs) matches a
+// float64 reference over the weights the blocks stand for and x as it multiplies it, at f32
+// tolerance, for one to many input rows. Its rows are batch-invariant (each output row the same
+// bits whatever M and the pool size), GemmSplit agrees with Gemm, and the errors name the operand
+// and limit.
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/half_float.h"
 #include "kernels/op_cost.h"
@@ -147,32 +152,59 @@ struct Shape {
 const Shape kShapes[] = {{1, 1, 32},   {1, 7, 64},   {1, 203, 96}, {1, 320, 768}, {2, 17, 32},
                          {3, 33, 128}, {5, 203, 96}, {8, 64, 256}, {17, 9, 64},   {64, 130, 160}};
 
+// Each way the CPU backend stores and multiplies quantized weights here: rows at every kernel
+// level (x in f32), and the packed panels where AVX512-VNNI runs (x quantized to q8_0).
+struct Case {
+  cpu::Isa isa;
+  Layout layout;
+};
+std::vector<Case> Cases() {
+  std::vector<Case> out;
+  for (cpu::Isa isa : SupportedIsas()) out.push_back({isa, Layout::kRows});
+  if (cpu::IsaSupported(cpu::Isa::kAvx512) && cpu::DetectCpuFeatures().avx512_vnni) {
+    out.push_back({cpu::Isa::kAvx512, Layout::kQuantPanels});
+  }
+  return out;
+}
+std::string Name(const Case& c, DType d) {
+  return absl::StrCat(cpu::IsaName(c.isa), " ", DTypeName(d),
+                      c.layout == Layout::kQuantPanels ? " panels" : " rows");
+}
+
+// What the GEMM multiplies x as: itself, or (panels) its q8_0 blocks dequantized.
+std::vector<float> XAsMultiplied(const Case& c, const std::vector<float>& x, int m, int k) {
+  if (c.layout != Layout::kQuantPanels) return x;
+  return Dequantize(DType::kQ8_0, Quantize(DType::kQ8_0, x, m, k), m, k);
+}
+
 TEST(CpuGemmQuantTest, EveryIsaMatchesReference) {
   std::mt19937 rng(5);
-  for (cpu::Isa isa : SupportedIsas()) {
+  for (const Case& cs : Cases()) {
     for (DType d : kFormats) {
-      SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " " + DTypeName(d));
-      std::unique_ptr<Backend> b = MakeCpuIsa(2, isa, DTypeName(d));
+      SCOPED_TRACE(Name(cs, d));
+      std::unique_ptr<Backend> b = MakeCpuIsa(2, cs.isa, DTypeName(d));
       ASSERT_EQ(b->weight_dtype(), d);
-      EXPECT_EQ(b->GemmWeightLayout(d), Layout::kRows);
       EXPECT_TRUE(absl::StrContains(b->device_name(), std::string(DTypeName(d)) + " weights"));
+      if (cs.layout == Layout::kQuantPanels) EXPECT_EQ(b->GemmWeightLayout(d), cs.layout);
       cpu::ThreadPool pool(2);
       for (const Shape& s : kShapes) {
         const std::vector<float> x = Random(rng, s.m * s.k), w = Random(rng, s.n * s.k);
-        DevTensor dx = F32(*b, s.m, s.k, x), dw = Empty(*b, d, s.n, s.k);
+        DevTensor dx = F32(*b, s.m, s.k, x), dw = Empty(*b, d, s.n, s.k, cs.layout);
         ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
-        // The device holds the reference quantizer's bytes.
         const std::vector<uint8_t> q = Quantize(d, w, s.n, s.k);
-        std::vector<uint8_t> held(q.size());
-        std::memcpy(held.data(), dw.t.data, q.size());
-        EXPECT_EQ(held, q);
-        const std::vector<double> ref = GemmReference(x, Dequantize(d, q, s.n, s.k), s.m, s.n, s.k);
+        if (cs.layout == Layout::kRows) {  // the device holds the reference quantizer's bytes
+          std::vector<uint8_t> held(q.size());
+          std::memcpy(held.data(), dw.t.data, q.size());
+          EXPECT_EQ(held, q);
+        }
+        const std::vector<double> ref = GemmReference(XAsMultiplied(cs, x, s.m, s.k),
+                                                      Dequantize(d, q, s.n, s.k), s.m, s.n, s.k);
         DevTensor out = Poisoned(*b, s.m, s.n);
         ASSERT_TRUE(b->Gemm(dx.t, dw.t, out.t).ok());
         EXPECT_LT(RelErr(ToHost<float>(*b, out.t), ref), kTol) << s.m << "x" << s.n << "x" << s.k;
         // The skinny path forced is the same kernel.
         DevTensor out2 = Poisoned(*b, s.m, s.n);
-        ASSERT_TRUE(cpu::Gemm(pool, cpu::KernelsFor(isa), nullptr, dx.t, dw.t, out2.t,
+        ASSERT_TRUE(cpu::Gemm(pool, cpu::KernelsFor(cs.isa), nullptr, dx.t, dw.t, out2.t,
                               cpu::GemmPath::kSkinny)
                         .ok());
         EXPECT_EQ(ToHost<float>(*b, out2.t), ToHost<float>(*b, out.t));
@@ -181,17 +213,39 @@ TEST(CpuGemmQuantTest, EveryIsaMatchesReference) {
   }
 }
 
+// x quantized to q8_0 (the panels) costs what llama.cpp's arithmetic costs: against the
+// products with x in f32 the error stays near x's rounding (half a step of 1/127 of each
+// block's largest magnitude).
+TEST(CpuGemmQuantTest, PanelsErrorAgainstF32XIsXsRounding) {
+  if (Cases().back().layout != Layout::kQuantPanels) GTEST_SKIP() << "no AVX512-VNNI here";
+  std::mt19937 rng(21);
+  const int m = 3, n = 96, k = 512;
+  for (DType d : kFormats) {
+    std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::Isa::kAvx512, DTypeName(d));
+    const std::vector<float> x = Random(rng, m * k), w = Random(rng, n * k);
+    DevTensor dx = F32(*b, m, k, x), dw = Empty(*b, d, n, k, Layout::kQuantPanels);
+    ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
+    DevTensor out = Poisoned(*b, m, n);
+    ASSERT_TRUE(b->Gemm(dx.t, dw.t, out.t).ok());
+    const std::vector<double> ref =
+        GemmReference(x, Dequantize(d, Quantize(d, w, n, k), n, k), m, n, k);
+    const double err = RelErr(ToHost<float>(*b, out.t), ref);
+    EXPECT_GT(err, kTol) << DTypeName(d);  // x really is quantized
+    EXPECT_LT(err, 0.01) << DTypeName(d);
+  }
+}
+
 // Each output row is the same bits whether its input row runs alone or among others, at any
 // position, and whatever the pool size: a decode step's logits do not depend on the batch.
 TEST(CpuGemmQuantTest, BatchInvariantAcrossRowsAndThreads) {
   std::mt19937 rng(9);
   const int n = 203, k = 192, m = 19;
-  for (cpu::Isa isa : SupportedIsas()) {
+  for (const Case& cs : Cases()) {
     for (DType d : kFormats) {
-      SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " " + DTypeName(d));
-      std::unique_ptr<Backend> b = MakeCpuIsa(2, isa, DTypeName(d));
+      SCOPED_TRACE(Name(cs, d));
+      std::unique_ptr<Backend> b = MakeCpuIsa(2, cs.isa, DTypeName(d));
       const std::vector<float> x = Random(rng, m * k), w = Random(rng, n * k);
-      DevTensor dw = Empty(*b, d, n, k);
+      DevTensor dw = Empty(*b, d, n, k, cs.layout);
       ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
       DevTensor dx = F32(*b, m, k, x);
       DevTensor all = Poisoned(*b, m, n);
@@ -212,7 +266,7 @@ TEST(CpuGemmQuantTest, BatchInvariantAcrossRowsAndThreads) {
         cpu::ThreadPool pool(threads);
         DevTensor o = Poisoned(*b, m, n);
         ASSERT_TRUE(
-            cpu::Gemm(pool, cpu::KernelsFor(isa), nullptr, dx.t, dw.t, o.t, cpu::GemmPath::kAuto)
+            cpu::Gemm(pool, cpu::KernelsFor(cs.isa), nullptr, dx.t, dw.t, o.t, cpu::GemmPath::kAuto)
                 .ok());
         EXPECT_EQ(ToHost<float>(*b, o.t), batched) << threads << " threads";
       }
@@ -221,25 +275,30 @@ TEST(CpuGemmQuantTest, BatchInvariantAcrossRowsAndThreads) {
 }
 
 // GemmSplit (the fused QKV / gate-up projections) writes each part what Gemm on its rows does.
+// Parts of 48 and 80 rows do not start on a panel (the panels' product goes through scratch);
+// 64 and 64 do.
 TEST(CpuGemmQuantTest, SplitMatchesGemm) {
   std::mt19937 rng(3);
-  const int m = 4, k = 128, n0 = 48, n1 = 80;
-  for (DType d : kFormats) {
-    SCOPED_TRACE(DTypeName(d));
-    std::unique_ptr<Backend> b = MakeCpuIsa(2, cpu::BestIsa(), DTypeName(d));
-    const std::vector<float> x = Random(rng, m * k), w = Random(rng, (n0 + n1) * k);
-    DevTensor dx = F32(*b, m, k, x), dw = Empty(*b, d, n0 + n1, k);
-    ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
-    DevTensor whole = Poisoned(*b, m, n0 + n1), o0 = Poisoned(*b, m, n0), o1 = Poisoned(*b, m, n1);
-    ASSERT_TRUE(b->Gemm(dx.t, dw.t, whole.t).ok());
-    ASSERT_TRUE(b->GemmSplit(dx.t, dw.t, {o0.t, o1.t}).ok());
-    const std::vector<float> all = ToHost<float>(*b, whole.t), a = ToHost<float>(*b, o0.t),
-                             c = ToHost<float>(*b, o1.t);
-    for (int i = 0; i < m; ++i) {
-      for (int j = 0; j < n0; ++j) EXPECT_EQ(a[i * n0 + j], all[i * (n0 + n1) + j]);
-      for (int j = 0; j < n1; ++j) EXPECT_EQ(c[i * n1 + j], all[i * (n0 + n1) + n0 + j]);
-    }
-  }
+  const int m = 4, k = 128;
+  for (const auto [n0, n1] : {std::pair{48, 80}, std::pair{64, 64}})
+    for (const Case& cs : Cases())
+      for (DType d : kFormats) {
+        SCOPED_TRACE(Name(cs, d) + " " + std::to_string(n0));
+        std::unique_ptr<Backend> b = MakeCpuIsa(2, cs.isa, DTypeName(d));
+        const std::vector<float> x = Random(rng, m * k), w = Random(rng, (n0 + n1) * k);
+        DevTensor dx = F32(*b, m, k, x), dw = Empty(*b, d, n0 + n1, k, cs.layout);
+        ASSERT_TRUE(b->UploadF32(w.data(), dw.t).ok());
+        DevTensor whole = Poisoned(*b, m, n0 + n1), o0 = Poisoned(*b, m, n0),
+                  o1 = Poisoned(*b, m, n1);
+        ASSERT_TRUE(b->Gemm(dx.t, dw.t, whole.t).ok());
+        ASSERT_TRUE(b->GemmSplit(dx.t, dw.t, {o0.t, o1.t}).ok());
+        const std::vector<float> all = ToHost<float>(*b, whole.t), a = ToHost<float>(*b, o0.t),
+                                 c = ToHost<float>(*b, o1.t);
+        for (int i = 0; i < m; ++i) {
+          for (int j = 0; j < n0; ++j) EXPECT_EQ(a[i * n0 + j], all[i * (n0 + n1) + j]);
+          for (int j = 0; j < n1; ++j) EXPECT_EQ(c[i * n1 + j], all[i * (n0 + n1) + n0 + j]);
+        }
+      }
 }
 
 TEST(CpuGemmQuantTest, ErrorsNameTheLimit) {
@@ -267,6 +326,15 @@ TEST(CpuGemmQuantTest, ErrorsNameTheLimit) {
     s = cpu::Gemm(pool, cpu::KernelsFor(cpu::BestIsa()), nullptr, x64.t, w.t, out.t, p);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(absl::StrContains(s.message(), cpu::GemmPathName(p))) << s;
+  }
+  // Panels need the avx512 level with VNNI: a lower level refuses them, naming both.
+  if (cpu::IsaSupported(cpu::Isa::kAvx512) && cpu::DetectCpuFeatures().avx512_vnni) {
+    DevTensor wp = Empty(*b, DType::kQ8_0, 2, 64, Layout::kQuantPanels);
+    ASSERT_TRUE(b->UploadF32(std::vector<float>(128, 0.5f).data(), wp.t).ok());
+    s = cpu::Gemm(pool, cpu::KernelsFor(cpu::Isa::kAvx2), nullptr, x64.t, wp.t, out.t,
+                  cpu::GemmPath::kAuto);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(absl::StrContains(s.message(), "VNNI")) << s;
   }
   // And the backend refuses an unknown weight format by name.
   CpuBackendOptions o;
