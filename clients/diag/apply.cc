@@ -3,8 +3,9 @@
 // server then measured beside what the plan predicted (the report's `tracked`).
 //
 // It never applies a client-side action (raise_client_concurrency: only the clients can send
-// more requests) and never sends an option the action leaves as it is, so the options in
-// force afterwards are exactly the action's and the server can match the change to the plan.
+// more requests) nor one that needs a restart (quantize_weights: restart_flags), and never sends an
+// option the action leaves as it is, so the options in force afterwards are exactly the action's
+// and the server can match the change to the plan.
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -67,6 +68,15 @@ int RunApply(const DiagOptions& o, const DiagClient& c, std::ostream& out, std::
                         "--concurrency=%.0f). Nothing was sent to the server.\n",
                         ActionLine(a), a.to()),
         "client-side action (raise_client_concurrency); nothing sent to the server");
+  }
+
+  if (!a.restart_flags().empty()) {
+    return done(
+        absl::StrFormat("top action: %s\nThis changes the weights' format, which no live option "
+                        "can: restart the server with %s added to its flags (the weights are "
+                        "requantized at load). Nothing was sent to the server.\n",
+                        ActionLine(a), a.restart_flags()),
+        absl::StrCat("needs a restart with ", a.restart_flags(), "; nothing sent to the server"));
   }
 
   v1::UpdateEngineOptionsRequest req;

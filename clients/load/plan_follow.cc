@@ -16,6 +16,11 @@ std::optional<FollowStep> NextFollowStep(const v1::DiagnosticsReport& report, in
                         report.plan_note().empty() ? "(no reason given)" : report.plan_note());
     return std::nullopt;
   }
+  if (!report.plan(0).restart_flags().empty()) {  // quantize_weights: no live option does it
+    *why = absl::StrCat("the top action (", report.plan(0).what(), ") needs a restart with ",
+                        report.plan(0).restart_flags(), "; a load run cannot follow it");
+    return std::nullopt;
+  }
   FollowStep s;
   s.action = report.plan(0);
   const v1::PlanAction& a = s.action;

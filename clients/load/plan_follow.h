@@ -39,7 +39,8 @@ struct FollowedPlan {
 };
 
 // The step to take after a phase diagnosed as `report` that ran at `concurrency` with `now`
-// in force; nullopt when its plan has no action (`why` says so).
+// in force; nullopt when its plan has no action or its top action needs a restart (`why`
+// says so).
 std::optional<FollowStep> NextFollowStep(const v1::DiagnosticsReport& report, int concurrency,
                                          const v1::EngineOptions& now, std::string* why);
 

@@ -262,13 +262,14 @@ enum class ActionKind {
   kRaiseClientConcurrency,
   kEnablePrefixCaching,
   kSetSpeculativeTokens,
+  kQuantizeWeights,  // applied by a restart (Action::restart_flags), not UpdateOptions
   kCount
 };
 const char* ActionKindName(ActionKind k);  // "enable_cuda_graphs", ...
 
 struct FailureMode {
   std::string name;  // kv_preemption, configured_limit, queue_demand, tpot_slo,
-                     // graph_memory, padding_waste, latency
+                     // graph_memory, padding_waste, latency, restart, accuracy, ...
   double at = 0;     // the batch / tokens / bytes where it bites
   std::string detail;
 };
@@ -281,6 +282,9 @@ struct Action {
   double tpot_ms_before = 0, tpot_ms_after = 0;  // = ITL for decode
   double batch_after = 0;                        // decode batch the prediction assumes
   EngineOptions options_after;                   // engine options to apply
+  // Non-empty: the action changes what UpdateOptions cannot (the weights' format), and is
+  // applied by restarting the server with these flags added (e.g. "--quantization q8_0").
+  std::string restart_flags;
   // Expected relative error of tokens_per_s_after (measured-curve spread, extrapolation
   // beyond the measured steps, mix model; step_curve.h) and whether the prediction left the
   // range of measured step shapes.

@@ -173,7 +173,9 @@ void DiagnosticsSession::OnOptionsApplied(const EngineOptions& before, const Eng
   std::lock_guard<std::mutex> lock(mu_);
   for (const RecentPlan& p : recent_) {
     for (const Action& a : p.plan.actions) {
-      if (a.options_after != after) continue;
+      // A restart action (weights quantized) leaves the options as they were: an options
+      // change cannot be it, and this process never serves its weights.
+      if (a.options_after != after || !a.restart_flags.empty()) continue;
       tracker_.RecordApplied(a, p.model, p.ctx, p.plan.context, applied_us, p.plan.curve);
       std::cerr << log_name_ << ": tracking plan action \"" << a.what << "\"\n";
       return;
@@ -186,7 +188,7 @@ bool DiagnosticsSession::TrackAction(const Action& action, double applied_us) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const RecentPlan& p : recent_) {
     for (const Action& a : p.plan.actions) {
-      if (a.kind != action.kind || a.what != action.what) continue;
+      if (a.kind != action.kind || a.what != action.what || !a.restart_flags.empty()) continue;
       tracker_.RecordApplied(a, p.model, p.ctx, p.plan.context, applied_us, p.plan.curve);
       return true;
     }

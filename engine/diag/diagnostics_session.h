@@ -77,7 +77,8 @@ class DiagnosticsSession {
   void OnOptionsApplied(const EngineOptions& before, const EngineOptions& after, double applied_us);
   // Tracks `action` of a recent plan from `applied_us`, as OnOptionsApplied does for a
   // server-side one: a client-side action (more clients) changes no option, so its caller says
-  // when it took effect. False when no recent plan holds it.
+  // when it took effect. False when no recent plan holds it, or it is applied by a restart
+  // (Action::restart_flags: quantized weights), which no session outlives.
   bool TrackAction(const Action& action, double applied_us);
   bool tracking() const { return tracker_.has_action(); }
 

@@ -12,6 +12,7 @@
 #include "engine/diag/plan_predict.h"
 #include "engine/diag/step_curve.h"
 #include "kernels/base/enum_table.h"
+#include "kernels/tensor.h"
 
 namespace saturn {
 namespace {
@@ -514,6 +515,171 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
   a.tradeoffs.insert(a.tradeoffs.end(), b.bounds.begin(), b.bounds.end());
   if (opts.max_num_seqs < target) opts.max_num_seqs = target;
   a.options_after = opts;
+  b.demand = target;  // the clients send that many: the rules after plan at it
+  b.cur_batch = a.batch_after;
+  plan->actions.push_back(a);
+}
+
+// Bytes of GEMM weights one step reads (every matrix once, the LM head included) with the
+// matrices in block format `fmt`, placed as ModelRunner::UploadWeights places them: a matrix
+// whose rows are not whole blocks stays in the compute dtype, and under q4_0 the LM head
+// takes q8_0.
+double QuantizedWeightBytesPerStep(const ModelConfig& m, DType fmt, double compute_bytes) {
+  auto matrix = [&](int64_t rows, int64_t cols, DType t) {
+    return cols % DTypeBlockElems(t) == 0 ? double(rows) * double(DTypeRowBytes(t, cols))
+                                          : double(rows) * double(cols) * compute_bytes;
+  };
+  const int64_t d = m.hidden_size, hq = int64_t{m.num_heads} * m.head_dim,
+                hkv = int64_t{m.num_kv_heads} * m.head_dim, f = m.intermediate_size;
+  const double layer =
+      matrix(hq + 2 * hkv, d, fmt) + matrix(d, hq, fmt) + matrix(2 * f, d, fmt) + matrix(d, f, fmt);
+  return m.num_layers * layer + matrix(m.vocab_size, d, fmt == DType::kQ4_0 ? DType::kQ8_0 : fmt);
+}
+
+// A decode step (or a step carrying prefill) with the GEMM weights in another format.
+struct QuantizedStep {
+  const PlanBuild& b;
+  double saved_bytes;  // weight bytes a step no longer reads
+
+  // The step model's GEMM time for the bytes no longer read, at its fitted GEMM rates (the
+  // other op classes, the flops and the host part unchanged).
+  double SavedUs(const StepShape& shape, double* bytes_ratio) const {
+    const AnalyzerContext& ctx = b.ctx;
+    const StepCost cost = EstimateStepCost(ctx.model, ctx.dtype_bytes, shape,
+                                           ctx.weight_dtype_bytes, ctx.kv_dtype_bytes);
+    const size_t g = static_cast<size_t>(OpClass::kGemm);
+    ClassCost after = cost[g];
+    after.bytes = std::max(0.0, after.bytes - saved_bytes);
+    double total = 0;
+    for (const ClassCost& c : cost) total += c.bytes;
+    *bytes_ratio = total > 0 ? std::max(0.0, total - saved_bytes) / total : 1;
+    return std::max(0.0, b.model.ClassUs(g, cost[g]) - b.model.ClassUs(g, after));
+  }
+  // The measured step less SavedUs; never below the measured step scaled by the step's bytes
+  // ratio (what it would take if all of it were reads).
+  double Us(double measured_us, const StepShape& shape) const {
+    double ratio = 1;
+    const double saved = SavedUs(shape, &ratio);
+    return std::max(measured_us - saved, measured_us * ratio);
+  }
+  CurveLookup operator()(double rows, double decode_rows, bool prefill,
+                         double after_prefill) const {
+    CurveLookup l =
+        CurveLookupFn{b.pred, b.curve, b.cur_graphs}(rows, decode_rows, prefill, after_prefill);
+    const int64_t r = std::max<int64_t>(1, std::llround(rows));
+    const int64_t dr = std::clamp<int64_t>(std::llround(decode_rows), 0, prefill ? r - 1 : r);
+    l.us = Us(l.us, prefill ? MixedShape(1, r - dr, 0, dr, b.pred.context, true)
+                            : DecodeShape(r, b.pred.context));
+    return l;
+  }
+};
+
+// Memory-bound decode at a low batch on the CPU backend with 2- or 4-byte GEMM weights: fewer
+// bytes per weight. Proposes q8_0 (llama.cpp's block format, 34 bytes per 32 weights) and
+// names q4_0's figure beside it. Predicted from the measured steps: the step at the batch the
+// earlier actions reach, less the step model's GEMM time for the weight bytes no longer read
+// (the fitted GEMM rates); with the request mix where the window carries prefill. Applied by a
+// restart with --quantization (UpdateOptions cannot change the weights); its accuracy cost is
+// not measured yet.
+void AddQuantizeWeights(PlanBuild& b, Plan* plan) {
+  const AnalyzerContext& ctx = b.ctx;
+  const double w_now = ctx.weight_dtype_bytes > 0 ? ctx.weight_dtype_bytes : ctx.dtype_bytes;
+  // The quantized kernels are the CPU backend's (the CUDA backend refuses q8_0 and q4_0).
+  if (ctx.backend != "cpu" || w_now < 2 || b.v.step_bound != Bottleneck::kMemoryBound) return;
+  const ModelConfig& m = ctx.model;
+  const double batch = std::max(1.0, b.cur_batch);
+  // Low batch: the decode GEMMs at the batch the earlier actions reach stream their weights
+  // (their intensity under the calibrated ridge).
+  const StepCost at =
+      EstimateStepCost(m, ctx.dtype_bytes, DecodeShape(std::llround(batch), b.pred.context),
+                       ctx.weight_dtype_bytes, ctx.kv_dtype_bytes);
+  const ClassCost& gemm = at[static_cast<size_t>(OpClass::kGemm)];
+  if (b.p.ridge > 0 && gemm.bytes > 0 && gemm.flops / gemm.bytes >= b.p.ridge) return;
+  const double now_bytes = WeightBytesPerStep(m, w_now);
+  const double concurrency = std::max(b.demand, b.cur_batch);
+  auto predict = [&](DType fmt, Action* a) {
+    const QuantizedStep q{b, now_bytes - QuantizedWeightBytesPerStep(m, fmt, ctx.dtype_bytes)};
+    if (b.use_mix) {
+      const CurveLookupFn measured{b.pred, b.curve, b.cur_graphs};
+      b.SetFromMix(PredictMix(measured, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now),
+                   PredictMix(q, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now), a);
+    } else {
+      const CurveLookup l = q(batch, batch, false, 0);
+      const CurveLookup l0 = CurveLookupFn{b.pred, b.curve, b.cur_graphs}(batch, batch, false, 0);
+      a->batch_after = batch;
+      a->tpot_ms_before = l0.us * 1e-3;
+      a->tokens_per_s_before = batch / l0.us * 1e6;
+      a->tpot_ms_after = l.us * 1e-3;
+      a->tokens_per_s_after = batch / l.us * 1e6;
+      a->expected_error = std::max(l.rel_error, b.model.fit_error);
+    }
+    // No step with these weights was measured: the share of the step the model takes away is
+    // a model figure, with the 25 % a lookup outside every measured point carries
+    // (CurveLookupFn).
+    const double removed = 1 - a->tpot_ms_after / std::max(a->tpot_ms_before, 1e-9);
+    a->expected_error += 0.25 * std::max(0.0, removed);
+    a->outside_measured = true;
+    return q.saved_bytes;
+  };
+  Action a;
+  a.kind = ActionKind::kQuantizeWeights;
+  a.from = w_now;
+  a.to = DTypeBytesPerElement(DType::kQ8_0);
+  a.what = "quantize weights to q8_0 (restart: --quantization q8_0)";
+  a.restart_flags = "--quantization q8_0";
+  const double saved = predict(DType::kQ8_0, &a);
+  Action q4;
+  const double saved4 = predict(DType::kQ4_0, &q4);
+  if (!(a.tokens_per_s_after >= b.th.min_gain * a.tokens_per_s_before)) {
+    if (b.declined.empty()) b.Decline(a);  // a batching action's reason reads first
+    return;
+  }
+  const double dt = a.tpot_ms_after / std::max(a.tpot_ms_before, 1e-9) - 1;
+  a.tradeoffs.push_back(Fm("latency", a.tpot_ms_after,
+                           absl::StrFormat("TPOT/ITL %.2f -> %.2f ms (%+.0f%%)", a.tpot_ms_before,
+                                           a.tpot_ms_after, 100 * dt)));
+  const ClassRates& rates = b.model.rates[static_cast<size_t>(OpClass::kGemm)];
+  a.tradeoffs.push_back(
+      Fm("weight_bytes", now_bytes - saved,
+         absl::StrFormat("GEMM weights read per step %.1f -> %.1f MB (%.2f -> %.4f bytes per "
+                         "weight); each step saves the step model's GEMM time for %.1f MB at %.1f "
+                         "GB/s (%s), the rest of the step as measured. q4_0 (18 bytes per 32, the "
+                         "LM head q8_0) would read %.1f MB: %.1f tok/s, TPOT %.2f ms",
+                         now_bytes * 1e-6, (now_bytes - saved) * 1e-6, w_now, a.to, saved * 1e-6,
+                         rates.bytes_per_us * 1e-3,
+                         rates.bandwidth_fitted
+                             ? "fitted to the window's GEMMs"
+                             : "the calibrated ceiling: the window could not fit it",
+                         (now_bytes - saved4) * 1e-6, q4.tokens_per_s_after, q4.tpot_ms_after)));
+  // Embedding and norms stay in the compute dtype; a tied LM head that shared the embedding
+  // table gets its own q8_0 copy.
+  const bool shared_head = m.tie_word_embeddings && w_now == ctx.dtype_bytes;
+  const double head_now = double(m.vocab_size) * m.hidden_size * ctx.dtype_bytes;
+  const double held_after =
+      ctx.weight_bytes > 0 ? ctx.weight_bytes - saved + (shared_head ? head_now : 0) : 0;
+  a.tradeoffs.push_back(
+      Fm("restart", held_after,
+         absl::StrFormat("applied by restarting the server with --quantization q8_0 (UpdateEngine"
+                         "Options cannot change the weights): the weights are requantized at load, "
+                         "in-flight requests end, and the KV cache, prefix cache and probe start "
+                         "empty%s",
+                         ctx.weight_bytes > 0
+                             ? absl::StrFormat("; weights held %.1f -> %.1f MB",
+                                               ctx.weight_bytes * 1e-6, held_after * 1e-6)
+                             : "")));
+  a.tradeoffs.push_back(
+      Fm("accuracy", 0,
+         "not measured: Saturn does not yet measure the KL divergence of the served model's "
+         "next-token distributions under q8_0 against its own weights (issue 52), and cites "
+         "no published figure (q8_0 stores each block of 32 weights as 8-bit integers and one "
+         "f16 scale)"));
+  a.tradeoffs.push_back(
+      Fm("kernel_rate", rates.bytes_per_us * 1e6,
+         "assumes the q8_0 GEMM streams its bytes at the rate this window's GEMMs did; its "
+         "dequantization costs compute the model does not count. The plan tracker cannot check "
+         "it: the restart starts a new process and session; compare the next report's decode "
+         "tokens/s at the same batch with this prediction"));
+  a.options_after = b.opts;
   plan->actions.push_back(a);
 }
 
@@ -554,9 +720,10 @@ std::string NoActionNote(const Verdict& v, const Plan& plan, const AnalyzerThres
 }  // namespace
 
 const char* ActionKindName(ActionKind k) {
-  static constexpr std::array kNames{"enable_cuda_graphs",           "raise_max_num_seqs",
-                                     "raise_max_num_batched_tokens", "raise_client_concurrency",
-                                     "enable_prefix_caching",        "set_speculative_tokens"};
+  static constexpr std::array kNames{
+      "enable_cuda_graphs",       "raise_max_num_seqs",    "raise_max_num_batched_tokens",
+      "raise_client_concurrency", "enable_prefix_caching", "set_speculative_tokens",
+      "quantize_weights"};
   return EnumLookup(kNames, k, "?");
 }
 
@@ -625,6 +792,7 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   AddRaiseMaxNumBatchedTokens(b, &plan);
   AddSpeculation(b, &plan);
   AddRaiseClientConcurrency(b, &plan);
+  AddQuantizeWeights(b, &plan);
   if (plan.actions.empty()) plan.note = NoActionNote(v, plan, th, ctx.event_thread, b.declined);
   return plan;
 }

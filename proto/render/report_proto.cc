@@ -98,6 +98,7 @@ void ToProto(const Action& a, v1::PlanAction* out) {
   out->set_expected_error(a.expected_error);
   out->set_outside_measured(a.outside_measured);
   out->set_prefill_share(a.prefill_share);
+  out->set_restart_flags(a.restart_flags);
   for (const FailureMode& f : a.tradeoffs) {
     v1::Tradeoff* t = out->add_tradeoffs();
     t->set_name(f.name);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "clients/load/diagnosis.h"
+#include "clients/load/plan_follow.h"
 #include "clients/load/run_table.h"
 #include "tests/clients/table_figures.h"
 
@@ -129,6 +130,29 @@ TEST(ReportTest, PlainWordsGiveVerdictWhyChangeAndPredictedGain) {
   // Without any diagnosis there is no verdict, and it says so.
   res.phases[1].diagnoses.clear();
   EXPECT_NE(PlainConclusion(res).find("no verdict"), std::string::npos);
+}
+
+// --follow_plan takes a live option change, never an action that needs a restart
+// (quantize_weights): a phase run again without it would measure the weights in force.
+TEST(PlanFollowTest, RestartActionsAreNotFollowed) {
+  v1::DiagnosticsReport r;
+  v1::PlanAction* a = r.add_plan();
+  a->set_kind("quantize_weights");
+  a->set_what("quantize weights to q8_0 (restart: --quantization q8_0)");
+  a->set_max_num_seqs(4);
+  a->set_restart_flags("--quantization q8_0");
+  v1::EngineOptions now;
+  now.set_max_num_seqs(4);
+  std::string why;
+  EXPECT_FALSE(NextFollowStep(r, 2, now, &why).has_value());
+  EXPECT_NE(why.find("needs a restart with --quantization q8_0"), std::string::npos) << why;
+  a->set_kind("raise_max_num_seqs");
+  a->set_what("raise max_num_seqs 4 -> 8");
+  a->set_max_num_seqs(8);
+  a->clear_restart_flags();
+  const std::optional<FollowStep> s = NextFollowStep(r, 2, now, &why);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->change, "max_num_seqs 4 -> 8");
 }
 
 }  // namespace

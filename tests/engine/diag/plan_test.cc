@@ -212,7 +212,7 @@ TEST(PlanTest, ConfiguredLimitCapsTheBatch) {
 
 TEST(PlanTest, QueueDemandBoundsTheBatchAndAsksForMoreClients) {
   const auto r = Plan(MemoryBoundAt4(2), testing_diag::TestContext(testing_diag::Small(), 4));
-  ASSERT_EQ(r.plan.actions.size(), 2u);
+  ASSERT_EQ(r.plan.actions.size(), 3u);
   const Action& raise = r.plan.actions[0];
   EXPECT_EQ(raise.kind, ActionKind::kRaiseMaxNumSeqs);
   EXPECT_EQ(raise.batch_after, 6);  // 4 running + 2 waiting
@@ -223,6 +223,13 @@ TEST(PlanTest, QueueDemandBoundsTheBatchAndAsksForMoreClients) {
   EXPECT_EQ(clients.kind, ActionKind::kRaiseClientConcurrency);
   EXPECT_EQ(clients.to, raise.to);
   EXPECT_GT(clients.tokens_per_s_after, raise.tokens_per_s_after);
+  // At that batch the f32 GEMMs still stream their weights (under the ridge): fewer bytes per
+  // weight, predicted from where the clients' action leaves the server.
+  const Action& quantize = r.plan.actions[2];
+  EXPECT_EQ(quantize.kind, ActionKind::kQuantizeWeights);
+  EXPECT_EQ(quantize.batch_after, clients.batch_after);
+  EXPECT_NEAR(quantize.tokens_per_s_before, clients.tokens_per_s_after,
+              1e-9 * clients.tokens_per_s_after);
 }
 
 TEST(PlanTest, TpotObjectiveCapsTheBatch) {
@@ -246,13 +253,16 @@ TEST(PlanTest, UnderloadedServerAsksForClientConcurrency) {
   const auto steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 5, 200000);
   const auto r = Analyze(steps, 0, steps.back().end_us + 200000, testing_diag::TestCalibration(),
                          testing_diag::TestContext(testing_diag::Small(), 64));
-  ASSERT_EQ(r.plan.actions.size(), 1u);
+  ASSERT_EQ(r.plan.actions.size(), 2u);
   const Action& a = r.plan.actions[0];
   EXPECT_EQ(a.kind, ActionKind::kRaiseClientConcurrency);
   EXPECT_GE(a.to, 14);
   // Before is what the window delivered, idle time included.
   EXPECT_NEAR(a.tokens_per_s_before, r.profile.output_tokens_per_s, 1e-9);
   EXPECT_GT(a.tokens_per_s_after, 10 * a.tokens_per_s_before);
+  // Then fewer bytes per weight at the batch the clients bring (f32 weights, under the ridge).
+  EXPECT_EQ(r.plan.actions[1].kind, ActionKind::kQuantizeWeights);
+  EXPECT_EQ(r.plan.actions[1].batch_after, a.batch_after);
 }
 
 // Two clients with long prompts and short outputs: the steps carrying the prompts hold the
@@ -394,6 +404,14 @@ TEST(PlanTest, MeasuredStepsThatGainNothingDeclineTheModelsPlateau) {
   for (double b : {1, 2, 4, 8, 16, 32, 64}) {
     ctx.probe_curve.decode.push_back(CurvePoint{b, t4 * b / 4, 0.01, 3});
   }
+  // On the CPU the f32 weights at batch 4 still get the quantize action (the window's GEMMs
+  // stream them), and no batching action.
+  const auto cpu = Plan(steps, ctx);
+  ASSERT_EQ(cpu.plan.actions.size(), 1u);
+  EXPECT_EQ(cpu.plan.actions[0].kind, ActionKind::kQuantizeWeights);
+  EXPECT_EQ(cpu.plan.actions[0].batch_after, 4);
+  // The batching rule alone: a backend without quantized kernels.
+  ctx.backend = "cuda";
   const auto r = Plan(steps, ctx);
   ASSERT_TRUE(r.plan.actions.empty()) << r.plan.actions[0].what;
   EXPECT_GT(r.plan.plateau_tokens_per_s, 2 * 4 / t4 * 1e6);  // the model's plateau
@@ -569,6 +587,122 @@ TEST(PlanTest, MixedStepsAreMovedToPurePrefillAtTheMixContext) {
     EXPECT_GT(p.us, 0.5 * mixed_us);
   }
   EXPECT_TRUE(found);
+}
+
+// One stream decoding on the CPU at batch 1 (the limit: no batching action), weights of
+// `weight_bytes` per weight (4 f32, 2 bf16, 34/32 q8_0).
+std::vector<StepRecord> OneStream(double weight_bytes) {
+  StepSpec s;
+  s.seqs = 1;
+  s.max_num_seqs = 1;
+  s.weight_dtype_bytes = weight_bytes;
+  return testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 10);
+}
+
+AnalyzerContext OneStreamContext(double weight_bytes) {
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 1);
+  ctx.max_num_seqs_limit = 1;
+  ctx.weight_dtype_bytes = weight_bytes;
+  ctx.weight_bytes = 2e8;
+  return ctx;
+}
+
+const Action* FindAction(const DiagnosticsReport& r, ActionKind kind) {
+  for (const Action& a : r.plan.actions) {
+    if (a.kind == kind) return &a;
+  }
+  return nullptr;
+}
+
+// The true model's batch-1 decode step with the GEMMs reading `saved` fewer weight bytes.
+double TrueStepWithFewerBytes(const StepRecord& step, double saved) {
+  const TrueModel t;
+  const OpClassStats& g = step.by_class[static_cast<size_t>(OpClass::kGemm)];
+  auto gemm_us = [&](double bytes) {
+    return g.count * t.op_overhead_us + std::max(bytes / t.bytes_per_us, g.flops / t.flops_per_us);
+  };
+  return step.wall_us() - gemm_us(g.bytes) + gemm_us(g.bytes - saved);
+}
+
+TEST(PlanTest, MemoryBoundCpuDecodeIsToldToQuantizeWeights) {
+  const ModelConfig m = testing_diag::Small();  // every GEMM's columns whole q8_0 blocks
+  const double q8 = 34.0 / 32;
+  for (double bytes : {4.0, 2.0}) {
+    SCOPED_TRACE(bytes);
+    const std::vector<StepRecord> steps = OneStream(bytes);
+    const auto r = Plan(steps, OneStreamContext(bytes));
+    EXPECT_EQ(r.verdict.step_bound, Bottleneck::kMemoryBound);
+    ASSERT_EQ(r.plan.actions.size(), 1u) << r.plan.note;
+    const Action& a = r.plan.actions[0];
+    EXPECT_EQ(a.kind, ActionKind::kQuantizeWeights);
+    EXPECT_EQ(a.restart_flags, "--quantization q8_0");
+    EXPECT_NE(a.what.find("--quantization q8_0"), std::string::npos) << a.what;
+    EXPECT_EQ(a.from, bytes);
+    EXPECT_EQ(a.to, q8);
+    EXPECT_EQ(a.options_after, OneStreamContext(bytes).options);  // no live option changes
+    // The formula: the measured step less the GEMM time of the weight bytes no longer read;
+    // here the true model's own step with q8_0 weights, which the fit recovers.
+    const double saved = WeightBytesPerStep(m, bytes) - WeightBytesPerStep(m, q8);
+    EXPECT_NEAR(a.tokens_per_s_before, 1e6 / steps[0].wall_us(), 1e-3 * a.tokens_per_s_before);
+    const double expected = 1e6 / TrueStepWithFewerBytes(steps[0], saved);
+    EXPECT_NEAR(a.tokens_per_s_after, expected, 0.01 * expected);
+    EXPECT_GT(a.tokens_per_s_after, 1.5 * a.tokens_per_s_before);  // mostly weight reads
+    EXPECT_LT(a.tpot_ms_after, a.tpot_ms_before);
+    EXPECT_TRUE(a.outside_measured);  // no step with these weights was measured
+    // q4_0's figure beside it: fewer bytes (the LM head at q8_0), more tokens/s.
+    const FailureMode* w = FindMode(a, "weight_bytes");
+    ASSERT_NE(w, nullptr);
+    EXPECT_NEAR(w->at, WeightBytesPerStep(m, q8), 1);
+    EXPECT_NE(w->detail.find("q4_0"), std::string::npos);
+    const FailureMode* restart = FindMode(a, "restart");
+    ASSERT_NE(restart, nullptr);
+    EXPECT_NE(restart->detail.find("restarting the server with --quantization q8_0"),
+              std::string::npos);
+    const FailureMode* accuracy = FindMode(a, "accuracy");
+    ASSERT_NE(accuracy, nullptr);
+    EXPECT_NE(accuracy->detail.find("not measured"), std::string::npos);
+    EXPECT_NE(FindMode(a, "latency"), nullptr);
+    const v1::DiagnosticsReport proto = ToProto(r);
+    EXPECT_EQ(proto.plan(0).kind(), "quantize_weights");
+    EXPECT_EQ(proto.plan(0).restart_flags(), "--quantization q8_0");
+    EXPECT_NE(RenderReport(proto).find("quantize weights to q8_0"), std::string::npos);
+  }
+}
+
+TEST(PlanTest, NoQuantizeActionForQuantizedWeightsCudaOrComputeBoundSteps) {
+  const double q8 = 34.0 / 32;
+  // Already q8_0: still memory-bound, nothing left to propose.
+  const auto quantized = Plan(OneStream(q8), OneStreamContext(q8));
+  EXPECT_EQ(quantized.verdict.step_bound, Bottleneck::kMemoryBound);
+  EXPECT_EQ(FindAction(quantized, ActionKind::kQuantizeWeights), nullptr);
+  // The CUDA backend refuses q8_0 and q4_0.
+  AnalyzerContext cuda = OneStreamContext(4);
+  cuda.backend = "cuda";
+  const auto on_cuda = Plan(OneStream(4), cuda);
+  EXPECT_EQ(on_cuda.verdict.step_bound, Bottleneck::kMemoryBound);
+  EXPECT_EQ(FindAction(on_cuda, ActionKind::kQuantizeWeights), nullptr);
+  // Compute-bound decode at batch 64 (the true model's ridge is near batch 20).
+  StepSpec s;
+  s.seqs = 64;
+  s.max_num_seqs = 64;
+  auto big = testing_diag::TestContext(testing_diag::Small(), 64);
+  big.max_num_seqs_limit = 64;
+  const auto compute = Plan(testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 10), big);
+  EXPECT_EQ(compute.verdict.step_bound, Bottleneck::kComputeBound);
+  EXPECT_EQ(FindAction(compute, ActionKind::kQuantizeWeights), nullptr);
+  // Memory-bound at batch 4, where raising max_num_seqs comes first: quantizing is predicted
+  // at the batch that action reaches (under the ridge there), from its step.
+  auto ctx4 = testing_diag::TestContext(testing_diag::Small(), 4);
+  const auto raised = Plan(MemoryBoundAt4(40), ctx4);
+  ASSERT_EQ(raised.plan.actions.size(), 2u);
+  const Action& raise = raised.plan.actions[0];
+  EXPECT_EQ(raise.kind, ActionKind::kRaiseMaxNumSeqs);
+  const Action* after = FindAction(raised, ActionKind::kQuantizeWeights);
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->batch_after, raise.batch_after);
+  EXPECT_NEAR(after->tokens_per_s_before, raise.tokens_per_s_after,
+              1e-9 * raise.tokens_per_s_after);
+  EXPECT_GT(after->tokens_per_s_after, after->tokens_per_s_before);
 }
 
 }  // namespace

@@ -201,5 +201,41 @@ TEST(RecordingTest, LiveCaptureJudgedOfflineGivesTheServersReport) {
                back->input.context.probe_curve.prefill.empty());
 }
 
+// A CPU server decoding one stream with bf16 weights: its recording, read back and judged
+// offline, still gets the quantize action, the same figures; once quantized (a recording with
+// q8_0 weights) it reads back and gets none.
+TEST(RecordingTest, QuantizeActionSurvivesTheRoundTrip) {
+  for (double bytes : {2.0, 34.0 / 32}) {
+    SCOPED_TRACE(bytes);
+    StepSpec s;
+    s.seqs = 1;
+    s.max_num_seqs = 1;
+    s.weight_dtype_bytes = bytes;
+    Recording rec;
+    rec.calibration = testing_diag::TestCalibration();
+    rec.input.steps = testing_diag::Steps(testing_diag::Small(), TrueModel{}, s, 20);
+    rec.input.begin_us = rec.input.steps.front().start_us;
+    rec.input.end_us = rec.input.steps.back().end_us;
+    rec.input.ring_total_steps = 20;
+    rec.input.ring_capacity = 4096;
+    rec.input.context = testing_diag::TestContext(testing_diag::Small(), 1);
+    rec.input.context.max_num_seqs_limit = 1;
+    rec.input.context.weight_dtype_bytes = bytes;
+    rec.input.context.weight_bytes = 2e8;
+    absl::StatusOr<Recording> back = RecordingFromJson(RecordingToJson(rec));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->input.context.weight_dtype_bytes, bytes);
+    DiagnosticsSession a("test"), b("test");
+    a.StartOffline(rec.calibration);
+    b.StartOffline(back->calibration);
+    const DiagnosticsReport ra = a.BuildReport(rec.input);
+    const DiagnosticsReport rb = b.BuildReport(back->input);
+    ExpectSameReport(ra, rb);
+    const bool quantize =
+        !rb.plan.actions.empty() && rb.plan.actions.front().kind == ActionKind::kQuantizeWeights;
+    EXPECT_EQ(quantize, bytes == 2.0) << rb.plan.note;
+  }
+}
+
 }  // namespace
 }  // namespace saturn

@@ -71,6 +71,7 @@ struct StepSpec {
   int running = -1;      // -1: = seqs
   int max_num_seqs = 0;  // options recorded on the step (0: seqs)
   int max_num_batched_tokens = 2048;
+  double weight_dtype_bytes = 0;  // GEMM weights' bytes per weight where not 4 (bf16, q8_0)
 };
 
 // One step starting at `start_us`; returns it with end_us set from the true model.
@@ -80,7 +81,7 @@ inline StepRecord MakeStep(const ModelConfig& m, const TrueModel& t, const StepS
   const StepShape shape = s.prefill_tokens > 0
                               ? MixedShape(1, s.prefill_tokens, 0, decodes, s.context, true)
                               : DecodeShape(s.seqs, s.context);
-  const StepCost cost = EstimateStepCost(m, 4, shape);
+  const StepCost cost = EstimateStepCost(m, 4, shape, s.weight_dtype_bytes);
   StepRecord r;
   r.step_id = id;
   r.start_us = start_us;
