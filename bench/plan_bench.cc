@@ -6,15 +6,17 @@
 // tokens/s and TPOT with the errors (the server's own DiagnosticsSession,
 // engine/diag/diagnostics_session.h, tracks it). A client-side
 // action (raise client concurrency) is followed too: the load restarts at the planned number of
-// clients. Output tokens/s over the after window is compared with the plan's prediction, which
-// is output tokens/s of the request mix when the window held prefill (step_curve.h).
-// Before the load, synthetic probe steps are timed (Engine::ProbeSteps, as the server does at
-// start with --probe_steps_ms). Request lengths vary around their means (--length_jitter) so
-// the clients do not run in lockstep, and after the change the after window starts only once
-// as many requests finished as clients run (--ramp_s), i.e. in steady state. With --return_s
-// the run is A-B-A: the options and clients before the change are restored and that load is
-// measured again, so the machine's own drift over the run (a shared host's bandwidth moves
-// by tens of percent within a minute) is measured on the same load, not guessed.
+// clients; so is a restart action (quantize_weights): a new engine with the action's flag
+// serves the same load, and its decode rate is compared with the prediction. Output tokens/s over
+// the after window is compared with the plan's prediction, which is output tokens/s of the request
+// mix when the window held prefill (step_curve.h). Before the load, synthetic probe steps are timed
+// (Engine::ProbeSteps, as the server does at start with --probe_steps_ms). Request lengths vary
+// around their means (--length_jitter) so the clients do not run in lockstep, and after the change
+// the after window starts only once as many requests finished as clients run (--ramp_s), i.e. in
+// steady state. With --return_s the run is A-B-A: the options and clients before the change are
+// restored and that load is measured again, so the machine's own drift over the run (a shared
+// host's bandwidth moves by tens of percent within a minute) is measured on the same load, not
+// guessed.
 //
 //   saturn-bench-plan --model=small --start_seqs=1 --concurrency=8 --json=plan.json
 #include <algorithm>
@@ -31,12 +33,15 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/diagnostics_session.h"
 #include "engine/engine.h"
 #include "engine/engine_flags.h"
 #include "engine/measure/calibration.h"
+#include "kernels/base/status_macros.h"
 #include "proto/render/report_json.h"
 #include "proto/render/report_proto.h"
 #include "proto/render/report_text.h"
@@ -44,6 +49,11 @@
 // Besides the engine's flags (--model, --backend, ...: engine/engine_flags.h; here --backend
 // defaults to cpu, see main):
 ABSL_FLAG(int, start_seqs, 1, "max_num_seqs before the plan");
+ABSL_FLAG(int, seqs_limit, 64,
+          "the engine's max_num_seqs_limit (what no plan may raise max_num_seqs past)");
+ABSL_FLAG(std::string, follow, "top",
+          "the plan action to follow: top, or an action kind (raise_max_num_seqs, "
+          "raise_client_concurrency, quantize_weights, ...)");
 ABSL_FLAG(int, concurrency, 8, "closed-loop clients (fewer than --start_seqs: a client-side plan)");
 ABSL_FLAG(int, prompt_len, 16, "prompt tokens per request");
 ABSL_FLAG(int, max_tokens, 64, "tokens generated per request");
@@ -255,11 +265,138 @@ nlohmann::json MixedByClass(const std::vector<StepRecord>& steps) {
   return out;
 }
 
+// Decode tokens/s of the window's decode-only steps: their tokens over their wall time (what a
+// plan without prefill in its window predicts: batch over step time).
+double DecodeStepTokensPerS(const std::vector<StepRecord>& steps) {
+  double tokens = 0, us = 0;
+  for (const StepRecord& r : steps) {
+    if (r.num_prefill_tokens > 0 || r.num_decode_tokens == 0) continue;
+    tokens += r.num_decode_tokens;
+    us += r.wall_us();
+  }
+  return us > 0 ? tokens / us * 1e6 : 0;
+}
+
+// One engine of `cfg` under n closed-loop clients, diagnosed by its own session over a steady
+// window of `seconds`: what a restarted server serves (calibration, probe, load, ramp).
+struct Served {
+  DiagnosticsReport report;
+  std::vector<StepRecord> steps;
+  std::string device;
+};
+absl::StatusOr<Served> ServeWindow(const EngineConfig& cfg, int n, double seconds) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(cfg));
+  DiagnosticsSession session("saturn-bench-plan");
+  CalibrationSource source;
+  source.probe_ms = absl::GetFlag(FLAGS_probe_ms);
+  RETURN_IF_ERROR(session.Start(engine.get(), source));
+  ClosedLoop load(engine.get(), n, absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_max_tokens),
+                  absl::GetFlag(FLAGS_length_jitter));
+  Ramp(load, n);
+  const double t0 = NowUs();
+  Sleep(seconds);
+  Served out;
+  out.report = session.BuildReport(*engine, t0, NowUs(), &out.steps);
+  out.device = engine->info().device_name;
+  load.Stop();
+  return out;
+}
+
+// A restart action (quantize_weights): the engine of `cfg` is gone. Its prediction starts from
+// the plan's state before it (the earlier actions' options, in a.options_after, and `clients`),
+// so that state is served first (B0), then the same with the action's flag (B1), then, with
+// --return_s, B0 again (the machine's own move over the run: B0-B1-B0). The action's own
+// prediction is the ratio tokens_per_s_after / tokens_per_s_before, compared with B1 / B0;
+// the absolute prediction (which carries the earlier actions' errors) with B1.
+int FollowRestart(const EngineConfig& cfg, const Action& a, const DiagnosticsReport& before, int n,
+                  int clients, const Calibration& cal, const std::string& load_start) {
+  const std::string kFlag = "--quantization ";
+  if (!absl::StartsWith(a.restart_flags, kFlag)) {
+    std::printf("action \"%s\" needs a restart with %s, which this tool does not follow\n",
+                a.what.c_str(), a.restart_flags.c_str());
+    return 1;
+  }
+  EngineConfig prior_cfg = cfg;
+  prior_cfg.options = a.options_after;  // what the earlier actions set (this one sets none)
+  EngineConfig after_cfg = prior_cfg;
+  after_cfg.quantization = a.restart_flags.substr(kFlag.size());
+  after_cfg.dtype = "auto";
+  const bool mix = a.prefill_share > 0;
+  auto serve = [&](const EngineConfig& c, double seconds, const char* what, Served* out) -> double {
+    std::cerr << what << " (" << clients << " clients) ...\n";
+    absl::StatusOr<Served> s = ServeWindow(c, clients, seconds);
+    if (!s.ok()) {
+      std::cerr << what << ": " << s.status() << "\n";
+      return -1;
+    }
+    *out = std::move(*s);
+    return mix ? out->report.profile.output_tokens_per_s : DecodeStepTokensPerS(out->steps);
+  };
+  Served b0, b1, back;
+  const double m0 =
+      serve(prior_cfg, absl::GetFlag(FLAGS_before_s), "the plan's state before it", &b0);
+  if (m0 < 0) return 1;
+  const double m1 = serve(after_cfg, absl::GetFlag(FLAGS_after_s), a.restart_flags.c_str(), &b1);
+  if (m1 < 0) return 1;
+  double m2 = 0;
+  if (const double back_s = absl::GetFlag(FLAGS_return_s); back_s > 0) {
+    m2 = serve(prior_cfg, back_s, "the plan's state before it, again", &back);
+    if (m2 < 0) return 1;
+  }
+  const double b0_mean = m2 > 0 ? (m0 + m2) / 2 : m0;  // B0 at B1's time, where measured twice
+  const double predicted_ratio = a.tokens_per_s_after / std::max(1e-9, a.tokens_per_s_before);
+  const double measured_ratio = m1 / std::max(1e-9, b0_mean);
+  const double ratio_error = predicted_ratio / std::max(1e-9, measured_ratio) - 1;
+  const double plan_error = a.tokens_per_s_after / std::max(1e-9, m1) - 1;
+  std::printf("--- after the restart with %s (%s) ---\n%s", a.restart_flags.c_str(),
+              b1.device.c_str(), RenderReport(ToProto(b1.report)).c_str());
+  const char* unit = mix ? "output tokens/s" : "decode tokens/s";
+  std::printf("\n%d clients, max_num_seqs %d, the earlier actions' options; %s\n", clients,
+              a.options_after.max_num_seqs, unit);
+  std::printf("%-28s %12s %12s %9s\n", "", "predicted", "measured", "error");
+  std::printf("%-28s %12.1f %12.1f %+8.1f%%%s\n", "before (B0)", a.tokens_per_s_before, b0_mean,
+              100 * (a.tokens_per_s_before / std::max(1e-9, b0_mean) - 1),
+              m2 > 0 ? absl::StrFormat("  (%.1f, then %.1f)", m0, m2).c_str() : "");
+  std::printf("%-28s %12.1f %12.1f %+8.1f%%  (expected +-%.0f%%%s)\n", "after (B1)",
+              a.tokens_per_s_after, m1, 100 * plan_error, 100 * a.expected_error,
+              a.outside_measured ? ", beyond measured shapes" : "");
+  std::printf("%-28s %12.3f %12.3f %+8.1f%%  (the action's own prediction)\n", "after / before",
+              predicted_ratio, measured_ratio, 100 * ratio_error);
+  nlohmann::json out = {{"model", cfg.model},
+                        {"concurrency", n},
+                        {"clients", clients},
+                        {"calibration", nlohmann::json::parse(CalibrationToJson(cal))},
+                        {"action", a.what},
+                        {"action_kind", ActionKindName(a.kind)},
+                        {"restart_flags", a.restart_flags},
+                        {"device_before", b0.device},
+                        {"device_after", b1.device},
+                        {"loadavg_start", load_start},
+                        {"loadavg_end", LoadAvg()},
+                        {"plan_metric", mix ? "output_tokens_per_s" : "decode_tokens_per_s"},
+                        {"plan_predicted_before", a.tokens_per_s_before},
+                        {"measured_before", m0},
+                        {"measured_before_again", m2},
+                        {"plan_predicted", a.tokens_per_s_after},
+                        {"plan_measured", m1},
+                        {"plan_error", plan_error},
+                        {"predicted_ratio", predicted_ratio},
+                        {"measured_ratio", measured_ratio},
+                        {"ratio_error", ratio_error},
+                        {"expected_error", a.expected_error},
+                        {"outside_measured", a.outside_measured},
+                        {"diagnosed", nlohmann::json::parse(ReportJson(ToProto(before), false))},
+                        {"before", nlohmann::json::parse(ReportJson(ToProto(b0.report), false))},
+                        {"after", nlohmann::json::parse(ReportJson(ToProto(b1.report), false))}};
+  return bench::WriteJson(out, absl::GetFlag(FLAGS_json));
+}
+
 int Main() {
   const int start = absl::GetFlag(FLAGS_start_seqs), n = absl::GetFlag(FLAGS_concurrency);
-  constexpr int kSeqsLimit = 64;  // the engine's max_num_seqs_limit here
+  const int seqs_limit = absl::GetFlag(FLAGS_seqs_limit);
   const double ramp = absl::GetFlag(FLAGS_ramp_s);
-  if (!bench::FlagInRange("start_seqs", start, 1, kSeqsLimit) ||
+  if (!bench::FlagInRange("seqs_limit", seqs_limit, 1, 1024) ||
+      !bench::FlagInRange("start_seqs", start, 1, seqs_limit) ||
       !bench::FlagInRange("concurrency", n, 1, 4096) ||
       !bench::FlagInRange("prompt_len", absl::GetFlag(FLAGS_prompt_len), 1, 1 << 16) ||
       !bench::FlagInRange("max_tokens", absl::GetFlag(FLAGS_max_tokens), 1, 1 << 16) ||
@@ -278,7 +415,7 @@ int Main() {
       int(std::ceil((absl::GetFlag(FLAGS_prompt_len) + absl::GetFlag(FLAGS_max_tokens)) *
                     (1 + jitter))) +
       16;
-  cfg.max_num_seqs_limit = kSeqsLimit;
+  cfg.max_num_seqs_limit = seqs_limit;
   cfg.options.max_num_seqs = start;
   std::cerr << "loading " << cfg.model << " ...\n";
   auto engine_or = Engine::Create(cfg);
@@ -319,11 +456,28 @@ int Main() {
     std::printf("no plan action: %s\n", before.plan.note.c_str());
     return 1;
   }
-  const Action& a = before.plan.actions.front();
-  if (!a.restart_flags.empty()) {  // quantize_weights: a new engine, which this run does not do
-    std::printf("top action \"%s\" needs a restart with %s; not followed here\n", a.what.c_str(),
-                a.restart_flags.c_str());
+  // The top action, or the one --follow names.
+  const std::string follow = absl::GetFlag(FLAGS_follow);
+  auto it = std::find_if(
+      before.plan.actions.begin(), before.plan.actions.end(),
+      [&](const Action& x) { return follow == "top" || follow == ActionKindName(x.kind); });
+  if (it == before.plan.actions.end()) {
+    std::printf("the plan has no %s action\n", follow.c_str());
     return 1;
+  }
+  const Action& a = *it;
+  if (!a.restart_flags.empty()) {  // quantize_weights: followed by a new engine
+    load->Stop();
+    engine_or->reset();
+    // The prediction is for the plan's state up to this action: the earlier actions' options
+    // (in a.options_after) and clients too.
+    int clients = n;
+    for (auto e = before.plan.actions.begin(); e != it; ++e) {
+      if (e->kind == ActionKind::kRaiseClientConcurrency) {
+        clients = std::max(clients, int(std::lround(e->to)));
+      }
+    }
+    return FollowRestart(cfg, a, before, n, clients, cal, load_start);
   }
   const EngineOptions& o = a.options_after;
   const EngineOptions options_before = engine->options();

@@ -192,7 +192,8 @@ struct Profile {
   // Achieved rates over the span, and as shares of the calibrated ceilings.
   double flops_per_s = 0, bytes_per_s = 0;
   double mfu = 0, mbu = 0;
-  double intensity = 0, ridge = 0;  // FLOPs/byte of the window's work; calibrated ridge
+  double intensity = 0, ridge = 0;   // FLOPs/byte of the window's work; calibrated ridge
+  double q8_0_gemm_flops_per_s = 0;  // calibrated peak with q8_0 weights (0: not measured)
   // Serving state.
   double mean_queue_depth = 0;
   int max_queue_depth = 0;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/diag/analyzer.h"
 #include "engine/diag/plan_predict.h"
@@ -542,7 +543,10 @@ struct QuantizedStep {
   double saved_bytes;  // weight bytes a step no longer reads
 
   // The step model's GEMM time for the bytes no longer read, at its fitted GEMM rates (the
-  // other op classes, the flops and the host part unchanged).
+  // other op classes and the host part unchanged); the GEMMs' compute term after is their
+  // FLOPs at the quantized kernel's calibrated peak (q8_0_gemm_flops_per_s, where measured:
+  // on the CPU it is below bf16's AMX peak, so a batch that is memory-bound now can be
+  // compute-bound with quantized weights; above f32's fitted rate at a low batch).
   double SavedUs(const StepShape& shape, double* bytes_ratio) const {
     const AnalyzerContext& ctx = b.ctx;
     const StepCost cost = EstimateStepCost(ctx.model, ctx.dtype_bytes, shape,
@@ -553,13 +557,21 @@ struct QuantizedStep {
     double total = 0;
     for (const ClassCost& c : cost) total += c.bytes;
     *bytes_ratio = total > 0 ? std::max(0.0, total - saved_bytes) / total : 1;
-    return std::max(0.0, b.model.ClassUs(g, cost[g]) - b.model.ClassUs(g, after));
+    double after_us = b.model.ClassUs(g, after);
+    if (b.p.q8_0_gemm_flops_per_s > 0) {  // the compute term at the quantized kernel's peak
+      StepModel q8 = b.model;
+      q8.rates[g].flops_per_us = b.p.q8_0_gemm_flops_per_s * 1e-6;
+      after_us = q8.ClassUs(g, after);
+    }
+    return b.model.ClassUs(g, cost[g]) - after_us;
   }
-  // The measured step less SavedUs; never below the measured step scaled by the step's bytes
-  // ratio (what it would take if all of it were reads).
+  // The measured step less SavedUs; where it saves time, never below the measured step
+  // scaled by the step's bytes ratio (what it would take if all of it were reads); where the
+  // quantized kernel's compute costs more than the reads saved, the step grows by that.
   double Us(double measured_us, const StepShape& shape) const {
     double ratio = 1;
     const double saved = SavedUs(shape, &ratio);
+    if (saved < 0) return measured_us - saved;
     return std::max(measured_us - saved, measured_us * ratio);
   }
   CurveLookup operator()(double rows, double decode_rows, bool prefill,
@@ -675,10 +687,17 @@ void AddQuantizeWeights(PlanBuild& b, Plan* plan) {
          "f16 scale)"));
   a.tradeoffs.push_back(
       Fm("kernel_rate", rates.bytes_per_us * 1e6,
-         "assumes the q8_0 GEMM streams its bytes at the rate this window's GEMMs did; its "
-         "dequantization costs compute the model does not count. The plan tracker cannot check "
-         "it: the restart starts a new process and session; compare the next report's decode "
-         "tokens/s at the same batch with this prediction"));
+         absl::StrCat(
+             "assumes the q8_0 GEMM streams its bytes at the rate this window's GEMMs did",
+             b.p.q8_0_gemm_flops_per_s > 0
+                 ? absl::StrFormat(" and computes at no more than its calibrated %.0f GFLOP/s "
+                                   "(q4_0's figure assumes the same)",
+                                   b.p.q8_0_gemm_flops_per_s * 1e-9)
+                 : "; its compute ceiling was not calibrated (a recording from before it was), "
+                   "so a batch that turns compute-bound is not foreseen",
+             ". The plan tracker cannot check it: the restart starts a new process and "
+             "session; compare the next report's decode tokens/s at the same batch with this "
+             "prediction")));
   a.options_after = b.opts;
   plan->actions.push_back(a);
 }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <thread>
 #include <type_traits>
@@ -59,9 +60,10 @@ absl::StatusOr<Tensor> AllocateWeight(Backend* b, DType wdt, int64_t rows, int64
 // dtype, weights in the weight dtype and layout (bf16 weights on a CPU with native bf16 dot
 // products take another kernel than f32 ones, with another peak), timed in trials.
 absl::StatusOr<TrialSeries> TimeGemm(Backend* b, int64_t m, int64_t k, int64_t n,
-                                     const TrialOptions& topt) {
+                                     const TrialOptions& topt,
+                                     std::optional<DType> weight = std::nullopt) {
   const DType dt = b->compute_dtype();
-  const DType wdt = b->weight_dtype();
+  const DType wdt = weight.value_or(b->weight_dtype());
   ASSIGN_OR_RETURN(DeviceBuffer a, b->Allocate(size_t(m) * k * DTypeSize(dt)));
   DeviceBuffer w;
   ASSIGN_OR_RETURN(const Tensor tw, AllocateWeight(b, wdt, n, k, &w));
@@ -170,6 +172,19 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
     if (ms.best > c.gemm_flops_per_s) {
       c.gemm_flops_per_s = ms.best;
       c.gemm_spread = ms.spread;
+    }
+  }
+
+  // The quantized kernel's peak (CPU), which a server quantizing its weights would have.
+  if (c.backend == "cpu") {
+    if (wdt == DType::kQ8_0) {
+      c.q8_0_gemm_flops_per_s = c.gemm_square_flops_per_s;
+    } else {
+      ASSIGN_OR_RETURN(TrialSeries q8, TimeGemm(backend, n, n, n, topt, DType::kQ8_0));
+      c.q8_0_gemm_flops_per_s = q8.best;
+      run_share_min = std::min(run_share_min, q8.run_share);
+      absl::StrAppend(&c.gemm_method, "; with q8_0 weights ",
+                      absl::StrFormat("%.1f GFLOP/s, ", q8.best / 1e9), q8.Describe());
     }
   }
 

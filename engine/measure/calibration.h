@@ -56,6 +56,9 @@ struct Calibration {
   double spec_flops_per_s = 0, spec_bandwidth_bytes_per_s = 0;
   std::string spec_method;
   double measured_unix_s = 0;  // when measured (wall clock, seconds since the epoch)
+  // The square GEMM with q8_0 weights where the backend has the kernel (CPU; 0 elsewhere and in
+  // files written before it existed): the plan's quantize_weights predicts against it.
+  double q8_0_gemm_flops_per_s = 0;
   double ridge_flops_per_byte() const {
     return bandwidth_bytes_per_s > 0 ? gemm_flops_per_s / bandwidth_bytes_per_s : 0;
   }

@@ -43,6 +43,7 @@ inline constexpr CalibrationField kCalibrationFields[] = {
     {"spec_bandwidth_bytes_per_s", &Calibration::spec_bandwidth_bytes_per_s, false},
     {"spec_method", &Calibration::spec_method, false},
     {"measured_unix_s", &Calibration::measured_unix_s, false},
+    {"q8_0_gemm_flops_per_s", &Calibration::q8_0_gemm_flops_per_s, false},
 };
 
 }  // namespace saturn

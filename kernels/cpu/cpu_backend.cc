@@ -72,6 +72,8 @@ class CpuBackend final : public Backend {
         weight_dtype_(weight_dtype),
         kv_dtype_(kv_dtype),
         packed_layout_(PackedLayout(packed_weights, isa, weight_dtype)),
+        packed_weights_(packed_weights),
+        isa_(isa),
         device_name_(absl::StrCat(
             CpuModelName(), " (", num_threads, " threads) ", cpu::IsaName(isa),
             AmxNote(isa, weight_dtype), ", ", DTypeName(weight_dtype), " weights",
@@ -92,10 +94,11 @@ class CpuBackend final : public Backend {
   // bf16 weights keep a bf16 KV cache: half the bytes a decode step's attention reads.
   DType kv_cache_dtype() const override { return kv_dtype_; }
   bool batch_invariant() const override { return planner_.batch_invariant(); }
-  // Another block format than the weights' (q4_0 weights' q8_0 LM head) reads as they do.
+  // Block formats read as quantized panels where VNNI runs, whatever the weights' dtype (q4_0
+  // weights' q8_0 LM head; calibration's q8_0 GEMM).
   Layout GemmWeightLayout(DType weight) const override {
     if (weight == weight_dtype_) return packed_layout_;
-    if (IsBlockQuantized(weight) && IsBlockQuantized(weight_dtype_)) return packed_layout_;
+    if (IsBlockQuantized(weight)) return PackedLayout(packed_weights_, isa_, weight);
     return Layout::kRows;
   }
   size_t device_memory_bytes() const override {
@@ -316,6 +319,8 @@ class CpuBackend final : public Backend {
     return Layout::kRows;
   }
   const Layout packed_layout_;
+  const bool packed_weights_;
+  const cpu::Isa isa_;
   std::atomic<bool> packed_ran_{false};  // a GEMM has read packed weights (KernelPlan)
   void NotePacked(const Tensor& w) {
     if (w.layout != Layout::kRows) packed_ran_.store(true, std::memory_order_relaxed);

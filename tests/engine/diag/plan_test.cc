@@ -705,5 +705,32 @@ TEST(PlanTest, NoQuantizeActionForQuantizedWeightsCudaOrComputeBoundSteps) {
   EXPECT_GT(after->tokens_per_s_after, after->tokens_per_s_before);
 }
 
+// The quantized kernel's calibrated compute peak bounds the step after: with a peak as high as
+// the current one the prediction is as without one; with one so low that the batch the plan
+// reaches turns compute-bound under q8_0 (as bf16 on AMX against the VNNI kernel), quantizing
+// gains nothing and is not proposed.
+TEST(PlanTest, QuantizedKernelsPeakBoundsTheQuantizePrediction) {
+  const auto steps = MemoryBoundAt4(40);
+  const AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  auto with_peak = [&](double q8_peak) {
+    Calibration cal = testing_diag::TestCalibration();
+    cal.q8_0_gemm_flops_per_s = q8_peak;
+    return Analyze(steps, steps.front().start_us, steps.back().end_us, cal, ctx);
+  };
+  const DiagnosticsReport none = with_peak(0);
+  const Action* base = FindAction(none, ActionKind::kQuantizeWeights);
+  ASSERT_NE(base, nullptr);
+  const DiagnosticsReport same = with_peak(testing_diag::TestCalibration().gemm_flops_per_s);
+  const Action* a = FindAction(same, ActionKind::kQuantizeWeights);
+  ASSERT_NE(a, nullptr);
+  EXPECT_LE(a->tokens_per_s_after, base->tokens_per_s_after * (1 + 1e-9));
+  EXPECT_GT(a->tokens_per_s_after, a->tokens_per_s_before);
+  const FailureMode* rate = FindMode(*a, "kernel_rate");
+  ASSERT_NE(rate, nullptr);
+  EXPECT_NE(rate->detail.find("calibrated 100 GFLOP/s"), std::string::npos) << rate->detail;
+  const DiagnosticsReport slow = with_peak(1e8);  // a thousandth of the GEMM peak
+  EXPECT_EQ(FindAction(slow, ActionKind::kQuantizeWeights), nullptr);
+}
+
 }  // namespace
 }  // namespace saturn
