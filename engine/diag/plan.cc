@@ -543,10 +543,11 @@ struct QuantizedStep {
   double saved_bytes;  // weight bytes a step no longer reads
 
   // The step model's GEMM time for the bytes no longer read, at its fitted GEMM rates (the
-  // other op classes and the host part unchanged); the GEMMs' compute term after is their
-  // FLOPs at the quantized kernel's calibrated peak (q8_0_gemm_flops_per_s, where measured:
-  // on the CPU it is below bf16's AMX peak, so a batch that is memory-bound now can be
-  // compute-bound with quantized weights; above f32's fitted rate at a low batch).
+  // other op classes and the host part unchanged). Where the quantized kernel's peak was
+  // calibrated (q8_0_gemm_flops_per_s), the GEMMs after take the larger of their reads at the
+  // fitted bandwidth and their FLOPs at that peak (the kernel's integer products overlap its
+  // reads): on the CPU the peak is below bf16's AMX one, so a batch that is memory-bound now
+  // can be compute-bound with quantized weights.
   double SavedUs(const StepShape& shape, double* bytes_ratio) const {
     const AnalyzerContext& ctx = b.ctx;
     const StepCost cost = EstimateStepCost(ctx.model, ctx.dtype_bytes, shape,
@@ -558,9 +559,10 @@ struct QuantizedStep {
     for (const ClassCost& c : cost) total += c.bytes;
     *bytes_ratio = total > 0 ? std::max(0.0, total - saved_bytes) / total : 1;
     double after_us = b.model.ClassUs(g, after);
-    if (b.p.q8_0_gemm_flops_per_s > 0) {  // the compute term at the quantized kernel's peak
+    if (b.p.q8_0_gemm_flops_per_s > 0) {  // the quantized kernel: reads and products overlap
       StepModel q8 = b.model;
       q8.rates[g].flops_per_us = b.p.q8_0_gemm_flops_per_s * 1e-6;
+      q8.rates[g].additive = false;
       after_us = q8.ClassUs(g, after);
     }
     return b.model.ClassUs(g, cost[g]) - after_us;
