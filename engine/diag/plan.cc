@@ -683,10 +683,11 @@ void AddQuantizeWeights(PlanBuild& b, Plan* plan) {
                              : "")));
   a.tradeoffs.push_back(
       Fm("accuracy", 0,
-         "not measured: Saturn does not yet measure the KL divergence of the served model's "
-         "next-token distributions under q8_0 against its own weights (issue 52), and cites "
-         "no published figure (q8_0 stores each block of 32 weights as 8-bit integers and one "
-         "f16 scale)"));
+         "not measured by the server: `saturn-bench-kl --model MODEL --quantization q8_0` "
+         "measures the KL divergence of this model's next-token distributions under q8_0 "
+         "against its own f32 weights over 4,096 positions, and how often the top token "
+         "changes (llama-perplexity --kl-divergence's figures); on the small preset's random "
+         "weights: mean KL 0.0022, the same top token 97 % of the time"));
   a.tradeoffs.push_back(
       Fm("kernel_rate", rates.bytes_per_us * 1e6,
          absl::StrCat(

@@ -661,6 +661,7 @@ TEST(PlanTest, MemoryBoundCpuDecodeIsToldToQuantizeWeights) {
     const FailureMode* accuracy = FindMode(a, "accuracy");
     ASSERT_NE(accuracy, nullptr);
     EXPECT_NE(accuracy->detail.find("not measured"), std::string::npos);
+    EXPECT_NE(accuracy->detail.find("saturn-bench-kl"), std::string::npos);
     EXPECT_NE(FindMode(a, "latency"), nullptr);
     const v1::DiagnosticsReport proto = ToProto(r);
     EXPECT_EQ(proto.plan(0).kind(), "quantize_weights");
