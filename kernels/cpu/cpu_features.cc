@@ -60,20 +60,33 @@ void DetectAmx(CpuFeatures& f) {
 
 }  // namespace
 
+namespace {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// CPUID bits that __builtin_cpu_supports does not name in every compiler Saturn builds with
+// (clang 14 knows neither "f16c" nor, in some versions, "avx512vnni").
+bool CpuidBit(unsigned leaf, unsigned subleaf, int reg, int bit) {
+  unsigned r[4] = {0, 0, 0, 0};
+  if (__get_cpuid_count(leaf, subleaf, &r[0], &r[1], &r[2], &r[3]) == 0) return false;
+  return ((r[reg] >> bit) & 1) != 0;
+}
+constexpr int kEcx = 2;
+#endif
+}  // namespace
+
 const CpuFeatures& DetectCpuFeatures() {
   static const CpuFeatures features = [] {
     CpuFeatures f;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                 __builtin_cpu_supports("f16c");
+                 CpuidBit(1, 0, kEcx, 29);  // F16C
     f.avx512 = f.avx2_fma && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
-    f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+    f.avx512_vnni = f.avx512 && CpuidBit(7, 0, kEcx, 11);  // AVX512_VNNI
     DetectAmx(f);
 #endif
     return f;
