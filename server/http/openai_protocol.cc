@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/model/gguf.h"
 #include "kernels/base/json_depth.h"
 #include "kernels/base/read_file.h"
 
@@ -403,6 +405,18 @@ std::string ApiFinishReason(FinishReason reason) {
 absl::Status ChatTemplateRefusal(const std::string& model) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (fs::is_regular_file(model, ec) && fs::path(model).extension() == ".gguf") {
+    // A GGUF file carries its template in tokenizer.chat_template, Jinja as in
+    // tokenizer_config.json (llama.cpp renders it with its own Jinja subset).
+    absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(model);
+    const bool has = f.ok() && (*f)->metadata().contains("tokenizer.chat_template");
+    return Bad("messages",
+               has ? "the file's chat template (tokenizer.chat_template) is a Jinja program, "
+                     "which Saturn does not render, so it cannot apply it faithfully; render "
+                     "the conversation yourself and send it to /v1/completions"
+                   : "the GGUF file has no chat template (tokenizer.chat_template); use "
+                     "/v1/completions");
+  }
   if (!fs::is_directory(model, ec)) {
     return Bad("messages", absl::StrCat("the built-in model \"", model,
                                         "\" has no chat template; use /v1/completions"));

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/engine/model/gguf_writer.h"
+
 namespace saturn {
 namespace {
 
@@ -317,6 +319,31 @@ TEST(OpenAiProtocolTest, ChatRefusalReadsTheCheckpointsTokenizerConfigSafely) {
   EXPECT_EQ(HttpStatus(s), 400);
   EXPECT_NE(s.message().find("has no chat template"), absl::string_view::npos) << s;
   fs::remove_all(dir);
+}
+
+// A GGUF file's template is its tokenizer.chat_template key: named where present, its absence
+// said where not (never "the built-in model").
+TEST(OpenAiProtocolTest, ChatRefusalReadsAGgufFilesTemplateKey) {
+  namespace fs = std::filesystem;
+  const std::string with = (fs::path(::testing::TempDir()) / "chat-with.gguf").string();
+  const std::string without = (fs::path(::testing::TempDir()) / "chat-without.gguf").string();
+  testing_gguf::Writer a;
+  a.Str("general.architecture", "llama");
+  a.Str("tokenizer.chat_template", "{{ messages }}");
+  a.Save(with);
+  testing_gguf::Writer b;
+  b.Str("general.architecture", "llama");
+  b.Save(without);
+  absl::Status s = ChatTemplateRefusal(with);
+  EXPECT_EQ(HttpStatus(s), 400);
+  EXPECT_NE(s.message().find("tokenizer.chat_template) is a Jinja program"),
+            absl::string_view::npos)
+      << s;
+  s = ChatTemplateRefusal(without);
+  EXPECT_EQ(HttpStatus(s), 400);
+  EXPECT_NE(s.message().find("GGUF file has no chat template"), absl::string_view::npos) << s;
+  fs::remove(with);
+  fs::remove(without);
 }
 
 }  // namespace
