@@ -194,6 +194,8 @@ struct Profile {
   double mfu = 0, mbu = 0;
   double intensity = 0, ridge = 0;   // FLOPs/byte of the window's work; calibrated ridge
   double q8_0_gemm_flops_per_s = 0;  // calibrated peak with q8_0 weights (0: not measured)
+  // Calibrated q8_0 weight streams at 1 and 8 input rows, bytes/s (0: not measured).
+  double q8_0_stream_bytes_per_s = 0, q8_0_stream8_bytes_per_s = 0;
   // Serving state.
   double mean_queue_depth = 0;
   int max_queue_depth = 0;

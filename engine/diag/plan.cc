@@ -544,10 +544,10 @@ struct QuantizedStep {
 
   // The step model's GEMM time for the bytes no longer read, at its fitted GEMM rates (the
   // other op classes and the host part unchanged). Where the quantized kernel's peak was
-  // calibrated (q8_0_gemm_flops_per_s), the GEMMs after take the larger of their reads at the
-  // fitted bandwidth and their FLOPs at that peak (the kernel's integer products overlap its
-  // reads): on the CPU the peak is below bf16's AMX one, so a batch that is memory-bound now
-  // can be compute-bound with quantized weights.
+  // calibrated (q8_0_gemm_flops_per_s), the GEMMs' compute term after is their FLOPs at that
+  // peak, combined with the reads as the fitted model combines them (summed on the CPU at a
+  // low batch): on the CPU the peak is below bf16's AMX one, so a batch that is memory-bound
+  // now can be compute-bound with quantized weights.
   double SavedUs(const StepShape& shape, double* bytes_ratio) const {
     const AnalyzerContext& ctx = b.ctx;
     const StepCost cost = EstimateStepCost(ctx.model, ctx.dtype_bytes, shape,
@@ -559,10 +559,16 @@ struct QuantizedStep {
     for (const ClassCost& c : cost) total += c.bytes;
     *bytes_ratio = total > 0 ? std::max(0.0, total - saved_bytes) / total : 1;
     double after_us = b.model.ClassUs(g, after);
-    if (b.p.q8_0_gemm_flops_per_s > 0) {  // the quantized kernel: reads and products overlap
+    const double r1 = b.p.q8_0_stream_bytes_per_s, r8 = b.p.q8_0_stream8_bytes_per_s;
+    if (r1 > 0 && r8 > 0) {
+      // The calibrated q8_0 streams: time per weight byte on the line through 1 and 8 rows
+      // (reads, then each row's integer products), no faster than the 1-row stream.
+      const double rows = static_cast<double>(std::max<int64_t>(1, shape.num_tokens));
+      const double per_byte = std::max(1 / r1, 1 / r1 + (1 / r8 - 1 / r1) * (rows - 1) / 7);
+      after_us = after.ops * b.model.op_overhead_us + after.bytes * per_byte * 1e6;
+    } else if (b.p.q8_0_gemm_flops_per_s > 0) {  // the compute term at the kernel's peak
       StepModel q8 = b.model;
       q8.rates[g].flops_per_us = b.p.q8_0_gemm_flops_per_s * 1e-6;
-      q8.rates[g].additive = false;
       after_us = q8.ClassUs(g, after);
     }
     return b.model.ClassUs(g, cost[g]) - after_us;
@@ -691,8 +697,14 @@ void AddQuantizeWeights(PlanBuild& b, Plan* plan) {
   a.tradeoffs.push_back(
       Fm("kernel_rate", rates.bytes_per_us * 1e6,
          absl::StrCat(
-             "assumes the q8_0 GEMM streams its bytes at the rate this window's GEMMs did",
-             b.p.q8_0_gemm_flops_per_s > 0
+             b.p.q8_0_stream_bytes_per_s > 0 && b.p.q8_0_stream8_bytes_per_s > 0
+                 ? absl::StrFormat("the q8_0 GEMMs timed on the calibrated q8_0 weight streams "
+                                   "(%.1f GB/s at 1 row, %.1f at 8; the line through them)",
+                                   b.p.q8_0_stream_bytes_per_s * 1e-9,
+                                   b.p.q8_0_stream8_bytes_per_s * 1e-9)
+                 : "assumes the q8_0 GEMM streams its bytes at the rate this window's GEMMs did",
+             b.p.q8_0_stream_bytes_per_s > 0 ? ""
+             : b.p.q8_0_gemm_flops_per_s > 0
                  ? absl::StrFormat(" and computes at no more than its calibrated %.0f GFLOP/s "
                                    "(q4_0's figure assumes the same)",
                                    b.p.q8_0_gemm_flops_per_s * 1e-9)

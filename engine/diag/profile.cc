@@ -41,6 +41,8 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
   p.summed_steps = static_cast<int>(ctx.earlier.steps);
   p.ridge = cal.ridge_flops_per_byte();
   p.q8_0_gemm_flops_per_s = cal.q8_0_gemm_flops_per_s;
+  p.q8_0_stream_bytes_per_s = cal.q8_0_stream_bytes_per_s;
+  p.q8_0_stream8_bytes_per_s = cal.q8_0_stream8_bytes_per_s;
   p.edge_busy_us = std::clamp(ctx.edge_busy_us, 0.0, span_us);
   if (s.steps == 0) {
     p.idle_share = 1.0 - p.edge_busy_us / span_us;

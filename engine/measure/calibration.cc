@@ -188,12 +188,26 @@ absl::StatusOr<Calibration> Calibrate(Backend* backend, const CalibrationOptions
     }
   }
 
+  size_t bytes = opt.copy_bytes > 0 ? opt.copy_bytes : (on_host ? (256u << 20) : (2ull << 30));
+  if (opt.quick) bytes /= 4;
+  // The q8_0 kernel streaming weights at 1 and 8 input rows (decode steps' shapes, CPU).
+  if (c.backend == "cpu") {
+    const int64_t k = 1024, row_bytes = static_cast<int64_t>(DTypeRowBytes(DType::kQ8_0, k));
+    const int64_t rows = std::max<int64_t>(64, static_cast<int64_t>(bytes) / row_bytes);
+    for (const int64_t m : {1, 8}) {
+      ASSIGN_OR_RETURN(TrialSeries st, TimeGemm(backend, m, k, rows, topt, DType::kQ8_0));
+      const double rate = st.best * double(row_bytes) / (2.0 * double(m) * double(k));
+      (m == 1 ? c.q8_0_stream_bytes_per_s : c.q8_0_stream8_bytes_per_s) = rate;
+      run_share_min = std::min(run_share_min, st.run_share);
+      absl::StrAppend(&c.gemm_method, "; q8_0 stream ", m, "x", k, " x ", rows, "x", k,
+                      absl::StrFormat(": %.1f GB/s of weights, ", rate / 1e9), st.Describe());
+    }
+  }
+
   // Bandwidth: a read-only weight stream through the backend's GEMM at M = 1 (what a decode
   // step does with all threads), with f32 weights and, where they differ, the backend's own
   // weight dtype (another kernel, with its own prefetch distance: whichever reads faster on
   // this machine sets the ceiling), and a device-to-device copy; the ceiling is the best.
-  size_t bytes = opt.copy_bytes > 0 ? opt.copy_bytes : (on_host ? (256u << 20) : (2ull << 30));
-  if (opt.quick) bytes /= 4;
   std::vector<DType> stream_dtypes = {dt};
   if (wdt != dt) stream_dtypes.push_back(wdt);
   for (DType sdt : stream_dtypes) {

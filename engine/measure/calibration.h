@@ -59,6 +59,10 @@ struct Calibration {
   // The square GEMM with q8_0 weights where the backend has the kernel (CPU; 0 elsewhere and in
   // files written before it existed): the plan's quantize_weights predicts against it.
   double q8_0_gemm_flops_per_s = 0;
+  // The q8_0 GEMM at 1 and 8 input rows over a weight stream as large as the bandwidth one:
+  // weight bytes per second (CPU; 0 elsewhere and in older files). A decode step of B rows
+  // then takes bytes x (1/r1 + (1/r8 - 1/r1)(B - 1)/7) for its q8_0 GEMMs.
+  double q8_0_stream_bytes_per_s = 0, q8_0_stream8_bytes_per_s = 0;
   double ridge_flops_per_byte() const {
     return bandwidth_bytes_per_s > 0 ? gemm_flops_per_s / bandwidth_bytes_per_s : 0;
   }

@@ -44,6 +44,8 @@ inline constexpr CalibrationField kCalibrationFields[] = {
     {"spec_method", &Calibration::spec_method, false},
     {"measured_unix_s", &Calibration::measured_unix_s, false},
     {"q8_0_gemm_flops_per_s", &Calibration::q8_0_gemm_flops_per_s, false},
+    {"q8_0_stream_bytes_per_s", &Calibration::q8_0_stream_bytes_per_s, false},
+    {"q8_0_stream8_bytes_per_s", &Calibration::q8_0_stream8_bytes_per_s, false},
 };
 
 }  // namespace saturn

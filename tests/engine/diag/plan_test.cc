@@ -733,5 +733,29 @@ TEST(PlanTest, QuantizedKernelsPeakBoundsTheQuantizePrediction) {
   EXPECT_EQ(FindAction(slow, ActionKind::kQuantizeWeights), nullptr);
 }
 
+// Where the q8_0 streams were calibrated (1 and 8 rows), the GEMMs after are timed on the
+// line through them: streams at the calibrated bandwidth keep the action; an 8-row stream so
+// slow that a few rows cost more than the bytes saved drops it.
+TEST(PlanTest, CalibratedQ8StreamsTimeTheQuantizedGemms) {
+  const auto steps = MemoryBoundAt4(40);
+  const AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  auto with_streams = [&](double r1, double r8) {
+    Calibration cal = testing_diag::TestCalibration();
+    cal.q8_0_stream_bytes_per_s = r1;
+    cal.q8_0_stream8_bytes_per_s = r8;
+    return Analyze(steps, steps.front().start_us, steps.back().end_us, cal, ctx);
+  };
+  const double bw = testing_diag::TestCalibration().bandwidth_bytes_per_s;
+  const DiagnosticsReport fast = with_streams(bw, bw);
+  const Action* a = FindAction(fast, ActionKind::kQuantizeWeights);
+  ASSERT_NE(a, nullptr);
+  EXPECT_GT(a->tokens_per_s_after, 1.05 * a->tokens_per_s_before);
+  const FailureMode* rate = FindMode(*a, "kernel_rate");
+  ASSERT_NE(rate, nullptr);
+  EXPECT_NE(rate->detail.find("calibrated q8_0 weight streams"), std::string::npos)
+      << rate->detail;
+  EXPECT_EQ(FindAction(with_streams(bw, bw / 1000), ActionKind::kQuantizeWeights), nullptr);
+}
+
 }  // namespace
 }  // namespace saturn
