@@ -34,7 +34,9 @@ required:
 
 options:
   --model small|tiny|1b  Saturn preset (default: small)
-  --dtype f32|bf16       Saturn's --dtype (default: f32); warns when the GGUF's type disagrees
+  --dtype f32|bf16|q8_0|q4_0
+                         Saturn's --dtype (default: f32; q8_0 and q4_0 quantize the preset at
+                         load as llama-quantize does); warns when the GGUF's type disagrees
   --rounds N             interleaved rounds (default: 5)
   --saturn_bin DIR       dir holding saturn-bench-engine (default: $ROOT/build/bench)
   --threads N            threads for both engines (default: nproc = $(nproc 2>/dev/null || echo '?'))
@@ -113,7 +115,7 @@ is_int_list() { [[ $1 =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; }
 [ -n "$LLAMA_BIN" ] || die "--llama_bin DIR is required (see --help)"
 [ -n "$GGUF" ] || die "--gguf FILE is required (see --help)"
 case $MODEL in small|tiny|1b) ;; *) die "--model must be small, tiny or 1b (got \"$MODEL\")" ;; esac
-case $DTYPE in f32|bf16) ;; *) die "--dtype must be f32 or bf16 (got \"$DTYPE\")" ;; esac
+case $DTYPE in f32|bf16|q8_0|q4_0) ;; *) die "--dtype must be f32, bf16, q8_0 or q4_0 (got \"$DTYPE\")" ;; esac
 for v in rounds:ROUNDS threads:THREADS prompt_len:PROMPT_LEN decode_tokens:DECODE_TOKENS \
          prefill_repeats:REPEATS timeout:TIMEOUT; do
   var=${v#*:}; is_pos_int "${!var}" || die "--${v%%:*} must be a positive integer (got \"${!var}\")"
@@ -150,7 +152,7 @@ PRESETS = {  # engine/model/model_config.cc: vocab, hidden, ffn, layers, heads, 
     "small": (32000, 768, 2048, 12, 12, 4),
     "1b": (128256, 2048, 8192, 16, 32, 8),
 }
-FILE_TYPES = {0: "f32", 1: "f16", 32: "bf16"}  # llama_ftype; anything else: quantized/other
+FILE_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 7: "q8_0", 32: "bf16"}  # llama_ftype; else other
 
 def gguf_kv(path):
     """The GGUF header's key/values (arrays: their length only), stdlib only."""
@@ -208,6 +210,7 @@ def cmd_gguf(path, model, dtype, out):
             warn.append(f"GGUF general.file_type is {FILE_TYPES.get(ft, ft)}, Saturn runs --dtype={dtype}")
     base = os.path.basename(path).lower()
     named = "bf16" if "bf16" in base else "f32" if "f32" in base else "f16" if "f16" in base else \
+        "q8_0" if "q8_0" in base else "q4_0" if "q4_0" in base else \
         "quantized" if re.search(r"q[2-8]_|iq[1-4]", base) else None
     if named and named != dtype:
         warn.append(f"GGUF file name says {named}, Saturn runs --dtype={dtype}")
@@ -317,7 +320,7 @@ def cmd_round(a):
     if sat.get("weight_dtype") and sat["weight_dtype"] != a["dtype"]:
         warn.append(f"Saturn ran with {sat['weight_dtype']} weights, not --dtype={a['dtype']}")
     mt = (lb0.get("model_type") or "")
-    want = {"f32": "F32", "bf16": "BF16"}[a["dtype"]]
+    want = {"f32": "F32", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0"}[a["dtype"]]
     if mt and not re.search(r"(^|\s)(all\s+)?" + want + r"\b", mt):
         warn.append(f"llama-bench reports the model as \"{mt}\", Saturn runs --dtype={a['dtype']}")
     rec["ab_label"] = a.get("ab_label") or None  # what the second Saturn run changed
