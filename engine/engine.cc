@@ -133,11 +133,10 @@ absl::StatusOr<std::string> WeightDType(const EngineConfig& config) {
       !absl::EndsWith(config.model, ".gguf") || PresetConfig(config.model).ok()) {
     return config.dtype;
   }
-  ASSIGN_OR_RETURN(const std::string format, GgufWeightFormat(config.model));
-  if (format.empty()) return config.dtype;
-  std::cerr << "saturn: " << config.model << " holds " << format
-            << " weights; serving them as they are (--quantization none dequantizes them)\n";
-  return format;
+  ASSIGN_OR_RETURN(const GgufServing serving, GgufWeightFormat(config.model));
+  if (serving.format.empty()) return config.dtype;
+  std::cerr << "saturn: " << serving.note << "\n";
+  return serving.format;
 }
 
 }  // namespace

@@ -5,9 +5,11 @@
 // k rows for its RoPE (pairs interleaved, not halves): they are put back in Hugging Face order.
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_dequant.h"
 #include "engine/model/weights.h"
@@ -131,22 +133,31 @@ absl::StatusOr<ModelConfig> ConfigOf(const GgufFile& f) {
 
 }  // namespace
 
-absl::StatusOr<std::string> GgufWeightFormat(const std::string& path) {
+absl::StatusOr<GgufServing> GgufWeightFormat(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::Open(path));
   std::set<uint32_t> types;
   for (const GgufTensor& t : f->tensors()) {
     // The layers' GEMM matrices: every 2-d tensor of a block but the norms'.
     if (absl::StartsWith(t.name, "blk.") && t.dims.size() == 2) types.insert(t.type);
   }
-  if (types.size() != 1) return std::string();
-  switch (*types.begin()) {
-    case kGgmlQ8_0:
-      return std::string("q8_0");
-    case kGgmlQ4_0:
-      return std::string("q4_0");
-    default:
-      return std::string();
+  std::vector<std::string> names;
+  for (uint32_t t : types) {
+    if (t == kGgmlF32 || t == kGgmlF16 || t == kGgmlBF16) return GgufServing{};
+    names.push_back(GgmlTypeName(t));
   }
+  if (types.empty()) return GgufServing{};
+  const std::string held = absl::StrJoin(names, ", ");
+  if (types.size() == 1 && (*types.begin() == kGgmlQ8_0 || *types.begin() == kGgmlQ4_0)) {
+    const std::string format = *types.begin() == kGgmlQ8_0 ? "q8_0" : "q4_0";
+    return GgufServing{format, absl::StrCat(path, " holds ", format,
+                                            " weights; serving them as they are "
+                                            "(--quantization none dequantizes them)")};
+  }
+  return GgufServing{
+      "q8_0", absl::StrCat(path, " holds ", held,
+                           " layer weights; Saturn streams q8_0 and q4_0 only, so they are served "
+                           "as q8_0, each dequantized weight rounded to it (--quantization none "
+                           "keeps them in f32)")};
 }
 
 absl::StatusOr<ModelWeights> LoadGguf(const std::string& path) {

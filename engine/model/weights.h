@@ -52,14 +52,20 @@ absl::Status SaveHfCheckpoint(const ModelWeights& weights, const std::string& di
 // the metadata, tensors f32, f16, bf16, q8_0, q4_0, q4_K and q6_K dequantized to f32, q and k
 // rows put back in Hugging Face order. Refused by name: another architecture, RoPE scaling,
 // partial rotary, any tensor Saturn does not use, any other tensor type, a truncated or
-// malformed file. The tokenizer in the file's metadata is not read yet: serve it with prompt
-// token ids (--skip_tokenizer_init).
+// malformed file. The tokenizer in the file's metadata is engine/tokenizer/tokenizer_gguf.h's.
 absl::StatusOr<ModelWeights> LoadGguf(const std::string& path);
 
-// The block format every GEMM matrix of a GGUF file's layers is stored in, where the CPU
-// backend streams it as it is: "q8_0" or "q4_0"; "" for any other type or a mix (Q4_K_M
-// files: q4_K beside q6_K), which LoadGguf dequantizes. The file's errors as GgufFile::Open's.
-absl::StatusOr<std::string> GgufWeightFormat(const std::string& path);
+// How the CPU backend serves a GGUF file's layer matrices under --quantization auto: `format`
+// "q8_0" or "q4_0" (the backend's weight dtype) or "" (f32, as LoadGguf dequantizes them), and
+// one line for the start-up log. Every matrix Q8_0 or every one Q4_0: that format, the blocks
+// as they are. Every one block-quantized but in other types or a mix (Q4_K_M files: q4_K beside
+// q6_K): q8_0, each dequantized weight rounded to it, since Saturn streams only those two. Any
+// float matrix (F32, F16, BF16): "". The file's errors as GgufFile::Open's.
+struct GgufServing {
+  std::string format;
+  std::string note;
+};
+absl::StatusOr<GgufServing> GgufWeightFormat(const std::string& path);
 
 // "tiny" | "small" | "1b" (random weights from `seed`), a checkpoint directory or a .gguf
 // file.

@@ -244,10 +244,11 @@ TEST(GgufTest, AQuantizedFileServesAsItsWeightsQuantizedAtLoad) {
     absl::StatusOr<ModelWeights> held = LoadModel(qpath, 0);  // what the blocks stand for
     ASSERT_TRUE(held.ok()) << held.status();
     LlamaFile(type == kGgmlQ8_0 ? mini : *held, kGgmlF32).Save(fpath);
-    absl::StatusOr<std::string> found = GgufWeightFormat(qpath);
+    absl::StatusOr<GgufServing> found = GgufWeightFormat(qpath);
     ASSERT_TRUE(found.ok()) << found.status();
-    EXPECT_EQ(*found, DTypeName(format));
-    EXPECT_EQ(*GgufWeightFormat(fpath), "");
+    EXPECT_EQ(found->format, DTypeName(format));
+    EXPECT_TRUE(absl::StrContains(found->note, "as they are")) << found->note;
+    EXPECT_EQ(GgufWeightFormat(fpath)->format, "");
 
     const auto [as_is, as_is_dtype] = Serve(qpath, "auto");
     EXPECT_EQ(as_is_dtype, format);
@@ -262,6 +263,37 @@ TEST(GgufTest, AQuantizedFileServesAsItsWeightsQuantizedAtLoad) {
     fs::remove(qpath);
     fs::remove(fpath);
   }
+}
+
+// A file of mixed block types (attention q4_0, MLP q8_0; Q4_K_M files mix q4_K and q6_K) is
+// served as q8_0, each dequantized weight rounded to it: the tokens of its dequantized weights
+// quantized to q8_0 at load. One float matrix among them keeps the whole file in f32.
+TEST(GgufTest, AMixedQuantizedFileServesAsQ8_0) {
+  const ModelWeights mini = Mini();
+  auto attention_q4 = [](const std::string& name) {
+    return absl::StrContains(name, "attn_") ? kGgmlQ4_0 : kGgmlQ8_0;
+  };
+  const std::string mixed = TempPath("mixed");
+  LlamaFile(mini, kGgmlQ8_0, attention_q4).Save(mixed);
+  absl::StatusOr<GgufServing> found = GgufWeightFormat(mixed);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->format, "q8_0");
+  EXPECT_TRUE(absl::StrContains(found->note, "q4_0, q8_0")) << found->note;
+  absl::StatusOr<ModelWeights> held = LoadModel(mixed, 0);
+  ASSERT_TRUE(held.ok()) << held.status();
+  const std::string f32 = TempPath("mixed-f32");
+  LlamaFile(*held, kGgmlF32).Save(f32);
+  const auto [as_file, file_dtype] = Serve(mixed, "auto");
+  const auto [at_load, load_dtype] = Serve(f32, "q8_0");
+  EXPECT_EQ(file_dtype, DType::kQ8_0);
+  EXPECT_EQ(as_file.size(), 12u);
+  EXPECT_EQ(as_file, at_load);
+  const std::string with_float = TempPath("mixed-float");
+  LlamaFile(mini, kGgmlQ8_0, [](const std::string& name) {
+    return absl::StrContains(name, "ffn_down") ? kGgmlF16 : kGgmlQ8_0;
+  }).Save(with_float);
+  EXPECT_EQ(GgufWeightFormat(with_float)->format, "");
+  for (const std::string& p : {mixed, f32, with_float}) fs::remove(p);
 }
 
 // --quantization with an explicit float --dtype is a contradiction, refused by name; a

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -172,7 +173,10 @@ inline std::vector<float> PermuteHeads(const float* w, int heads, int hd, int64_
 }
 
 // `w` as a llama GGUF file whose matrices are `type` (norms stay f32, as llama.cpp keeps them).
-inline Writer LlamaFile(const ModelWeights& w, uint32_t type) {
+// `type_of`, where given, picks each matrix's type by tensor name (a file of mixed types, as
+// llama-quantize's _M presets write); else every matrix is `type`.
+inline Writer LlamaFile(const ModelWeights& w, uint32_t type,
+                        std::function<uint32_t(const std::string&)> type_of = nullptr) {
   const ModelConfig& m = w.config;
   Writer g;
   g.Str("general.architecture", "llama");
@@ -190,7 +194,8 @@ inline Writer LlamaFile(const ModelWeights& w, uint32_t type) {
   const uint64_t D = m.hidden_size, F = m.intermediate_size, V = m.vocab_size, hd = m.head_dim;
   const uint64_t q = m.num_heads * hd, kv = m.num_kv_heads * hd;
   auto mat = [&](const std::string& name, const float* p, uint64_t rows, uint64_t cols) {
-    g.Tensor(name, {cols, rows}, type, Encode(std::vector<float>(p, p + rows * cols), type));
+    const uint32_t t = type_of ? type_of(name) : type;
+    g.Tensor(name, {cols, rows}, t, Encode(std::vector<float>(p, p + rows * cols), t));
   };
   auto vec = [&](const std::string& name, const std::vector<float>& v) {
     g.Tensor(name, {v.size()}, kGgmlF32, Encode(v, kGgmlF32));
