@@ -197,8 +197,12 @@ TEST_F(MicroWorkload, TrickleFedIsUnderloaded) {
   const auto r = Diagnose(*engine_, *cal_, engine_->steps().Since(t0), t0, t1);
   EXPECT_EQ(r.verdict.bottleneck, Bottleneck::kUnderloaded) << r.verdict.summary;
   EXPECT_GT(r.profile.idle_share, 0.6);
-  ASSERT_FALSE(r.plan.actions.empty());
-  EXPECT_EQ(r.plan.actions.back().kind, ActionKind::kRaiseClientConcurrency);
+  // More clients, whatever else the plan adds after it (quantize_weights, last, where the
+  // steps it measured were memory-bound).
+  const auto& actions = r.plan.actions;
+  EXPECT_TRUE(std::any_of(actions.begin(), actions.end(), [](const Action& a) {
+    return a.kind == ActionKind::kRaiseClientConcurrency;
+  })) << r.plan.note;
 }
 
 TEST_F(MicroWorkload, IdleServerIsUnderloaded) {
