@@ -40,7 +40,8 @@ struct EngineConfig {
   std::string kv_cache_dtype = "auto";  // auto (the weights') | f32 | bf16 (CPU)
   // GEMM weights in llama.cpp's block formats, quantized at load (CPU): none | q8_0 | q4_0, or
   // auto: a GGUF file's own format where every layer matrix is q8_0 or q4_0 (so the file is
-  // served at its own bytes per weight), else none. q8_0/q4_0 set the weights' dtype, so an
+  // served at its own bytes per weight), q8_0 where they are all block-quantized in other
+  // types (Q4_K_M), else none (GgufWeightFormat). q8_0/q4_0 set the weights' dtype, so an
   // explicit dtype other than auto beside them is refused.
   std::string quantization = "auto";
   std::string batch_invariant = "auto";   // auto (CPU on, CUDA off) | on | off: CreateBackend

@@ -16,7 +16,7 @@ ABSL_FLAG(std::string, dtype, "auto",
 ABSL_FLAG(std::string, quantization, "auto",
           "GEMM weights in llama.cpp's block formats, quantized at load: auto | none | q8_0 | q4_0 "
           "(CPU backend; auto: a GGUF file's own format where every layer matrix is q8_0 or q4_0, "
-          "else none)");
+          "q8_0 where they are all block-quantized in other types such as Q4_K_M, else none)");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache: auto | f32 | bf16 (CPU backend; auto: the weights' dtype, as vLLM's "
           "--kv-cache-dtype auto)");

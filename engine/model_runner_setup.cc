@@ -10,6 +10,7 @@
 #include "engine/model_runner.h"
 #include "engine/model_runner_state.h"
 #include "kernels/base/status_macros.h"
+#include "kernels/quant_blocks.h"
 
 namespace saturn {
 
@@ -86,10 +87,7 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
   RETURN_IF_ERROR(place_as(act, Layout::kRows, w.final_norm, 1, d, &dw.final_norm_t));
   if (!shared_head) {  // untied, or tied but the GEMM wants its own copy in the weight dtype
     const std::vector<float>& head = m.tie_word_embeddings ? w.embedding : w.lm_head;
-    // Under q4_0 the LM head takes q8_0, as llama.cpp's quantizer gives output.weight a wider
-    // format than the layers (q6_K, which Saturn does not have): its logits are what sampling sees.
-    const DType head_dt = wdt == DType::kQ4_0 ? DType::kQ8_0 : wdt;
-    RETURN_IF_ERROR(place_in(head_dt, head, m.vocab_size, d, &dw.lm_head_t, "lm_head"));
+    RETURN_IF_ERROR(place_in(LmHeadDType(wdt), head, m.vocab_size, d, &dw.lm_head_t, "lm_head"));
   }
   dw.layers.resize(m.num_layers);
   for (int l = 0; l < m.num_layers; ++l) {

@@ -12,6 +12,11 @@
 
 namespace saturn {
 
+// The format a model's LM head takes when its other GEMM weights are in `weights`: q8_0 under
+// q4_0 (llama.cpp's quantizer gives output.weight a wider format than the layers, q6_K, which
+// Saturn does not have: its logits are what sampling sees), else the same.
+inline DType LmHeadDType(DType weights) { return weights == DType::kQ4_0 ? DType::kQ8_0 : weights; }
+
 // dst = `rows` rows of `cols` weights from src (row-major f32) in `dtype` (q8_0 or q4_0), each
 // row DTypeRowBytes(dtype, cols) bytes. INVALID_ARGUMENT where dtype is not a block type or
 // cols is not a multiple of its block.

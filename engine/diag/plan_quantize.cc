@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/diag/plan_build.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/tensor.h"
 
 namespace saturn {
@@ -26,7 +27,7 @@ double QuantizedWeightBytesPerStep(const ModelConfig& m, DType fmt, double compu
                 hkv = int64_t{m.num_kv_heads} * m.head_dim, f = m.intermediate_size;
   const double layer =
       matrix(hq + 2 * hkv, d, fmt) + matrix(d, hq, fmt) + matrix(2 * f, d, fmt) + matrix(d, f, fmt);
-  return m.num_layers * layer + matrix(m.vocab_size, d, fmt == DType::kQ4_0 ? DType::kQ8_0 : fmt);
+  return m.num_layers * layer + matrix(m.vocab_size, d, LmHeadDType(fmt));
 }
 
 // A decode step (or a step carrying prefill) with the GEMM weights in another format.

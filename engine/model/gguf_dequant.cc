@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/half_float.h"
+#include "kernels/quant_blocks.h"
 
 namespace saturn {
 namespace {
@@ -25,19 +26,6 @@ void ScaleMinK4(int j, const uint8_t* q, int* d, int* m) {
   } else {
     *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
     *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
-void Q8_0(const uint8_t* b, float* y) {
-  const float d = F16ToF32(Load16(b));
-  for (int l = 0; l < 32; ++l) y[l] = d * static_cast<int8_t>(b[2 + l]);
-}
-
-void Q4_0(const uint8_t* b, float* y) {
-  const float d = F16ToF32(Load16(b));
-  for (int l = 0; l < 16; ++l) {
-    y[l] = d * ((b[2 + l] & 0xF) - 8);
-    y[l + 16] = d * ((b[2 + l] >> 4) - 8);
   }
 }
 
@@ -161,12 +149,13 @@ absl::Status Dequantize(uint32_t type, absl::Span<const uint8_t> src, int64_t co
     case kGgmlBF16:
       for (int64_t i = 0; i < count; ++i) dst[i] = Bf16ToF32(Load16(p + 2 * i));
       break;
+    case kGgmlQ8_0:  // the blocks the CPU backend streams: kernels/quant_blocks.h decodes them
+    case kGgmlQ4_0:
+      return DequantizeRows(type == kGgmlQ8_0 ? DType::kQ8_0 : DType::kQ4_0, p, 1, count, dst);
     default:
       for (int64_t b = 0; b < count / t.block_values; ++b) {
         const uint8_t* blk = p + b * t.block_bytes;
         float* y = dst + b * t.block_values;
-        if (type == kGgmlQ8_0) Q8_0(blk, y);
-        if (type == kGgmlQ4_0) Q4_0(blk, y);
         if (type == kGgmlQ4_K) Q4_K(blk, y);
         if (type == kGgmlQ6_K) Q6_K(blk, y);
       }

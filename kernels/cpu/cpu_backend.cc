@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -156,49 +155,36 @@ class CpuBackend final : public Backend {
     if (host == nullptr || dst.data == nullptr) {
       return absl::InvalidArgumentError("upload_f32: null host or device pointer");
     }
+    if (dst.layout != Layout::kRows && GemmWeightLayout(dst.dtype) != dst.layout) {
+      return absl::InvalidArgumentError(absl::StrCat("upload_f32: dst is ", dst.ShapeString(),
+                                                     ", which this backend does not use for ",
+                                                     DTypeName(dst.dtype), " weights"));
+    }
     if (IsBlockQuantized(dst.dtype)) {  // llama.cpp's blocks, its rounding (quant_blocks.h)
       if (dst.cols % DTypeBlockElems(dst.dtype) != 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("upload_f32: dst is ", dst.ShapeString(), "; ", DTypeName(dst.dtype),
                          " rows hold whole blocks of ", DTypeBlockElems(dst.dtype), " weights"));
       }
-      if (dst.layout != Layout::kRows && GemmWeightLayout(dst.dtype) != dst.layout) {
-        return absl::InvalidArgumentError(absl::StrCat("upload_f32: dst is ", dst.ShapeString(),
-                                                       ", which this backend does not use for ",
-                                                       DTypeName(dst.dtype), " weights"));
-      }
       const size_t row_bytes = DTypeRowBytes(dst.dtype, dst.cols);
       const bool panels = dst.layout == Layout::kQuantPanels;
       // Rows: 16 at a time in place. Panels: 32 rows quantized into scratch, then packed.
+      // QuantizeRows cannot fail here: a block type and whole blocks, checked above.
       const int64_t unit = panels ? kPanelRows : 16;
       const int64_t units = (dst.rows + unit - 1) / unit;
-      absl::Status status;
-      std::mutex mu;
       pool_.ParallelFor(units, 1, [&](int64_t ub, int64_t ue) {
         std::vector<uint8_t> scratch(panels ? kPanelRows * row_bytes : 0);
         for (int64_t u = ub; u < ue; ++u) {
           const int64_t r0 = u * unit, rows = std::min(unit, dst.rows - r0);
           uint8_t* to = static_cast<uint8_t*>(dst.data) + r0 * row_bytes;
-          absl::Status st = QuantizeRows(dst.dtype, host + r0 * dst.cols, rows, dst.cols,
-                                         panels ? scratch.data() : to);
-          if (st.ok() && panels) {
-            cpu::PackQuantPanels(dst.dtype, scratch.data(), rows, dst.cols, 0, 1, to);
-          }
-          if (!st.ok()) {
-            std::lock_guard<std::mutex> lock(mu);
-            status.Update(st);
-          }
+          (void)QuantizeRows(dst.dtype, host + r0 * dst.cols, rows, dst.cols,
+                             panels ? scratch.data() : to);
+          if (panels) cpu::PackQuantPanels(dst.dtype, scratch.data(), rows, dst.cols, 0, 1, to);
         }
       });
-      return status;
+      return absl::OkStatus();
     }
     if (dst.layout != Layout::kRows) {
-      if (GemmWeightLayout(dst.dtype) != dst.layout) {
-        return absl::InvalidArgumentError(absl::StrCat("upload_f32: dst is ", dst.ShapeString(),
-                                                       ", which this backend does not "
-                                                       "use for ",
-                                                       DTypeName(dst.dtype), " weights"));
-      }
       const int64_t panels = PanelPadded(dst.rows) / kPanelRows;
       pool_.ParallelFor(panels, 1, [&](int64_t b, int64_t e) {
         if (dst.layout == Layout::kAmxTiles) {

@@ -752,8 +752,7 @@ TEST(PlanTest, CalibratedQ8StreamsTimeTheQuantizedGemms) {
   EXPECT_GT(a->tokens_per_s_after, 1.05 * a->tokens_per_s_before);
   const FailureMode* rate = FindMode(*a, "kernel_rate");
   ASSERT_NE(rate, nullptr);
-  EXPECT_NE(rate->detail.find("calibrated q8_0 weight streams"), std::string::npos)
-      << rate->detail;
+  EXPECT_NE(rate->detail.find("calibrated q8_0 weight streams"), std::string::npos) << rate->detail;
   EXPECT_EQ(FindAction(with_streams(bw, bw / 1000), ActionKind::kQuantizeWeights), nullptr);
 }
 
