@@ -49,9 +49,10 @@ absl::Status HttpListener::Init(const ServerConfig& config, const std::string& w
   // httplib's default also sets SO_REUSEPORT, with which a second server bound a port the
   // first still served and the kernel split the connections between them; as with gRPC
   // (server_app.cc), one server per address: only SO_REUSEADDR (restart past TIME_WAIT).
-  http->set_socket_options([](socket_t sock) {
+  http->set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    socket_ = sock;  // the listening socket, for its backlog (Listen)
   });
   http_ = std::move(http);
   return absl::OkStatus();
@@ -66,6 +67,16 @@ absl::Status HttpListener::Listen(const std::string& host, int port, const std::
         absl::StrFormat("%s: cannot listen on %s:%d (address in use?)", flag, host, port));
   }
   port_ = bound;
+  // Debian's libcpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when
+  // the library was built): 40 clients connecting at once overflowed it, and the connections
+  // the kernel dropped ended "Read" errors a second later on the client's side. Listening again
+  // on the bound socket widens it to the system's limit (somaxconn), as nginx and gRPC do.
+  int accepting = 0;
+  socklen_t len = sizeof(accepting);
+  if (socket_ >= 0 && getsockopt(socket_, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 &&
+      accepting != 0) {
+    ::listen(socket_, SOMAXCONN);
+  }
   listen_returned_ = false;
   thread_ = std::thread([this] {
     http_->listen_after_bind();

@@ -47,6 +47,7 @@ class HttpListener {
   std::thread thread_;
   std::atomic<bool> listen_returned_{false};  // set by thread_ when httplib's loop ends
   int port_ = 0;
+  int socket_ = -1;  // the listening socket (set while binding)
 };
 
 // One of the server's HTTP endpoints (MetricsHttpServer, OpenAiHttpServer): Start registers
