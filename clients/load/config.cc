@@ -191,10 +191,13 @@ absl::Status LoadConfig::Validate() const {
     return Bad("--compare",
                "cuda_graphs switches graphs over Saturn's gRPC API: leave --api at grpc");
   }
-  if (follow_plan && (open_loop() || !compare.empty() || openai())) {
+  if (follow_plan && !compare.empty()) {
+    return Bad("--follow_plan", "follows one server's plan: not with --compare");
+  }
+  if (follow_plan && openai() && diag_target.empty()) {
     return Bad("--follow_plan",
-               "follows a plan in the closed loop over Saturn's gRPC API: not with --request_rate, "
-               "--compare or --api openai");
+               "with --api openai needs --diag_target (Saturn's gRPC host:port) to read the plan "
+               "and send its options");
   }
   // inf overflowed the deadline into the past: every call failed at once.
   if (!(connect_timeout_s > 0) || !(connect_timeout_s <= kMaxSeconds)) {
@@ -217,7 +220,8 @@ absl::Status LoadConfig::Validate() const {
 
 int EffectiveWarmup(const LoadConfig& config, int concurrency, int64_t sent) {
   if (config.warmup_requests >= 0) return config.warmup_requests;
-  if (!config.open_loop()) return concurrency;
+  // A closed-loop phase (concurrency > 0; also one that follows an open-loop phase's plan).
+  if (!config.open_loop() || concurrency > 0) return concurrency;
   return static_cast<int>((sent + 9) / 10);
 }
 

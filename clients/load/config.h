@@ -76,7 +76,8 @@ absl::StatusOr<std::vector<double>> ParseRateList(const std::string& flag, const
 absl::StatusOr<std::vector<std::string>> ParseTargetList(const std::string& flag,
                                                          const std::string& text);
 
-// The warm-up count a phase uses (resolves -1).
+// The warm-up count a phase uses (resolves -1): `concurrency` for a closed-loop phase, 10 % of
+// `sent` for an open-loop one (concurrency 0).
 int EffectiveWarmup(const LoadConfig& config, int concurrency, int64_t sent);
 
 }  // namespace saturn::clients

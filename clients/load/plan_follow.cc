@@ -40,14 +40,19 @@ FollowedPlan CompareFollowed(const FollowStep& step, const v1::DiagnosticsReport
   f.change = step.change;
   f.predicted = a.tokens_per_s_after();
   f.expected_error = a.expected_error();
+  f.outside_measured = a.outside_measured();
+  // The prediction's own basis, as the server's plan tracker measures it: tokens requests got
+  // per second of the steps that carry decodes (with the request mix) or of pure decode steps,
+  // idle time left out (an open loop's idle is the clients', not the plan's).
   const bool mix = a.prefill_share() > 0;
-  f.metric = mix ? "output_tokens_per_s" : "decode_tokens_per_s";
+  f.metric = mix ? "decoding_step_tokens_per_s" : "decode_step_tokens_per_s";
   if (after == nullptr) {
     f.note = "the follow-up phase has no diagnosis";
     return f;
   }
-  f.measured =
-      mix ? after->profile().output_tokens_per_s() : after->profile().decode_tokens_per_s();
+  const v1::Profile& p = after->profile();
+  f.measured = mix ? p.decoding_step_tokens_per_s() : p.decode_step_tokens_per_s();
+  f.delivered = p.output_tokens_per_s();
   if (f.measured > 0) {
     f.error = f.predicted / f.measured - 1;
   } else {

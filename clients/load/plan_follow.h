@@ -3,9 +3,9 @@
 // tracks it, as after saturn-diag apply); a client-side one (raise client concurrency) sets the
 // next phase's concurrency (and max_num_seqs where the action raises it too). The same phase
 // runs again, and the plan's predicted tokens/s is set beside what the server measured over the
-// follow-up phase's window, on the plan's own basis: output tokens/s of the request mix where
-// the prediction has prefill in it (prefill_share > 0), decode tokens/s of decode steps
-// otherwise (docs/DIAGNOSTICS.md "Plan").
+// follow-up phase's window, on the plan's own basis: tokens requests got per second of the
+// steps carrying decodes where the prediction has the request mix in it (prefill_share > 0),
+// of pure decode steps otherwise (docs/DIAGNOSTICS.md "Plan").
 #pragma once
 
 #include <optional>
@@ -29,13 +29,17 @@ struct FollowStep {
 struct FollowedPlan {
   std::string action;  // the action's `what`
   std::string kind;
-  std::string change;    // options sent ("" none)
-  std::string metric;    // "output_tokens_per_s" or "decode_tokens_per_s"
+  std::string change;  // options sent ("" none)
+  // The prediction's basis (Profile): "decoding_step_tokens_per_s" (with the request mix) or
+  // "decode_step_tokens_per_s" (decode-only).
+  std::string metric;
   double predicted = 0;  // tokens_per_s_after
   double measured = 0;   // the server's figure over the follow-up window (0: none)
+  double delivered = 0;  // output tokens/s over the whole window, idle included
   double error = 0;      // predicted / measured - 1
   double expected_error = 0;
-  std::string note;  // why nothing was measured
+  bool outside_measured = false;  // the prediction reached past the measured step shapes
+  std::string note;               // why nothing was measured
 };
 
 // The step to take after a phase diagnosed as `report` that ran at `concurrency` with `now`

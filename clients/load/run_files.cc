@@ -68,9 +68,11 @@ json FollowedJson(const PhaseReport& p) {
           {"metric", f.metric},
           {"predicted", f.predicted},
           {"measured", f.measured},
+          {"delivered_output_tokens_per_s", f.delivered},
           {"error", f.error},
           {"error_percent", 100 * f.error},
           {"expected_error", f.expected_error},
+          {"outside_measured", f.outside_measured},
           {"note", f.note}};
 }
 

@@ -44,7 +44,8 @@ void FollowLine(const PhaseReport& p, std::string* out) {
   if (!p.follow_note.empty()) absl::StrAppend(out, "  plan         ", p.follow_note, "\n");
   if (!p.followed.has_value()) return;
   const FollowedPlan& f = *p.followed;
-  const char* unit = f.metric == "output_tokens_per_s" ? "output tok/s" : "decode tok/s";
+  const char* unit = f.metric == "decoding_step_tokens_per_s" ? "tok/s of steps with decodes"
+                                                              : "tok/s of decode steps";
   const bool client = f.kind == "raise_client_concurrency";
   absl::StrAppend(out, "  plan         followed the previous phase's top action (",
                   client ? "more clients" : "", client && !f.change.empty() ? " and " : "",
@@ -52,8 +53,9 @@ void FollowLine(const PhaseReport& p, std::string* out) {
                   unit);
   if (f.measured > 0) {
     absl::StrAppend(out, ", the server measured ", F(f.measured),
-                    absl::StrFormat(" over the phase (%+.1f%%, expected within %.0f%%)",
-                                    100 * f.error, 100 * f.expected_error));
+                    absl::StrFormat(" over the phase (%+.1f%%, expected within %.0f%%; %s output "
+                                    "tok/s with idle time)",
+                                    100 * f.error, 100 * f.expected_error, F(f.delivered)));
   }
   if (!f.note.empty()) absl::StrAppend(out, "; ", f.note);
   absl::StrAppend(out, "\n");

@@ -302,7 +302,13 @@ SessionResult RunSession(const LoadConfig& config, const SessionObserver& observ
         return true;
       }
     }
-    PhaseReport f = run_phase(pt, v, step->concurrency, " plan");
+    // More clients is a closed loop: an open-loop phase is followed by one at the planned
+    // concurrency, as a user following the action would run it.
+    Point follow_pt = pt;
+    if (pt.open && step->action.kind() == "raise_client_concurrency") {
+      follow_pt = Point{false, step->concurrency, 0};
+    }
+    PhaseReport f = run_phase(follow_pt, v, step->concurrency, " plan");
     std::optional<v1::DiagnosticsReport> after;
     if (!f.diagnoses.empty()) {
       if (absl::StatusOr<v1::DiagnosticsReport> a = ParseDiagnosis(f.diagnoses[0]); a.ok()) {

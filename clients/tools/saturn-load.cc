@@ -87,7 +87,9 @@ ABSL_FLAG(std::string, compare, "",
 ABSL_FLAG(bool, follow_plan, false,
           "After each phase, follow the server's top plan action once: apply its engine options "
           "(UpdateEngineOptions) or its client concurrency, run the phase again, print predicted "
-          "vs measured, then restore the options (closed loop, gRPC)");
+          "vs measured, then restore the options (an open-loop phase's \"raise client "
+          "concurrency\" runs closed at the planned concurrency; --api openai needs "
+          "--diag_target)");
 ABSL_FLAG(double, connect_timeout, 10, "Seconds to wait for each target to be up and ready");
 ABSL_FLAG(double, request_timeout, 600, "Deadline of each request, seconds");
 ABSL_FLAG(int64_t, max_errors, 100, "Stop sending after this many failed requests (0: never)");

@@ -80,6 +80,9 @@ struct AnalyzerContext {
   // moves decode points between contexts by measurement instead of the fitted model.
   std::vector<CurvePoint> probe_context_slopes;
   bool probe_graphs = false;
+  // Sampling ops' time per sampled row in the probe's decode steps by batch (x: batch, us: per
+  // row; greedy rows, spread over the backend's threads as served rows are; empty: not timed).
+  std::vector<CurvePoint> probe_sampling;
   // The probe's decode batches with CUDA graphs the other way (!probe_graphs), back to back at
   // probe_context (StepProbe::other_graphs; empty: not measured). Plans read the graphs
   // action off it: the other setting's step at a batch = the curve's step there times the
@@ -178,6 +181,11 @@ struct Profile {
   double steps_per_s = 0;
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0, tokens_per_s = 0;
   double output_tokens_per_s = 0;  // sampled (generated) tokens: what clients receive
+  // The plan's bases (docs/DIAGNOSTICS.md, "Plan"): tokens requests got per second of the
+  // steps themselves, idle time left out. Of pure decode steps (a decode-only prediction), and
+  // of every step that carries decodes (a prediction with the request mix, as PlanTracker
+  // measures it). 0: no such step.
+  double decode_step_tokens_per_s = 0, decoding_step_tokens_per_s = 0;
   double mean_batch_seqs = 0, mean_batch_tokens = 0;
   double mean_step_ms = 0;
   double mean_decode_step_ms = 0;  // steps with no prefill: the TPOT/ITL they imply
@@ -311,6 +319,9 @@ struct Plan {
   double measured_max_batch = 0;
   double measured_max_prefill_rows = 0;
   bool used_probe = false;
+  // Added to each probed decode point per row: sampling the window's requests did and the
+  // probe's greedy steps did not (plan_predict.cc).
+  double sampling_gap_us_per_row = 0;
   StepCurve curve;   // the merged curve the predictions looked up (step_curve.h)
   std::string note;  // why there is no action, when there is none
 };

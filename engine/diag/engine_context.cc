@@ -31,6 +31,12 @@ AnalyzerContext ContextFromEngine(const Engine& engine) {
     c.probe_context = probe->decode_context;
     c.probe_context_slopes = ContextSlopes(*probe);
     c.probe_graphs = probe->graphs;
+    for (const ProbeSeries& s : probe->series) {
+      if (s.prefill || s.after_prefill || AtLongContext(*probe, s) || s.sampling_us <= 0) continue;
+      const double rows = double(s.rows) * double(s.wall_us.size());
+      c.probe_sampling.push_back(
+          CurvePoint{double(s.rows), s.sampling_us / rows, 0, static_cast<int>(s.wall_us.size())});
+    }
     if (!probe->other_graphs.empty()) {
       StepProbe other = *probe;
       other.series = probe->other_graphs;

@@ -68,6 +68,21 @@ KnownMix MixOf(const std::vector<StepRecord>& steps, const AnalyzerContext& ctx)
   return KnownMix{mix, prompt, win_prefill > 0 && mix.prompt_tokens > 0 && mix.output_tokens > 0};
 }
 
+// The mean rho of a Poisson count whose mean given that it is at least 1 is `mean`:
+// rho / (1 - e^-rho) = mean (0 for mean <= 1).
+double ZeroTruncatedPoissonRho(double mean) {
+  if (!(mean > 1)) return 0;
+  double lo = 0, hi = mean;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = (lo + hi) / 2;
+    (mid / -std::expm1(-mid) < mean ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+// The mean given at least 1 of a Poisson count of mean rho.
+double ZeroTruncatedPoissonMean(double rho) { return rho > 1e-9 ? rho / -std::expm1(-rho) : 1; }
+
 // The throughput plateau over every batch the server could be configured to, B90, the
 // target batch and the failure modes that bound it.
 void SetTarget(bool graphs, Plan* plan, PlanBuild* b) {
@@ -180,11 +195,11 @@ void AddEnablePrefixCaching(PlanBuild& b, Plan* plan, double missed) {
     return l;
   };
   const MixPrediction before =
-      PredictMix(measured, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now);
+      PredictMix(measured, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now, b.cohort);
   const MixPrediction unshared =
-      PredictMix(measured, after_mix, concurrency, b.opts.max_num_seqs, b.budget_now);
+      PredictMix(measured, after_mix, concurrency, b.opts.max_num_seqs, b.budget_now, b.cohort);
   const MixPrediction all_shared =
-      PredictMix(sharing, after_mix, concurrency, b.opts.max_num_seqs, b.budget_now);
+      PredictMix(sharing, after_mix, concurrency, b.opts.max_num_seqs, b.budget_now, b.cohort);
   MixPrediction after = unshared;
   after.output_tokens_per_s = (unshared.output_tokens_per_s + all_shared.output_tokens_per_s) / 2;
   after.tpot_ms = (unshared.tpot_ms + all_shared.tpot_ms) / 2;
@@ -308,17 +323,77 @@ void AddRaiseMaxNumBatchedTokens(PlanBuild& b, Plan* plan) {
 // proposals are rarely kept): turn it off. Decode steps at the batch the earlier actions reach:
 //   rows = B (1 + q d), tokens = B (1 + q m)   (q: decodes that propose; d, m: tokens proposed
 //   and kept per proposal), tokens/s = tokens / step(rows).
+// Turned on, a verify step is the measured decode step of B sequences times the cost model's
+// ratio of the two shapes: each sequence's context is read once for its 1 + d rows. (Reading
+// it off the decode curve at B (1 + q d) rows counted every row as a sequence of its own:
+// 25.6 ms predicted where 18.9 ms was measured, `small` at batch 8 with 4 tokens proposed.)
+// In an open loop the batch falls with the time a request spends decoding (fewer sequences
+// overlap): B after is the zero-truncated Poisson mean at the arrival load scaled by the
+// change in step time per token, weighed by how open the window's load looks (PlanBuild).
 void AddSpeculation(PlanBuild& b, Plan* plan) {
   const Profile& p = b.p;
   const int k_now = b.opts.num_speculative_tokens;
-  const double q = p.spec_proposal_rate, d = p.spec_mean_drafted, m = p.spec_mean_accepted;
-  if (!(q > 0 && d > 0) || b.ctx.async_scheduling) return;
-  const double batch = b.cur_batch, rows = batch * (1 + q * d);
+  const double q_seen = p.spec_proposal_rate, d = p.spec_mean_drafted, m = p.spec_mean_accepted;
+  if (!(q_seen > 0 && d > 0) || b.ctx.async_scheduling) return;
+  const bool on = k_now == 0;
+  // Scored without speculating, q counts the token positions that could propose. Speculating,
+  // a kept proposal skips the positions it covered, so a smaller share of the (fewer) steps
+  // proposes: where proposing positions are spread evenly, tokens per step are
+  // 1 / (q / (1 + m) + 1 - q); where they come in one run, 1 + q m. Measured between the two
+  // (`small`, 4 proposed: 4.21 between 4.01 and 4.59 in an open loop, 4.76 between 4.66 and
+  // 4.87 at 8 clients): the middle, half their distance an error.
+  double q = q_seen, q_error = 0;
+  if (on && !p.speculating && m > 0) {
+    const double spread = 1 / (q_seen / (1 + m) + 1 - q_seen), run = 1 + q_seen * m;
+    const double mid = (spread + run) / 2;
+    q = (mid - 1) / m;
+    q_error = (run - spread) / 2 / mid;
+  }
+  // The window's own mean batch where no earlier action moved it.
+  const double batch = b.cur_batch == b.b_now ? b.b_mean : b.cur_batch;
   const CurveLookup plain = CurveLookupFn{b.pred, b.curve, b.cur_graphs}(batch, batch, false, 0);
   // Verify steps are not uniform decodes: eager, never replayed from a graph.
-  const CurveLookup spec = CurveLookupFn{b.pred, b.curve, false}(rows, rows, false, 0);
-  const double plain_tps = batch / plain.us * 1e6, spec_tps = batch * (1 + q * m) / spec.us * 1e6;
-  const bool on = k_now == 0;
+  const CurveLookupFn eager{b.pred, b.curve, false};
+  auto verify = [&](double seqs) {
+    CurveLookup l = eager(seqs * (1 + q * d), seqs * (1 + q * d), false, 0);
+    if (!on) return l;  // the window's decode steps are verify steps already
+    const double c = b.pred.context;
+    const int64_t n = std::max<int64_t>(1, std::llround(seqs));
+    const int64_t rows = std::max<int64_t>(n, std::llround(double(n) * (1 + q * d)));
+    const StepShape shape{rows, rows, std::llround(double(n) * c),
+                          std::llround(double(rows) * c + double(rows - n) / 2)};
+    const double saved =
+        b.pred.ShapeUs(DecodeShape(rows, c), double(rows)) - b.pred.ShapeUs(shape, double(n));
+    l.us = std::max(l.us - std::max(0.0, saved), 0.5 * l.us);
+    // Between two measured batches far apart, a tiled GEMM's stair may sit anywhere: the step
+    // can be off the line between them by up to the nearer one's distance (from 33 to 64 rows,
+    // 38.5 read 19.6 and 23.5 ms in two runs where 18.4 was measured).
+    const std::vector<CurvePoint>& pts = b.curve.decode;
+    const double x = double(n) * (1 + q * d);
+    for (size_t i = 1; i < pts.size() && l.us > 0; ++i) {
+      if (pts[i - 1].x <= x && x <= pts[i].x && pts[i].x > pts[i - 1].x) {
+        const double t = (x - pts[i - 1].x) / (pts[i].x - pts[i - 1].x);
+        l.rel_error += std::min(t, 1 - t) * std::abs(pts[i].us - pts[i - 1].us) / l.us;
+        break;
+      }
+    }
+    return l;
+  };
+  auto tps_at = [&](double seqs) { return seqs * (1 + q * m) / verify(seqs).us * 1e6; };
+  double spec_batch = batch, open_batch = batch;
+  if (on && b.open_share > 0 && b.open_rho > 0 && plain.us > 0) {
+    const double decode_share = std::clamp(1 - p.prefill_step_share, 0.0, 1.0);
+    for (int i = 0; i < 8; ++i) {  // the batch and its step time settle together
+      const double per_token = verify(spec_batch).us / (1 + q * m) / plain.us;
+      open_batch =
+          ZeroTruncatedPoissonMean(b.open_rho * (1 - decode_share + decode_share * per_token));
+      spec_batch = (1 - b.open_share) * batch + b.open_share * open_batch;
+    }
+  }
+  const CurveLookup spec = verify(spec_batch);
+  const double rows = spec_batch * (1 + q * d);
+  const double plain_tps = batch / plain.us * 1e6,
+               spec_tps = spec_batch * (1 + q * m) / spec.us * 1e6;
   if (on ? !(spec_tps >= b.th.min_gain * plain_tps) : !(plain_tps >= b.th.min_gain * spec_tps)) {
     return;
   }
@@ -327,7 +402,7 @@ void AddSpeculation(PlanBuild& b, Plan* plan) {
   a.from = k_now;
   a.to = on ? b.ctx.speculative_tokens_scored : 0;
   const std::string seen = absl::StrFormat(
-      "%.0f%% of decodes propose %.1f tokens, %.0f%% of them kept%s", 100 * q, d,
+      "%.0f%% of decodes propose %.1f tokens, %.0f%% of them kept%s", 100 * q_seen, d,
       100 * p.spec_acceptance_rate, p.speculating ? "" : " (scored on proposals not used)");
   a.what = on ? absl::StrFormat("speculate %d tokens by n-gram lookup", int(a.to))
               : absl::StrFormat("turn speculation off (num_speculative_tokens %d -> 0)", k_now);
@@ -335,13 +410,27 @@ void AddSpeculation(PlanBuild& b, Plan* plan) {
   const CurveLookup& before = on ? plain : spec;
   const CurveLookup& after = on ? spec : plain;
   const double per_token_before = on ? 1 : 1 + q * m, per_token_after = on ? 1 + q * m : 1;
-  a.batch_after = batch;
+  a.batch_after = on ? spec_batch : batch;
   a.tokens_per_s_before = on ? plain_tps : spec_tps;
   a.tokens_per_s_after = on ? spec_tps : plain_tps;
   a.tpot_ms_before = before.us / per_token_before * 1e-3;
   a.tpot_ms_after = after.us / per_token_after * 1e-3;
   a.outside_measured = !after.in_range;
-  a.expected_error = std::max(after.rel_error, b.model.fit_error);
+  // The tokens kept per proposal are a mean over the window's proposals, each keeping 0 to d:
+  // twice its standard error (the variance at most m (d - m), and not under a quarter of d^2
+  // over the count, so that a few proposals all kept still leave room), as a share of the
+  // tokens per row. Where the load is neither clearly open nor closed, half the distance
+  // between the two batches' predictions joins it.
+  const double n = std::max(1.0, b.spec_proposals);
+  const double accept_error =
+      2 * q * std::sqrt((std::max(0.0, m * (d - m)) + d * d / (4 * n)) / n) / (1 + q * m);
+  double load_error = 0;
+  if (on && spec_batch != batch) {
+    const double closed = tps_at(batch), open = tps_at(open_batch);
+    load_error = std::abs(closed - open) / (closed + open) * (1 - std::abs(2 * b.open_share - 1));
+  }
+  a.expected_error =
+      std::max(after.rel_error, b.model.fit_error) + accept_error + load_error + q_error;
   a.tradeoffs.push_back(Fm(
       "latency", a.tpot_ms_after,
       absl::StrFormat("time per output token %.2f -> %.2f ms", a.tpot_ms_before, a.tpot_ms_after)));
@@ -349,8 +438,14 @@ void AddSpeculation(PlanBuild& b, Plan* plan) {
       Fm("speculation_rows", rows,
          absl::StrFormat("decode steps of %.1f sequences run %.1f rows with proposals; a larger "
                          "batch leaves less idle compute to verify them in, so the gain falls as "
-                         "the batch grows",
-                         batch, rows)));
+                         "the batch grows%s",
+                         on ? spec_batch : batch, rows,
+                         on && b.open_share > 0.2
+                             ? absl::StrFormat(" (the load looks %.0f%% open-loop: requests "
+                                               "that finish sooner overlap less, batch %.1f -> "
+                                               "%.1f)",
+                                               100 * b.open_share, batch, spec_batch)
+                             : "")));
   b.opts.num_speculative_tokens = static_cast<int>(a.to);
   a.options_after = b.opts;
   plan->actions.push_back(a);
@@ -470,12 +565,17 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
     return plan;
   }
   // Where the server is now.
-  double dec_seqs = 0, dec_steps = 0, host = 0, demand = 0;
+  double dec_seqs = 0, dec_seqs2 = 0, dec_steps = 0, host = 0, demand = 0;
+  double verify_seqs = 0, shadow_proposals = 0;
   int prefill_steps = 0, budget_hits = 0;
   for (const StepRecord& r : steps) {
     host += r.schedule_us + r.prepare_us + r.postprocess_us - r.hidden_host_us;
     demand = std::max(demand, double(r.num_running + r.queue_depth));
-    if (r.num_prefill_tokens == 0 && r.num_decode_tokens > 0) dec_seqs += r.num_seqs, ++dec_steps;
+    verify_seqs += r.spec_verify_seqs;
+    shadow_proposals += r.shadow_proposals;
+    if (r.num_prefill_tokens == 0 && r.num_decode_tokens > 0) {
+      dec_seqs += r.num_seqs, dec_seqs2 += double(r.num_seqs) * r.num_seqs, ++dec_steps;
+    }
     if (r.num_prefill_tokens > 0) {
       ++prefill_steps;
       if (r.num_prefill_tokens + r.num_decode_tokens >= r.options.max_num_batched_tokens) {
@@ -504,6 +604,27 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   PlanBuild b{p, v, model, ctx, th, pred, curve};
   b.demand = demand;
   b.b_now = b_now;
+  b.b_mean = dec_steps > 0 ? dec_seqs / dec_steps : std::max(1.0, p.mean_batch_seqs);
+  if (dec_steps >= 8) {
+    const double var = std::max(0.0, dec_seqs2 / dec_steps - b.b_mean * b.b_mean);
+    b.open_rho = ZeroTruncatedPoissonRho(b.b_mean);
+    const double open_var = b.b_mean * (1 + b.open_rho - b.b_mean);
+    b.open_share = open_var > 1e-3 ? std::clamp(var / open_var, 0.0, 1.0) : 0.0;
+  }
+  b.spec_proposals = p.speculating ? verify_seqs : shadow_proposals;
+  if (b.use_mix) {
+    const CurveLookupFn lookup{pred, curve, ctx.options.cuda_graphs};
+    const double clients = std::max(1.0, demand);
+    const double fp = PredictMix(lookup, b.mix, clients, ctx.options.max_num_seqs, b.budget_now)
+                          .prefill_step_fraction;
+    const double fc = PredictCohorts(lookup, b.mix, clients, ctx.options.max_num_seqs, b.budget_now)
+                          .prefill_step_fraction;
+    const double measured = double(prefill_steps) / double(steps.size());
+    b.cohort = std::abs(fp - fc) >= 0.02 && std::abs(fp - fc) >= 0.3 * std::max(fp, fc) &&
+                       b.open_share < 0.5
+                   ? std::clamp((fp - measured) / (fp - fc), 0.0, 1.0)
+                   : 0.5;
+  }
   b.prefill_steps = prefill_steps;
   b.budget_hits = budget_hits;
   b.mix = mix.mix;

@@ -32,6 +32,19 @@ struct PlanBuild {
   // Where the server is now.
   double demand = 0;  // most requests running + waiting in the window
   int b_now = 1;      // mean decode batch
+  double b_mean = 1;  // the same, unrounded
+  // How the load arrives, from the batches of the window's pure decode steps: a closed loop
+  // holds its batch; an open loop's (arrivals that do not wait for completions) is Poisson
+  // given that one sequence runs. `open_share` in [0, 1]: the window's batch variance over the
+  // variance the open loop of the same mean would give; `open_rho`: that loop's mean number
+  // of decoding sequences, idle time included.
+  double open_share = 0, open_rho = 0;
+  double spec_proposals = 0;  // proposals behind the window's speculation figures
+  // How far a closed loop's requests run in cohorts (PredictCohorts) rather than arriving as
+  // a Poisson stream: from the share of the window's steps that carried prefill, between the
+  // two models' shares at the window's concurrency; 0.5 where the two agree there (one
+  // client: nothing tells them apart). Every mix prediction blends the two by it.
+  double cohort = 0;
   int prefill_steps = 0, budget_hits = 0;
   WorkloadMix mix;
   bool use_mix = false;             // the window saw prefill and the mix is known
@@ -100,9 +113,9 @@ struct PlanBuild {
                bool graphs_after) const {
     if (!use_mix) return;
     const MixPrediction before = PredictMix(CurveLookupFn{pred, curve, cur_graphs}, mix,
-                                            conc_before, seqs_before, budget_now);
+                                            conc_before, seqs_before, budget_now, cohort);
     const MixPrediction after = PredictMix(CurveLookupFn{pred, curve, graphs_after}, mix,
-                                           conc_after, seqs_after, budget_now);
+                                           conc_after, seqs_after, budget_now, cohort);
     SetFromMix(before, after, a);
     a->tradeoffs.push_back(
         Fm("workload_mix", after.prefill_share,

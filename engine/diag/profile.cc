@@ -62,6 +62,9 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
   p.decode_tokens_per_s = s.decode_tokens / span_s;
   p.tokens_per_s = (s.prefill_tokens + s.decode_tokens) / span_s;
   p.output_tokens_per_s = s.sampled / span_s;
+  p.decode_step_tokens_per_s = s.decode_wall_us > 0 ? s.decode_sampled / s.decode_wall_us * 1e6 : 0;
+  p.decoding_step_tokens_per_s =
+      s.decoding_wall_us > 0 ? s.decoding_sampled / s.decoding_wall_us * 1e6 : 0;
   p.mean_batch_seqs = s.seqs / n;
   p.mean_batch_tokens = (s.prefill_tokens + s.decode_tokens) / n;
   p.mean_step_ms = s.wall_us / n * 1e-3;

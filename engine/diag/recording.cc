@@ -226,6 +226,7 @@ json ContextJson(const AnalyzerContext& c) {
           {"probe_context", c.probe_context},
           {"probe_context_slopes", PointsJson(c.probe_context_slopes)},
           {"probe_graphs", c.probe_graphs},
+          {"probe_sampling", PointsJson(c.probe_sampling)},
           {"probe_curve_other_graphs", CurveJson(c.probe_curve_other_graphs)},
           {"tpot_slo_ms", c.tpot_slo_ms},
           {"run_share", c.run_share}};
@@ -261,6 +262,8 @@ AnalyzerContext ContextFrom(const json& j) {
   c.probe_context = j.at("probe_context").get<double>();
   c.probe_context_slopes = PointsFrom(j.at("probe_context_slopes"));
   c.probe_graphs = j.at("probe_graphs").get<bool>();
+  // Recordings before it was kept have none: no sampling gap is added for them.
+  if (j.contains("probe_sampling")) c.probe_sampling = PointsFrom(j.at("probe_sampling"));
   c.probe_curve_other_graphs = CurveFrom(j.at("probe_curve_other_graphs"));
   c.tpot_slo_ms = j.at("tpot_slo_ms").get<double>();
   c.run_share = j.at("run_share").get<double>();

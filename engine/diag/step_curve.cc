@@ -296,8 +296,61 @@ void MakeMonotone(std::vector<CurvePoint>* pts) {
   }
 }
 
+MixPrediction PredictCohorts(const StepLookup& lookup, const WorkloadMix& mix, double concurrency,
+                             int max_num_seqs, int budget) {
+  MixPrediction m;
+  const double n = std::max(1.0, std::min(concurrency, double(std::max(1, max_num_seqs))));
+  const double prompt = std::max(0.0, mix.prompt_tokens);
+  const double out_len = std::max(1.0, mix.output_tokens);
+  const double decode_steps = out_len - 1;
+  const double rows = n * prompt, room = std::max(1, budget);
+  const double prefill_steps = prompt > 0 ? std::ceil(rows / room) : 0;
+  CurveLookup pre{}, dec{};
+  double prefill_us = 0, decode_us = 0;
+  if (prefill_steps > 0) {
+    pre = lookup(std::min(rows, room), 0, true, 0);
+    prefill_us = pre.us * rows / std::min(rows, room);  // full steps and the last part one
+  }
+  if (decode_steps > 0) {
+    dec = lookup(n, n, false, prefill_steps > 0 ? 1 / decode_steps : 0);
+    decode_us = decode_steps * dec.us;
+  }
+  const double cycle = std::max(prefill_us + decode_us, 1e-3);
+  const double steps = std::max(1.0, prefill_steps + decode_steps);
+  m.decode_batch = n;
+  m.tpot_ms = cycle / steps * 1e-3;
+  m.output_tokens_per_s = n * out_len / cycle * 1e6;
+  m.prefill_share = prefill_us / cycle;
+  m.prefill_step_fraction = prefill_steps / steps;
+  m.decode_step_us = decode_steps > 0 ? dec.us : 0;
+  m.mixed_step_us = prefill_steps > 0 ? pre.us : 0;
+  m.mixed_rows = prefill_steps > 0 ? std::min(rows, room) : 0;
+  m.output_tokens_per_step = n * out_len / steps;
+  m.in_range = (decode_steps <= 0 || dec.in_range) && (prefill_steps <= 0 || pre.in_range);
+  m.rel_error = (decode_us * dec.rel_error + prefill_us * pre.rel_error) / cycle;
+  return m;
+}
+
 MixPrediction PredictMix(const StepLookup& lookup, const WorkloadMix& mix, double concurrency,
-                         int max_num_seqs, int budget) {
+                         int max_num_seqs, int budget, double cohort) {
+  if (cohort > 0) {
+    const MixPrediction p = PredictMix(lookup, mix, concurrency, max_num_seqs, budget, 0);
+    const MixPrediction c = PredictCohorts(lookup, mix, concurrency, max_num_seqs, budget);
+    const double s = std::min(cohort, 1.0);
+    auto blend = [s](double a, double b) { return (1 - s) * a + s * b; };
+    MixPrediction m = s >= 1 ? c : p;
+    m.output_tokens_per_s = blend(p.output_tokens_per_s, c.output_tokens_per_s);
+    m.tpot_ms = blend(p.tpot_ms, c.tpot_ms);
+    m.decode_batch = blend(p.decode_batch, c.decode_batch);
+    m.prefill_share = blend(p.prefill_share, c.prefill_share);
+    m.prefill_step_fraction = blend(p.prefill_step_fraction, c.prefill_step_fraction);
+    m.output_tokens_per_step = blend(p.output_tokens_per_step, c.output_tokens_per_step);
+    m.in_range = p.in_range && c.in_range;
+    const double apart = std::abs(p.output_tokens_per_s - c.output_tokens_per_s) /
+                         std::max(p.output_tokens_per_s + c.output_tokens_per_s, 1e-9);
+    m.rel_error = blend(p.rel_error, c.rel_error) + apart * (1 - std::abs(2 * s - 1));
+    return m;
+  }
   MixPrediction m;
   const double n = std::max(1.0, std::min(concurrency, double(std::max(1, max_num_seqs))));
   const double prompt = std::max(0.0, mix.prompt_tokens);

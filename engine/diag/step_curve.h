@@ -123,7 +123,18 @@ using StepLookup =
 // a Poisson stream (k per step on average: a share 1 - e^-k of the steps carry prefill, of
 // k / (1 - e^-k) prompts each, up to the budget), and a share f of the steps carrying prefill
 // puts one before a share f of the decode steps.
+// `cohort` in [0, 1]: how far the closed loop runs in cohorts instead (PredictCohorts; the
+// rates, shares and batch are blended, and the two models' distance joins rel_error where the
+// share is neither 0 nor 1).
 MixPrediction PredictMix(const StepLookup& lookup, const WorkloadMix& mix, double concurrency,
-                         int max_num_seqs, int budget);
+                         int max_num_seqs, int budget, double cohort = 0);
+
+// The same closed loop run in cohorts: clients that started together, sending requests of one
+// length, stay in step (each finishes when the others do and sends its next at once), so every
+// prompt of a cohort is prefilled in the same steps (pure prefill, up to the budget each) and
+// the cohort then decodes output - 1 steps at its full batch. Cohorts of at most max_num_seqs
+// run one after another.
+MixPrediction PredictCohorts(const StepLookup& lookup, const WorkloadMix& mix, double concurrency,
+                             int max_num_seqs, int budget);
 
 }  // namespace saturn

@@ -122,8 +122,12 @@ absl::Status RunRounds(ModelRunner* runner, const std::vector<Shape*>& order, in
       }
       const double a = NowUs();
       ASSIGN_OR_RETURN(RunnerOutput out, runner->Execute(s->plan, per_op));
-      (void)out;
       s->last_us = NowUs() - a;
+      for (const OpRecord& op : out.timing.ops) {
+        if (ClassOf(op.kind) == OpClass::kSampling && op.device_begin_us >= 0) {
+          s->series.sampling_us += op.device_end_us - op.device_begin_us;
+        }
+      }
       s->series.wall_us.push_back(s->last_us);
       spent[k] += s->last_us;
       prev_us[k] = s->last_us;

@@ -56,6 +56,9 @@ struct ProbeSeries {
   std::vector<double> wall_us;  // one per timed step
   // Decode steps each timed right after a prefill chunk (else back to back after decode steps).
   bool after_prefill = false;
+  // Of the timed steps (per-op timing on), the sampling ops' device time, summed: the probe
+  // samples greedily, and a plan adds what its window's requests' sampling cost beyond that.
+  double sampling_us = 0;
 };
 
 struct StepProbe {

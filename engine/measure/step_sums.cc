@@ -69,9 +69,14 @@ StepSums OneStep(const StepRecord& r, const StepRecord* prev, double idle_gap_fl
   s.kv_usage = blocks > 0 ? double(r.kv_blocks_used) / blocks : 0;
   s.kv_usage_max = s.kv_usage;
 
+  if (r.num_decode_tokens > 0) {
+    s.decoding_wall_us = r.wall_us();
+    s.decoding_sampled = r.output_tokens();
+  }
   if (r.num_prefill_tokens == 0 && r.num_decode_tokens > 0) {
     s.decode_steps = 1;
     s.decode_wall_us = r.wall_us();
+    s.decode_sampled = r.output_tokens();
     s.decode_seqs = r.num_seqs;
     s.decode_context = double(r.context_tokens);
     if (r.graph_replayed) {
@@ -154,6 +159,9 @@ void StepSums::Merge(const StepSums& later) {
   decode_wall_us += later.decode_wall_us;
   decode_seqs += later.decode_seqs;
   decode_context += later.decode_context;
+  decode_sampled += later.decode_sampled;
+  decoding_wall_us += later.decoding_wall_us;
+  decoding_sampled += later.decoding_sampled;
   replayed_decode_steps += later.replayed_decode_steps;
   padding_tokens += later.padding_tokens;
   replay_rows += later.replay_rows;

@@ -65,6 +65,9 @@ struct StepSums {
   // Pure decode steps (no prefill tokens), and those replayed from a graph.
   int64_t decode_steps = 0;
   double decode_wall_us = 0, decode_seqs = 0, decode_context = 0;
+  double decode_sampled = 0;  // tokens given to requests by pure decode steps
+  // Steps that carry decodes (pure or mixed): their wall time and the tokens they gave.
+  double decoding_wall_us = 0, decoding_sampled = 0;
   int64_t replayed_decode_steps = 0;
   double padding_tokens = 0, replay_rows = 0;
 

@@ -25,6 +25,8 @@ void ToProto(const Profile& p, v1::Profile* out) {
   out->set_steps_per_s(p.steps_per_s);
   out->set_prefill_tokens_per_s(p.prefill_tokens_per_s);
   out->set_decode_tokens_per_s(p.decode_tokens_per_s);
+  out->set_decode_step_tokens_per_s(p.decode_step_tokens_per_s);
+  out->set_decoding_step_tokens_per_s(p.decoding_step_tokens_per_s);
   out->set_tokens_per_s(p.tokens_per_s);
   out->set_mean_batch_seqs(p.mean_batch_seqs);
   out->set_mean_batch_tokens(p.mean_batch_tokens);
@@ -268,6 +270,7 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
   out->set_measured_max_batch(r.plan.measured_max_batch);
   out->set_measured_max_prefill_rows(r.plan.measured_max_prefill_rows);
   out->set_used_probe(r.plan.used_probe);
+  out->set_sampling_gap_us_per_row(r.plan.sampling_gap_us_per_row);
   ToProto(r.plan.curve.decode, out->mutable_plan_curve()->mutable_decode());
   ToProto(r.plan.curve.prefill, out->mutable_plan_curve()->mutable_prefill());
   ToProto(r.plan.curve.decode_after_prefill,

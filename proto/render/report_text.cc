@@ -174,6 +174,12 @@ void Plan(const v1::DiagnosticsReport& r, std::string* out) {
                           "", r.measured_max_batch(), r.measured_max_prefill_rows(),
                           r.used_probe() ? "window + probe steps" : "window only");
   }
+  if (r.sampling_gap_us_per_row() > 0) {
+    absl::StrAppendFormat(out,
+                          "%-10s probed decode steps + %.0f us a row: the requests' sampling, "
+                          "which the probe's greedy steps do not do\n",
+                          "", r.sampling_gap_us_per_row());
+  }
   if (r.plan().empty()) {
     absl::StrAppendFormat(out, "%-10s no action: %s\n", "",
                           r.plan_note().empty() ? "(no reason given)" : r.plan_note());

@@ -168,6 +168,8 @@ TEST(LoadConfigTest, AutoWarmup) {
   EXPECT_EQ(EffectiveWarmup(c, 8, 100), 8);
   c.request_rate = {2};
   EXPECT_EQ(EffectiveWarmup(c, 0, 95), 10);
+  // The closed-loop phase that follows an open-loop phase's "raise client concurrency".
+  EXPECT_EQ(EffectiveWarmup(c, 45, 95), 45);
   c.warmup_requests = 3;
   EXPECT_EQ(EffectiveWarmup(c, 0, 95), 3);
 }

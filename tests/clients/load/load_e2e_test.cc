@@ -178,9 +178,15 @@ TEST_F(LoadE2eTest, FollowPlanRunsTheTopActionOnceAndRestoresTheOptions) {
   EXPECT_EQ((*infos)[0].options().max_num_batched_tokens(), start.max_num_batched_tokens());
   EXPECT_EQ((*infos)[0].options().cuda_graphs(), start.cuda_graphs());
 
-  // Not with a comparison or the open loop.
+  // Not with a comparison; over the HTTP front only with Saturn's gRPC address beside it.
   c.compare = "cuda_graphs";
   EXPECT_NE(c.Validate().message().find("--follow_plan"), std::string::npos);
+  c.compare = "";
+  c.api = "openai";
+  c.target = {"http://127.0.0.1:1"};
+  EXPECT_NE(c.Validate().message().find("--diag_target"), std::string::npos);
+  c.diag_target = "127.0.0.1:2";
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
 }
 
 TEST_F(LoadE2eTest, CompareCudaGraphsOnCpuSaysSoAndFails) {

@@ -124,6 +124,41 @@ TEST(PlanTest, ProbedStepsPutPredictionsInsideTheMeasuredRange) {
   EXPECT_TRUE(other.plan.actions[0].outside_measured);
 }
 
+// Requests sampled at a temperature: each row's sampling took 600 us more than a greedy row's
+// (a softmax and a walk down the vocabulary), which the probe's greedy steps did not pay. The
+// plan adds it per row to the probed steps, so the batch it plans for carries it too; a ratio
+// would have carried only 4 rows' worth of it.
+TEST(PlanTest, RequestsSamplingCostIsAddedToProbedStepsPerRow) {
+  std::vector<StepRecord> steps = MemoryBoundAt4(40);
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 4);
+  const double greedy4 = steps[0].wall_us();
+  auto truth = [&](double b) { return greedy4 * (1 + 0.1 * (b - 4)); };
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, truth(b), 0.01, 3});
+  }
+  const double greedy_row =
+      steps[0].by_class[static_cast<size_t>(OpClass::kSampling)].device_us / steps[0].num_sampled;
+  ctx.probe_sampling = {CurvePoint{1, greedy_row, 0, 3}, CurvePoint{64, greedy_row, 0, 3}};
+  constexpr double kPerRow = 600;
+  double shift = 0;
+  for (StepRecord& r : steps) {
+    r.start_us += shift;
+    r.by_class[static_cast<size_t>(OpClass::kSampling)].device_us += kPerRow * r.num_sampled;
+    shift += kPerRow * r.num_sampled;
+    r.end_us += shift;
+  }
+  const auto with = Plan(steps, ctx);
+  EXPECT_NEAR(with.plan.sampling_gap_us_per_row, kPerRow, 0.02 * kPerRow);
+  ASSERT_FALSE(with.plan.actions.empty());
+  const Action& a = with.plan.actions[0];
+  const double b = a.batch_after;
+  EXPECT_GT(b, 4);
+  EXPECT_NEAR(a.tpot_ms_after * 1e3, truth(b) + kPerRow * b, 0.03 * (truth(b) + kPerRow * b));
+  EXPECT_NE(RenderReport(ToProto(with)).find("the requests' sampling"), std::string::npos);
+  // Greedy requests (no extra sampling time): nothing added.
+  EXPECT_EQ(Plan(MemoryBoundAt4(40), ctx).plan.sampling_gap_us_per_row, 0);
+}
+
 // A mixed window (MixedAt4): probed decode steps that follow a prefill chunk ran 1.3x the
 // back-to-back ones, so the plan's mix prediction (most decode steps follow a prefill at the larger
 // batch) is lower than with no such series; a decode-only window's prediction does not change.
@@ -754,6 +789,62 @@ TEST(PlanTest, CalibratedQ8StreamsTimeTheQuantizedGemms) {
   ASSERT_NE(rate, nullptr);
   EXPECT_NE(rate->detail.find("calibrated q8_0 weight streams"), std::string::npos) << rate->detail;
   EXPECT_EQ(FindAction(with_streams(bw, bw / 1000), ActionKind::kQuantizeWeights), nullptr);
+}
+
+// Decode steps whose batches are `batches` in turn, each sequence's next 4 tokens proposed by
+// n-gram lookup (not used: speculation off) and 95 % of them matching; `gap_us` idle between.
+std::vector<StepRecord> ScoredDecodes(const std::vector<int>& batches, double gap_us) {
+  std::vector<StepRecord> steps;
+  double at = 0;
+  for (int seqs : batches) {
+    StepSpec s;
+    s.seqs = seqs;
+    s.max_num_seqs = 64;
+    StepRecord r = testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, s, at);
+    r.shadow_proposals = seqs;
+    r.shadow_drafted = 4 * seqs;
+    r.shadow_accepted = static_cast<int>(std::lround(3.8 * seqs));
+    at = r.end_us + gap_us;
+    steps.push_back(r);
+  }
+  return steps;
+}
+
+// Speculation shortens the time a request decodes. Clients that wait for their answers (a
+// closed loop: the batch holds) keep the batch; requests that arrive on their own (an open
+// loop: the batch varies as a Poisson count given one runs) overlap less, and the plan
+// predicts at the smaller batch that leaves, saying so.
+TEST(PlanTest, SpeculationInAnOpenLoopPlansTheBatchItLeaves) {
+  AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 64);
+  ctx.speculative_tokens_scored = 4;
+  std::vector<int> open;  // a zero-truncated Poisson count of mean 1 (mean 1.575)
+  for (int i = 0; i < 4; ++i) {
+    for (int n : {1, 1, 2, 1, 3, 1, 2, 1, 1, 2}) open.push_back(n);
+  }
+  open.back() = 4;
+  const auto r_open = Plan(ScoredDecodes(open, 20000), ctx);
+  const Action* a = FindAction(r_open, ActionKind::kSetSpeculativeTokens);
+  ASSERT_NE(a, nullptr) << RenderReport(ToProto(r_open));
+  EXPECT_LT(a->batch_after, 1.5);
+  EXPECT_GT(a->batch_after, 1.0);
+  const FailureMode* rows = FindMode(*a, "speculation_rows");
+  ASSERT_NE(rows, nullptr);
+  EXPECT_NE(rows->detail.find("open-loop"), std::string::npos) << rows->detail;
+
+  const auto r_closed = Plan(ScoredDecodes(std::vector<int>(40, 2), 0), ctx);
+  const Action* c = FindAction(r_closed, ActionKind::kSetSpeculativeTokens);
+  ASSERT_NE(c, nullptr) << RenderReport(ToProto(r_closed));
+  EXPECT_DOUBLE_EQ(c->batch_after, 2.0);
+  EXPECT_EQ(FindMode(*c, "speculation_rows")->detail.find("open-loop"), std::string::npos);
+  // Tokens per step: between 1 / (q / (1 + m) + 1 - q) and 1 + q m (all positions propose,
+  // q = 1: both 1 + m = 4.8), over the decode step of 2 sequences at most 4.8x its rows.
+  EXPECT_GT(c->tokens_per_s_after, c->tokens_per_s_before);
+  // Few proposals leave the kept share uncertain: the expected error is wider with 40 steps'
+  // worth than with 400.
+  const auto r_long = Plan(ScoredDecodes(std::vector<int>(400, 2), 0), ctx);
+  const Action* l = FindAction(r_long, ActionKind::kSetSpeculativeTokens);
+  ASSERT_NE(l, nullptr);
+  EXPECT_GT(c->expected_error, l->expected_error);
 }
 
 }  // namespace

@@ -105,6 +105,46 @@ TEST(StepCurveTest, LongerPromptsLowerThePredictedGain) {
   EXPECT_GT(s32.rel_error, 0.02);  // mixed steps add the mix model's error
 }
 
+// 26 clients that started together, 32 prompt + 16 output tokens each: every cycle is one
+// pure prefill step of 26 x 32 = 832 rows, then 15 decode steps at batch 26. The Poisson
+// stream puts prefill in most steps instead; the blend sits between, its error widened by
+// half the two models' distance.
+TEST(StepCurveTest, CohortsPrefillTogetherThenDecodeAtTheFullBatch) {
+  const WorkloadMix mix{32, 16};
+  const MixPrediction c = PredictCohorts(Linear, mix, 26, 64, 2048);
+  const double cycle = (2000 + 50 * 832) + 15 * (2000 + 50 * 26);
+  EXPECT_NEAR(c.output_tokens_per_s, 26 * 16 / cycle * 1e6, 1e-6);
+  EXPECT_NEAR(c.prefill_step_fraction, 1.0 / 16, 1e-12);
+  EXPECT_NEAR(c.prefill_share, (2000 + 50 * 832) / cycle, 1e-12);
+  EXPECT_EQ(c.decode_batch, 26);
+  // Prompts past the budget take more steps: 26 x 100 = 2600 rows in 2 steps of 2048.
+  const MixPrediction longer = PredictCohorts(Linear, WorkloadMix{100, 16}, 26, 64, 2048);
+  EXPECT_NEAR(longer.prefill_step_fraction, 2.0 / 17, 1e-12);
+  // More clients than max_num_seqs: cohorts of 8 one after another, no faster than one.
+  EXPECT_NEAR(PredictCohorts(Linear, mix, 40, 8, 2048).output_tokens_per_s,
+              PredictCohorts(Linear, mix, 8, 8, 2048).output_tokens_per_s, 1e-9);
+
+  // Linear step times make the two models agree (every row and step costs the same wherever it
+  // runs); decodes slowed by the prefill rows beside them (a CPU's mixed steps) do not.
+  const MixPrediction p = PredictMix(Linear, mix, 26, 64, 2048);
+  EXPECT_GT(p.prefill_step_fraction, 0.5);
+  EXPECT_NEAR(p.output_tokens_per_s, c.output_tokens_per_s, 1e-6 * c.output_tokens_per_s);
+  auto mixed_slow = [](double rows, double decodes, bool prefill, double) {
+    return CurveLookup{2000 + 50 * rows + (prefill ? 100 * decodes : 0), true, 0.02};
+  };
+  const MixPrediction ps = PredictMix(mixed_slow, mix, 26, 64, 2048);
+  const MixPrediction cs = PredictCohorts(mixed_slow, mix, 26, 64, 2048);
+  EXPECT_GT(cs.output_tokens_per_s, 1.1 * ps.output_tokens_per_s);
+  const MixPrediction half = PredictMix(mixed_slow, mix, 26, 64, 2048, 0.5);
+  EXPECT_NEAR(half.output_tokens_per_s, (ps.output_tokens_per_s + cs.output_tokens_per_s) / 2,
+              1e-6);
+  const double apart = (cs.output_tokens_per_s - ps.output_tokens_per_s) /
+                       (ps.output_tokens_per_s + cs.output_tokens_per_s);
+  EXPECT_NEAR(half.rel_error, (ps.rel_error + cs.rel_error) / 2 + apart, 1e-12);
+  EXPECT_NEAR(PredictMix(mixed_slow, mix, 26, 64, 2048, 1).output_tokens_per_s,
+              cs.output_tokens_per_s, 1e-6);
+}
+
 TEST(StepCurveTest, ConcurrencyBeyondMaxNumSeqsQueues) {
   const WorkloadMix mix{64, 64};
   const MixPrediction at8 = PredictMix(Linear, mix, 8, 8, 2048);

@@ -162,6 +162,12 @@ TEST(StepSumsTest, ProfileOverRecordsAndSumsEqualsProfileOverEveryRecord) {
   ExpectNear(a.launch_share, b.launch_share, "launch_share");
   ExpectNear(a.tokens_per_s, b.tokens_per_s, "tokens_per_s");
   ExpectNear(a.output_tokens_per_s, b.output_tokens_per_s, "output_tokens_per_s");
+  // The plan's bases: tokens per second of the steps, idle left out, so above the span's rate.
+  ExpectNear(a.decode_step_tokens_per_s, b.decode_step_tokens_per_s, "decode_step_tokens_per_s");
+  ExpectNear(a.decoding_step_tokens_per_s, b.decoding_step_tokens_per_s,
+             "decoding_step_tokens_per_s");
+  EXPECT_GT(a.decoding_step_tokens_per_s, a.output_tokens_per_s);
+  EXPECT_GT(a.decode_step_tokens_per_s, 0);
   ExpectNear(a.mean_batch_seqs, b.mean_batch_seqs, "mean_batch_seqs");
   ExpectNear(a.mean_decode_step_ms, b.mean_decode_step_ms, "mean_decode_step_ms");
   ExpectNear(a.mean_context, b.mean_context, "mean_context");

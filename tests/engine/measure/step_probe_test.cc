@@ -96,6 +96,9 @@ TEST(StepProbeTest, TimesEveryDecodeBatchAndPrefillChunk) {
   for (const ProbeSeries& s : p->series) {
     ASSERT_EQ(s.wall_us.size(), 2u) << s.rows;
     for (double us : s.wall_us) EXPECT_GT(us, 0);
+    // Per-op timing on (the default): each step's sampling ops timed, within its wall time.
+    EXPECT_GT(s.sampling_us, 0) << s.rows;
+    EXPECT_LT(s.sampling_us, s.wall_us[0] + s.wall_us[1]) << s.rows;
   }
   EXPECT_FALSE(p->truncated);
   EXPECT_EQ(p->max_batch, 12);
