@@ -120,6 +120,9 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) 
   return c;
 }
 
+// A probed decode size slower than a larger one by more than this is a stalled measurement.
+constexpr double kNoiseOverLarger = 1.3;
+
 StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
   StepCurve c;
   // A typical step over the best: each size's median repeat over its best, pooled (median)
@@ -147,6 +150,21 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
   std::sort(c.decode.begin(), c.decode.end(), by_x);
   std::sort(c.decode_after_prefill.begin(), c.decode_after_prefill.end(), by_x);
   std::sort(c.prefill.begin(), c.prefill.end(), by_x);
+  // A decode size timed 30 % slower than a larger one is noise (more rows never run faster;
+  // a tiled GEMM's stair runs the other way): a stalled best of few repeats, dropped. Kept,
+  // MakeMonotone spread it over the larger sizes (batch 33 at 64 ms, 18.8 at 32, put batch 86
+  // at 66 ms where it ran 36.7).
+  for (std::vector<CurvePoint>* pts : {&c.decode, &c.decode_after_prefill}) {
+    double faster = 0;  // the least time of the larger sizes
+    for (size_t i = pts->size(); i-- > 0;) {
+      const double us = (*pts)[i].us;
+      if (faster > 0 && us > kNoiseOverLarger * faster) {
+        pts->erase(pts->begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      faster = faster > 0 ? std::min(faster, us) : us;
+    }
+  }
   // What a prefill step before it adds to a decode step, pooled over the sizes timed both ways:
   // the median difference (never below 0), added to each size's back-to-back time. Each size's
   // own pair is noisy (fewer repeats after prefill fit the budget, and single after-prefill
