@@ -259,8 +259,12 @@ TEST(StepCurveTest, ProbePointsAreTheBestTimesScaledToATypicalStep) {
 // at 64), and is dropped rather than pooled into the larger sizes.
 TEST(StepCurveTest, ProbeSizeSlowerThanALargerOneIsDropped) {
   StepProbe probe;
-  for (auto [rows, us] : {std::pair{16, 12000.0}, {32, 18800.0}, {33, 64300.0}, {64, 45000.0},
-                          {65, 46000.0}, {128, 69000.0}}) {
+  for (auto [rows, us] : {std::pair{16, 12000.0},
+                          {32, 18800.0},
+                          {33, 64300.0},
+                          {64, 45000.0},
+                          {65, 46000.0},
+                          {128, 69000.0}}) {
     probe.series.push_back(ProbeSeries{false, rows, 128, {us}});
   }
   const StepCurve c = CurveFromProbe(probe);
