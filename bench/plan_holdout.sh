@@ -15,7 +15,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib_ab.sh"
 rounds=1 only="" duration=8 bin=build json=""
-ab_parse_flags 2,13 "rounds only duration bin json" "$@"
+ab_parse_flags 2,14 "rounds only duration bin json" "$@"
 ab_check_rounds
 server="$bin/server/saturn-server" load="$bin/clients/saturn-load"
 ab_need_binaries "$bin" "$server" "$load"
