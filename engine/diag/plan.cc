@@ -323,10 +323,11 @@ void AddRaiseMaxNumBatchedTokens(PlanBuild& b, Plan* plan) {
 // proposals are rarely kept): turn it off. Decode steps at the batch the earlier actions reach:
 //   rows = B (1 + q d), tokens = B (1 + q m)   (q: decodes that propose; d, m: tokens proposed
 //   and kept per proposal), tokens/s = tokens / step(rows).
-// Turned on, a verify step is the measured decode step of B sequences times the cost model's
-// ratio of the two shapes: each sequence's context is read once for its 1 + d rows. (Reading
-// it off the decode curve at B (1 + q d) rows counted every row as a sequence of its own:
-// 25.6 ms predicted where 18.9 ms was measured, `small` at batch 8 with 4 tokens proposed.)
+// Turned on, a verify step is the measured decode curve at B (1 + q d) rows less what the cost
+// model says B sequences save over that many: each sequence's context is read once for its
+// 1 + d rows, its per-sequence work done once. (The curve alone counted every row as a
+// sequence of its own: 25.6 ms predicted where 18.4 ms was measured, `small` at batch 8 with
+// 4 tokens proposed; the cost model's ratio to the step of B sequences alone said 15.4.)
 // In an open loop the batch falls with the time a request spends decoding (fewer sequences
 // overlap): B after is the zero-truncated Poisson mean at the arrival load scaled by the
 // change in step time per token, weighed by how open the window's load looks (PlanBuild).
