@@ -29,6 +29,9 @@ read -r -a tests <<<"${SATURN_TSAN_TESTS:-$default_tests}"
 targets=("${tests[@]}")
 # signal_test starts real saturn-server processes.
 for t in "${tests[@]}"; do [ "$t" = signal_test ] && targets+=(saturn-server); done
+# tests/tsan_suppressions.txt names gRPC's functions qualified: full debug info keeps those
+# names on inlined frames (line tables alone give "Set", "Run").
+sanitizer_debug=-g
 sanitizer_build "$build" -DSATURN_SANITIZE=thread -- "${targets[@]}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$root/tests/tsan_suppressions.txt"
 # TSan's shadow memory needs a fixed layout: on kernels with high mmap randomisation

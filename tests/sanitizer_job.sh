@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the two sanitizer jobs (tests/sanitize.sh, tests/sanitize_thread.sh) share, sourced by
-# both after `set -euo pipefail`: the skip switch, and one clang build (CUDA off, -O1 with
-# line tables) of the targets a job runs.
+# both after `set -euo pipefail`: the skip switch, and one clang build (CUDA off, -O1, line
+# tables or, where the job sets sanitizer_debug, that) of the targets a job runs.
 #   sanitizer_job_start NAME      prints "saturn: NAME skipped" and exits 0 when
 #                                 SATURN_SKIP_SANITIZERS=1; else sets root, jobs and start
 #   sanitizer_build DIR FLAG... -- TARGET...
@@ -27,12 +27,14 @@ sanitizer_build() {
     shift
   done
   shift
-  # -O1 with line tables only: what the sanitizers' own docs suggest for reports with file and
-  # line, and about 15 % less compile time than RelWithDebInfo's -O2 -g.
+  # -O1, as the sanitizers' own docs suggest, about 15 % less compile time than
+  # RelWithDebInfo's -O2. Debug info: line tables only (file and line in every report) unless
+  # the job sets sanitizer_debug; the ThreadSanitizer job's suppressions match qualified
+  # function names, which inlined frames only carry with full -g.
+  local opt="-O1 ${sanitizer_debug:--gline-tables-only} -DNDEBUG"
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSATURN_WITH_CUDA=OFF \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" "${flags[@]}"
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="$opt" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$opt" "${flags[@]}"
   cmake --build "$dir" -j"$jobs" --target "$@"
   built=$(date +%s)
 }
