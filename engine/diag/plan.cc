@@ -195,11 +195,11 @@ void AddEnablePrefixCaching(PlanBuild& b, Plan* plan, double missed) {
     return l;
   };
   const MixPrediction before =
-      PredictMix(measured, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now, b.cohort);
+      PredictMix(measured, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now);
   const MixPrediction unshared =
-      PredictMix(measured, after_mix, concurrency, b.opts.max_num_seqs, b.budget_now, b.cohort);
+      PredictMix(measured, after_mix, concurrency, b.opts.max_num_seqs, b.budget_now);
   const MixPrediction all_shared =
-      PredictMix(sharing, after_mix, concurrency, b.opts.max_num_seqs, b.budget_now, b.cohort);
+      PredictMix(sharing, after_mix, concurrency, b.opts.max_num_seqs, b.budget_now);
   MixPrediction after = unshared;
   after.output_tokens_per_s = (unshared.output_tokens_per_s + all_shared.output_tokens_per_s) / 2;
   after.tpot_ms = (unshared.tpot_ms + all_shared.tpot_ms) / 2;
@@ -613,19 +613,6 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
     b.open_share = open_var > 1e-3 ? std::clamp(var / open_var, 0.0, 1.0) : 0.0;
   }
   b.spec_proposals = p.speculating ? verify_seqs : shadow_proposals;
-  if (b.use_mix) {
-    const CurveLookupFn lookup{pred, curve, ctx.options.cuda_graphs};
-    const double clients = std::max(1.0, demand);
-    const double fp = PredictMix(lookup, b.mix, clients, ctx.options.max_num_seqs, b.budget_now)
-                          .prefill_step_fraction;
-    const double fc = PredictCohorts(lookup, b.mix, clients, ctx.options.max_num_seqs, b.budget_now)
-                          .prefill_step_fraction;
-    const double measured = double(prefill_steps) / double(steps.size());
-    b.cohort = std::abs(fp - fc) >= 0.02 && std::abs(fp - fc) >= 0.3 * std::max(fp, fc) &&
-                       b.open_share < 0.5
-                   ? std::clamp((fp - measured) / (fp - fc), 0.0, 1.0)
-                   : 0.5;
-  }
   b.prefill_steps = prefill_steps;
   b.budget_hits = budget_hits;
   b.mix = mix.mix;

@@ -40,11 +40,6 @@ struct PlanBuild {
   // of decoding sequences, idle time included.
   double open_share = 0, open_rho = 0;
   double spec_proposals = 0;  // proposals behind the window's speculation figures
-  // How far a closed loop's requests run in cohorts (PredictCohorts) rather than arriving as
-  // a Poisson stream: from the share of the window's steps that carried prefill, between the
-  // two models' shares at the window's concurrency; 0.5 where the two agree there (one
-  // client: nothing tells them apart). Every mix prediction blends the two by it.
-  double cohort = 0;
   int prefill_steps = 0, budget_hits = 0;
   WorkloadMix mix;
   bool use_mix = false;             // the window saw prefill and the mix is known
@@ -113,9 +108,9 @@ struct PlanBuild {
                bool graphs_after) const {
     if (!use_mix) return;
     const MixPrediction before = PredictMix(CurveLookupFn{pred, curve, cur_graphs}, mix,
-                                            conc_before, seqs_before, budget_now, cohort);
+                                            conc_before, seqs_before, budget_now);
     const MixPrediction after = PredictMix(CurveLookupFn{pred, curve, graphs_after}, mix,
-                                           conc_after, seqs_after, budget_now, cohort);
+                                           conc_after, seqs_after, budget_now);
     SetFromMix(before, after, a);
     a->tradeoffs.push_back(
         Fm("workload_mix", after.prefill_share,

@@ -116,9 +116,8 @@ void AddQuantizeWeights(PlanBuild& b, Plan* plan) {
     const QuantizedStep q{b, now_bytes - QuantizedWeightBytesPerStep(m, fmt, ctx.dtype_bytes)};
     if (b.use_mix) {
       const CurveLookupFn measured{b.pred, b.curve, b.cur_graphs};
-      b.SetFromMix(
-          PredictMix(measured, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now, b.cohort),
-          PredictMix(q, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now, b.cohort), a);
+      b.SetFromMix(PredictMix(measured, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now),
+                   PredictMix(q, b.mix, concurrency, b.opts.max_num_seqs, b.budget_now), a);
     } else {
       const CurveLookup l = q(batch, batch, false, 0);
       const CurveLookup l0 = CurveLookupFn{b.pred, b.curve, b.cur_graphs}(batch, batch, false, 0);
