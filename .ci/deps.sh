@@ -6,6 +6,7 @@ pkgs=(build-essential cmake pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libabsl-dev libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev
       libgtest-dev libgmock-dev libicu-dev python3-venv
+      libopenmpi-dev openmpi-bin  # tensor-parallel ranks and their launcher (mpirun)
       clang libclang-rt-14-dev)  # the sanitizer and libFuzzer job (tests/sanitize.sh)
 pkgs+=("$@")  # extras a caller asks for (tests/run_all.sh: prometheus)
 missing=()

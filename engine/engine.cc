@@ -15,6 +15,8 @@
 #include "engine/engine_impl.h"
 #include "engine/measure/step_probe_run.h"
 #include "engine/model/weights.h"
+#include "engine/tp/tp_shard.h"
+#include "engine/tp/tp_worker.h"
 #include "kernels/base/clock.h"
 #include "kernels/base/split_mix64.h"
 #include "kernels/base/status_macros.h"
@@ -28,6 +30,20 @@ absl::Status EngineConfig::Validate() const {
   RETURN_IF_ERROR(CheckEngineLimits(max_num_seqs_limit, max_num_batched_tokens_limit));
   RETURN_IF_ERROR(CheckEngineOptions(options, max_num_seqs_limit, max_num_batched_tokens_limit));
   if (max_model_len < 0) return absl::InvalidArgumentError("max_model_len: must be >= 0");
+  if (tensor_parallel < 1 || tensor_parallel > kMaxTensorParallel) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_parallel: must be in [1, ",
+                                                   kMaxTensorParallel, "], got ", tensor_parallel));
+  }
+  if (tensor_parallel > 1 &&
+      (tp_comm == nullptr || tp_comm->size() != tensor_parallel || tp_comm->rank() != 0)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor_parallel: ", tensor_parallel, " needs ", tensor_parallel,
+                     " ranks started by an MPI launcher, this engine being rank 0 (",
+                     tp_comm == nullptr ? "no group was given"
+                                        : absl::StrCat("the group has ", tp_comm->size(), " ranks"),
+                     "): mpirun -np ", tensor_parallel, " saturn-server --tensor_parallel ",
+                     tensor_parallel, " ..."));
+  }
   if (step_ring_capacity < 1 || step_history_bytes > (size_t{16} << 30)) {
     return absl::InvalidArgumentError(
         "step_ring_capacity: must be >= 1, and step_history_bytes at most 16 GiB");
@@ -148,7 +164,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
       std::unique_ptr<Backend> backend,
       CreateBackend(config.backend, config.num_threads, weight_dtype, config.kv_cache_dtype,
                     config.batch_invariant, config.cuda_kernels));
+  if (config.tensor_parallel > 1) {
+    if (backend->name() != "cpu") {
+      return absl::UnimplementedError(
+          absl::StrCat("tensor_parallel: the ", backend->name(),
+                       " backend sums over NCCL, which is not built yet; use --backend=cpu"));
+    }
+    backend->SetCommunicator(config.tp_comm);
+  }
   std::unique_ptr<Engine> engine(new Engine(std::make_unique<Impl>(config, std::move(backend))));
+  engine->impl_->weight_dtype_ = weight_dtype;
   RETURN_IF_ERROR(engine->impl_->Init());
   return engine;
 }
@@ -166,8 +191,11 @@ absl::Status Engine::Impl::Init() {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_model_len: ", max_len, " leaves no room for a prompt token and a generated one"));
   }
+  const int tp = config_.tensor_parallel;
+  if (tp > 1) RETURN_IF_ERROR(CheckTensorParallel(m, tp));
+  // Per rank: each holds its own KV heads, so the same bytes hold tp times the blocks.
   const size_t per_block =
-      ModelRunner::KvBytesPerBlock(m, config_.block_size, backend_->kv_cache_dtype());
+      ModelRunner::KvBytesPerBlock(m, config_.block_size, backend_->kv_cache_dtype(), tp);
   size_t kv_bytes = config_.kv_cache_bytes;
   if (kv_bytes == 0) {
     const size_t blocks_full = static_cast<size_t>(config_.max_num_seqs_limit) *
@@ -203,7 +231,11 @@ absl::Status Engine::Impl::Init() {
     for (int s : {1, 2, 4}) rc.graph_sizes.push_back(s);
     for (int s = 8; s <= config_.max_num_seqs_limit; s += 8) rc.graph_sizes.push_back(s);
   }
-  ASSIGN_OR_RETURN(runner_, ModelRunner::Create(backend_.get(), weights, rc));
+  if (tp == 1) {
+    ASSIGN_OR_RETURN(runner_, ModelRunner::Create(backend_.get(), weights, rc));
+  } else {
+    RETURN_IF_ERROR(StartTensorParallel(std::move(weights), rc));
+  }
   SchedulerConfig sc;
   sc.max_num_seqs = config_.options.max_num_seqs;
   sc.max_num_batched_tokens = config_.options.max_num_batched_tokens;
@@ -233,6 +265,37 @@ absl::Status Engine::Impl::Init() {
   fixed_.event_threads = ResolveEventThreads(config_.event_thread, *backend_);
   if (fixed_.event_threads > 0) events_.Start(fixed_.event_threads);
   loop_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Impl::StartTensorParallel(ModelWeights weights, RunnerConfig rc) {
+  Communicator* comm = config_.tp_comm;
+  rc.tp_rank = 0;
+  rc.tp_size = config_.tensor_parallel;
+  TpStartConfig start;
+  start.model = config_.model;
+  start.weight_seed = config_.weight_seed;
+  start.backend = backend_->name();
+  start.weight_dtype = weight_dtype_;
+  start.kv_cache_dtype = config_.kv_cache_dtype;
+  start.batch_invariant = config_.batch_invariant;
+  start.cuda_kernels = config_.cuda_kernels;
+  start.num_threads = config_.num_threads;
+  start.runner = rc;
+  RETURN_IF_ERROR(SendTpStart(comm, start));
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+      [&]() -> absl::StatusOr<std::unique_ptr<ModelRunner>> {
+    ASSIGN_OR_RETURN(ModelWeights mine, ShardWeights(std::move(weights), 0, rc.tp_size));
+    return ModelRunner::Create(backend_.get(), mine, rc);
+  }();
+  if (runner.ok()) runner_ = std::move(*runner);
+  RETURN_IF_ERROR(AgreeTpStart(comm, runner.status()));
+  std::cerr << absl::StrCat("saturn: tensor_parallel ", rc.tp_size, " over ", comm->transport(),
+                            ": rank 0 holds ", runner_->weight_bytes() >> 20,
+                            " MiB of weights (its share of the layers; the embedding, norms and "
+                            "LM head whole) and ",
+                            runner_->kv_cache_bytes() >> 20, " MiB of KV cache\n")
+            << std::flush;
   return absl::OkStatus();
 }
 

@@ -28,6 +28,7 @@
 #include "engine/measure/step_record.h"
 #include "engine/request.h"
 #include "kernels/base/clock.h"  // the clock of events and step records, for their readers
+#include "kernels/comm/communicator.h"
 
 namespace saturn {
 
@@ -78,6 +79,12 @@ struct EngineConfig {
   static constexpr int kMaxPromptLookup = 8;
   int prompt_lookup_min = 1, prompt_lookup_max = 4;
   int max_queued_requests = 0;  // 0: unbounded; past it Submit returns RESOURCE_EXHAUSTED
+  // Tensor parallelism (engine/tp/): the model's heads and SwiGLU split over this many ranks,
+  // this engine being rank 0 of `tp_comm` (not owned; the launcher's world, which outlives the
+  // engine) and the workers running engine/tp/tp_worker.h's loop. CPU backend only for now.
+  static constexpr int kMaxTensorParallel = 64;
+  int tensor_parallel = 1;
+  Communicator* tp_comm = nullptr;
 
   absl::Status Validate() const;
 };

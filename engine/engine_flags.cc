@@ -30,6 +30,11 @@ ABSL_FLAG(std::string, cuda_kernels, "baseline",
           "weight-streaming GEMM for 1-16 rows (q, k, v in one launch), split-K GQA decode "
           "attention, SwiGLU and RoPE fused into their neighbours (not yet verified on a GPU; "
           "baseline is cuBLAS and per-head attention)");
+ABSL_FLAG(int, tensor_parallel, 1,
+          "Split the model's heads and SwiGLU width over this many ranks (Megatron tensor "
+          "parallelism, CPU backend): start one process per rank under an MPI launcher, "
+          "`mpirun -np N saturn-server --tensor_parallel N ...`; rank 0 serves, the others "
+          "compute their shard of every step. N must divide the heads, KV heads and SwiGLU width");
 
 namespace saturn {
 
@@ -43,6 +48,7 @@ EngineConfig EngineConfigFromFlags() {
   config.quantization = absl::GetFlag(FLAGS_quantization);
   config.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   config.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
+  config.tensor_parallel = absl::GetFlag(FLAGS_tensor_parallel);
   return config;
 }
 

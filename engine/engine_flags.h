@@ -17,11 +17,13 @@ ABSL_DECLARE_FLAG(std::string, dtype);
 ABSL_DECLARE_FLAG(std::string, kv_cache_dtype);
 ABSL_DECLARE_FLAG(std::string, batch_invariant);
 ABSL_DECLARE_FLAG(std::string, cuda_kernels);
+ABSL_DECLARE_FLAG(int, tensor_parallel);
 
 namespace saturn {
 
 // After the command line is parsed: an EngineConfig whose model, backend, num_threads
-// (--threads), dtype, kv_cache_dtype, batch_invariant and cuda_kernels are the flags' values,
+// (--threads), dtype, kv_cache_dtype, batch_invariant, cuda_kernels and tensor_parallel are the
+// flags' values (the group itself, tp_comm, is the launcher's: the caller sets it),
 // every other field EngineConfig's default. The values are checked where the engine starts
 // (EngineConfig::Validate, CreateBackend), as if set in code.
 EngineConfig EngineConfigFromFlags();

@@ -44,6 +44,9 @@ struct Engine::Impl {
   Impl(const EngineConfig& config, std::unique_ptr<Backend> backend);
   // Loads the model, builds the runner and the scheduler, warms up, starts the loop.
   absl::Status Init();
+  // Init's tensor-parallel part: the workers told what to load, rank 0's shard built, and every
+  // rank agreed that it loaded.
+  absl::Status StartTensorParallel(ModelWeights weights, RunnerConfig rc);
   void FillFixedInfo(int max_model_len, size_t kv_bytes_per_block, std::vector<int> graph_sizes);
   absl::Status Warmup();
   // Runs `fn` on the engine thread between two steps (no step starts until it returns) and
@@ -118,7 +121,8 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> scheduler_;  // engine thread only
   StepRing steps_;
   int num_kv_blocks_ = 0;
-  EngineInfo fixed_;  // the parts of info() fixed by Init
+  std::string weight_dtype_;  // as CreateBackend was given it (a tensor-parallel worker's too)
+  EngineInfo fixed_;          // the parts of info() fixed by Init
 
   mutable std::mutex mu_;
   std::condition_variable cv_;          // wakes the loop

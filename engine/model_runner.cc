@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/logprobs.h"
 #include "engine/model_runner_state.h"
+#include "engine/tp/tp_shard.h"
 #include "kernels/base/clock.h"
 #include "kernels/base/status_macros.h"
 #include "kernels/op_cost.h"
@@ -17,9 +18,81 @@
 namespace saturn {
 
 ModelRunner::ModelRunner(Backend* backend, const ModelConfig& model, const RunnerConfig& config)
-    : backend_(backend), model_(model), config_(config) {}
+    : backend_(backend),
+      model_(model),
+      shard_(ShardConfig(model, std::max(1, config.tp_size))),
+      config_(config) {}
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+  if (config_.tp_size > 1 && config_.tp_rank == 0) {
+    TpHeader h;
+    h.kind = static_cast<int64_t>(TpMessage::kStop);
+    // A group whose peer is gone cannot be told; its launcher ends it.
+    (void)backend_->communicator()->Broadcast(&h, sizeof(h), 0);
+  }
+}
+
+absl::Status ModelRunner::ShareStep(int num_tokens, int num_seqs, int num_sample_rows,
+                                    int max_query_len, int max_context_len) {
+  const Buffers& b = *buf_;
+  const size_t staging = b.layout.end, flags = static_cast<size_t>(num_seqs),
+               from = static_cast<size_t>(num_seqs) * sizeof(int32_t);
+  TpHeader h;
+  h.kind = static_cast<int64_t>(TpMessage::kStep);
+  h.payload_bytes = static_cast<int64_t>(staging + flags + from);
+  h.num_tokens = num_tokens;
+  h.num_seqs = num_seqs;
+  h.sample_rows = num_sample_rows;
+  h.max_query = max_query_len;
+  h.max_context = max_context_len;
+  h.attended_pairs = b.attended_pairs;
+  h.context_tokens = b.context_tokens;
+  tp_message_.resize(h.payload_bytes);
+  std::memcpy(tp_message_.data(), b.h_inputs.get(), staging);
+  std::memcpy(tp_message_.data() + staging, b.h_prefill.data(), flags);
+  std::memcpy(tp_message_.data() + staging + flags, b.h_decode_from.data(), from);
+  Communicator* comm = backend_->communicator();
+  RETURN_IF_ERROR(comm->Broadcast(&h, sizeof(h), 0));
+  return comm->Broadcast(tp_message_.data(), tp_message_.size(), 0);
+}
+
+absl::Status ModelRunner::ServeStep(const TpHeader& h) {
+  if (!tp_worker()) return absl::FailedPreconditionError("ServeStep: not a tensor-parallel worker");
+  Buffers& b = *buf_;
+  const int width = b.max_blocks_per_seq;
+  if (h.num_tokens < 0 || h.num_tokens > b.max_tokens || h.num_seqs < 0 ||
+      h.num_seqs > b.max_seqs || h.sample_rows < 0 || h.sample_rows > b.max_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_parallel: a step of ", h.num_tokens,
+                                                   " tokens and ", h.num_seqs,
+                                                   " sequences exceeds this rank's buffers"));
+  }
+  b.layout = LayoutFor(h.num_tokens, h.num_seqs, h.sample_rows, width);
+  const size_t staging = b.layout.end, flags = static_cast<size_t>(h.num_seqs),
+               from = static_cast<size_t>(h.num_seqs) * sizeof(int32_t);
+  if (static_cast<size_t>(h.payload_bytes) != staging + flags + from) {
+    return absl::InternalError(absl::StrCat("tensor_parallel: a step's inputs are ",
+                                            h.payload_bytes, " bytes, its counts make ",
+                                            staging + flags + from));
+  }
+  tp_message_.resize(h.payload_bytes);
+  RETURN_IF_ERROR(backend_->communicator()->Broadcast(tp_message_.data(), tp_message_.size(), 0));
+  std::memcpy(b.h_inputs.get(), tp_message_.data(), staging);
+  b.h_prefill.assign(tp_message_.data() + staging, tp_message_.data() + staging + flags);
+  b.h_decode_from.resize(h.num_seqs);
+  std::memcpy(b.h_decode_from.data(), tp_message_.data() + staging + flags, from);
+  b.attended_pairs = h.attended_pairs;
+  b.context_tokens = h.context_tokens;
+  backend_->BeginStep(true);
+  RETURN_IF_ERROR(backend_->Upload(
+      b.h_inputs.get(),
+      b.inputs.View(DType::kI32, 1, static_cast<int64_t>(staging / sizeof(int32_t)))));
+  RETURN_IF_ERROR(Forward(static_cast<int>(h.num_tokens), static_cast<int>(h.num_seqs),
+                          static_cast<int>(h.sample_rows), static_cast<int>(h.max_query),
+                          static_cast<int>(h.max_context), /*keep_logits=*/false));
+  backend_->MarkStepEnd();
+  ASSIGN_OR_RETURN(worker_timing_, backend_->EndStep());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_seqs,
                                                const std::vector<int>& prev_sampled) {
@@ -135,8 +208,13 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
                                   int max_query_len, int max_context_len, bool keep_logits) {
   Buffers& b = *buf_;
   const DeviceWeights& w = *weights_;
-  const ModelConfig& m = model_;
+  const ModelConfig& m = shard_;  // this rank's heads and SwiGLU width
   const DType dt = backend_->compute_dtype();
+  const bool group = config_.tp_size > 1;
+  if (group && config_.tp_rank == 0) {
+    RETURN_IF_ERROR(
+        ShareStep(num_tokens, num_seqs, num_sample_rows, max_query_len, max_context_len));
+  }
   const int64_t T = num_tokens, R = num_sample_rows, d = m.hidden_size,
                 hq = int64_t{m.num_heads} * m.head_dim, hkv = int64_t{m.num_kv_heads} * m.head_dim,
                 f = m.intermediate_size;
@@ -180,11 +258,13 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
                                           b.k_cache[l], b.v_cache[l]));
     RETURN_IF_ERROR(backend_->Attention(q, b.k_cache[l], b.v_cache[l], batch, shape, attn_out));
     RETURN_IF_ERROR(backend_->Gemm(attn_out, L.wo_t, tmp));
+    if (group) RETURN_IF_ERROR(backend_->AllReduce(tmp));  // o_proj's partial sums
     RETURN_IF_ERROR(backend_->AddRmsNorm(tmp, hidden, L.mlp_norm_t, m.rms_norm_eps, normed));
     RETURN_IF_ERROR(backend_->GemmSwiGlu(normed, L.w_gate_up_t, gate_up, act));
     RETURN_IF_ERROR(backend_->Gemm(act, L.w_down_t, tmp));
+    if (group) RETURN_IF_ERROR(backend_->AllReduce(tmp));  // down_proj's
   }
-  if (R == 0) return absl::OkStatus();
+  if (R == 0 || tp_worker()) return absl::OkStatus();  // rank 0 alone samples
   const Tensor gathered = b.gathered.View(dt, R, d),
                gathered_normed = b.gathered_normed.View(dt, R, d);
   const Tensor gathered_tmp = b.gate_up.View(dt, R, d);  // gate_up is free again here
@@ -296,14 +376,14 @@ absl::StatusOr<RunnerOutput> ModelRunner::Finish(const StepPlan& plan) {
     // shapes: its n real rows (padding rows attend nothing) over its own contexts.
     cost::AttentionCostShape step;
     step.query_rows = n;
-    step.query_cols = int64_t{model_.num_heads} * model_.head_dim;
+    step.query_cols = int64_t{shard_.num_heads} * shard_.head_dim;
     step.query_dtype = backend_->compute_dtype();
     step.kv_cols = buf_->k_cache[0].cols;
     step.kv_dtype = buf_->k_cache[0].dtype;
     step.attended_pairs = buf_->attended_pairs;
     step.context_tokens = buf_->context_tokens;
-    step.num_heads = model_.num_heads;
-    step.head_dim = model_.head_dim;
+    step.num_heads = shard_.num_heads;
+    step.head_dim = shard_.head_dim;
     const OpCost attention = cost::Attention(step);
     for (OpRecord& op : out.timing.ops) {
       if (op.kind == OpKind::kAttention) op.cost = attention;
@@ -377,6 +457,11 @@ absl::Status ModelRunner::CaptureGraphs() {
 bool ModelRunner::SupportsGraphs() const { return backend_->SupportsGraphs(); }
 
 absl::Status ModelRunner::SetUseGraphs(bool on) {
+  if (on && config_.tp_size > 1) {
+    return absl::FailedPreconditionError(
+        "cuda_graphs: not with tensor_parallel yet (the CPU backend has no graphs, and CUDA "
+        "tensor parallelism waits for NCCL)");
+  }
   if (on) RETURN_IF_ERROR(CaptureGraphs());
   use_graphs_ = on;
   return absl::OkStatus();

@@ -30,6 +30,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 #include "engine/scheduler.h"
+#include "engine/tp/tp_protocol.h"
 #include "kernels/backend.h"
 
 namespace saturn {
@@ -41,6 +42,10 @@ struct RunnerConfig {
   int block_size = 16;
   int num_kv_blocks = 0;         // usable blocks (one more is reserved for padding)
   std::vector<int> graph_sizes;  // decode batch sizes to capture (any order)
+  // Tensor parallelism (engine/tp/): this runner is rank tp_rank of tp_size and holds that
+  // rank's shard (ShardWeights); the backend's communicator is the group. Rank 0 runs the
+  // engine's steps and sends each to the workers (ranks above 0), which run it in ServeStep.
+  int tp_rank = 0, tp_size = 1;
 };
 
 // The logprobs one plan seq asked for (see SamplingParams::logprobs / prompt_logprobs).
@@ -68,10 +73,18 @@ class ModelRunner {
   // Uploads the weights (GEMM matrices in the backend's weight_dtype(), norms and the
   // embedding table in its compute_dtype()) and allocates the KV cache
   // and buffers. Fails cleanly if the device lacks the memory.
+  // With tp_size > 1, `weights` is this rank's shard (ShardWeights) and the backend has the
+  // group's communicator.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(Backend* backend,
                                                              const ModelWeights& weights,
                                                              const RunnerConfig& config);
+  // Rank 0 of a group tells the workers the session is over (TpMessage::kStop).
   ~ModelRunner();
+
+  // A worker (tp_rank > 0): receives the step `header` announces and runs its shard of the
+  // forward pass (no LM head, no sampling). Its timing stays here (last_worker_timing).
+  absl::Status ServeStep(const TpHeader& header);
+  const StepTiming& last_worker_timing() const { return worker_timing_; }
 
   // Runs one step: Launch, then Finish. per_op_timing asks the backend for each op's device
   // interval.
@@ -104,10 +117,12 @@ class ModelRunner {
   const GraphInfo& graph_info() const { return graph_info_; }
 
   const ModelConfig& model() const { return model_; }
+  // The shape this rank computes: model() with heads and the SwiGLU width divided by tp_size.
+  const ModelConfig& shard() const { return shard_; }
   size_t weight_bytes() const { return weight_bytes_; }
   size_t kv_cache_bytes() const { return kv_cache_bytes_; }
-  // Bytes one KV block takes over all layers (K and V).
-  static size_t KvBytesPerBlock(const ModelConfig& m, int block_size, DType dtype);
+  // Bytes one KV block takes over all layers (K and V), on each of tp_size ranks.
+  static size_t KvBytesPerBlock(const ModelConfig& m, int block_size, DType dtype, int tp_size = 1);
 
  private:
   struct DeviceWeights;
@@ -133,10 +148,18 @@ class ModelRunner {
   // final-norm/lm-head buffers (after sampling, so the sampled rows are untouched).
   absl::Status PromptLogprobs(const StepPlan& plan, RunnerOutput* out);
   int GraphSizeFor(int num_seqs) const;  // 0 when no captured size fits
+  // Rank 0 of a group: sends the prepared step (Forward's arguments, the packed inputs) to the
+  // workers.
+  absl::Status ShareStep(int num_tokens, int num_seqs, int num_sample_rows, int max_query_len,
+                         int max_context_len);
+  bool tp_worker() const { return config_.tp_size > 1 && config_.tp_rank > 0; }
 
   Backend* backend_;
   ModelConfig model_;
+  ModelConfig shard_;  // what this rank computes (model_ when tp_size is 1)
   RunnerConfig config_;
+  std::vector<char> tp_message_;  // a step's packed inputs, sent or received
+  StepTiming worker_timing_;
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Buffers> buf_;
   size_t weight_bytes_ = 0;

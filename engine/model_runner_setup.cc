@@ -9,13 +9,16 @@
 #include "absl/strings/str_join.h"
 #include "engine/model_runner.h"
 #include "engine/model_runner_state.h"
+#include "engine/tp/tp_shard.h"
 #include "kernels/base/status_macros.h"
 #include "kernels/quant_blocks.h"
 
 namespace saturn {
 
-size_t ModelRunner::KvBytesPerBlock(const ModelConfig& m, int block_size, DType dtype) {
-  return 2ull * m.num_layers * block_size * m.num_kv_heads * m.head_dim * DTypeSize(dtype);
+size_t ModelRunner::KvBytesPerBlock(const ModelConfig& m, int block_size, DType dtype,
+                                    int tp_size) {
+  return 2ull * m.num_layers * block_size * (m.num_kv_heads / std::max(1, tp_size)) * m.head_dim *
+         DTypeSize(dtype);
 }
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(Backend* backend,
@@ -28,6 +31,17 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(Backend* backen
     return absl::InvalidArgumentError(absl::StrCat("max_model_len: ", config.max_model_len,
                                                    " exceeds the model's context of ",
                                                    weights.config.max_position_embeddings));
+  }
+  if (config.tp_size > 1) {
+    RETURN_IF_ERROR(CheckTensorParallel(weights.config, config.tp_size));
+    const Communicator* comm = backend->communicator();
+    if (comm == nullptr || comm->size() != config.tp_size || comm->rank() != config.tp_rank) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor_parallel: rank ", config.tp_rank, " of ", config.tp_size,
+          " needs the backend's communicator to be that group's (it has ",
+          comm == nullptr ? "none" : absl::StrCat("rank ", comm->rank(), " of ", comm->size()),
+          ")"));
+    }
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner(backend, weights.config, config));
   RETURN_IF_ERROR(r->UploadWeights(weights));
@@ -74,7 +88,7 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
   };
   auto place = [&](const std::vector<float>& host, int64_t rows, int64_t cols, Tensor* view,
                    const char* what) { return place_in(wdt, host, rows, cols, view, what); };
-  const ModelConfig& m = model_;
+  const ModelConfig& m = shard_;  // this rank's heads and SwiGLU width
   const int64_t d = m.hidden_size, hq = int64_t{m.num_heads} * m.head_dim,
                 hkv = int64_t{m.num_kv_heads} * m.head_dim, f = m.intermediate_size;
   weights_ = std::make_unique<DeviceWeights>();
@@ -82,10 +96,11 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
   // A tied LM head shares the embedding table where the GEMM reads the compute dtype, in the
   // GEMM's layout (Backend::Embedding reads that too).
   const bool shared_head = m.tie_word_embeddings && wdt == act;
+  const bool has_head = !tp_worker();  // a worker samples nothing
   RETURN_IF_ERROR(place_as(act, shared_head ? wlayout : Layout::kRows, w.embedding, m.vocab_size, d,
                            &dw.embedding_t));
   RETURN_IF_ERROR(place_as(act, Layout::kRows, w.final_norm, 1, d, &dw.final_norm_t));
-  if (!shared_head) {  // untied, or tied but the GEMM wants its own copy in the weight dtype
+  if (!shared_head && has_head) {  // untied, or tied but the GEMM wants its own copy
     const std::vector<float>& head = m.tie_word_embeddings ? w.embedding : w.lm_head;
     RETURN_IF_ERROR(place_in(LmHeadDType(wdt), head, m.vocab_size, d, &dw.lm_head_t, "lm_head"));
   }
@@ -116,14 +131,14 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
         static_cast<size_t>(p.view->rows) * DTypeRowBytes(p.view->dtype, p.view->cols);  // unpadded
     RETURN_IF_ERROR(backend_->UploadF32(p.host->data(), *p.view));
   }
-  if (shared_head) dw.lm_head_t = dw.embedding_t;
+  if (shared_head && has_head) dw.lm_head_t = dw.embedding_t;
   return backend_->Synchronize();  // host vectors may go away after this
 }
 
 absl::Status ModelRunner::AllocateBuffers() {
   buf_ = std::make_unique<Buffers>();
   Buffers& b = *buf_;
-  const ModelConfig& m = model_;
+  const ModelConfig& m = shard_;
   const DType dt = backend_->compute_dtype();
   b.max_tokens = config_.max_num_batched_tokens_limit;
   b.max_seqs = config_.max_num_seqs_limit;
@@ -154,7 +169,7 @@ absl::Status ModelRunner::AllocateBuffers() {
   RETURN_IF_ERROR(alloc(&b.act, T * f, dt));
   RETURN_IF_ERROR(alloc(&b.gathered, S * d, dt));
   RETURN_IF_ERROR(alloc(&b.gathered_normed, S * d, dt));
-  RETURN_IF_ERROR(alloc(&b.logits, S * int64_t{m.vocab_size}, DType::kF32));
+  RETURN_IF_ERROR(alloc(&b.logits, tp_worker() ? 1 : S * int64_t{m.vocab_size}, DType::kF32));
   RETURN_IF_ERROR(alloc(&b.logprob_rows, S, DType::kI32));
   // KV cache: one extra block (id num_kv_blocks) absorbs graph padding rows.
   const int64_t cache_rows = int64_t{config_.num_kv_blocks + 1} * config_.block_size;

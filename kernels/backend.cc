@@ -330,6 +330,19 @@ absl::Status Backend::Copy(const Tensor& src, const Tensor& dst) {
   return Run(OpKind::kCopy, cost::Copy(src), [&] { return DoCopy(src, dst); });
 }
 
+absl::Status Backend::AllReduce(const Tensor& x) {
+  SATURN_EXPECT(comm_ != nullptr, "all_reduce", "no tensor-parallel group is set");
+  SATURN_EXPECT(x.layout == Layout::kRows && x.dtype == DType::kF32 && x.data != nullptr,
+                "all_reduce",
+                absl::StrCat("x is ", x.ShapeString(), " in ", DTypeName(x.dtype),
+                             "; the group sums row-major f32"));
+  return Run(OpKind::kAllReduce, cost::AllReduce(x, comm_->size()), [&] { return DoAllReduce(x); });
+}
+
+absl::Status Backend::DoAllReduce(const Tensor& x) {
+  return comm_->AllReduceSum(static_cast<float*>(x.data), x.rows * x.cols);
+}
+
 void Backend::AppendReplayedOps(const std::vector<OpRecord>& ops, double issue_begin_us,
                                 double issue_end_us) {
   bool first = true;

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kernels/comm/communicator.h"
 #include "kernels/op_record.h"
 #include "kernels/rope_params.h"
 #include "kernels/tensor.h"
@@ -266,6 +267,15 @@ class Backend {
   absl::Status Sample(const Tensor& logits, const SamplingBatch& params, const Tensor& tokens);
   // dst = src (same dtype and size); used by calibration to measure bandwidth
   absl::Status Copy(const Tensor& src, const Tensor& dst);
+  // x summed in place over the tensor-parallel group set by SetCommunicator (the partial
+  // outputs of a layer sharded by rows: o_proj, down_proj). A collective: every rank issues it
+  // at the same point of the step. FAILED_PRECONDITION without a group.
+  absl::Status AllReduce(const Tensor& x);
+
+  // --- tensor parallelism -------------------------------------------------------------------
+  // The group AllReduce sums over (not owned; null: none). Set before the first step.
+  void SetCommunicator(Communicator* comm) { comm_ = comm; }
+  Communicator* communicator() const { return comm_; }
 
   // --- instrumentation --------------------------------------------------------------------
   // Starts a step: clears the op list. per_op_device_times asks for each op's device
@@ -326,6 +336,8 @@ class Backend {
   virtual absl::Status DoSample(const Tensor& logits, const SamplingBatch& params,
                                 const Tensor& tokens) = 0;
   virtual absl::Status DoCopy(const Tensor& src, const Tensor& dst) = 0;
+  // Default: the communicator's sum over host memory (backends whose tensors live there).
+  virtual absl::Status DoAllReduce(const Tensor& x);
 
   // Device-side timing hooks around op `index` of the current step (ops_[index]).
   // CPU: host clock (the op ran synchronously). CUDA: events on the stream.
@@ -343,6 +355,7 @@ class Backend {
   // Current step's ops, appended by the op wrappers.
   std::vector<OpRecord> ops_;
   bool per_op_device_times_ = true;
+  Communicator* comm_ = nullptr;
   int replayed_ops_ = 0;  // this step's ops that came from AppendReplayedOps
   double step_host_start_us_ = 0;
 

@@ -81,4 +81,8 @@ OpCost Sample(const Tensor& logits) {
 
 OpCost Copy(const Tensor& src) { return {0.0, 2.0 * B(src)}; }
 
+OpCost AllReduce(const Tensor& x, int ranks) {
+  return {0.0, ranks > 1 ? 2.0 * (ranks - 1) / ranks * B(x) : 0.0};
+}
+
 }  // namespace saturn::cost

@@ -38,5 +38,9 @@ OpCost Add(const Tensor& a);
 OpCost GatherRows(const Tensor& out);
 OpCost Sample(const Tensor& logits);
 OpCost Copy(const Tensor& src);
+// A sum of x over `ranks` ranks: no FLOPs that count, and the bytes each rank sends and
+// receives in a ring all-reduce, 2 (n - 1) / n of the message (NCCL's bus bandwidth convention,
+// nccl-tests doc/PERFORMANCE.md).
+OpCost AllReduce(const Tensor& x, int ranks);
 
 }  // namespace saturn::cost

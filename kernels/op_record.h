@@ -25,11 +25,14 @@ enum class OpKind : uint8_t {
   kCopy,
   kRopeKvWrite,  // Rope and KvWrite as one op, where the backend fuses them
   kGemmSwiGlu,   // a GEMM with SwiGLU in its epilogue, where the backend fuses them
+  kAllReduce,    // a tensor-parallel group's sum of a sharded layer's partial outputs
   kCount
 };
 
 // The classes the diagnostics break time down by.
-enum class OpClass : uint8_t { kGemm, kAttention, kNorm, kElementwise, kSampling, kCount };
+// kComm: collectives between tensor-parallel ranks (time a rank spends in them includes the
+// wait for the slowest rank to arrive).
+enum class OpClass : uint8_t { kGemm, kAttention, kNorm, kElementwise, kSampling, kComm, kCount };
 
 inline OpClass ClassOf(OpKind k) {
   switch (k) {
@@ -43,6 +46,8 @@ inline OpClass ClassOf(OpKind k) {
       return OpClass::kNorm;
     case OpKind::kSample:
       return OpClass::kSampling;
+    case OpKind::kAllReduce:
+      return OpClass::kComm;
     default:
       return OpClass::kElementwise;
   }
@@ -50,9 +55,11 @@ inline OpClass ClassOf(OpKind k) {
 
 // Each enumerator's name, in enum order (kernels/base/enum_table.h checks the count).
 inline constexpr std::array kOpKindNames{
-    "embedding", "gemm", "rms_norm",    "add_rms_norm", "rope", "kv_write",      "attention",
-    "swiglu",    "add",  "gather_rows", "sample",       "copy", "rope_kv_write", "gemm_swiglu"};
-inline constexpr std::array kOpClassNames{"gemm", "attention", "norm", "elementwise", "sampling"};
+    "embedding", "gemm",      "rms_norm",      "add_rms_norm", "rope",
+    "kv_write",  "attention", "swiglu",        "add",          "gather_rows",
+    "sample",    "copy",      "rope_kv_write", "gemm_swiglu",  "all_reduce"};
+inline constexpr std::array kOpClassNames{"gemm",        "attention", "norm",
+                                          "elementwise", "sampling",  "comm"};
 
 inline const char* OpKindName(OpKind k) { return EnumLookup(kOpKindNames, k, "?"); }
 inline const char* OpClassName(OpClass c) { return EnumLookup(kOpClassNames, c, "?"); }

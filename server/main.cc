@@ -16,9 +16,13 @@
 #include "absl/time/time.h"
 #include "engine/engine_flags.h"
 #include "engine/measure/step_probe.h"
+#include "engine/tp/tp_worker.h"
 #include "kernels/base/flags_help.h"
 #include "server/server_app.h"
 #include "server/shutdown_signals.h"
+#ifdef SATURN_WITH_MPI
+#include "kernels/comm/mpi_communicator.h"
+#endif
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to listen on: host:port or unix:path");
 ABSL_FLAG(int, max_num_seqs, 64, "Most sequences per engine step");
@@ -112,6 +116,41 @@ int Fail(const std::string& what) {
   return 2;
 }
 
+// --tensor_parallel N > 1: this process's rank in the launcher's world of N (mpirun -np N), or
+// the reason there is none.
+absl::StatusOr<std::unique_ptr<saturn::Communicator>> JoinTensorParallel(int ranks, int* argc,
+                                                                         char*** argv) {
+  const std::string line =
+      absl::StrCat("mpirun -np ", ranks, " saturn-server --tensor_parallel ", ranks, " ...");
+#ifdef SATURN_WITH_MPI
+  auto world = saturn::MpiCommunicator::Init(argc, argv);
+  if (!world.ok()) return world.status();
+  if ((*world)->size() != ranks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--tensor_parallel: ", ranks, " ranks, one process each, started by an MPI launcher (",
+        line, "); this process is in a world of ", (*world)->size()));
+  }
+  return std::unique_ptr<saturn::Communicator>(std::move(*world));
+#else
+  (void)argc;
+  (void)argv;
+  return absl::FailedPreconditionError(
+      absl::StrCat("--tensor_parallel: ", ranks,
+                   " needs MPI, and this build has none (install Debian's "
+                   "libopenmpi-dev and openmpi-bin, rebuild, then run ",
+                   line, ")"));
+#endif
+}
+
+// Rank 0 on its way out tells the workers to leave (after the engine told them its session
+// ended), so every rank exits and the launcher reports success.
+struct TensorParallelExit {
+  saturn::Communicator* comm = nullptr;
+  ~TensorParallelExit() {
+    if (comm != nullptr && comm->rank() == 0 && comm->size() > 1) (void)saturn::SendTpExit(comm);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,9 +164,31 @@ int main(int argc, char** argv) {
   });
   saturn::ParseFlagsOnly(argc, argv, "Saturn LLM inference server (gRPC saturn.v1.Saturn)");
 
+  // Tensor parallelism: ranks above 0 compute their shard of the steps rank 0 sends and leave
+  // when it does; signals are rank 0's to act on (mpirun passes SIGTERM to every rank).
+  std::unique_ptr<saturn::Communicator> tp_world;
+  TensorParallelExit tp_exit;
+  if (const int tp = absl::GetFlag(FLAGS_tensor_parallel); tp > 1) {
+    auto world = JoinTensorParallel(tp, &argc, &argv);
+    if (!world.ok()) return Fail(std::string(world.status().message()));
+    tp_world = std::move(*world);
+    if (tp_world->rank() > 0) {
+      signals.SetHandler(nullptr);
+      const std::string prefix = absl::StrCat("saturn-server rank ", tp_world->rank(), ": ");
+      absl::Status s = saturn::RunTpWorker(tp_world.get(), prefix);
+      if (!s.ok()) {
+        std::cerr << prefix << s.message() << std::endl;
+        return 1;
+      }
+      return 0;
+    }
+    tp_exit.comm = tp_world.get();
+  }
+
   saturn::ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
   config.engine = saturn::EngineConfigFromFlags();
+  config.engine.tp_comm = tp_world.get();
   config.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   config.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   config.engine.event_thread = absl::GetFlag(FLAGS_event_thread);

@@ -63,10 +63,14 @@ constexpr std::array<std::pair<const char*, bool StepRecord::*>, 3> kBoolCols{{
 constexpr std::array<const char*, 4> kClassFields{"count", "device_us", "flops", "bytes"};
 constexpr size_t kClasses = static_cast<size_t>(OpClass::kCount);
 
+// The comm class (tensor parallelism's collectives) came after the other classes.
+constexpr const char* kCommClassColumns = "class5.";
+static_assert(static_cast<size_t>(OpClass::kComm) == 5 && kClasses == 6);
+
 // Step columns and sums added since version 1 began: read as 0 (off) from older files.
 bool IsLaterField(std::string_view name) {
   for (const char* later : {"prefix_", "spec_", "shadow_", "options.prefix_caching",
-                            "options.num_speculative_tokens"}) {
+                            "options.num_speculative_tokens", kCommClassColumns}) {
     if (name.substr(0, std::string_view(later).size()) == later) return true;
   }
   return name == "hidden_host_us";
@@ -354,11 +358,13 @@ EvictedSums SumsFrom(const json& j) {
   }
   for (const auto& [name, field] : kSumCounts) s.*field = j.at(name).get<int64_t>();
   const json& classes = j.at("by_class");
-  if (!classes.is_array() || classes.size() != s.by_class.size()) {
+  // One entry per op class; files from before the comm class end at the one before it.
+  if (!classes.is_array() || (classes.size() != s.by_class.size() &&
+                              classes.size() != static_cast<size_t>(OpClass::kComm))) {
     throw json::other_error::create(
         501, "\"earlier\".\"by_class\" must hold one entry per op class", &classes);
   }
-  for (size_t c = 0; c < s.by_class.size(); ++c) {
+  for (size_t c = 0; c < classes.size(); ++c) {
     const json& k = classes[c];
     StepSums::Class& o = s.by_class[c];
     o.flops = k.at("flops").get<double>();

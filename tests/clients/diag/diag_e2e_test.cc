@@ -71,7 +71,7 @@ TEST_F(DiagE2eTest, LoadRunCarriesTheServersDiagnosisOfItsWindow) {
   EXPECT_TRUE(j.contains("bottleneck"));
   EXPECT_GT(j["profile"]["steps"].get<int>(), 0) << j.dump(2);
   // The full report (step model, plan inputs) is in the one JSON form, not under a key.
-  EXPECT_EQ(j["model"]["classes"].size(), 5u) << j.dump(2);
+  EXPECT_EQ(j["model"]["classes"].size(), 6u) << j.dump(2);  // one per op class, comm too
   EXPECT_TRUE(j.contains("plan_curve")) << j.dump(2);
   EXPECT_DOUBLE_EQ(j["window_begin_us"].get<double>(), static_cast<double>(p.windows[0].start_us));
   const std::string table = FormatTable(*load_);

@@ -48,7 +48,7 @@ TEST(ReportFormatTest, JsonCarriesEveryPart) {
   EXPECT_EQ(j["classes"][0]["op_class"], "gemm");
   EXPECT_EQ(j["plan"][0]["kind"], "raise_max_num_seqs");
   EXPECT_TRUE(j["plan"][0]["tradeoffs"].is_array());
-  EXPECT_EQ(j["model"]["classes"].size(), 5u);
+  EXPECT_EQ(j["model"]["classes"].size(), 6u);  // one per op class, comm included
   EXPECT_EQ(j["tracked"]["what"], "raise max_num_seqs 4 -> 20");
 }
 

@@ -1,0 +1,28 @@
+// Megatron-style tensor-parallel sharding of a Llama decoder (Shoeybi et al. 2019): rank r of
+// t holds heads [r H/t, (r+1) H/t) of q, k and v and the same slice of the SwiGLU's gate and up
+// rows (column-parallel: no communication before them), and the matching input columns of
+// o_proj and down_proj (row-parallel: each rank's product is a partial sum, all-reduced after
+// it). The embedding, the norms and the LM head stay whole (the head on rank 0 only, which
+// samples). GQA groups stay on one rank: t must divide the KV heads.
+#pragma once
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+
+namespace saturn {
+
+// OK when `ranks` can split `m`: it divides the query heads, the KV heads and the SwiGLU
+// width. The error names tensor_parallel, the field it does not divide and the degrees that do.
+absl::Status CheckTensorParallel(const ModelConfig& m, int ranks);
+
+// The shape one rank computes: heads, KV heads and intermediate size divided by `ranks`
+// (hidden size, vocabulary and layers unchanged).
+ModelConfig ShardConfig(const ModelConfig& m, int ranks);
+
+// Rank `rank`'s slice of `full` (config unchanged, the full model's). Ranks other than 0 keep
+// no LM head. `full`'s matrices are released as they are sliced.
+absl::StatusOr<ModelWeights> ShardWeights(ModelWeights full, int rank, int ranks);
+
+}  // namespace saturn

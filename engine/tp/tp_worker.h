@@ -1,0 +1,39 @@
+// The tensor-parallel session (tp_protocol.h) from both ends: rank 0's engine starts one per
+// engine life and agrees with the workers that every shard loaded; a worker process
+// (saturn-server's ranks above 0) serves sessions until rank 0 says kExit. Workers need no
+// scheduler, requests or tokenizer: what to load and every step come from rank 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/model_runner.h"
+#include "kernels/comm/communicator.h"
+
+namespace saturn {
+
+// What a worker needs to build its shard as rank 0 builds its own.
+struct TpStartConfig {
+  std::string model;
+  uint64_t weight_seed = 0;
+  std::string backend, weight_dtype, kv_cache_dtype, batch_invariant, cuda_kernels;
+  int num_threads = 0;
+  RunnerConfig runner;  // tp_rank is each rank's own
+};
+
+// Rank 0: kStart and the config to every worker.
+absl::Status SendTpStart(Communicator* comm, const TpStartConfig& config);
+// Every rank, once its own shard is loaded (or failed, `mine`): OK where every rank is ready,
+// else `mine` where it failed, else an error naming the first rank that failed (its own log
+// says why). A collective.
+absl::Status AgreeTpStart(Communicator* comm, const absl::Status& mine);
+// Rank 0, leaving: the workers leave too.
+absl::Status SendTpExit(Communicator* comm);
+
+// A worker's life: sessions until kExit (OK), or the first error of the group's transport.
+// A session's own failure to load is reported through AgreeTpStart and the worker waits for
+// the next one. Logs each session's shard to stderr, prefixed with `log_prefix`.
+absl::Status RunTpWorker(Communicator* comm, const std::string& log_prefix);
+
+}  // namespace saturn
