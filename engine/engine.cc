@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <future>
 #include <iostream>
 #include <thread>
@@ -282,6 +283,9 @@ absl::Status Engine::Impl::StartTensorParallel(ModelWeights weights, RunnerConfi
   start.cuda_kernels = config_.cuda_kernels;
   start.num_threads = config_.num_threads;
   start.runner = rc;
+  if (const char* delay = std::getenv("SATURN_TP_TEST_DELAY_US"); delay != nullptr) {
+    start.test_delay_us = std::max(0LL, std::atoll(delay));  // test-only (tp_worker.h)
+  }
   RETURN_IF_ERROR(SendTpStart(comm, start));
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
       [&]() -> absl::StatusOr<std::unique_ptr<ModelRunner>> {
@@ -316,6 +320,10 @@ void Engine::Impl::FillFixedInfo(int max_model_len, size_t kv_bytes_per_block,
   f.supports_graphs = backend_->SupportsGraphs();
   f.per_op_timing_is_cheap = backend_->per_op_timing_is_cheap();
   f.weight_bytes = runner_->weight_bytes();
+  f.tensor_parallel = config_.tensor_parallel;
+  if (config_.tp_comm != nullptr && config_.tensor_parallel > 1) {
+    f.tp_transport = config_.tp_comm->transport();
+  }
   std::sort(graph_sizes.begin(), graph_sizes.end());
   f.graph_sizes = std::move(graph_sizes);
   f.kv.block_size = config_.block_size;
@@ -487,6 +495,16 @@ absl::StatusOr<EngineOptions> Engine::UpdateOptions(const EngineOptions& options
 absl::StatusOr<Calibration> Engine::Calibrate(const CalibrationOptions& options, double* took_ms) {
   return impl_->Calibrate(options, took_ms);
 }
+absl::StatusOr<TpStats> Engine::TensorParallelStats(double begin_us, double end_us) const {
+  if (impl_->config_.tensor_parallel <= 1) return TpStats{};
+  absl::StatusOr<TpStats> stats;
+  RETURN_IF_ERROR(impl_->RunBetweenSteps([&] {
+    stats = impl_->runner_->CollectTpStats(begin_us, end_us);
+    return stats.status();
+  }));
+  return stats;
+}
+
 absl::StatusOr<StepProbe> Engine::ProbeSteps(StepProbeOptions options) {
   return impl_->ProbeSteps(options);
 }

@@ -26,6 +26,7 @@
 #include "engine/measure/calibration.h"
 #include "engine/measure/step_probe.h"
 #include "engine/measure/step_record.h"
+#include "engine/measure/tp_stats.h"
 #include "engine/request.h"
 #include "kernels/base/clock.h"  // the clock of events and step records, for their readers
 #include "kernels/comm/communicator.h"
@@ -132,6 +133,11 @@ class Engine {
   // kept. Sizes are capped at this engine's limits. Errors:
   // INVALID_ARGUMENT naming the option, UNAVAILABLE after Shutdown, the runner's errors.
   absl::StatusOr<StepProbe> ProbeSteps(StepProbeOptions options);
+  // Under tensor parallelism: where the steps that started in [begin_us, end_us] spent their
+  // time on every rank (engine/measure/tp_stats.h), gathered from the workers on the engine
+  // thread between two steps. An empty TpStats (ranks 0) without tensor parallelism. Errors:
+  // UNAVAILABLE after Shutdown, the group's.
+  absl::StatusOr<TpStats> TensorParallelStats(double begin_us, double end_us) const;
   // Stops accepting, cancels every request (each gets its final event), joins the loop.
   void Shutdown();
 

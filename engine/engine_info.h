@@ -71,8 +71,12 @@ struct EngineInfo {
                           // engine thread
   bool async_scheduling = false;        // the overlapped step loop (EngineConfig::async_scheduling)
   bool per_op_timing_is_cheap = false;  // else every Nth eager step is timed per op
-  size_t weight_bytes = 0;              // device weights, all of them
-  std::vector<int> graph_sizes;         // the decode batch sizes graphs are captured at, ascending
+  size_t weight_bytes = 0;              // device weights, all of them (this rank's, under TP)
+  // Tensor parallelism (EngineConfig::tensor_parallel): ranks, and what carries their
+  // collectives; 1 and "" without.
+  int tensor_parallel = 1;
+  std::string tp_transport;
+  std::vector<int> graph_sizes;  // the decode batch sizes graphs are captured at, ascending
   // Now.
   KvStats kv;
   GraphInfo graphs;  // captured so far (empty until graphs are first turned on)

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/logprobs.h"
@@ -39,6 +41,8 @@ absl::Status ModelRunner::ShareStep(int num_tokens, int num_seqs, int num_sample
                from = static_cast<size_t>(num_seqs) * sizeof(int32_t);
   TpHeader h;
   h.kind = static_cast<int64_t>(TpMessage::kStep);
+  h.seq = ++tp_seq_;
+  tp_step_start_us_ = NowUs();
   h.payload_bytes = static_cast<int64_t>(staging + flags + from);
   h.num_tokens = num_tokens;
   h.num_seqs = num_seqs;
@@ -82,6 +86,7 @@ absl::Status ModelRunner::ServeStep(const TpHeader& h) {
   std::memcpy(b.h_decode_from.data(), tp_message_.data() + staging + flags, from);
   b.attended_pairs = h.attended_pairs;
   b.context_tokens = h.context_tokens;
+  tp_seq_ = h.seq;
   backend_->BeginStep(true);
   RETURN_IF_ERROR(backend_->Upload(
       b.h_inputs.get(),
@@ -90,8 +95,59 @@ absl::Status ModelRunner::ServeStep(const TpHeader& h) {
                           static_cast<int>(h.sample_rows), static_cast<int>(h.max_query),
                           static_cast<int>(h.max_context), /*keep_logits=*/false));
   backend_->MarkStepEnd();
-  ASSIGN_OR_RETURN(worker_timing_, backend_->EndStep());
+  ASSIGN_OR_RETURN(const StepTiming timing, backend_->EndStep());
+  LogTpStep(timing);
   return absl::OkStatus();
+}
+
+namespace {
+constexpr size_t kTpLogSteps = 8192;  // about 1.5 MB at 16 layers
+}  // namespace
+
+void ModelRunner::LogTpStep(const StepTiming& timing) {
+  TpStepEntry e;
+  e.seq = tp_seq_;
+  e.start_us = tp_worker() ? 0 : tp_step_start_us_;
+  e.step_us = timing.device_span_us;
+  for (const OpRecord& op : timing.ops) {
+    if (op.kind == OpKind::kAllReduce && op.device_end_us >= 0) {
+      e.comm_us.push_back(static_cast<float>(op.device_end_us - op.device_begin_us));
+    }
+  }
+  tp_log_.push_back(std::move(e));
+  if (tp_log_.size() > kTpLogSteps) tp_log_.pop_front();
+}
+
+absl::Status ModelRunner::ServeFetch(const TpHeader& h) {
+  std::vector<TpStepEntry> since;
+  for (const TpStepEntry& e : tp_log_) {
+    if (e.seq >= h.seq) since.push_back(e);
+  }
+  return backend_->communicator()->Gather(PackTpLog(since), 0).status();
+}
+
+absl::StatusOr<TpStats> ModelRunner::CollectTpStats(double begin_us, double end_us) {
+  if (config_.tp_size <= 1 || tp_worker()) return TpStats{};
+  Communicator* comm = backend_->communicator();
+  std::vector<std::vector<TpStepEntry>> logs(config_.tp_size);
+  for (const TpStepEntry& e : tp_log_) {
+    if (e.start_us >= begin_us && e.start_us <= end_us) logs[0].push_back(e);
+  }
+  TpHeader h;
+  h.kind = static_cast<int64_t>(TpMessage::kFetch);
+  h.seq = logs[0].empty() ? tp_seq_ + 1 : logs[0].front().seq;
+  RETURN_IF_ERROR(comm->Broadcast(&h, sizeof(h), 0));
+  ASSIGN_OR_RETURN(const std::vector<std::string> parts, comm->Gather(PackTpLog({}), 0));
+  for (int r = 1; r < config_.tp_size; ++r) {
+    if (!UnpackTpLog(parts[r], &logs[r])) {
+      return absl::InternalError(
+          absl::StrCat("tensor_parallel: rank ", r, "'s step log is malformed"));
+    }
+  }
+  TpStats s = CombineTpLogs(logs, begin_us, end_us);
+  s.transport = comm->transport();
+  s.single_host = comm->single_host();
+  return s;
 }
 
 absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_seqs,
@@ -245,6 +301,9 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
   shape.scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
 
   RETURN_IF_ERROR(backend_->Embedding(ids, w.embedding_t, hidden));
+  if (tp_test_delay_us_ > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(tp_test_delay_us_));
+  }
   for (int l = 0; l < m.num_layers; ++l) {
     const DeviceWeights::Layer& L = w.layers[l];
     if (l == 0) {
@@ -370,6 +429,7 @@ absl::StatusOr<RunnerOutput> ModelRunner::Finish(const StepPlan& plan) {
   RunnerOutput& out = l.out;
   const int n = static_cast<int>(plan.seqs.size()), rows = l.rows;
   ASSIGN_OR_RETURN(out.timing, backend_->EndStep());  // waits: the tokens are home after it
+  if (config_.tp_size > 1) LogTpStep(out.timing);
   const int32_t* tokens = static_cast<const int32_t*>(buf_->h_tokens.get());
   if (out.graph_replayed) {
     // Captured attention records carry the capture-time cost; restate this step's from its

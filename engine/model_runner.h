@@ -21,12 +21,14 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/engine_info.h"
+#include "engine/measure/tp_stats.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 #include "engine/scheduler.h"
@@ -84,7 +86,13 @@ class ModelRunner {
   // A worker (tp_rank > 0): receives the step `header` announces and runs its shard of the
   // forward pass (no LM head, no sampling). Its timing stays here (last_worker_timing).
   absl::Status ServeStep(const TpHeader& header);
-  const StepTiming& last_worker_timing() const { return worker_timing_; }
+  // A worker: sends rank 0 its log of the steps from header.seq on (TpMessage::kFetch).
+  absl::Status ServeFetch(const TpHeader& header);
+  // Rank 0 of a group, between steps: every rank's log of the steps that started in
+  // [begin_us, end_us], combined (a collective: the workers answer with ServeFetch).
+  absl::StatusOr<TpStats> CollectTpStats(double begin_us, double end_us);
+  // Test-only: this worker sleeps `us` in each step it serves, so tests can make a rank slow.
+  void set_tp_test_delay_us(int64_t us) { tp_test_delay_us_ = tp_worker() ? us : 0; }
 
   // Runs one step: Launch, then Finish. per_op_timing asks the backend for each op's device
   // interval.
@@ -158,8 +166,13 @@ class ModelRunner {
   ModelConfig model_;
   ModelConfig shard_;  // what this rank computes (model_ when tp_size is 1)
   RunnerConfig config_;
-  std::vector<char> tp_message_;  // a step's packed inputs, sent or received
-  StepTiming worker_timing_;
+  std::vector<char> tp_message_;    // a step's packed inputs, sent or received
+  int64_t tp_seq_ = 0;              // the last step shared (rank 0) or served (workers)
+  double tp_step_start_us_ = 0;     // rank 0: when that step began
+  std::deque<TpStepEntry> tp_log_;  // the newest steps' collectives (kTpLogSteps)
+  // Appends the step just ended (its op records) to tp_log_.
+  void LogTpStep(const StepTiming& timing);
+  int64_t tp_test_delay_us_ = 0;  // set_tp_test_delay_us
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Buffers> buf_;
   size_t weight_bytes_ = 0;

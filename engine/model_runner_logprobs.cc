@@ -85,6 +85,7 @@ absl::StatusOr<RunnerOutput> ModelRunner::ExecuteWithLogits(const StepPlan& plan
                                        logits->data()));
   }
   ASSIGN_OR_RETURN(out.timing, backend_->EndStep());
+  if (config_.tp_size > 1) LogTpStep(out.timing);
   return out;
 }
 

@@ -19,6 +19,7 @@
 #include "engine/diag/step_model.h"
 #include "engine/measure/calibration.h"
 #include "engine/measure/step_record.h"
+#include "engine/measure/tp_stats.h"
 #include "engine/model/model_config.h"
 
 namespace saturn {
@@ -30,6 +31,9 @@ enum class Bottleneck {
   kMemoryBound,
   kComputeBound,
   kHostBound,  // the server's own host path (schedule, prepare, postprocess, loop gaps)
+  // Tensor parallelism's collectives (transfer, or waits for a slower rank) take more of the
+  // step than its work needs at the roofline
+  kCommunicationBound,
   kCount
 };
 const char* BottleneckName(Bottleneck b);  // "LAUNCH_BOUND", ...
@@ -74,6 +78,9 @@ struct AnalyzerContext {
   // Synthetic steps timed at calibration (Engine::ProbeSteps): the measured step-time curve
   // beyond the window's own shapes. Empty: none probed. Decode points were timed at
   // probe_context tokens per sequence, with CUDA graphs on or off as probe_graphs says.
+  // Tensor parallelism: every rank's collectives over the window (Engine::TensorParallelStats);
+  // ranks 0 without.
+  TpStats tp;
   StepCurve probe_curve;
   double probe_context = 0;
   // Microseconds per context token per decode step by batch (ContextSlopes; empty: none):
@@ -115,6 +122,7 @@ struct AnalyzerContext {
 struct AnalyzerThresholds {
   double idle_share = 0.30;        // engine idle / window (TRT-LLM idle ratio > 0.30)
   double launch_share = 0.10;      // dispatch / step time (TRT-LLM launch time / W > 0.10)
+  double comm_share = 0.10;        // collectives / step time (tensor parallelism)
   double host_share = 0.05;        // host prep / step time (TRT-LLM exposed host prep > 0.05)
   double device_gap_share = 0.30;  // device idle inside steps (TRT-LLM; 0.15 with graphs)
   double device_gap_share_graphs = 0.15;
@@ -238,6 +246,25 @@ struct Headroom {
   double speedup = 1;              // tokens/s ratio that would give
 };
 
+// Tensor parallelism over the window (AnalyzerContext::tp, rank 0's step records): where the
+// steps' time went between the ranks (docs/DIAGNOSTICS.md, "Tensor parallelism").
+struct TensorParallelProfile {
+  int ranks = 0;  // 0: not tensor parallel
+  std::string transport;
+  bool single_host = true;  // the ranks share one host's memory bandwidth
+  int64_t steps = 0;        // steps every rank logged in the window
+  double collectives_per_step = 0;
+  double mean_collective_us = 0;     // rank 0's
+  double mean_collective_bytes = 0;  // moved by each rank (op_cost.h: AllReduce)
+  double comm_share = 0;             // rank 0's collective time / its step time
+  double wait_share = 0;             // of all ranks' collective time, waiting for slower ranks
+  double transfer_share = 0;         // the rest: moving the bytes
+  double load_balance = 1;           // mean compute / max compute over the ranks
+  int slowest_rank = 0;
+  double slowest_over_fastest = 1;    // compute time, slowest rank / fastest
+  double comm_vs_roofline_floor = 0;  // transfer time / the step's roofline floor
+};
+
 struct Verdict {
   Bottleneck bottleneck = Bottleneck::kUnknown;
   Bottleneck step_bound = Bottleneck::kUnknown;  // what bounds the steps that do run
@@ -260,6 +287,7 @@ struct Verdict {
     bool overlapped = false;
     bool device_async = false;  // the backend runs ops asynchronously (CUDA): overlap can help
   } host_per_step;
+  TensorParallelProfile tensor_parallel;
 };
 
 // The server-side change for a host-bound verdict: the largest host phase and what removes it

@@ -4,6 +4,8 @@
 //   per-step overhead (op count x calibrated dispatch + host phases) > the step's roofline
 //     floor, and one TRT-LLM host signal crossed        -> LAUNCH_BOUND
 //   queue empty and batch < 0.5 x max_num_seqs, steps not compute-bound -> UNDERLOADED
+//   collectives (tensor parallelism) > 10 % of step time and > the steps' roofline floor
+//                                                         -> COMMUNICATION_BOUND
 //   roofline: FLOPs/peak vs bytes/bandwidth summed per class -> COMPUTE_ or MEMORY_BOUND
 #include <algorithm>
 #include <array>
@@ -39,7 +41,9 @@ Signal Below(std::string name, double value, double threshold, std::string sourc
 void NameHeadroom(const StepSums& s, const Profile& p, const Calibration& cal,
                   const AnalyzerThresholds& th, Verdict* v) {
   double flops = 0, bytes = 0;
-  for (const StepSums::Class& c : s.by_class) flops += c.flops, bytes += c.bytes;
+  for (size_t c = 0; c < kNumOpClasses; ++c) {
+    if (OnTheRoofline(c)) flops += s.by_class[c].flops, bytes += s.by_class[c].bytes;
+  }
   const double wall = s.wall_us, timed_wall = s.timed_wall_us;
   if (wall <= 0) return;
   v->step_mfu = cal.gemm_flops_per_s > 0 ? flops / (wall * 1e-6) / cal.gemm_flops_per_s : 0;
@@ -48,6 +52,7 @@ void NameHeadroom(const StepSums& s, const Profile& p, const Calibration& cal,
   v->far_below_roofs = v->step_mfu < th.far_below_roofs && v->step_mbu < th.far_below_roofs;
   if (timed_wall <= 0) return;
   for (const ClassProfile& c : p.classes) {
+    if (!OnTheRoofline(static_cast<size_t>(c.op_class))) continue;
     Headroom h;
     h.op_class = c.op_class;
     h.step_share = c.time_us / timed_wall;
@@ -72,8 +77,9 @@ double StepRunShare(const StepSums& s) {
 }  // namespace
 
 const char* BottleneckName(Bottleneck b) {
-  static constexpr std::array kNames{"UNKNOWN",      "UNDERLOADED",   "LAUNCH_BOUND",
-                                     "MEMORY_BOUND", "COMPUTE_BOUND", "HOST_BOUND"};
+  static constexpr std::array kNames{
+      "UNKNOWN",       "UNDERLOADED", "LAUNCH_BOUND",       "MEMORY_BOUND",
+      "COMPUTE_BOUND", "HOST_BOUND",  "COMMUNICATION_BOUND"};
   return EnumLookup(kNames, b, "UNKNOWN");
 }
 
@@ -143,8 +149,12 @@ struct StepCosts {
   double wall = 0;         // step wall time plus the loop gaps
   double device_busy = 0;  // device busy time inside the steps
   // The time the steps' bytes and FLOPs need at the calibrated ceilings: each alone, and the
-  // roofline floor (the larger of the two per op class).
+  // roofline floor (the larger of the two per op class). Collectives are not in them: their
+  // bytes cross between ranks, not through the roofline's memory.
   double memory_floor = 0, compute_floor = 0, roofline_floor = 0;
+  double comm = 0;  // timed in collectives (tensor parallelism; rank 0's)
+  double comm_bytes = 0;
+  int64_t collectives = 0;
 };
 
 StepCosts MeasureCosts(const std::vector<StepRecord>& steps, const StepSums& sums, const Profile& p,
@@ -167,12 +177,21 @@ StepCosts MeasureCosts(const std::vector<StepRecord>& steps, const StepSums& sum
     const double f = cal.gemm_flops_per_s > 0 ? flops / cal.gemm_flops_per_s : 0;
     c.memory_floor += m * 1e6, c.compute_floor += f * 1e6, c.roofline_floor += std::max(m, f) * 1e6;
   };
+  constexpr size_t kComm = static_cast<size_t>(OpClass::kComm);
   for (const StepRecord& r : steps) {
-    for (const OpClassStats& k : r.by_class) add_floor(k.bytes, k.flops);
+    for (size_t k = 0; k < r.by_class.size(); ++k) {
+      if (OnTheRoofline(k)) add_floor(r.by_class[k].bytes, r.by_class[k].flops);
+    }
+    c.comm += r.by_class[kComm].device_us;
+    c.comm_bytes += r.by_class[kComm].bytes;
+    c.collectives += r.by_class[kComm].count;
   }
   // Steps kept only as sums: each class's floor over its summed bytes and FLOPs (at most the
   // per-step floors' sum; the same where a class's intensity holds steady, as in decode).
-  for (const StepSums::Class& k : ctx.earlier.by_class) add_floor(k.bytes, k.flops);
+  for (size_t k = 0; k < ctx.earlier.by_class.size(); ++k) {
+    if (OnTheRoofline(k)) add_floor(ctx.earlier.by_class[k].bytes, ctx.earlier.by_class[k].flops);
+  }
+  c.comm += ctx.earlier.by_class[kComm].timed_us;
   return c;
 }
 
@@ -181,12 +200,19 @@ struct Evidence {
   Signal engine_idle, overhead, launch_share, host_share, device_idle, compute_vs_memory,
       no_waiting, batch_fill;
   std::optional<Signal> cpu_run_share;  // only where the threads waited for a core
+  // Only under tensor parallelism (collectives in the steps).
+  std::optional<Signal> comm_share, comm_vs_floor;
 
   std::vector<Signal> List() const {
     std::vector<Signal> out{engine_idle, overhead,          launch_share, host_share,
                             device_idle, compute_vs_memory, no_waiting,   batch_fill};
     if (cpu_run_share) out.push_back(*cpu_run_share);
+    if (comm_share) out.push_back(*comm_share);
+    if (comm_vs_floor) out.push_back(*comm_vs_floor);
     return out;
+  }
+  bool communication_bound() const {
+    return comm_share && comm_share->crossed && comm_vs_floor->crossed;
   }
 };
 
@@ -230,6 +256,17 @@ Evidence Weigh(const StepCosts& c, const Profile& p, const AnalyzerContext& ctx,
   e.batch_fill = Below("batch_fill", p.mean_batch_seqs / max_seqs, th.underfilled_batch,
                        "vLLM num_requests_running vs max_num_seqs",
                        "mean batch / max_num_seqs: the batch is far under what the server allows");
+  if (c.collectives > 0 || ctx.tp.ranks > 1) {
+    e.comm_share = Above("comm_share", c.comm / c.wall, th.comm_share,
+                         "HTA communication / computation breakdown (exposed communication)",
+                         "time in the ranks' collectives (all-reduces, transfer and waits for a "
+                         "slower rank) / step time; no overlap, so all of it is exposed");
+    e.comm_vs_floor = Above(
+        "comm_vs_roofline_floor", c.roofline_floor > 0 ? c.comm / c.roofline_floor : 1e9, 1.0,
+        "derived: collectives vs the steps' roofline floor (Pope et al. 2022, 1D layouts)",
+        "collective time exceeds the time the steps' own FLOPs and bytes need at the calibrated "
+        "ceilings");
+  }
   if (run_share < 1) {
     e.cpu_run_share = Below("cpu_run_share", run_share, th.contended_run_share,
                             "Linux schedstat (run time vs run-queue wait, as perf sched)",
@@ -238,6 +275,77 @@ Evidence Weigh(const StepCosts& c, const Profile& p, const AnalyzerContext& ctx,
                             "step ran slower for it");
   }
   return e;
+}
+
+// Where the window's collectives went between the ranks: rank 0's step records for the time and
+// bytes, the ranks' logs (ctx.tp) for transfer against wait and the load balance.
+TensorParallelProfile TensorParallel(const StepCosts& c, const AnalyzerContext& ctx) {
+  TensorParallelProfile t;
+  if (ctx.tp.ranks <= 1 && c.collectives == 0) return t;
+  const TpStats& s = ctx.tp;
+  t.ranks = s.ranks;
+  t.transport = s.transport;
+  t.single_host = s.single_host;
+  t.steps = s.steps;
+  t.collectives_per_step = c.steps > 0 ? c.collectives / c.steps : 0;
+  t.mean_collective_us = c.collectives > 0 ? c.comm / c.collectives : 0;
+  t.mean_collective_bytes = c.collectives > 0 ? c.comm_bytes / c.collectives : 0;
+  t.comm_share = c.wall > 0 ? c.comm / c.wall : 0;
+  t.comm_vs_roofline_floor = c.roofline_floor > 0 ? c.comm / c.roofline_floor : 0;
+  if (s.steps > 0) {
+    t.wait_share = s.WaitShare();
+    t.transfer_share = 1 - t.wait_share;
+    t.load_balance = s.LoadBalance();
+    t.slowest_rank = s.SlowestRank();
+    t.slowest_over_fastest = s.SlowestOverFastest();
+  }
+  return t;
+}
+
+// COMMUNICATION_BOUND's sentence: which part of the collectives' time dominates, waits for a
+// slower rank (serialisation) or moving the bytes (transfer).
+std::string CommunicationSentence(const TensorParallelProfile& t) {
+  std::string out = absl::StrFormat(
+      "COMMUNICATION_BOUND: collectives take %.0f%% of the step (%.0f a step, %.0f us each at "
+      "%.0f KB), %.1fx the time the step's own work needs at the roofline",
+      100 * t.comm_share, t.collectives_per_step, t.mean_collective_us,
+      t.mean_collective_bytes / 1024, t.comm_vs_roofline_floor);
+  if (t.steps == 0)
+    return out + "; the workers' logs were not read, so wait and transfer are unsplit";
+  if (t.wait_share >= 0.5) {
+    absl::StrAppend(&out,
+                    absl::StrFormat("; wait %.0f%%: rank %d computes %.2fx longer than the fastest "
+                                    "(load balance %.2f), and the others wait for it in every "
+                                    "all-reduce",
+                                    100 * t.wait_share, t.slowest_rank, t.slowest_over_fastest,
+                                    t.load_balance));
+  } else {
+    absl::StrAppend(
+        &out, absl::StrFormat("; transfer %.0f%%: %.0f all-reduces x %.0f us at %.0f KB over %s%s",
+                              100 * t.transfer_share, t.collectives_per_step,
+                              t.mean_collective_us * t.transfer_share,
+                              t.mean_collective_bytes / 1024, t.transport,
+                              t.single_host ? "; the ranks share one host's memory, so they add "
+                                              "no bandwidth to pay for it"
+                                            : ""));
+  }
+  return out;
+}
+
+// Beside any other class under tensor parallelism: the collectives' share and the ranks'
+// balance, so a rank spinning in an all-reduce (busy 100 %) shows for what it is.
+std::string TensorParallelSentence(const TensorParallelProfile& t) {
+  std::string out = absl::StrFormat(
+      "; tensor parallel over %d ranks (%s): collectives %.0f%% of "
+      "the step",
+      t.ranks, t.transport, 100 * t.comm_share);
+  if (t.steps > 0) {
+    absl::StrAppend(&out, absl::StrFormat(" (wait %.0f%%), load balance %.2f, slowest rank %d "
+                                          "(%.2fx the fastest's compute)",
+                                          100 * t.wait_share, t.load_balance, t.slowest_rank,
+                                          t.slowest_over_fastest));
+  }
+  return out;
 }
 
 // The class from the evidence: what bounds the steps, then what bounds serving.
@@ -252,6 +360,7 @@ void Decide(const StepCosts& c, const Evidence& e, Verdict* v) {
                           !e.launch_share.crossed && c.host >= c.launch;
   v->step_bound = host_bound                    ? Bottleneck::kHostBound
                   : launch_bound                ? Bottleneck::kLaunchBound
+                  : e.communication_bound()     ? Bottleneck::kCommunicationBound
                   : e.compute_vs_memory.crossed ? Bottleneck::kComputeBound
                                                 : Bottleneck::kMemoryBound;
   const bool demand_limited =
@@ -313,6 +422,8 @@ std::string ClassSentence(const StepCosts& c, const Evidence& e, const Profile& 
           "COMPUTE_BOUND: intensity %.1f FLOP/B over the ridge %.1f; MFU %.0f%%, MBU %.0f%% at "
           "busy %.0f%%",
           p.intensity, p.ridge, 100 * p.mfu, 100 * p.mbu, 100 * p.busy_fraction);
+    case Bottleneck::kCommunicationBound:
+      return CommunicationSentence(v.tensor_parallel);
     case Bottleneck::kUnknown:
     case Bottleneck::kCount:
       break;
@@ -432,10 +543,14 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   v.signals = e.List();
   v.host_per_step = {c.schedule / c.steps, c.prepare / c.steps,     c.postprocess / c.steps,
                      c.loop_gap / c.steps, sums.hidden_host_us > 0, ctx.backend == "cuda"};
+  v.tensor_parallel = TensorParallel(c, ctx);
   Decide(c, e, &v);
   NameHeadroom(sums, p, cal, th, &v);
   // Writing: the class's sentence, headroom or contention, and the window's note.
   v.summary = ClassSentence(c, e, p, ctx, th, v) + HeadroomSentence(v, th);
+  if (v.tensor_parallel.ranks > 1 && v.step_bound != Bottleneck::kCommunicationBound) {
+    v.summary += TensorParallelSentence(v.tensor_parallel);
+  }
   v.window_note = WindowNote(steps, sums, p, ctx, th);
   if (!v.window_note.empty() && sums.steps < th.min_window_steps) {
     absl::StrAppend(&v.summary, " (", v.window_note, ")");

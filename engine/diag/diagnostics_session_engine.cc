@@ -140,6 +140,12 @@ WindowInput DiagnosticsSession::Capture(const Engine& engine, double begin_us, d
   in.ring_capacity = ring.capacity();
   in.in_flight_since_us = engine.step_in_flight_since_us();
   in.context = ContextFromEngine(engine);
+  // Tensor parallelism: the workers' logs of the window's steps, read between two steps. A
+  // group that cannot answer leaves the split unknown; the report still has rank 0's records.
+  if (engine.info().tensor_parallel > 1) {
+    absl::StatusOr<TpStats> tp = engine.TensorParallelStats(begin_us, end_us);
+    if (tp.ok()) in.context.tp = *std::move(tp);
+  }
   // Contention since the previous capture: how much of their runnable time the server's
   // threads ran (other processes holding the cores make every kernel look slow).
   const SchedTimes now = ReadSchedTimes();

@@ -50,7 +50,9 @@ Profile ComputeProfile(const std::vector<StepRecord>& steps, double window_begin
     return p;
   }
   double flops = 0, bytes = 0;
-  for (const StepSums::Class& c : s.by_class) flops += c.flops, bytes += c.bytes;
+  for (size_t c = 0; c < kNumOpClasses; ++c) {
+    if (OnTheRoofline(c)) flops += s.by_class[c].flops, bytes += s.by_class[c].bytes;
+  }
   p.loop_gap_us = s.loop_gap_us;
   p.max_queue_depth = s.max_queue_depth;
   p.preemptions = static_cast<int>(s.preemptions);

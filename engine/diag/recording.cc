@@ -199,6 +199,35 @@ EngineOptions OptionsFrom(const json& j) {
                        j.value("num_speculative_tokens", 0)};
 }
 
+// A tensor-parallel window's sums (TpStats): the ranks' logs already combined.
+json TpJson(const TpStats& t) {
+  json ranks = json::array();
+  for (const TpRankStats& r : t.per_rank) {
+    ranks.push_back({{"step_us", r.step_us},
+                     {"comm_us", r.comm_us},
+                     {"wait_us", r.wait_us},
+                     {"compute_us", r.compute_us}});
+  }
+  return {{"ranks", t.ranks}, {"transport", t.transport},     {"single_host", t.single_host},
+          {"steps", t.steps}, {"collectives", t.collectives}, {"transfer_us", t.transfer_us},
+          {"per_rank", ranks}};
+}
+
+TpStats TpFrom(const json& j) {
+  TpStats t;
+  t.ranks = j.at("ranks").get<int>();
+  t.transport = j.at("transport").get<std::string>();
+  t.single_host = j.at("single_host").get<bool>();
+  t.steps = j.at("steps").get<int64_t>();
+  t.collectives = j.at("collectives").get<int64_t>();
+  t.transfer_us = j.at("transfer_us").get<double>();
+  for (const json& r : j.at("per_rank")) {
+    t.per_rank.push_back({r.at("step_us").get<double>(), r.at("comm_us").get<double>(),
+                          r.at("wait_us").get<double>(), r.at("compute_us").get<double>()});
+  }
+  return t;
+}
+
 // Every field the analyzer reads; the window-edge fields are left out (the session derives
 // them from the steps).
 json ContextJson(const AnalyzerContext& c) {
@@ -233,6 +262,7 @@ json ContextJson(const AnalyzerContext& c) {
           {"probe_sampling", PointsJson(c.probe_sampling)},
           {"probe_curve_other_graphs", CurveJson(c.probe_curve_other_graphs)},
           {"tpot_slo_ms", c.tpot_slo_ms},
+          {"tensor_parallel", TpJson(c.tp)},
           {"run_share", c.run_share}};
 }
 
@@ -271,6 +301,8 @@ AnalyzerContext ContextFrom(const json& j) {
   c.probe_curve_other_graphs = CurveFrom(j.at("probe_curve_other_graphs"));
   c.tpot_slo_ms = j.at("tpot_slo_ms").get<double>();
   c.run_share = j.at("run_share").get<double>();
+  // Recordings from before tensor parallelism: none.
+  if (j.contains("tensor_parallel")) c.tp = TpFrom(j.at("tensor_parallel"));
   return c;
 }
 

@@ -32,12 +32,14 @@ CalibrationCheck CheckCalibration(const std::vector<StepRecord>& steps, const Pr
   std::vector<Seen> seen;
   const double wall = sums.wall_us;
   double flops = 0, bytes = 0;
-  for (const StepSums::Class& c : sums.by_class) flops += c.flops, bytes += c.bytes;
+  for (size_t c = 0; c < kNumOpClasses; ++c) {
+    if (OnTheRoofline(c)) flops += sums.by_class[c].flops, bytes += sums.by_class[c].bytes;
+  }
   if (wall > 0)
     seen.push_back({"the window's steps", flops / (wall * 1e-6), bytes / (wall * 1e-6)});
   for (const ClassProfile& c : p.classes) {
     // A class timed for under 1 ms in all is too short to judge a ceiling by.
-    if (c.time_us < 1000) continue;
+    if (c.time_us < 1000 || !OnTheRoofline(static_cast<size_t>(c.op_class))) continue;
     seen.push_back(
         {absl::StrFormat("the %s class", OpClassName(c.op_class)), c.flops_per_s, c.bytes_per_s});
   }

@@ -14,6 +14,12 @@
 namespace saturn {
 
 constexpr size_t kNumOpClasses = static_cast<size_t>(OpClass::kCount);
+// Whether a class's FLOPs and bytes are the roofline's (device compute and memory traffic): all
+// but the comm class, whose bytes cross between tensor-parallel ranks. MFU, MBU, intensity,
+// headroom and the calibration check leave comm out; its time stays in the step.
+constexpr bool OnTheRoofline(size_t op_class) {
+  return op_class != static_cast<size_t>(OpClass::kComm);
+}
 
 struct ClassCost {
   double flops = 0;

@@ -34,7 +34,8 @@ std::string ToJson(const TpStartConfig& c) {
               {"block_size", r.block_size},
               {"num_kv_blocks", r.num_kv_blocks},
               {"graph_sizes", r.graph_sizes},
-              {"tp_size", r.tp_size}}
+              {"tp_size", r.tp_size},
+              {"test_delay_us", c.test_delay_us}}
       .dump();
 }
 
@@ -61,6 +62,7 @@ absl::StatusOr<TpStartConfig> FromJson(const std::string& text) {
     r.num_kv_blocks = j.at("num_kv_blocks").get<int>();
     r.graph_sizes = j.at("graph_sizes").get<std::vector<int>>();
     r.tp_size = j.at("tp_size").get<int>();
+    c.test_delay_us = j.at("test_delay_us").get<int64_t>();
   } catch (const json::exception& e) {
     return absl::InternalError(absl::StrCat("tensor_parallel: rank 0's start message: ", e.what()));
   }
@@ -83,6 +85,7 @@ absl::StatusOr<Shard> LoadShard(Communicator* comm, const TpStartConfig& c) {
   RunnerConfig rc = c.runner;
   rc.tp_rank = comm->rank();
   ASSIGN_OR_RETURN(s.runner, ModelRunner::Create(s.backend.get(), mine, rc));
+  if (comm->rank() == 1) s.runner->set_tp_test_delay_us(c.test_delay_us);
   return s;
 }
 
@@ -154,6 +157,12 @@ absl::Status RunTpWorker(Communicator* comm, const std::string& log_prefix) {
           return absl::InternalError("tensor_parallel: a step arrived with no shard loaded");
         }
         RETURN_IF_ERROR(shard->runner->ServeStep(h));
+        break;
+      case TpMessage::kFetch:
+        if (shard == nullptr) {
+          return absl::InternalError("tensor_parallel: a fetch arrived with no shard loaded");
+        }
+        RETURN_IF_ERROR(shard->runner->ServeFetch(h));
         break;
       case TpMessage::kStop:
         shard.reset();

@@ -20,6 +20,9 @@ struct TpStartConfig {
   std::string backend, weight_dtype, kv_cache_dtype, batch_invariant, cuda_kernels;
   int num_threads = 0;
   RunnerConfig runner;  // tp_rank is each rank's own
+  // Test-only: rank 1 sleeps this long in each step (SATURN_TP_TEST_DELAY_US on rank 0, read
+  // where it starts the session), so tests can make one rank slow.
+  int64_t test_delay_us = 0;
 };
 
 // Rank 0: kStart and the config to every worker.

@@ -139,4 +139,37 @@ absl::StatusOr<std::vector<int64_t>> MpiCommunicator::AllGather(int64_t value) {
   return all;
 }
 
+absl::StatusOr<std::vector<std::string>> MpiCommunicator::Gather(const std::string& bytes,
+                                                                 int root) {
+  if (size_ == 1) return std::vector<std::string>{bytes};
+  if (bytes.size() > static_cast<size_t>(kMaxCount)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gather of ", bytes.size(), " bytes: too large"));
+  }
+  const int mine = static_cast<int>(bytes.size());
+  std::vector<int> sizes(rank_ == root ? size_ : 0), offsets(sizes.size());
+  if (int rc = MPI_Gather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, Comm(comm_));
+      rc != MPI_SUCCESS) {
+    return MpiError("MPI_Gather", rc);
+  }
+  std::string all;
+  if (rank_ == root) {
+    int64_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    if (total > kMaxCount) return absl::InvalidArgumentError("gather: too large in all");
+    all.resize(static_cast<size_t>(total));
+  }
+  if (int rc = MPI_Gatherv(bytes.data(), mine, MPI_BYTE, all.data(), sizes.data(), offsets.data(),
+                           MPI_BYTE, root, Comm(comm_));
+      rc != MPI_SUCCESS) {
+    return MpiError("MPI_Gatherv", rc);
+  }
+  std::vector<std::string> out;
+  for (int r = 0; rank_ == root && r < size_; ++r) out.push_back(all.substr(offsets[r], sizes[r]));
+  return out;
+}
+
 }  // namespace saturn

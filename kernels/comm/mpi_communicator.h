@@ -27,6 +27,7 @@ class MpiCommunicator final : public Communicator {
   absl::Status AllReduceSum(float* data, int64_t count) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::StatusOr<std::vector<int64_t>> AllGather(int64_t value) override;
+  absl::StatusOr<std::vector<std::string>> Gather(const std::string& bytes, int root) override;
 
   // Ends the whole job at once (every rank), where a rank cannot go on and waiting for the
   // others would hang: MPI_Abort.

@@ -174,10 +174,13 @@ void ToProto(const StepRecord& r, v1::StepPoint* out) {
 }  // namespace
 
 v1::Bottleneck ToProto(Bottleneck b) {
-  static constexpr std::array kProto{
-      v1::BOTTLENECK_UNKNOWN,       v1::BOTTLENECK_UNDERLOADED,
-      v1::BOTTLENECK_LAUNCH_BOUND,  v1::BOTTLENECK_MEMORY_BOUND,
-      v1::BOTTLENECK_COMPUTE_BOUND, v1::BOTTLENECK_HOST_BOUND};  // Bottleneck's order
+  static constexpr std::array kProto{v1::BOTTLENECK_UNKNOWN,
+                                     v1::BOTTLENECK_UNDERLOADED,
+                                     v1::BOTTLENECK_LAUNCH_BOUND,
+                                     v1::BOTTLENECK_MEMORY_BOUND,
+                                     v1::BOTTLENECK_COMPUTE_BOUND,
+                                     v1::BOTTLENECK_HOST_BOUND,
+                                     v1::BOTTLENECK_COMMUNICATION_BOUND};  // Bottleneck's order
   return EnumLookup(kProto, b, v1::BOTTLENECK_UNKNOWN);
 }
 
@@ -259,6 +262,23 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
   }
   out->set_window_note(r.verdict.window_note);
   out->set_run_share(r.verdict.run_share);
+  if (const TensorParallelProfile& t = r.verdict.tensor_parallel; t.ranks > 0) {
+    v1::TensorParallelProfile* o = out->mutable_tensor_parallel();
+    o->set_ranks(t.ranks);
+    o->set_transport(t.transport);
+    o->set_single_host(t.single_host);
+    o->set_steps(t.steps);
+    o->set_collectives_per_step(t.collectives_per_step);
+    o->set_mean_collective_us(t.mean_collective_us);
+    o->set_mean_collective_bytes(t.mean_collective_bytes);
+    o->set_comm_share(t.comm_share);
+    o->set_wait_share(t.wait_share);
+    o->set_transfer_share(t.transfer_share);
+    o->set_load_balance(t.load_balance);
+    o->set_slowest_rank(t.slowest_rank);
+    o->set_slowest_over_fastest(t.slowest_over_fastest);
+    o->set_comm_vs_roofline_floor(t.comm_vs_roofline_floor);
+  }
   for (const Action& a : r.plan.actions) ToProto(a, out->add_plan());
   out->set_plan_note(r.plan.note);
   out->set_kv_capacity_batch(r.plan.kv_capacity_batch);

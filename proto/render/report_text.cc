@@ -40,6 +40,23 @@ void Verdict(const v1::DiagnosticsReport& r, std::string* out) {
   absl::StrAppendFormat(out, "%-10s %.2f s, %d steps (server clock %.0f .. %.0f us)\n", "window",
                         p.window_s(), p.steps(), r.window_begin_us(), r.window_end_us());
   if (!r.window_note().empty()) absl::StrAppendFormat(out, "%-10s %s\n", "", r.window_note());
+  if (const v1::TensorParallelProfile& t = r.tensor_parallel(); t.ranks() > 1) {
+    absl::StrAppendFormat(out,
+                          "%-10s %d ranks over %s: collectives %.0f%% of the step (%.0f a step, "
+                          "%.0f us each at %.0f KB; %.1fx the roofline floor)\n",
+                          "tp", t.ranks(), t.transport(), Pct(t.comm_share()),
+                          t.collectives_per_step(), t.mean_collective_us(),
+                          t.mean_collective_bytes() / 1024, t.comm_vs_roofline_floor());
+    if (t.steps() > 0) {
+      absl::StrAppendFormat(
+          out,
+          "%-10s wait %.0f%%, transfer %.0f%%; load balance %.2f, slowest rank "
+          "%d (%.2fx the fastest's compute) over %d steps%s\n",
+          "", Pct(t.wait_share()), Pct(t.transfer_share()), t.load_balance(), t.slowest_rank(),
+          t.slowest_over_fastest(), static_cast<int>(t.steps()),
+          t.single_host() ? "; one host: the ranks share its memory bandwidth" : "");
+    }
+  }
   if (!r.headroom().empty()) {
     absl::StrAppendFormat(out, "%-10s steps at %.0f%% of peak FLOP/s, %.0f%% of bandwidth%s\n",
                           "headroom", Pct(r.step_mfu()), Pct(r.step_mbu()),
@@ -215,6 +232,8 @@ std::string BottleneckName(v1::Bottleneck b) {
       return "COMPUTE_BOUND";
     case v1::BOTTLENECK_HOST_BOUND:
       return "HOST_BOUND";
+    case v1::BOTTLENECK_COMMUNICATION_BOUND:
+      return "COMMUNICATION_BOUND";
     default:
       return "UNKNOWN (no steps)";
   }

@@ -63,9 +63,9 @@ void EngineMetrics(const Engine& engine, DiagnosticsState* diag, double window_s
   AppendHeader("saturn:bottleneck_class",
                "1 for the window's bottleneck class (UNKNOWN: no steps), 0 for the others.",
                "gauge", out);
-  for (Bottleneck b :
-       {Bottleneck::kUnknown, Bottleneck::kUnderloaded, Bottleneck::kLaunchBound,
-        Bottleneck::kMemoryBound, Bottleneck::kComputeBound, Bottleneck::kHostBound}) {
+  for (Bottleneck b : {Bottleneck::kUnknown, Bottleneck::kUnderloaded, Bottleneck::kLaunchBound,
+                       Bottleneck::kMemoryBound, Bottleneck::kComputeBound, Bottleneck::kHostBound,
+                       Bottleneck::kCommunicationBound}) {
     AppendSample("saturn:bottleneck_class", absl::StrCat("class=\"", BottleneckName(b), "\""),
                  r.verdict.bottleneck == b ? 1 : 0, out);
   }

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "engine/model/weights.h"
 #include "engine/tp/tp_worker.h"
+#include "kernels/base/clock.h"
 #include "kernels/comm/mpi_communicator.h"
 
 namespace saturn {
@@ -219,6 +220,46 @@ TEST(TensorParallelTest, StepRecordsHoldTwoAllReducesALayer) {
     EXPECT_DOUBLE_EQ(r.by_class[comm].flops, 0);
   }
   EXPECT_GE(steps, 4);  // the prefill and decodes (the last record may land after the stream ends)
+}
+
+TEST(TensorParallelTest, ASlowRankShowsAsWaitsAndImbalance) {
+  // Test-only: rank 1 sleeps 3 ms in every step (tp_worker.h), so rank 0 waits for it in the
+  // first all-reduce of each step.
+  setenv("SATURN_TP_TEST_DELAY_US", "3000", 1);
+  auto e = Engine::Create(Config("tiny", 2));
+  unsetenv("SATURN_TP_TEST_DELAY_US");
+  ASSERT_TRUE(e.ok()) << e.status();
+  const double begin = NowUs();
+  std::vector<std::unique_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    auto s = RequestStream::Open(e->get(), Prompt(i, 12, 4096));
+    ASSERT_TRUE(s.ok()) << s.status();
+    streams.push_back(std::move(*s));
+  }
+  for (auto& s : streams) Collect(s.get());
+  absl::StatusOr<TpStats> tp = (*e)->TensorParallelStats(begin, NowUs());
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  ASSERT_EQ(tp->ranks, 2);
+  EXPECT_GE(tp->steps, 10);
+  EXPECT_EQ(tp->collectives, tp->steps * 2 * 4);  // two a layer, 4 layers
+  EXPECT_EQ(tp->SlowestRank(), 1);
+  EXPECT_LT(tp->LoadBalance(), 0.9);
+  EXPECT_GT(tp->WaitShare(), 0.5);
+  // Rank 0 waited about 3 ms a step in its collectives; rank 1 hardly at all.
+  EXPECT_GT(tp->per_rank[0].wait_us / tp->steps, 2000);
+  EXPECT_LT(tp->per_rank[1].wait_us, tp->per_rank[0].wait_us / 4);
+  EXPECT_NE(tp->transport.find("2 ranks"), std::string::npos) << tp->transport;
+  // Without the delay the ranks balance.
+  auto even = Engine::Create(Config("tiny", 2));
+  ASSERT_TRUE(even.ok()) << even.status();
+  const double begin2 = NowUs();
+  auto s = RequestStream::Open(even->get(), Prompt(1, 24, 4096));
+  ASSERT_TRUE(s.ok()) << s.status();
+  Collect(s->get());
+  absl::StatusOr<TpStats> balanced = (*even)->TensorParallelStats(begin2, NowUs());
+  ASSERT_TRUE(balanced.ok()) << balanced.status();
+  EXPECT_GE(balanced->steps, 10);
+  EXPECT_LT(balanced->per_rank[0].wait_us / balanced->steps, 1000);
 }
 
 TEST(TensorParallelTest, ARankCountTheModelCannotSplitIsRefusedByName) {
