@@ -31,7 +31,9 @@
 #include "engine/engine_flags.h"
 #include "engine/measure/calibration.h"
 #include "engine/measure/step_probe.h"
+#include "engine/tp/tp_worker.h"
 #include "kernels/base/status_macros.h"
+#include "kernels/comm/tp_world.h"
 
 // Besides the engine's flags (--model, --backend, ...: engine/engine_flags.h):
 ABSL_FLAG(std::string, batches, "1,8,32,64", "comma-separated decode batch sizes");
@@ -381,6 +383,25 @@ int Main() {
   int max_prefill = 0;
   for (int len : prefill_lens) max_prefill = std::max(max_prefill, len);
   EngineConfig cfg = EngineConfigFromFlags();
+  // --tensor_parallel N: ranks above 0 serve rank 0's steps (engine/tp/tp_worker.h) and print
+  // nothing; rank 0 measures as usual, the all-reduces in the comm class.
+  std::unique_ptr<Communicator> tp_world;
+  TpExitOnLeave tp_exit;
+  if (cfg.tensor_parallel > 1) {
+    auto world = JoinTensorParallel(cfg.tensor_parallel, "saturn-bench-engine");
+    if (!world.ok()) {
+      std::cerr << world.status().message() << "\n";
+      return 2;
+    }
+    tp_world = std::move(*world);
+    if (tp_world->rank() > 0) {
+      const absl::Status s = RunTpWorker(tp_world.get(), "saturn-bench-engine worker: ");
+      if (!s.ok()) std::cerr << "saturn-bench-engine worker: " << s.message() << "\n";
+      return s.ok() ? 0 : 1;
+    }
+    tp_exit.comm = tp_world.get();
+    cfg.tp_comm = tp_world.get();
+  }
   int max_batch = 1;
   for (int b : batches) max_batch = std::max(max_batch, b);
   cfg.max_num_seqs_limit = max_batch;
@@ -429,7 +450,7 @@ int Main() {
     std::printf("weights %s, %.1f MB; KV cache %s\n", DTypeName(info.weight_dtype),
                 weight_bytes / 1e6, DTypeName(info.kv.dtype));
     std::printf("%-6s %-6s %12s %10s %12s %8s %8s   %s\n", "batch", "graphs", "tokens/s", "step ms",
-                "roofline %", "MBU %", "MFU %", "% of step wall: gemm attn norm elem sample");
+                "roofline %", "MBU %", "MFU %", "% of step wall: gemm attn norm elem sample comm");
     for (bool g : graph_modes) {
       for (int b : batches) {
         auto row = RunBatch(engine->get(), *cal, b, g);

@@ -18,11 +18,9 @@
 #include "engine/measure/step_probe.h"
 #include "engine/tp/tp_worker.h"
 #include "kernels/base/flags_help.h"
+#include "kernels/comm/tp_world.h"
 #include "server/server_app.h"
 #include "server/shutdown_signals.h"
-#ifdef SATURN_WITH_MPI
-#include "kernels/comm/mpi_communicator.h"
-#endif
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to listen on: host:port or unix:path");
 ABSL_FLAG(int, max_num_seqs, 64, "Most sequences per engine step");
@@ -116,41 +114,6 @@ int Fail(const std::string& what) {
   return 2;
 }
 
-// --tensor_parallel N > 1: this process's rank in the launcher's world of N (mpirun -np N), or
-// the reason there is none.
-absl::StatusOr<std::unique_ptr<saturn::Communicator>> JoinTensorParallel(int ranks, int* argc,
-                                                                         char*** argv) {
-  const std::string line =
-      absl::StrCat("mpirun -np ", ranks, " saturn-server --tensor_parallel ", ranks, " ...");
-#ifdef SATURN_WITH_MPI
-  auto world = saturn::MpiCommunicator::Init(argc, argv);
-  if (!world.ok()) return world.status();
-  if ((*world)->size() != ranks) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--tensor_parallel: ", ranks, " ranks, one process each, started by an MPI launcher (",
-        line, "); this process is in a world of ", (*world)->size()));
-  }
-  return std::unique_ptr<saturn::Communicator>(std::move(*world));
-#else
-  (void)argc;
-  (void)argv;
-  return absl::FailedPreconditionError(
-      absl::StrCat("--tensor_parallel: ", ranks,
-                   " needs MPI, and this build has none (install Debian's "
-                   "libopenmpi-dev and openmpi-bin, rebuild, then run ",
-                   line, ")"));
-#endif
-}
-
-// Rank 0 on its way out tells the workers to leave (after the engine told them its session
-// ended), so every rank exits and the launcher reports success.
-struct TensorParallelExit {
-  saturn::Communicator* comm = nullptr;
-  ~TensorParallelExit() {
-    if (comm != nullptr && comm->rank() == 0 && comm->size() > 1) (void)saturn::SendTpExit(comm);
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,9 +130,9 @@ int main(int argc, char** argv) {
   // Tensor parallelism: ranks above 0 compute their shard of the steps rank 0 sends and leave
   // when it does; signals are rank 0's to act on (mpirun passes SIGTERM to every rank).
   std::unique_ptr<saturn::Communicator> tp_world;
-  TensorParallelExit tp_exit;
+  saturn::TpExitOnLeave tp_exit;
   if (const int tp = absl::GetFlag(FLAGS_tensor_parallel); tp > 1) {
-    auto world = JoinTensorParallel(tp, &argc, &argv);
+    auto world = saturn::JoinTensorParallel(tp, "saturn-server");
     if (!world.ok()) return Fail(std::string(world.status().message()));
     tp_world = std::move(*world);
     if (tp_world->rank() > 0) {

@@ -33,6 +33,15 @@ absl::Status SendTpStart(Communicator* comm, const TpStartConfig& config);
 absl::Status AgreeTpStart(Communicator* comm, const absl::Status& mine);
 // Rank 0, leaving: the workers leave too.
 absl::Status SendTpExit(Communicator* comm);
+// SendTpExit when it goes out of scope, where `comm` is set and this is rank 0 of a group:
+// declared after the world and before the engine, so every path out of a main tells the
+// workers after the engine ended its session.
+struct TpExitOnLeave {
+  Communicator* comm = nullptr;
+  ~TpExitOnLeave() {
+    if (comm != nullptr && comm->rank() == 0 && comm->size() > 1) (void)SendTpExit(comm);
+  }
+};
 
 // A worker's life: sessions until kExit (OK), or the first error of the group's transport.
 // A session's own failure to load is reported through AgreeTpStart and the worker waits for

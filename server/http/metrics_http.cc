@@ -92,6 +92,25 @@ void EngineMetrics(const Engine& engine, DiagnosticsState* diag, double window_s
         r.verdict.run_share, out);
   Gauge("saturn:plan_actions", "Actions in the window's saturation plan.",
         static_cast<double>(r.plan.actions.size()), out);
+  const EngineInfo info = engine.info();
+  Gauge("saturn:weight_bytes",
+        "Bytes of weights this process holds (under tensor parallelism: this rank's share of the "
+        "layers, the embedding, and on rank 0 the LM head).",
+        static_cast<double>(info.weight_bytes), out);
+  if (const TensorParallelProfile& t = r.verdict.tensor_parallel; info.tensor_parallel > 1) {
+    Gauge("saturn:tensor_parallel_ranks", "Ranks the model is split over (--tensor_parallel).",
+          info.tensor_parallel, out);
+    Gauge("saturn:tp_collective_share",
+          "Rank 0's time in collectives (all-reduces) over its step time, over the window.",
+          t.comm_share, out);
+    Gauge("saturn:tp_wait_share",
+          "Of all ranks' collective time, the share spent waiting for a slower rank.", t.wait_share,
+          out);
+    Gauge("saturn:tp_load_balance", "Mean over ranks of compute time over the largest (1: even).",
+          t.load_balance, out);
+    Gauge("saturn:tp_slowest_rank", "The rank that computed longest over the window.",
+          t.slowest_rank, out);
+  }
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 # saturn-server at --tensor_parallel 2 under a real launcher (Open MPI's mpirun), tiny model on
 # the CPU backend, one thread a rank:
 #   1. outside a launcher it refuses to start, naming the mpirun line (exit 2);
-#   2. under mpirun it serves: saturn-load's requests all complete, and the diagnosis's op
-#      classes carry the comm class (the all-reduces, timed as ops);
+#   2. under mpirun it serves: saturn-load's requests all complete, the diagnosis's op classes
+#      carry the comm class (the all-reduces, timed as ops) and its tensor_parallel part the
+#      ranks, and /metrics the tensor-parallel gauges;
 #   3. SIGTERM to rank 0 ends every rank cleanly: mpirun exits 0;
 #   4. over loopback TCP (--mca btl self,tcp, as between hosts) it serves too; a worker killed
 #      mid-serve ends the job within 10 s with the dead rank named, and the load ends (requests
@@ -71,7 +72,7 @@ start_job() {  # name, extra mpirun flags...: the job in its own process group, 
   shift
   setsid "$mpirun_bin" -np 2 "$@" "$server" --tensor_parallel=2 --model=tiny --backend=cpu \
     --threads=1 --calibration=quick --probe_steps_ms=0 --listen=127.0.0.1:0 --max_model_len=256 \
-    --kv_cache_mb=32 --shutdown_grace=2s >"$tmp/$name.log" 2>&1 &
+    --kv_cache_mb=32 --shutdown_grace=2s --metrics_port=-1 >"$tmp/$name.log" 2>&1 &
   job=$!
   pids+=("$job")
   for _ in $(seq 1200); do
@@ -120,7 +121,22 @@ sys.exit(0 if ok == sent and ok >= 12 and phase["errors"] == 0 else 1)
 PY
 "$diag" get --target="$addr" --json >"$tmp/diag.json" 2>"$tmp/diag.log" || fail "saturn-diag get failed"
 grep -q '"op_class": "comm"' "$tmp/diag.json" || fail "the diagnosis has no comm class"
-say "TP=2 served 12 requests; the diagnosis's classes include comm"
+python3 - "$tmp/diag.json" <<'PY' || fail "the diagnosis's tensor_parallel part is missing or wrong"
+import json, sys
+tp = json.load(open(sys.argv[1]))["tensor_parallel"]
+ok = tp["ranks"] == 2 and int(tp["steps"]) > 0 and 0 < tp["comm_share"] < 1 and tp["load_balance"] > 0
+sys.exit(0 if ok else 1)
+PY
+metrics="$(sed -n 's|.*metrics at http://\([^/]*\)/metrics.*|\1|p' "$tmp/shm.log" | head -n 1)"
+[ -n "$metrics" ] || fail "no metrics address in rank 0's log"
+if command -v curl >/dev/null; then
+  page="$(curl -sf --max-time 20 "http://$metrics/metrics")" || fail "/metrics did not answer"
+  for g in saturn:tensor_parallel_ranks saturn:tp_collective_share saturn:tp_wait_share \
+    saturn:tp_load_balance saturn:weight_bytes; do
+    grep -q "^$g " <<<"$page" || fail "/metrics has no $g"
+  done
+fi
+say "TP=2 served 12 requests; the diagnosis has the comm class and the ranks; /metrics the gauges"
 
 # ---- 3. SIGTERM to rank 0
 kill -TERM "$(rank_pid 0)"
