@@ -4,7 +4,9 @@
 # (saturn-load taking turns between them), the same model and closed-loop load for each. Per
 # layout and concurrency: the client's output tok/s and TPOT p50, and for TP=2 the server's
 # tensor-parallel figures over the load (collectives' share of the step, wait share, load
-# balance, slowest rank, mean all-reduce). --json writes every row. Run it on a quiet machine.
+# balance, slowest rank, mean all-reduce), and the plan's set_tensor_parallel prediction checked
+# against TP=1's own report (decode tokens per second of its steps, the plan's basis).
+# --json writes every row. Run it on a quiet machine.
 #   bench/tp_layouts.sh [--rounds 3] [--model small] [--concurrency "1 8"] [--duration 10]
 #                       [--bin build] [--json OUT]
 set -euo pipefail
@@ -71,6 +73,7 @@ import json, sys
 load = json.load(open(sys.argv[1]))["phases"][0]
 diag = json.load(open(sys.argv[2]))
 tp = diag.get("tensor_parallel", {})
+plan_tp1 = [a for a in diag.get("plan", []) if a.get("kind") == "set_tensor_parallel"]
 print(json.dumps({"layout": sys.argv[3], "concurrency": int(sys.argv[4]), "round": int(sys.argv[5]),
                   "output_tok_s": load["output_token_throughput"],
                   "tpot_p50_ms": load["tpot_ms"].get("p50"),
@@ -79,7 +82,14 @@ print(json.dumps({"layout": sys.argv[3], "concurrency": int(sys.argv[4]), "round
                   "wait_share": tp.get("waitShare", tp.get("wait_share")),
                   "load_balance": tp.get("loadBalance", tp.get("load_balance")),
                   "slowest_rank": tp.get("slowestRank", tp.get("slowest_rank")),
-                  "mean_collective_us": tp.get("meanCollectiveUs", tp.get("mean_collective_us"))}))
+                  "mean_collective_us": tp.get("meanCollectiveUs", tp.get("mean_collective_us")),
+                  "decode_step_tok_s": diag.get("profile", {}).get("decode_step_tokens_per_s"),
+                  # The action's ratio (after / before) on this window's own decode step rate:
+                  # the plan predicts at the batch earlier actions reach, the ratio holds at any.
+                  "plan_tp1_tok_s": (diag["profile"]["decode_step_tokens_per_s"] *
+                                     plan_tp1[0]["tokens_per_s_after"] /
+                                     plan_tp1[0]["tokens_per_s_before"]) if plan_tp1 else None,
+                  "plan_tp1_expected_error": plan_tp1[0].get("expected_error") if plan_tp1 else None}))
 PY
       stop_all
       port=$((port + 2))
@@ -104,6 +114,18 @@ for c in sorted({r["concurrency"] for r in rows}):
                       f"{100 * r['comm_share']:.1f}% of the step, mean {r['mean_collective_us'] or 0:.1f} us, "
                       f"wait {100 * (r['wait_share'] or 0):.0f}%, load balance {r['load_balance'] or 1:.2f}, "
                       f"slowest rank {r['slowest_rank'] or 0}")
+print("the plan at TP=2 (serve at tensor_parallel 1) against TP=1 x 2's own decode step tok/s:")
+for c in sorted({r["concurrency"] for r in rows}):
+    pred = [r["plan_tp1_tok_s"] for r in rows if r["concurrency"] == c and r["layout"] == "tp2x1"]
+    meas = [r["decode_step_tok_s"] for r in rows if r["concurrency"] == c and r["layout"] == "tp1x2"]
+    errs = [r["plan_tp1_expected_error"] for r in rows if r["concurrency"] == c and r["layout"] == "tp2x1"]
+    if any(p is None for p in pred) or not meas or any(m is None for m in meas):
+        print(f"{c:>3} no prediction (the plan offered no set_tensor_parallel) or no TP=1 figure")
+        continue
+    p, m = statistics.median(pred), statistics.median(meas)
+    print(f"{c:>3} predicted {p:.1f} (each {', '.join(f'{x:.1f}' for x in pred)}; expected error "
+          f"+-{100 * statistics.median(errs):.0f}%), measured {m:.1f} (each "
+          f"{', '.join(f'{x:.1f}' for x in meas)}): error {100 * (p / m - 1):+.1f}%")
 if sys.argv[3]:
     json.dump({"model": sys.argv[2], "rows": rows}, open(sys.argv[3], "w"), indent=1)
 PY

@@ -296,8 +296,8 @@ absl::Status Engine::Impl::StartTensorParallel(ModelWeights weights, RunnerConfi
   RETURN_IF_ERROR(AgreeTpStart(comm, runner.status()));
   std::cerr << absl::StrCat("saturn: tensor_parallel ", rc.tp_size, " over ", comm->transport(),
                             ": rank 0 holds ", runner_->weight_bytes() >> 20,
-                            " MiB of weights (its share of the layers; the embedding, norms and "
-                            "LM head whole) and ",
+                            " MiB of weights (its share of the layers and of the LM head's "
+                            "vocabulary; the embedding and norms whole) and ",
                             runner_->kv_cache_bytes() >> 20, " MiB of KV cache\n")
             << std::flush;
   return absl::OkStatus();
@@ -463,6 +463,10 @@ absl::StatusOr<Calibration> Engine::Impl::Calibrate(const CalibrationOptions& op
   RETURN_IF_ERROR(RunBetweenSteps([&] {
     const double t0 = NowUs();
     measured = saturn::Calibrate(backend_.get(), options);
+    // Under tensor parallelism, the group's all-reduce too (every rank takes part).
+    if (measured.ok()) {
+      if (absl::Status s = runner_->CalibrateAllReduce(&*measured); !s.ok()) measured = s;
+    }
     ms = (NowUs() - t0) / 1000.0;
     return measured.status();
   }));

@@ -118,6 +118,87 @@ void ModelRunner::LogTpStep(const StepTiming& timing) {
   if (tp_log_.size() > kTpLogSteps) tp_log_.pop_front();
 }
 
+namespace {
+
+constexpr int kCommTrials = 3, kCommCalls = 20;
+
+// The all-reduces of one probe, the same on every rank: for each size, kCommTrials trials of
+// kCommCalls calls; the best trial's time per call, per size (rank 0's clock).
+absl::StatusOr<std::vector<double>> RunCommProbe(Communicator* comm,
+                                                 const std::vector<int64_t>& counts) {
+  int64_t most = 1;
+  for (int64_t c : counts) most = std::max(most, c);
+  std::vector<float> x(static_cast<size_t>(most), 0.5f);
+  std::vector<double> best;
+  for (int64_t c : counts) {
+    double fastest = 0;
+    for (int t = 0; t < kCommTrials; ++t) {
+      RETURN_IF_ERROR(comm->AllReduceSum(x.data(), c));  // the ranks start together
+      std::fill(x.begin(), x.begin() + c, 0.5f);
+      const double t0 = NowUs();
+      for (int i = 0; i < kCommCalls; ++i) RETURN_IF_ERROR(comm->AllReduceSum(x.data(), c));
+      const double us = (NowUs() - t0) / kCommCalls;
+      fastest = t == 0 ? us : std::min(fastest, us);
+    }
+    best.push_back(fastest);
+  }
+  return best;
+}
+
+}  // namespace
+
+absl::Status ModelRunner::ServeCommProbe(const TpHeader& h) {
+  if (h.num_tokens < 1 || h.num_tokens > 64 ||
+      h.payload_bytes != h.num_tokens * static_cast<int64_t>(sizeof(int64_t))) {
+    return absl::InvalidArgumentError("tensor_parallel: a malformed all-reduce probe");
+  }
+  std::vector<int64_t> counts(h.num_tokens);
+  Communicator* comm = backend_->communicator();
+  RETURN_IF_ERROR(comm->Broadcast(counts.data(), h.payload_bytes, 0));
+  for (int64_t c : counts) {
+    if (c < 1 || c > int64_t{1} << 26)
+      return absl::InvalidArgumentError("tensor_parallel: probe size");
+  }
+  return RunCommProbe(comm, counts).status();
+}
+
+absl::Status ModelRunner::CalibrateAllReduce(Calibration* cal) {
+  if (config_.tp_size <= 1 || tp_worker()) return absl::OkStatus();
+  Communicator* comm = backend_->communicator();
+  std::vector<int64_t> counts;
+  for (int64_t rows : {1, 8, 64, 512}) {
+    if (rows <= buf_->max_tokens) counts.push_back(rows * model_.hidden_size);
+  }
+  TpHeader h;
+  h.kind = static_cast<int64_t>(TpMessage::kCommProbe);
+  h.num_tokens = static_cast<int64_t>(counts.size());
+  h.payload_bytes = h.num_tokens * static_cast<int64_t>(sizeof(int64_t));
+  RETURN_IF_ERROR(comm->Broadcast(&h, sizeof(h), 0));
+  RETURN_IF_ERROR(comm->Broadcast(counts.data(), h.payload_bytes, 0));
+  ASSIGN_OR_RETURN(const std::vector<double> us, RunCommProbe(comm, counts));
+  // Least squares of time on bus bytes: t = latency + bytes / bandwidth.
+  const double n = comm->size(), bus = 2.0 * (n - 1) / n;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const double x = bus * 4.0 * counts[i], y = us[i];
+    sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  const double k = static_cast<double>(counts.size()), den = k * sxx - sx * sx;
+  const double slope = den > 0 ? (k * sxy - sx * sy) / den : 0;  // us per byte
+  cal->allreduce_latency_us = std::max(0.0, (sy - slope * sx) / k);
+  cal->allreduce_bytes_per_s = slope > 0 ? 1e6 / slope : 0;
+  std::string sizes;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    absl::StrAppend(&sizes, i ? ", " : "", counts[i] * 4 / 1024, " KB ", absl::SixDigits(us[i]),
+                    " us");
+  }
+  cal->allreduce_method =
+      absl::StrCat(comm->transport(), ": f32 sums of 1-512 rows of ", model_.hidden_size, " (",
+                   sizes, "), best of ", kCommTrials, " trials of ", kCommCalls,
+                   " calls, fitted as latency + bus bytes / bandwidth");
+  return absl::OkStatus();
+}
+
 absl::Status ModelRunner::ServeFetch(const TpHeader& h) {
   std::vector<TpStepEntry> since;
   for (const TpStepEntry& e : tp_log_) {
@@ -323,19 +404,63 @@ absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_r
     RETURN_IF_ERROR(backend_->Gemm(act, L.w_down_t, tmp));
     if (group) RETURN_IF_ERROR(backend_->AllReduce(tmp));  // down_proj's
   }
-  if (R == 0 || tp_worker()) return absl::OkStatus();  // rank 0 alone samples
+  if (R == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(LogitsOfRows(num_tokens, b.inputs.View(DType::kI32, 1, R, in.sample_rows)));
+  if (keep_logits || tp_worker()) return absl::OkStatus();  // rank 0 alone samples
+  return SampleRows(num_sample_rows);
+}
+
+absl::Status ModelRunner::LogitsOfRows(int num_tokens, const Tensor& rows) {
+  Buffers& b = *buf_;
+  const DeviceWeights& w = *weights_;
+  const ModelConfig& m = shard_;
+  const DType dt = backend_->compute_dtype();
+  const int64_t R = rows.cols, d = m.hidden_size;
+  const Tensor hidden = b.hidden.View(dt, num_tokens, d), tmp = b.tmp.View(dt, num_tokens, d);
   const Tensor gathered = b.gathered.View(dt, R, d),
                gathered_normed = b.gathered_normed.View(dt, R, d);
   const Tensor gathered_tmp = b.gate_up.View(dt, R, d);  // gate_up is free again here
-  const Tensor rows = b.inputs.View(DType::kI32, 1, R, in.sample_rows);
   RETURN_IF_ERROR(backend_->GatherRows(hidden, rows, gathered));
   RETURN_IF_ERROR(backend_->GatherRows(tmp, rows, gathered_tmp));
   RETURN_IF_ERROR(backend_->AddRmsNorm(gathered_tmp, gathered, w.final_norm_t, m.rms_norm_eps,
                                        gathered_normed));
   const Tensor logits = b.logits.View(DType::kF32, R, m.vocab_size);
-  RETURN_IF_ERROR(backend_->Gemm(gathered_normed, w.lm_head_t, logits));
-  if (keep_logits) return absl::OkStatus();
-  return SampleRows(num_sample_rows);
+  if (config_.tp_size == 1) return backend_->Gemm(gathered_normed, w.lm_head_t, logits);
+  // Vocabulary-parallel head: each rank's slice of the logits, gathered on rank 0.
+  const std::vector<int64_t> counts = VocabCounts(m.vocab_size, config_.tp_size);
+  const Tensor part = b.logits_part.View(DType::kF32, R, counts[config_.tp_rank]);
+  RETURN_IF_ERROR(backend_->Gemm(gathered_normed, w.lm_head_t, part));
+  return backend_->GatherColumns(part, counts, tp_worker() ? part : logits);
+}
+
+absl::Status ModelRunner::ShareLogitsRows(int num_tokens, const std::vector<int32_t>& rows) {
+  TpHeader h;
+  h.kind = static_cast<int64_t>(TpMessage::kLogits);
+  h.num_tokens = num_tokens;
+  h.sample_rows = static_cast<int64_t>(rows.size());
+  h.payload_bytes = static_cast<int64_t>(rows.size() * sizeof(int32_t));
+  Communicator* comm = backend_->communicator();
+  RETURN_IF_ERROR(comm->Broadcast(&h, sizeof(h), 0));
+  std::vector<int32_t> copy = rows;
+  return comm->Broadcast(copy.data(), h.payload_bytes, 0);
+}
+
+absl::Status ModelRunner::ServeLogits(const TpHeader& h) {
+  Buffers& b = *buf_;
+  if (!tp_worker() || h.sample_rows < 1 || h.sample_rows > b.max_seqs || h.num_tokens < 1 ||
+      h.num_tokens > b.max_tokens ||
+      h.payload_bytes != h.sample_rows * static_cast<int64_t>(sizeof(int32_t))) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_parallel: logits of ", h.sample_rows,
+                                                   " rows of ", h.num_tokens,
+                                                   " exceed this rank's buffers"));
+  }
+  b.h_logprob_rows.resize(h.sample_rows);
+  RETURN_IF_ERROR(backend_->communicator()->Broadcast(b.h_logprob_rows.data(), h.payload_bytes, 0));
+  const Tensor idx = b.logprob_rows.View(DType::kI32, 1, h.sample_rows);
+  backend_->BeginStep(false);
+  RETURN_IF_ERROR(backend_->Upload(b.h_logprob_rows.data(), idx));
+  RETURN_IF_ERROR(LogitsOfRows(static_cast<int>(h.num_tokens), idx));
+  return backend_->EndStep().status();
 }
 
 absl::Status ModelRunner::SampleRows(int num_sample_rows) {

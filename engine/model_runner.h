@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/engine_info.h"
+#include "engine/measure/calibration.h"
 #include "engine/measure/tp_stats.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
@@ -84,13 +85,22 @@ class ModelRunner {
   ~ModelRunner();
 
   // A worker (tp_rank > 0): receives the step `header` announces and runs its shard of the
-  // forward pass (no LM head, no sampling). Its timing stays here (last_worker_timing).
+  // forward pass, its vocabulary slice of the LM head included (rank 0 samples). Its collectives
+  // stay in this rank's log (CollectTpStats).
   absl::Status ServeStep(const TpHeader& header);
+  // A worker: its slice of the logits of the rows rank 0 names, from the step it served last
+  // (TpMessage::kLogits: a logprobs step's prompt rows), gathered on rank 0.
+  absl::Status ServeLogits(const TpHeader& header);
   // A worker: sends rank 0 its log of the steps from header.seq on (TpMessage::kFetch).
   absl::Status ServeFetch(const TpHeader& header);
   // Rank 0 of a group, between steps: every rank's log of the steps that started in
   // [begin_us, end_us], combined (a collective: the workers answer with ServeFetch).
   absl::StatusOr<TpStats> CollectTpStats(double begin_us, double end_us);
+  // Rank 0 of a group, between steps: times the group's all-reduce at the model's message sizes
+  // (1 to 512 rows of the hidden size, f32; best of 3 trials of 20 calls each) and fits latency
+  // + bus bytes / bandwidth into `cal` (a collective: the workers run ServeCommProbe).
+  absl::Status CalibrateAllReduce(Calibration* cal);
+  absl::Status ServeCommProbe(const TpHeader& header);
   // Test-only: this worker sleeps `us` in each step it serves, so tests can make a rank slow.
   void set_tp_test_delay_us(int64_t us) { tp_test_delay_us_ = tp_worker() ? us : 0; }
 
@@ -156,6 +166,12 @@ class ModelRunner {
   // final-norm/lm-head buffers (after sampling, so the sampled rows are untouched).
   absl::Status PromptLogprobs(const StepPlan& plan, RunnerOutput* out);
   int GraphSizeFor(int num_seqs) const;  // 0 when no captured size fits
+  // The final norm and the LM head over hidden rows `rows` (i32 [1, R], device) of a step of
+  // `num_tokens`: logits [R, vocab] on rank 0; under tensor parallelism each rank's vocabulary
+  // slice, gathered there.
+  absl::Status LogitsOfRows(int num_tokens, const Tensor& rows);
+  // Rank 0: tells the workers which rows' logits LogitsOfRows is about to take.
+  absl::Status ShareLogitsRows(int num_tokens, const std::vector<int32_t>& rows);
   // Rank 0 of a group: sends the prepared step (Forward's arguments, the packed inputs) to the
   // workers.
   absl::Status ShareStep(int num_tokens, int num_seqs, int num_sample_rows, int max_query_len,

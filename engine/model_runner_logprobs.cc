@@ -25,11 +25,7 @@ absl::Status ModelRunner::SampleWithLogprobs(const StepPlan& plan, int rows, Run
 
 absl::Status ModelRunner::PromptLogprobs(const StepPlan& plan, RunnerOutput* out) {
   Buffers& b = *buf_;
-  const DeviceWeights& w = *weights_;
-  const ModelConfig& m = model_;
-  const DType dt = backend_->compute_dtype();
-  const int vocab = m.vocab_size;
-  const int64_t d = m.hidden_size;
+  const int vocab = model_.vocab_size;
   // (seq index, index into its targets) of every prompt row that asked, in plan order.
   std::vector<std::pair<int, int>> asks;
   std::vector<int32_t> rows;
@@ -41,21 +37,16 @@ absl::Status ModelRunner::PromptLogprobs(const StepPlan& plan, RunnerOutput* out
     }
   }
   const int T = b.h_query_start[plan.seqs.size()];
-  const Tensor hidden = b.hidden.View(dt, T, d), tmp = b.tmp.View(dt, T, d);
   std::vector<float> host;
   for (size_t c0 = 0; c0 < asks.size(); c0 += b.max_seqs) {
     const int c = static_cast<int>(std::min<size_t>(b.max_seqs, asks.size() - c0));
     b.h_logprob_rows.assign(rows.begin() + c0, rows.begin() + c0 + c);
     const Tensor idx = b.logprob_rows.View(DType::kI32, 1, c);
     RETURN_IF_ERROR(backend_->Upload(b.h_logprob_rows.data(), idx));
-    const Tensor gathered = b.gathered.View(dt, c, d), normed = b.gathered_normed.View(dt, c, d),
-                 gathered_tmp = b.gate_up.View(dt, c, d),
-                 logits = b.logits.View(DType::kF32, c, vocab);
-    RETURN_IF_ERROR(backend_->GatherRows(hidden, idx, gathered));
-    RETURN_IF_ERROR(backend_->GatherRows(tmp, idx, gathered_tmp));
-    RETURN_IF_ERROR(
-        backend_->AddRmsNorm(gathered_tmp, gathered, w.final_norm_t, m.rms_norm_eps, normed));
-    RETURN_IF_ERROR(backend_->Gemm(normed, w.lm_head_t, logits));
+    // The workers compute their slices of these rows' logits from the step just run.
+    if (config_.tp_size > 1) RETURN_IF_ERROR(ShareLogitsRows(T, b.h_logprob_rows));
+    RETURN_IF_ERROR(LogitsOfRows(T, idx));
+    const Tensor logits = b.logits.View(DType::kF32, c, vocab);
     host.resize(static_cast<size_t>(c) * vocab);
     RETURN_IF_ERROR(backend_->Download(logits, host.data()));
     for (int r = 0; r < c; ++r) {

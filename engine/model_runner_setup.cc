@@ -95,14 +95,19 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
   DeviceWeights& dw = *weights_;
   // A tied LM head shares the embedding table where the GEMM reads the compute dtype, in the
   // GEMM's layout (Backend::Embedding reads that too).
-  const bool shared_head = m.tie_word_embeddings && wdt == act;
-  const bool has_head = !tp_worker();  // a worker samples nothing
+  // Under tensor parallelism each rank holds its vocabulary slice of the head (ShardWeights
+  // puts it in lm_head, tied or not), never the embedding itself.
+  const bool shared_head = m.tie_word_embeddings && wdt == act && config_.tp_size == 1;
+  const int64_t head_rows = config_.tp_size > 1
+                                ? VocabCounts(m.vocab_size, config_.tp_size)[config_.tp_rank]
+                                : m.vocab_size;
   RETURN_IF_ERROR(place_as(act, shared_head ? wlayout : Layout::kRows, w.embedding, m.vocab_size, d,
                            &dw.embedding_t));
   RETURN_IF_ERROR(place_as(act, Layout::kRows, w.final_norm, 1, d, &dw.final_norm_t));
-  if (!shared_head && has_head) {  // untied, or tied but the GEMM wants its own copy
-    const std::vector<float>& head = m.tie_word_embeddings ? w.embedding : w.lm_head;
-    RETURN_IF_ERROR(place_in(LmHeadDType(wdt), head, m.vocab_size, d, &dw.lm_head_t, "lm_head"));
+  if (!shared_head) {  // untied, a slice, or tied but the GEMM wants its own copy
+    const std::vector<float>& head =
+        m.tie_word_embeddings && config_.tp_size == 1 ? w.embedding : w.lm_head;
+    RETURN_IF_ERROR(place_in(LmHeadDType(wdt), head, head_rows, d, &dw.lm_head_t, "lm_head"));
   }
   dw.layers.resize(m.num_layers);
   for (int l = 0; l < m.num_layers; ++l) {
@@ -131,7 +136,7 @@ absl::Status ModelRunner::UploadWeights(const ModelWeights& w) {
         static_cast<size_t>(p.view->rows) * DTypeRowBytes(p.view->dtype, p.view->cols);  // unpadded
     RETURN_IF_ERROR(backend_->UploadF32(p.host->data(), *p.view));
   }
-  if (shared_head && has_head) dw.lm_head_t = dw.embedding_t;
+  if (shared_head) dw.lm_head_t = dw.embedding_t;
   return backend_->Synchronize();  // host vectors may go away after this
 }
 
@@ -170,6 +175,10 @@ absl::Status ModelRunner::AllocateBuffers() {
   RETURN_IF_ERROR(alloc(&b.gathered, S * d, dt));
   RETURN_IF_ERROR(alloc(&b.gathered_normed, S * d, dt));
   RETURN_IF_ERROR(alloc(&b.logits, tp_worker() ? 1 : S * int64_t{m.vocab_size}, DType::kF32));
+  if (config_.tp_size > 1) {
+    const int64_t slice = VocabCounts(m.vocab_size, config_.tp_size)[config_.tp_rank];
+    RETURN_IF_ERROR(alloc(&b.logits_part, S * slice, DType::kF32));
+  }
   RETURN_IF_ERROR(alloc(&b.logprob_rows, S, DType::kI32));
   // KV cache: one extra block (id num_kv_blocks) absorbs graph padding rows.
   const int64_t cache_rows = int64_t{config_.num_kv_blocks + 1} * config_.block_size;

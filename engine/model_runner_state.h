@@ -74,7 +74,8 @@ struct ModelRunner::Buffers {
   HostMemory h_inputs{nullptr, HostFree{nullptr}}, h_tokens{nullptr, HostFree{nullptr}};
   InputLayout layout{};  // of the prepared step
   DeviceBuffer hidden, normed, q, k, v, attn_out, tmp, gate_up, act, gathered, gathered_normed;
-  DeviceBuffer logits;
+  DeviceBuffer logits;        // f32 [max_seqs, vocab] (rank 0; workers hold none)
+  DeviceBuffer logits_part;   // f32 [max_seqs, this rank's vocabulary slice] (tensor parallel)
   DeviceBuffer logprob_rows;  // i32 [max_seqs]: hidden rows whose prompt logprobs are asked
   DeviceBuffer kv;            // [layers][K|V][(num_blocks + 1) * block_size, Hkv * hd]
   std::vector<Tensor> k_cache, v_cache;

@@ -339,6 +339,54 @@ absl::Status Backend::AllReduce(const Tensor& x) {
   return Run(OpKind::kAllReduce, cost::AllReduce(x, comm_->size()), [&] { return DoAllReduce(x); });
 }
 
+absl::Status Backend::GatherColumns(const Tensor& part, const std::vector<int64_t>& counts,
+                                    const Tensor& whole) {
+  SATURN_EXPECT(comm_ != nullptr, "gather_columns", "no tensor-parallel group is set");
+  SATURN_EXPECT(static_cast<int>(counts.size()) == comm_->size(), "gather_columns",
+                absl::StrCat(counts.size(), " column counts for ", comm_->size(), " ranks"));
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  SATURN_EXPECT(part.dtype == DType::kF32 && part.layout == Layout::kRows && part.data != nullptr &&
+                    part.cols == counts[comm_->rank()],
+                "gather_columns",
+                absl::StrCat("part is ", part.ShapeString(), ", expected f32 rows of ",
+                             counts[comm_->rank()], " columns"));
+  SATURN_EXPECT(comm_->rank() != 0 || (whole.dtype == DType::kF32 && whole.data != nullptr &&
+                                       whole.rows == part.rows && whole.cols == total),
+                "gather_columns",
+                absl::StrCat("whole is ", whole.ShapeString(), ", expected f32 [", part.rows, ", ",
+                             total, "]"));
+  return Run(OpKind::kGatherColumns, cost::GatherColumns(whole, comm_->size()),
+             [&] { return DoGatherColumns(part, counts, whole); });
+}
+
+absl::Status Backend::DoGatherColumns(const Tensor& part, const std::vector<int64_t>& counts,
+                                      const Tensor& whole) {
+  const int64_t rows = part.rows;
+  std::vector<int64_t> sizes(counts.size());
+  int64_t total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) total += sizes[r] = counts[r] * rows;
+  const bool root = comm_->rank() == 0;
+  // One row: the ranks' slices already lie in column order.
+  float* recv = root && rows == 1 ? static_cast<float*>(whole.data) : nullptr;
+  if (root && recv == nullptr) {
+    gather_staging_.resize(static_cast<size_t>(total));
+    recv = gather_staging_.data();
+  }
+  RETURN_IF_ERROR(comm_->GatherFloats(static_cast<const float*>(part.data), sizes, recv, 0));
+  if (!root || rows == 1) return absl::OkStatus();
+  // Rank-major [rank][row][its columns] -> row-major [row][all columns].
+  float* out = static_cast<float*>(whole.data);
+  const int64_t width = whole.cols;
+  int64_t col = 0, at = 0;
+  for (int64_t c : counts) {
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(recv + at + i * c, c, out + i * width + col);
+    at += c * rows;
+    col += c;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Backend::DoAllReduce(const Tensor& x) {
   return comm_->AllReduceSum(static_cast<float*>(x.data), x.rows * x.cols);
 }

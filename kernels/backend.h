@@ -271,6 +271,11 @@ class Backend {
   // outputs of a layer sharded by rows: o_proj, down_proj). A collective: every rank issues it
   // at the same point of the step. FAILED_PRECONDITION without a group.
   absl::Status AllReduce(const Tensor& x);
+  // Rank r's `part` [R, counts[r]] (row-major f32) placed at columns [sum of counts before r, +
+  // counts[r]) of `whole` [R, sum of counts] on rank 0 (whole is unused on other ranks). A
+  // collective: the vocabulary-parallel LM head's logits.
+  absl::Status GatherColumns(const Tensor& part, const std::vector<int64_t>& counts,
+                             const Tensor& whole);
 
   // --- tensor parallelism -------------------------------------------------------------------
   // The group AllReduce sums over (not owned; null: none). Set before the first step.
@@ -338,6 +343,8 @@ class Backend {
   virtual absl::Status DoCopy(const Tensor& src, const Tensor& dst) = 0;
   // Default: the communicator's sum over host memory (backends whose tensors live there).
   virtual absl::Status DoAllReduce(const Tensor& x);
+  virtual absl::Status DoGatherColumns(const Tensor& part, const std::vector<int64_t>& counts,
+                                       const Tensor& whole);
 
   // Device-side timing hooks around op `index` of the current step (ops_[index]).
   // CPU: host clock (the op ran synchronously). CUDA: events on the stream.
@@ -356,7 +363,8 @@ class Backend {
   std::vector<OpRecord> ops_;
   bool per_op_device_times_ = true;
   Communicator* comm_ = nullptr;
-  int replayed_ops_ = 0;  // this step's ops that came from AppendReplayedOps
+  std::vector<float> gather_staging_;  // DoGatherColumns' rank-major receive buffer
+  int replayed_ops_ = 0;               // this step's ops that came from AppendReplayedOps
   double step_host_start_us_ = 0;
 
  private:

@@ -81,6 +81,10 @@ OpCost Sample(const Tensor& logits) {
 
 OpCost Copy(const Tensor& src) { return {0.0, 2.0 * B(src)}; }
 
+OpCost GatherColumns(const Tensor& whole, int ranks) {
+  return {0.0, ranks > 1 ? double(ranks - 1) / ranks * B(whole) : 0.0};
+}
+
 OpCost AllReduce(const Tensor& x, int ranks) {
   return {0.0, ranks > 1 ? 2.0 * (ranks - 1) / ranks * B(x) : 0.0};
 }

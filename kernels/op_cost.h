@@ -42,5 +42,7 @@ OpCost Copy(const Tensor& src);
 // receives in a ring all-reduce, 2 (n - 1) / n of the message (NCCL's bus bandwidth convention,
 // nccl-tests doc/PERFORMANCE.md).
 OpCost AllReduce(const Tensor& x, int ranks);
+// Rank 0 receiving the other ranks' column slices of `whole`: (n - 1) / n of it crosses.
+OpCost GatherColumns(const Tensor& whole, int ranks);
 
 }  // namespace saturn::cost

@@ -23,9 +23,10 @@ enum class OpKind : uint8_t {
   kGatherRows,
   kSample,
   kCopy,
-  kRopeKvWrite,  // Rope and KvWrite as one op, where the backend fuses them
-  kGemmSwiGlu,   // a GEMM with SwiGLU in its epilogue, where the backend fuses them
-  kAllReduce,    // a tensor-parallel group's sum of a sharded layer's partial outputs
+  kRopeKvWrite,    // Rope and KvWrite as one op, where the backend fuses them
+  kGemmSwiGlu,     // a GEMM with SwiGLU in its epilogue, where the backend fuses them
+  kAllReduce,      // a tensor-parallel group's sum of a sharded layer's partial outputs
+  kGatherColumns,  // the group's column slices (a vocabulary-parallel LM head's logits) on rank 0
   kCount
 };
 
@@ -47,6 +48,7 @@ inline OpClass ClassOf(OpKind k) {
     case OpKind::kSample:
       return OpClass::kSampling;
     case OpKind::kAllReduce:
+    case OpKind::kGatherColumns:
       return OpClass::kComm;
     default:
       return OpClass::kElementwise;
@@ -55,9 +57,9 @@ inline OpClass ClassOf(OpKind k) {
 
 // Each enumerator's name, in enum order (kernels/base/enum_table.h checks the count).
 inline constexpr std::array kOpKindNames{
-    "embedding", "gemm",      "rms_norm",      "add_rms_norm", "rope",
-    "kv_write",  "attention", "swiglu",        "add",          "gather_rows",
-    "sample",    "copy",      "rope_kv_write", "gemm_swiglu",  "all_reduce"};
+    "embedding",     "gemm",        "rms_norm",   "add_rms_norm",  "rope",   "kv_write",
+    "attention",     "swiglu",      "add",        "gather_rows",   "sample", "copy",
+    "rope_kv_write", "gemm_swiglu", "all_reduce", "gather_columns"};
 inline constexpr std::array kOpClassNames{"gemm",        "attention", "norm",
                                           "elementwise", "sampling",  "comm"};
 

@@ -263,6 +263,10 @@ struct TensorParallelProfile {
   int slowest_rank = 0;
   double slowest_over_fastest = 1;    // compute time, slowest rank / fastest
   double comm_vs_roofline_floor = 0;  // transfer time / the step's roofline floor
+  // An all-reduce's transfer (the least any rank spent in it) over the calibrated link's time
+  // for the window's mean message (Calibration::AllReduceUs): over 1, the link ran slower than
+  // calibrated (contention); 0 where not calibrated or not logged.
+  double transfer_us = 0, calibrated_us = 0, transfer_vs_calibrated = 0;
 };
 
 struct Verdict {
@@ -301,7 +305,8 @@ enum class ActionKind {
   kRaiseClientConcurrency,
   kEnablePrefixCaching,
   kSetSpeculativeTokens,
-  kQuantizeWeights,  // applied by a restart (Action::restart_flags), not UpdateOptions
+  kQuantizeWeights,    // applied by a restart (Action::restart_flags), not UpdateOptions
+  kSetTensorParallel,  // a restart too: fewer ranks where they share one host's memory
   kCount
 };
 const char* ActionKindName(ActionKind k);  // "enable_cuda_graphs", ...

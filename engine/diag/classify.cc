@@ -279,7 +279,8 @@ Evidence Weigh(const StepCosts& c, const Profile& p, const AnalyzerContext& ctx,
 
 // Where the window's collectives went between the ranks: rank 0's step records for the time and
 // bytes, the ranks' logs (ctx.tp) for transfer against wait and the load balance.
-TensorParallelProfile TensorParallel(const StepCosts& c, const AnalyzerContext& ctx) {
+TensorParallelProfile TensorParallel(const StepCosts& c, const Profile& p, const Calibration& cal,
+                                     const AnalyzerContext& ctx) {
   TensorParallelProfile t;
   if (ctx.tp.ranks <= 1 && c.collectives == 0) return t;
   const TpStats& s = ctx.tp;
@@ -298,6 +299,12 @@ TensorParallelProfile TensorParallel(const StepCosts& c, const AnalyzerContext& 
     t.load_balance = s.LoadBalance();
     t.slowest_rank = s.SlowestRank();
     t.slowest_over_fastest = s.SlowestOverFastest();
+    // The window's mean all-reduce: its steps' mean token rows of the hidden size, f32.
+    const double n = s.ranks,
+                 bus = 2 * (n - 1) / n * p.mean_batch_tokens * ctx.model.hidden_size * 4;
+    t.transfer_us = s.collectives > 0 ? s.transfer_us / s.collectives : 0;
+    t.calibrated_us = cal.AllReduceUs(bus);
+    t.transfer_vs_calibrated = t.calibrated_us > 0 ? t.transfer_us / t.calibrated_us : 0;
   }
   return t;
 }
@@ -321,13 +328,18 @@ std::string CommunicationSentence(const TensorParallelProfile& t) {
                                     t.load_balance));
   } else {
     absl::StrAppend(
-        &out, absl::StrFormat("; transfer %.0f%%: %.0f all-reduces x %.0f us at %.0f KB over %s%s",
-                              100 * t.transfer_share, t.collectives_per_step,
-                              t.mean_collective_us * t.transfer_share,
-                              t.mean_collective_bytes / 1024, t.transport,
-                              t.single_host ? "; the ranks share one host's memory, so they add "
-                                              "no bandwidth to pay for it"
-                                            : ""));
+        &out,
+        absl::StrFormat(
+            "; transfer %.0f%%: %.0f all-reduces x %.0f us at %.0f KB over %s%s%s",
+            100 * t.transfer_share, t.collectives_per_step, t.mean_collective_us * t.transfer_share,
+            t.mean_collective_bytes / 1024, t.transport,
+            t.calibrated_us > 0 ? absl::StrFormat(" (a transfer %.1fx the %.0f us the link was "
+                                                  "calibrated at)",
+                                                  t.transfer_vs_calibrated, t.calibrated_us)
+                                : std::string(),
+            t.single_host ? "; the ranks share one host's memory, so they add "
+                            "no bandwidth to pay for it"
+                          : ""));
   }
   return out;
 }
@@ -543,7 +555,7 @@ Verdict Classify(const std::vector<StepRecord>& steps, const Profile& p, const C
   v.signals = e.List();
   v.host_per_step = {c.schedule / c.steps, c.prepare / c.steps,     c.postprocess / c.steps,
                      c.loop_gap / c.steps, sums.hidden_host_us > 0, ctx.backend == "cuda"};
-  v.tensor_parallel = TensorParallel(c, ctx);
+  v.tensor_parallel = TensorParallel(c, p, cal, ctx);
   Decide(c, e, &v);
   NameHeadroom(sums, p, cal, th, &v);
   // Writing: the class's sentence, headroom or contention, and the window's note.

@@ -33,9 +33,14 @@ absl::Status DiagnosticsSession::Start(Engine* engine, const CalibrationSource& 
     cal.source = "measured";
   }
   std::cerr << absl::StrFormat(
-      "%s: calibration (%s): GEMM %.1f GFLOP/s, bandwidth %.1f GB/s, dispatch %.2f us/op%s\n",
+      "%s: calibration (%s): GEMM %.1f GFLOP/s, bandwidth %.1f GB/s, dispatch %.2f us/op%s%s\n",
       log_name_, cal.source, cal.gemm_flops_per_s / 1e9, cal.bandwidth_bytes_per_s / 1e9,
-      cal.op_dispatch_us, ms > 0 ? absl::StrFormat(", measured in %.0f ms", ms) : std::string());
+      cal.op_dispatch_us,
+      cal.allreduce_bytes_per_s > 0
+          ? absl::StrFormat(", all-reduce %.1f us + bus bytes at %.1f GB/s",
+                            cal.allreduce_latency_us, cal.allreduce_bytes_per_s / 1e9)
+          : std::string(),
+      ms > 0 ? absl::StrFormat(", measured in %.0f ms", ms) : std::string());
   if (!cal.stable) {
     std::cerr << log_name_
               << ": warning: calibration trials did not agree (busy machine?): " << cal.gemm_method

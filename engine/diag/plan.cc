@@ -554,7 +554,7 @@ const char* ActionKindName(ActionKind k) {
   static constexpr std::array kNames{
       "enable_cuda_graphs",       "raise_max_num_seqs",    "raise_max_num_batched_tokens",
       "raise_client_concurrency", "enable_prefix_caching", "set_speculative_tokens",
-      "quantize_weights"};
+      "quantize_weights",         "set_tensor_parallel"};
   return EnumLookup(kNames, k, "?");
 }
 
@@ -637,6 +637,7 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   AddSpeculation(b, &plan);
   AddRaiseClientConcurrency(b, &plan);
   AddQuantizeWeights(b, &plan);
+  AddTensorParallel(b, &plan);
   if (plan.actions.empty()) plan.note = NoActionNote(v, plan, th, ctx.event_thread, b.declined);
   return plan;
 }

@@ -126,5 +126,6 @@ struct PlanBuild {
 
 // Fewer bytes per weight where CPU decode is memory-bound (plan_quantize.cc); last in the plan.
 void AddQuantizeWeights(PlanBuild& b, Plan* plan);
+void AddTensorParallel(PlanBuild& b, Plan* plan);  // plan_tp.cc
 
 }  // namespace saturn

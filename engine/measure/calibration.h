@@ -63,6 +63,17 @@ struct Calibration {
   // weight bytes per second (CPU; 0 elsewhere and in older files). A decode step of B rows
   // then takes bytes x (1/r1 + (1/r8 - 1/r1)(B - 1)/7) for its q8_0 GEMMs.
   double q8_0_stream_bytes_per_s = 0, q8_0_stream8_bytes_per_s = 0;
+  // Tensor parallelism: the group's all-reduce at the model's message sizes, fitted as
+  // latency + bus bytes / bandwidth (bus bytes: 2 (n - 1) / n of the message, op_cost.h); 0
+  // without a group (and in older files). allreduce_method says how, over what transport.
+  double allreduce_latency_us = 0, allreduce_bytes_per_s = 0;
+  std::string allreduce_method;
+  // The fitted time of one all-reduce moving `bus_bytes` (0 where not calibrated).
+  double AllReduceUs(double bus_bytes) const {
+    return allreduce_bytes_per_s > 0
+               ? allreduce_latency_us + bus_bytes / allreduce_bytes_per_s * 1e6
+               : 0;
+  }
   double ridge_flops_per_byte() const {
     return bandwidth_bytes_per_s > 0 ? gemm_flops_per_s / bandwidth_bytes_per_s : 0;
   }

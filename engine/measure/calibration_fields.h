@@ -46,6 +46,9 @@ inline constexpr CalibrationField kCalibrationFields[] = {
     {"q8_0_gemm_flops_per_s", &Calibration::q8_0_gemm_flops_per_s, false},
     {"q8_0_stream_bytes_per_s", &Calibration::q8_0_stream_bytes_per_s, false},
     {"q8_0_stream8_bytes_per_s", &Calibration::q8_0_stream8_bytes_per_s, false},
+    {"allreduce_latency_us", &Calibration::allreduce_latency_us, false},
+    {"allreduce_bytes_per_s", &Calibration::allreduce_bytes_per_s, false},
+    {"allreduce_method", &Calibration::allreduce_method, false},
 };
 
 }  // namespace saturn

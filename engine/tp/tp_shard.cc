@@ -54,6 +54,12 @@ absl::Status CheckTensorParallel(const ModelConfig& m, int ranks) {
                    ok.empty() ? "none above 1" : absl::StrJoin(ok, ", ")));
 }
 
+std::vector<int64_t> VocabCounts(int vocab, int ranks) {
+  std::vector<int64_t> counts(std::max(1, ranks), vocab / std::max(1, ranks));
+  for (int r = 0; r < vocab % std::max(1, ranks); ++r) ++counts[r];
+  return counts;
+}
+
 ModelConfig ShardConfig(const ModelConfig& m, int ranks) {
   ModelConfig s = m;
   s.num_heads = m.num_heads / ranks;
@@ -93,10 +99,12 @@ absl::StatusOr<ModelWeights> ShardWeights(ModelWeights full, int rank, int ranks
     l.wo = Columns(l.wo, d, hq, rank * hq_r, hq_r);
     l.w_down = Columns(l.w_down, d, f, rank * f_r, f_r);
   }
-  if (rank != 0) {
-    full.lm_head.clear();
-    full.lm_head.shrink_to_fit();
-  }
+  const std::vector<int64_t> counts = VocabCounts(m.vocab_size, ranks);
+  int64_t first = 0;
+  for (int r = 0; r < rank; ++r) first += counts[r];
+  std::vector<float> head;
+  AppendRows(m.tie_word_embeddings ? full.embedding : full.lm_head, d, first, counts[rank], &head);
+  full.lm_head = std::move(head);
   return full;
 }
 

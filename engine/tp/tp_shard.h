@@ -2,9 +2,13 @@
 // t holds heads [r H/t, (r+1) H/t) of q, k and v and the same slice of the SwiGLU's gate and up
 // rows (column-parallel: no communication before them), and the matching input columns of
 // o_proj and down_proj (row-parallel: each rank's product is a partial sum, all-reduced after
-// it). The embedding, the norms and the LM head stay whole (the head on rank 0 only, which
-// samples). GQA groups stay on one rank: t must divide the KV heads.
+// it). The LM head is split by vocabulary (each rank's slice of the logits, gathered on rank 0,
+// which samples; Megatron's parallel head, as vLLM's ParallelLMHead). The embedding and the
+// norms stay whole. GQA groups stay on one rank: t must divide the KV heads.
 #pragma once
+
+#include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,8 +25,13 @@ absl::Status CheckTensorParallel(const ModelConfig& m, int ranks);
 // (hidden size, vocabulary and layers unchanged).
 ModelConfig ShardConfig(const ModelConfig& m, int ranks);
 
-// Rank `rank`'s slice of `full` (config unchanged, the full model's). Ranks other than 0 keep
-// no LM head. `full`'s matrices are released as they are sliced.
+// The vocabulary split of a parallel LM head: each rank's row count, in rank order (the first
+// vocab % ranks ranks take one more).
+std::vector<int64_t> VocabCounts(int vocab, int ranks);
+
+// Rank `rank`'s slice of `full` (config unchanged, the full model's). Every rank's lm_head is
+// its VocabCounts rows of the head (of the embedding where tied; the embedding itself stays
+// whole). `full`'s matrices are released as they are sliced.
 absl::StatusOr<ModelWeights> ShardWeights(ModelWeights full, int rank, int ranks);
 
 }  // namespace saturn

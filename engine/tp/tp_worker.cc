@@ -158,6 +158,18 @@ absl::Status RunTpWorker(Communicator* comm, const std::string& log_prefix) {
         }
         RETURN_IF_ERROR(shard->runner->ServeStep(h));
         break;
+      case TpMessage::kLogits:
+        if (shard == nullptr) {
+          return absl::InternalError("tensor_parallel: logits asked with no shard loaded");
+        }
+        RETURN_IF_ERROR(shard->runner->ServeLogits(h));
+        break;
+      case TpMessage::kCommProbe:
+        if (shard == nullptr) {
+          return absl::InternalError("tensor_parallel: a probe arrived with no shard loaded");
+        }
+        RETURN_IF_ERROR(shard->runner->ServeCommProbe(h));
+        break;
       case TpMessage::kFetch:
         if (shard == nullptr) {
           return absl::InternalError("tensor_parallel: a fetch arrived with no shard loaded");

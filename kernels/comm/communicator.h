@@ -34,6 +34,10 @@ class Communicator {
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
   // Every rank's `value`, indexed by rank, on every rank.
   virtual absl::StatusOr<std::vector<int64_t>> AllGather(int64_t value) = 0;
+  // Rank r's counts[r] floats at `send` placed one after another in rank order at `recv` on
+  // `root` (recv is unused elsewhere; counts are the same on every rank).
+  virtual absl::Status GatherFloats(const float* send, const std::vector<int64_t>& counts,
+                                    float* recv, int root) = 0;
   // Every rank's `bytes`, indexed by rank, on `root` (other ranks get an empty vector).
   virtual absl::StatusOr<std::vector<std::string>> Gather(const std::string& bytes, int root) = 0;
 };

@@ -139,6 +139,32 @@ absl::StatusOr<std::vector<int64_t>> MpiCommunicator::AllGather(int64_t value) {
   return all;
 }
 
+absl::Status MpiCommunicator::GatherFloats(const float* send, const std::vector<int64_t>& counts,
+                                           float* recv, int root) {
+  if (static_cast<int>(counts.size()) != size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gather: ", counts.size(), " counts for ", size_, " ranks"));
+  }
+  if (size_ == 1) {
+    std::copy_n(send, counts[0], recv);
+    return absl::OkStatus();
+  }
+  std::vector<int> n(size_), at(size_);
+  int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    n[r] = static_cast<int>(counts[r]);
+    at[r] = static_cast<int>(total);
+    total += counts[r];
+  }
+  if (total > kMaxCount) return absl::InvalidArgumentError("gather: too many values");
+  if (int rc = MPI_Gatherv(send, n[rank_], MPI_FLOAT, recv, n.data(), at.data(), MPI_FLOAT, root,
+                           Comm(comm_));
+      rc != MPI_SUCCESS) {
+    return MpiError("MPI_Gatherv", rc);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<std::string>> MpiCommunicator::Gather(const std::string& bytes,
                                                                  int root) {
   if (size_ == 1) return std::vector<std::string>{bytes};

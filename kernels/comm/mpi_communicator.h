@@ -28,6 +28,8 @@ class MpiCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::StatusOr<std::vector<int64_t>> AllGather(int64_t value) override;
   absl::StatusOr<std::vector<std::string>> Gather(const std::string& bytes, int root) override;
+  absl::Status GatherFloats(const float* send, const std::vector<int64_t>& counts, float* recv,
+                            int root) override;
 
   // Ends the whole job at once (every rank), where a rank cannot go on and waiting for the
   // others would hang: MPI_Abort.

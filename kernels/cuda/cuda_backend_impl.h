@@ -278,6 +278,12 @@ class CudaBackend final : public Backend {
         "tensor_parallel: the cuda backend sums over NCCL, which is not built yet; use "
         "--backend=cpu");
   }
+  absl::Status DoGatherColumns(const Tensor& /*part*/, const std::vector<int64_t>& /*counts*/,
+                               const Tensor& /*whole*/) override {
+    return absl::UnimplementedError(
+        "tensor_parallel: the cuda backend gathers over NCCL, which is not built yet; use "
+        "--backend=cpu");
+  }
 
   void MarkOpDeviceBegin(size_t index) override { MarkOp(index, /*end=*/false); }
   void MarkOpDeviceEnd(size_t index) override { MarkOp(index, /*end=*/true); }

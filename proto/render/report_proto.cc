@@ -278,6 +278,9 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
     o->set_slowest_rank(t.slowest_rank);
     o->set_slowest_over_fastest(t.slowest_over_fastest);
     o->set_comm_vs_roofline_floor(t.comm_vs_roofline_floor);
+    o->set_transfer_us(t.transfer_us);
+    o->set_calibrated_us(t.calibrated_us);
+    o->set_transfer_vs_calibrated(t.transfer_vs_calibrated);
   }
   for (const Action& a : r.plan.actions) ToProto(a, out->add_plan());
   out->set_plan_note(r.plan.note);

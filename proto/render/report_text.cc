@@ -56,6 +56,12 @@ void Verdict(const v1::DiagnosticsReport& r, std::string* out) {
           t.slowest_over_fastest(), static_cast<int>(t.steps()),
           t.single_host() ? "; one host: the ranks share its memory bandwidth" : "");
     }
+    if (t.calibrated_us() > 0) {
+      absl::StrAppendFormat(out,
+                            "%-10s an all-reduce's transfer %.1f us, %.2fx the %.1f us the link "
+                            "was calibrated at for this message\n",
+                            "", t.transfer_us(), t.transfer_vs_calibrated(), t.calibrated_us());
+    }
   }
   if (!r.headroom().empty()) {
     absl::StrAppendFormat(out, "%-10s steps at %.0f%% of peak FLOP/s, %.0f%% of bandwidth%s\n",

@@ -95,7 +95,7 @@ void EngineMetrics(const Engine& engine, DiagnosticsState* diag, double window_s
   const EngineInfo info = engine.info();
   Gauge("saturn:weight_bytes",
         "Bytes of weights this process holds (under tensor parallelism: this rank's share of the "
-        "layers, the embedding, and on rank 0 the LM head).",
+        "layers and of the LM head's vocabulary, and the whole embedding).",
         static_cast<double>(info.weight_bytes), out);
   if (const TensorParallelProfile& t = r.verdict.tensor_parallel; info.tensor_parallel > 1) {
     Gauge("saturn:tensor_parallel_ranks", "Ranks the model is split over (--tensor_parallel).",

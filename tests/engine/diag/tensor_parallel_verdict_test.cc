@@ -54,10 +54,11 @@ TpStats Ranks(int steps, double compute0, double compute1, double wait0, double 
   return s;
 }
 
-DiagnosticsReport Judge(const std::vector<StepRecord>& steps, const TpStats& tp) {
+DiagnosticsReport Judge(const std::vector<StepRecord>& steps, const TpStats& tp,
+                        const Calibration& cal = testing_diag::TestCalibration()) {
   AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 8);
   ctx.tp = tp;
-  return Analyze(steps, 0, steps.back().end_us, testing_diag::TestCalibration(), ctx);
+  return Analyze(steps, 0, steps.back().end_us, cal, ctx);
 }
 
 TEST(TensorParallelVerdictTest, ASlowRanksWaitsMakeItCommunicationBoundAndSayWhichRank) {
@@ -93,6 +94,21 @@ TEST(TensorParallelVerdictTest, BalancedRanksMovingBytesAreTransferBound) {
   EXPECT_NE(r.verdict.summary.find("over Open MPI"), std::string::npos) << r.verdict.summary;
   EXPECT_NE(r.verdict.summary.find("share one host's memory"), std::string::npos);
   EXPECT_GT(r.verdict.tensor_parallel.load_balance, 0.99);
+  EXPECT_EQ(r.verdict.tensor_parallel.calibrated_us, 0);  // no link calibrated
+
+  // With the link calibrated: 8 rows of 768 f32 (24 KB) at 10 us + 1 GB/s take 34.6 us, and
+  // each all-reduce's transfer (1.92e6 - 0.03e6 us over 40 steps x 24) is about 1,969 us.
+  Calibration cal = testing_diag::TestCalibration();
+  cal.allreduce_latency_us = 10;
+  cal.allreduce_bytes_per_s = 1e9;
+  const DiagnosticsReport k =
+      Judge(steps, Ranks(40, 1.6e6, 1.61e6, 0.03e6, 0.02e6, 1.92e6, 1.9e6), cal);
+  const TensorParallelProfile& t = k.verdict.tensor_parallel;
+  EXPECT_NEAR(t.calibrated_us, 10 + 8 * 768 * 4 / 1e3, 1e-6);
+  EXPECT_NEAR(t.transfer_us, (1.92e6 - 0.03e6) / (40 * 24), 1e-6);
+  EXPECT_NEAR(t.transfer_vs_calibrated, t.transfer_us / t.calibrated_us, 1e-9);
+  EXPECT_NE(k.verdict.summary.find("the link was calibrated at"), std::string::npos)
+      << k.verdict.summary;
 }
 
 TEST(TensorParallelVerdictTest, WithoutCollectivesItIsNeverCommunicationBound) {
@@ -118,6 +134,44 @@ TEST(TensorParallelVerdictTest, ASmallCommunicationShareStaysBesideTheStepsOwnCl
       << r.verdict.summary;
   EXPECT_GT(r.verdict.tensor_parallel.comm_share, 0.10);
   EXPECT_LT(r.verdict.tensor_parallel.comm_vs_roofline_floor, 1);
+}
+
+// On one host the ranks share its memory bandwidth: the plan offers serving at
+// tensor_parallel 1, the step as measured less its collectives, applied by a restart. Across
+// hosts (the ranks add bandwidth) it does not.
+TEST(TensorParallelVerdictTest, OnOneHostThePlanOffersOneRankWithoutTheCollectives) {
+  const std::vector<StepRecord> steps = StepsWithCollectives(40, 400);
+  const DiagnosticsReport r = Judge(steps, Ranks(40, 1.6e6, 1.62e6, 0.2e6, 0.1e6, 0.38e6, 0.37e6));
+  const Action* tp = nullptr;
+  for (const Action& a : r.plan.actions) {
+    if (a.kind == ActionKind::kSetTensorParallel) tp = &a;
+  }
+  ASSERT_NE(tp, nullptr) << r.plan.note;
+  EXPECT_STREQ(ActionKindName(tp->kind), "set_tensor_parallel");
+  EXPECT_EQ(tp->restart_flags, "--tensor_parallel 1");
+  EXPECT_EQ(tp->from, 2);
+  EXPECT_EQ(tp->to, 1);
+  const double share = r.verdict.tensor_parallel.comm_share;
+  EXPECT_NEAR(tp->tokens_per_s_after / tp->tokens_per_s_before, 1 / (1 - share), 1e-9);
+  EXPECT_NEAR(tp->tpot_ms_after / tp->tpot_ms_before, 1 - share, 1e-9);
+  EXPECT_TRUE(tp->outside_measured);
+  bool fit = false;
+  for (const FailureMode& f : tp->tradeoffs) fit |= f.name == "weights_fit";
+  EXPECT_TRUE(fit);
+
+  TpStats apart = Ranks(40, 1.6e6, 1.62e6, 0.2e6, 0.1e6, 0.38e6, 0.37e6);
+  apart.single_host = false;
+  for (const Action& a : Judge(steps, apart).plan.actions) {
+    EXPECT_NE(a.kind, ActionKind::kSetTensorParallel) << a.what;
+  }
+  testing_diag::TrueModel t;
+  testing_diag::StepSpec s;
+  s.seqs = 8;
+  s.max_num_seqs = 8;
+  for (const Action& a :
+       Judge(testing_diag::Steps(testing_diag::Small(), t, s, 40), TpStats{}).plan.actions) {
+    EXPECT_NE(a.kind, ActionKind::kSetTensorParallel) << a.what;
+  }
 }
 
 TEST(TensorParallelVerdictTest, ARecordingKeepsTheRanksAndJudgesTheSame) {

@@ -167,6 +167,46 @@ bool SameBits(const Output& a, const Output& b) {
          std::memcmp(a.logprobs.data(), b.logprobs.data(), a.logprobs.size() * sizeof(float)) == 0;
 }
 
+// Prompt logprobs take the head again after the step (the workers' vocabulary slices of those
+// rows, gathered on rank 0): the same values as one rank's, within 1e-4.
+TEST(TensorParallelTest, PromptLogprobsMatchOneRank) {
+  std::vector<std::vector<float>> got[2];
+  for (int tp : {1, 2}) {
+    EngineConfig c = Config("tiny", tp);
+    c.dtype = "f32";
+    auto e = Engine::Create(c);
+    ASSERT_TRUE(e.ok()) << e.status();
+    std::vector<std::unique_ptr<RequestStream>> streams;
+    for (int i = 0; i < 6; ++i) {
+      GenerateRequest r = Prompt(i, 3, 4096);
+      r.sampling.prompt_logprobs = 2;
+      auto s = RequestStream::Open(e->get(), r);
+      ASSERT_TRUE(s.ok()) << s.status();
+      streams.push_back(std::move(*s));
+    }
+    for (auto& s : streams) {
+      std::vector<float> values;
+      TokenEvent ev;
+      while (s->Next(&ev)) {
+        for (const PositionLogprobs& p : ev.prompt_logprobs) {
+          values.push_back(p.token.logprob);
+          for (const TokenLogprob& t : p.top) values.push_back(t.logprob);
+        }
+      }
+      got[tp - 1].push_back(std::move(values));
+    }
+  }
+  ASSERT_EQ(got[0].size(), got[1].size());
+  for (size_t i = 0; i < got[0].size(); ++i) {
+    ASSERT_EQ(got[0][i].size(), got[1][i].size()) << "request " << i;
+    EXPECT_GT(got[0][i].size(), 3u) << "request " << i;
+    for (size_t k = 0; k < got[0][i].size(); ++k) {
+      if (std::isinf(got[0][i][k]) && std::isinf(got[1][i][k])) continue;
+      EXPECT_NEAR(got[0][i][k], got[1][i][k], 1e-4) << "request " << i << ", value " << k;
+    }
+  }
+}
+
 TEST(TensorParallelTest, ARequestsBitsDoNotDependOnItsBatchOrTheRun) {
   EngineConfig c = Config("small", 2);  // the CPU's default dtype and batch invariance
   constexpr int kRequests = 64, kTokens = 8;
@@ -200,7 +240,7 @@ TEST(TensorParallelTest, ARequestsBitsDoNotDependOnItsBatchOrTheRun) {
   EXPECT_GE(most, 16) << "the 64 requests were meant to share steps";
 }
 
-TEST(TensorParallelTest, StepRecordsHoldTwoAllReducesALayer) {
+TEST(TensorParallelTest, StepRecordsHoldTwoAllReducesALayerAndTheLogitsGather) {
   auto e = Engine::Create(Config("tiny", 2));
   ASSERT_TRUE(e.ok()) << e.status();
   auto s = RequestStream::Open(e->get(), Prompt(1, 6, 4096));
@@ -213,9 +253,14 @@ TEST(TensorParallelTest, StepRecordsHoldTwoAllReducesALayer) {
     const int tokens = r.num_prefill_tokens + r.num_decode_tokens;
     if (tokens == 0) continue;
     ++steps;
-    EXPECT_EQ(r.by_class[comm].count, 2 * layers) << "step " << r.step_id;
-    // Each all-reduce moves the step's hidden rows (f32) between the two ranks once each way.
-    EXPECT_DOUBLE_EQ(r.by_class[comm].bytes, 2.0 * layers * tokens * 256 * 4)
+    // Two all-reduces a layer, and where rows sample, the gather of rank 1's half of their
+    // logits (the vocabulary-parallel head) on rank 0.
+    const int gathers = r.num_sampled > 0 ? 1 : 0;
+    EXPECT_EQ(r.by_class[comm].count, 2 * layers + gathers) << "step " << r.step_id;
+    // Each all-reduce moves the step's hidden rows (f32) between the two ranks once each way;
+    // the gather half the sampled rows' 4096 logits.
+    EXPECT_DOUBLE_EQ(r.by_class[comm].bytes,
+                     2.0 * layers * tokens * 256 * 4 + 0.5 * r.num_sampled * 4096 * 4)
         << "step " << r.step_id;
     EXPECT_DOUBLE_EQ(r.by_class[comm].flops, 0);
   }
@@ -260,6 +305,32 @@ TEST(TensorParallelTest, ASlowRankShowsAsWaitsAndImbalance) {
   ASSERT_TRUE(balanced.ok()) << balanced.status();
   EXPECT_GE(balanced->steps, 10);
   EXPECT_LT(balanced->per_rank[0].wait_us / balanced->steps, 1000);
+}
+
+TEST(TensorParallelTest, CalibrationFitsTheGroupsAllReduce) {
+  auto e = Engine::Create(Config("tiny", 2));
+  ASSERT_TRUE(e.ok()) << e.status();
+  CalibrationOptions options;
+  options.quick = true;
+  absl::StatusOr<Calibration> cal = (*e)->Calibrate(options);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  EXPECT_GT(cal->allreduce_bytes_per_s, 0);
+  EXPECT_GE(cal->allreduce_latency_us, 0);
+  EXPECT_NE(cal->allreduce_method.find("2 ranks"), std::string::npos) << cal->allreduce_method;
+  EXPECT_NE(cal->allreduce_method.find("512 rows"), std::string::npos) << cal->allreduce_method;
+  // The fit grows with the message, and a megabyte costs more than a few bytes.
+  EXPECT_GT(cal->AllReduceUs(1 << 20), cal->AllReduceUs(1024));
+  // The engine still serves after the probe (the workers went back to their loop).
+  auto s = RequestStream::Open(e->get(), Prompt(2, 4, 4096));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(Collect(s->get()).tokens.size(), 4u);
+  // Without a group there is nothing to fit.
+  auto one = Engine::Create(Config("tiny", 1));
+  ASSERT_TRUE(one.ok()) << one.status();
+  absl::StatusOr<Calibration> alone = (*one)->Calibrate(options);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->allreduce_bytes_per_s, 0);
+  EXPECT_TRUE(alone->allreduce_method.empty());
 }
 
 TEST(TensorParallelTest, ARankCountTheModelCannotSplitIsRefusedByName) {

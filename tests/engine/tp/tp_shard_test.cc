@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "engine/model/weights.h"
 
@@ -69,15 +71,22 @@ TEST(TpShardTest, EachRankHoldsItsHeadsRowsAndColumns) {
     }
     EXPECT_EQ(s.embedding, full.embedding);
     EXPECT_EQ(s.final_norm, full.final_norm);
-    EXPECT_EQ(s.lm_head.empty(), true);  // tiny is tied: no separate head on any rank
+    // tiny is tied: each rank's head is its half of the embedding's rows (2048 of 4096).
+    ASSERT_EQ(static_cast<int64_t>(s.lm_head.size()), 2048 * d);
+    EXPECT_TRUE(std::equal(s.lm_head.begin(), s.lm_head.end(),
+                           full.embedding.begin() + static_cast<int64_t>(r) * 2048 * d));
   }
-  // An untied head stays whole on rank 0, which samples, and on no other rank.
+  // An untied head is split the same way; a vocabulary that does not divide gives the first
+  // ranks a row more.
   ModelConfig untied = m;
   untied.tie_word_embeddings = false;
   const ModelWeights with_head = RandomWeights(untied, 7).value();
   ASSERT_FALSE(with_head.lm_head.empty());
-  EXPECT_EQ(ShardWeights(with_head, 0, kRanks).value().lm_head, with_head.lm_head);
-  EXPECT_TRUE(ShardWeights(with_head, 1, kRanks).value().lm_head.empty());
+  const ModelWeights head1 = ShardWeights(with_head, 1, kRanks).value();
+  EXPECT_TRUE(
+      std::equal(head1.lm_head.begin(), head1.lm_head.end(), with_head.lm_head.begin() + 2048 * d));
+  EXPECT_EQ(VocabCounts(4096, 2), (std::vector<int64_t>{2048, 2048}));
+  EXPECT_EQ(VocabCounts(32001, 4), (std::vector<int64_t>{8001, 8000, 8000, 8000}));
   EXPECT_FALSE(ShardWeights(full, 2, kRanks).ok());
   EXPECT_FALSE(ShardWeights(full, 0, 3).ok());
 }
