@@ -153,29 +153,22 @@ absl::Status RunTpWorker(Communicator* comm, const std::string& log_prefix) {
         break;
       }
       case TpMessage::kStep:
-        if (shard == nullptr) {
-          return absl::InternalError("tensor_parallel: a step arrived with no shard loaded");
-        }
-        RETURN_IF_ERROR(shard->runner->ServeStep(h));
-        break;
       case TpMessage::kLogits:
-        if (shard == nullptr) {
-          return absl::InternalError("tensor_parallel: logits asked with no shard loaded");
-        }
-        RETURN_IF_ERROR(shard->runner->ServeLogits(h));
-        break;
       case TpMessage::kCommProbe:
+      case TpMessage::kFetch: {
+        // What a loaded shard serves between a session's start and its stop.
         if (shard == nullptr) {
-          return absl::InternalError("tensor_parallel: a probe arrived with no shard loaded");
+          return absl::InternalError(
+              absl::StrCat("tensor_parallel: message ", h.kind, " arrived with no shard loaded"));
         }
-        RETURN_IF_ERROR(shard->runner->ServeCommProbe(h));
+        ModelRunner& r = *shard->runner;
+        const TpMessage kind = static_cast<TpMessage>(h.kind);
+        RETURN_IF_ERROR(kind == TpMessage::kStep        ? r.ServeStep(h)
+                        : kind == TpMessage::kLogits    ? r.ServeLogits(h)
+                        : kind == TpMessage::kCommProbe ? r.ServeCommProbe(h)
+                                                        : r.ServeFetch(h));
         break;
-      case TpMessage::kFetch:
-        if (shard == nullptr) {
-          return absl::InternalError("tensor_parallel: a fetch arrived with no shard loaded");
-        }
-        RETURN_IF_ERROR(shard->runner->ServeFetch(h));
-        break;
+      }
       case TpMessage::kStop:
         shard.reset();
         break;
