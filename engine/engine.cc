@@ -294,6 +294,7 @@ absl::Status Engine::Impl::StartTensorParallel(ModelWeights weights, RunnerConfi
   }();
   if (runner.ok()) runner_ = std::move(*runner);
   RETURN_IF_ERROR(AgreeTpStart(comm, runner.status()));
+  runner_->OpenTpSession();
   std::cerr << absl::StrCat("saturn: tensor_parallel ", rc.tp_size, " over ", comm->transport(),
                             ": rank 0 holds ", runner_->weight_bytes() >> 20,
                             " MiB of weights (its share of the layers and of the LM head's "

@@ -26,7 +26,7 @@ ModelRunner::ModelRunner(Backend* backend, const ModelConfig& model, const Runne
       config_(config) {}
 
 ModelRunner::~ModelRunner() {
-  if (config_.tp_size > 1 && config_.tp_rank == 0) {
+  if (tp_session_open_) {
     TpHeader h;
     h.kind = static_cast<int64_t>(TpMessage::kStop);
     // A group whose peer is gone cannot be told; its launcher ends it.

@@ -81,8 +81,12 @@ class ModelRunner {
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(Backend* backend,
                                                              const ModelWeights& weights,
                                                              const RunnerConfig& config);
-  // Rank 0 of a group tells the workers the session is over (TpMessage::kStop).
+  // Rank 0 of a group whose session opened tells the workers it is over (TpMessage::kStop).
   ~ModelRunner();
+  // Rank 0: every rank agreed its shard loaded (AgreeTpStart), so the workers now wait for
+  // steps and, when this runner goes, for kStop. Until then (a runner that failed half-built,
+  // or a group that did not agree) its end sends nothing: the workers are not listening for it.
+  void OpenTpSession() { tp_session_open_ = config_.tp_size > 1 && config_.tp_rank == 0; }
 
   // A worker (tp_rank > 0): receives the step `header` announces and runs its shard of the
   // forward pass, its vocabulary slice of the LM head included (rank 0 samples). Its collectives
@@ -189,6 +193,7 @@ class ModelRunner {
   // Appends the step just ended (its op records) to tp_log_.
   void LogTpStep(const StepTiming& timing);
   int64_t tp_test_delay_us_ = 0;  // set_tp_test_delay_us
+  bool tp_session_open_ = false;  // OpenTpSession
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Buffers> buf_;
   size_t weight_bytes_ = 0;
