@@ -43,6 +43,7 @@ absl::Status ModelRunner::ShareStep(int num_tokens, int num_seqs, int num_sample
   h.kind = static_cast<int64_t>(TpMessage::kStep);
   h.seq = ++tp_seq_;
   tp_step_start_us_ = NowUs();
+  MarkTpStepStart();
   h.payload_bytes = static_cast<int64_t>(staging + flags + from);
   h.num_tokens = num_tokens;
   h.num_seqs = num_seqs;
@@ -87,6 +88,7 @@ absl::Status ModelRunner::ServeStep(const TpHeader& h) {
   b.attended_pairs = h.attended_pairs;
   b.context_tokens = h.context_tokens;
   tp_seq_ = h.seq;
+  MarkTpStepStart();
   backend_->BeginStep(true);
   RETURN_IF_ERROR(backend_->Upload(
       b.h_inputs.get(),
@@ -104,8 +106,23 @@ namespace {
 constexpr size_t kTpLogSteps = 8192;  // about 1.5 MB at 16 layers
 }  // namespace
 
+void ModelRunner::MarkTpStepStart() {
+  if (!tp_threads_tracked_) {
+    tp_threads_tracked_ = true;
+    tp_threads_.Track(CurrentThreadId());
+    for (int tid : backend_->HostThreadIds()) {
+      if (tid > 0) tp_threads_.Track(tid);
+    }
+  }
+  tp_sched_at_start_ = tp_threads_.Read();
+}
+
 void ModelRunner::LogTpStep(const StepTiming& timing) {
   TpStepEntry e;
+  if (const SchedStat now = tp_threads_.Read(); now.available && tp_sched_at_start_.available) {
+    e.run_us = static_cast<float>((now.run_ns - tp_sched_at_start_.run_ns) * 1e-3);
+    e.wait_us = static_cast<float>((now.wait_ns - tp_sched_at_start_.wait_ns) * 1e-3);
+  }
   e.seq = tp_seq_;
   e.start_us = tp_worker() ? 0 : tp_step_start_us_;
   e.step_us = timing.device_span_us;

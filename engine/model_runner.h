@@ -35,6 +35,7 @@
 #include "engine/scheduler.h"
 #include "engine/tp/tp_protocol.h"
 #include "kernels/backend.h"
+#include "kernels/schedstat.h"
 
 namespace saturn {
 
@@ -194,6 +195,12 @@ class ModelRunner {
   void LogTpStep(const StepTiming& timing);
   int64_t tp_test_delay_us_ = 0;  // set_tp_test_delay_us
   bool tp_session_open_ = false;  // OpenTpSession
+  // The threads that compute this rank's steps (the caller's and the backend's), read around
+  // each step for TpStepEntry's run and wait; tracked at the first step.
+  ThreadSchedSet tp_threads_;
+  bool tp_threads_tracked_ = false;
+  SchedStat tp_sched_at_start_;
+  void MarkTpStepStart();
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Buffers> buf_;
   size_t weight_bytes_ = 0;

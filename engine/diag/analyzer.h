@@ -261,7 +261,10 @@ struct TensorParallelProfile {
   double transfer_share = 0;         // the rest: moving the bytes
   double load_balance = 1;           // mean compute / max compute over the ranks
   int slowest_rank = 0;
-  double slowest_over_fastest = 1;    // compute time, slowest rank / fastest
+  double slowest_over_fastest = 1;  // compute time, slowest rank / fastest
+  // Of the time the slowest rank's threads were runnable, the share they had a core (its
+  // schedstat); -1 where not measured. Under 0.9 the rank is slow because it waited for a core.
+  double slowest_run_share = -1;
   double comm_vs_roofline_floor = 0;  // transfer time / the step's roofline floor
   // An all-reduce's transfer (the least any rank spent in it) over the calibrated link's time
   // for the window's mean message (Calibration::AllReduceUs): over 1, the link ran slower than

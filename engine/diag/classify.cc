@@ -299,6 +299,7 @@ TensorParallelProfile TensorParallel(const StepCosts& c, const Profile& p, const
     t.load_balance = s.LoadBalance();
     t.slowest_rank = s.SlowestRank();
     t.slowest_over_fastest = s.SlowestOverFastest();
+    t.slowest_run_share = s.per_rank[t.slowest_rank].RunShare();
     // The window's mean all-reduce: its steps' mean token rows of the hidden size, f32.
     const double n = s.ranks,
                  bus = 2 * (n - 1) / n * p.mean_batch_tokens * ctx.model.hidden_size * 4;
@@ -307,6 +308,14 @@ TensorParallelProfile TensorParallel(const StepCosts& c, const Profile& p, const
     t.transfer_vs_calibrated = t.calibrated_us > 0 ? t.transfer_us / t.calibrated_us : 0;
   }
   return t;
+}
+
+// Whether the slowest rank's threads had their cores: "; its threads had a core 62% of ...".
+std::string RunShareClause(double run_share) {
+  if (run_share < 0) return "";
+  return absl::StrFormat("; its threads had a core %.0f%% of the time they were runnable%s",
+                         100 * run_share,
+                         run_share < 0.9 ? " (contended: other processes held its cores)" : "");
 }
 
 // COMMUNICATION_BOUND's sentence: which part of the collectives' time dominates, waits for a
@@ -322,10 +331,10 @@ std::string CommunicationSentence(const TensorParallelProfile& t) {
   if (t.wait_share >= 0.5) {
     absl::StrAppend(&out,
                     absl::StrFormat("; wait %.0f%%: rank %d computes %.2fx longer than the fastest "
-                                    "(load balance %.2f), and the others wait for it in every "
+                                    "(load balance %.2f)%s, and the others wait for it in every "
                                     "all-reduce",
                                     100 * t.wait_share, t.slowest_rank, t.slowest_over_fastest,
-                                    t.load_balance));
+                                    t.load_balance, RunShareClause(t.slowest_run_share)));
   } else {
     absl::StrAppend(
         &out,
@@ -356,6 +365,7 @@ std::string TensorParallelSentence(const TensorParallelProfile& t) {
                                           "(%.2fx the fastest's compute)",
                                           100 * t.wait_share, t.load_balance, t.slowest_rank,
                                           t.slowest_over_fastest));
+    if (t.load_balance < 0.9) out += RunShareClause(t.slowest_run_share);
   }
   return out;
 }

@@ -206,7 +206,9 @@ json TpJson(const TpStats& t) {
     ranks.push_back({{"step_us", r.step_us},
                      {"comm_us", r.comm_us},
                      {"wait_us", r.wait_us},
-                     {"compute_us", r.compute_us}});
+                     {"compute_us", r.compute_us},
+                     {"run_us", r.run_us},
+                     {"sched_wait_us", r.sched_wait_us}});
   }
   return {{"ranks", t.ranks}, {"transport", t.transport},     {"single_host", t.single_host},
           {"steps", t.steps}, {"collectives", t.collectives}, {"transfer_us", t.transfer_us},
@@ -223,7 +225,8 @@ TpStats TpFrom(const json& j) {
   t.transfer_us = j.at("transfer_us").get<double>();
   for (const json& r : j.at("per_rank")) {
     t.per_rank.push_back({r.at("step_us").get<double>(), r.at("comm_us").get<double>(),
-                          r.at("wait_us").get<double>(), r.at("compute_us").get<double>()});
+                          r.at("wait_us").get<double>(), r.at("compute_us").get<double>(),
+                          r.value("run_us", 0.0), r.value("sched_wait_us", 0.0)});
   }
   return t;
 }

@@ -30,6 +30,8 @@ std::string PackTpLog(const std::vector<TpStepEntry>& entries) {
     Put(&out, e.seq);
     Put(&out, e.start_us);
     Put(&out, e.step_us);
+    Put(&out, e.run_us);
+    Put(&out, e.wait_us);
     Put<int32_t>(&out, static_cast<int32_t>(e.comm_us.size()));
     for (float d : e.comm_us) Put(&out, d);
   }
@@ -45,7 +47,8 @@ bool UnpackTpLog(const std::string& bytes, std::vector<TpStepEntry>* entries) {
     TpStepEntry e;
     int32_t k = 0;
     if (!Take(bytes, &at, &e.seq) || !Take(bytes, &at, &e.start_us) ||
-        !Take(bytes, &at, &e.step_us) || !Take(bytes, &at, &k) || k < 0 ||
+        !Take(bytes, &at, &e.step_us) || !Take(bytes, &at, &e.run_us) ||
+        !Take(bytes, &at, &e.wait_us) || !Take(bytes, &at, &k) || k < 0 ||
         static_cast<size_t>(k) > (bytes.size() - at) / sizeof(float)) {
       return false;
     }
@@ -126,6 +129,8 @@ TpStats CombineTpLogs(const std::vector<std::vector<TpStepEntry>>& logs, double 
       for (float d : step[r]->comm_us) comm += d;
       k.step_us += step[r]->step_us;
       k.comm_us += comm;
+      k.run_us += step[r]->run_us;
+      k.sched_wait_us += step[r]->wait_us;
       k.compute_us += std::max(0.0, step[r]->step_us - comm);
     }
   }

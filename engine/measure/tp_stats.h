@@ -18,6 +18,9 @@ struct TpStepEntry {
   double start_us = 0;         // rank 0's clock; 0 on workers (their clocks are their own)
   double step_us = 0;          // the forward pass's span on this rank
   std::vector<float> comm_us;  // each collective of the step, in issue order
+  // The rank's compute threads over the step (schedstat): time on a core, and runnable but
+  // waiting for one; both 0 where Linux does not expose them.
+  float run_us = 0, wait_us = 0;
 };
 
 // A log as bytes and back (what the workers send rank 0). Unpack returns false on bytes that are
@@ -26,10 +29,15 @@ std::string PackTpLog(const std::vector<TpStepEntry>& entries);
 bool UnpackTpLog(const std::string& bytes, std::vector<TpStepEntry>* entries);
 
 struct TpRankStats {
-  double step_us = 0;     // summed over the window's steps
-  double comm_us = 0;     // in collectives
-  double wait_us = 0;     // of comm_us, beyond the collectives' transfer time
-  double compute_us = 0;  // step_us - comm_us
+  double step_us = 0;                    // summed over the window's steps
+  double comm_us = 0;                    // in collectives
+  double wait_us = 0;                    // of comm_us, beyond the collectives' transfer time
+  double compute_us = 0;                 // step_us - comm_us
+  double run_us = 0, sched_wait_us = 0;  // its threads' schedstat over the steps
+  // Of the time its threads were runnable, the share they had a core; -1 where not measured.
+  double RunShare() const {
+    return run_us + sched_wait_us > 0 ? run_us / (run_us + sched_wait_us) : -1;
+  }
 };
 
 // A window of a tensor-parallel group (ranks 0: not tensor parallel, or nothing logged).

@@ -281,6 +281,7 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
     o->set_transfer_us(t.transfer_us);
     o->set_calibrated_us(t.calibrated_us);
     o->set_transfer_vs_calibrated(t.transfer_vs_calibrated);
+    o->set_slowest_run_share(t.slowest_run_share);
   }
   for (const Action& a : r.plan.actions) ToProto(a, out->add_plan());
   out->set_plan_note(r.plan.note);

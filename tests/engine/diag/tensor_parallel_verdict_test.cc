@@ -48,8 +48,10 @@ TpStats Ranks(int steps, double compute0, double compute1, double wait0, double 
   s.transport = "Open MPI v4.1.4 (2 ranks, one host)";
   s.steps = steps;
   s.collectives = steps * 24;
-  s.per_rank = {{compute0 + comm0, comm0, wait0, compute0},
-                {compute1 + comm1, comm1, wait1, compute1}};
+  // Rank 1's threads had a core 62 % of the time they were runnable; rank 0's all of it.
+  s.per_rank = {{compute0 + comm0, comm0, wait0, compute0, compute0 + comm0, 0},
+                {compute1 + comm1, comm1, wait1, compute1, 0.62 * (compute1 + comm1),
+                 0.38 * (compute1 + comm1)}};
   s.transfer_us = comm0 - wait0;
   return s;
 }
@@ -77,8 +79,11 @@ TEST(TensorParallelVerdictTest, ASlowRanksWaitsMakeItCommunicationBoundAndSayWhi
   EXPECT_NEAR(t.collectives_per_step, 24, 1e-9);
   EXPECT_NEAR(t.mean_collective_us, 2000, 1e-6);
   EXPECT_GT(t.comm_vs_roofline_floor, 1);
+  EXPECT_NEAR(t.slowest_run_share, 0.62, 1e-9);
   for (const char* part : {"COMMUNICATION_BOUND: collectives take", "wait ",
-                           "rank 1 computes 1.40x longer than the fastest"}) {
+                           "rank 1 computes 1.40x longer than the fastest",
+                           "its threads had a core 62% of the time they were runnable "
+                           "(contended"}) {
     EXPECT_NE(r.verdict.summary.find(part), std::string::npos) << part << "\n" << r.verdict.summary;
   }
   bool comm_signal = false;
@@ -190,6 +195,7 @@ TEST(TensorParallelVerdictTest, ARecordingKeepsTheRanksAndJudgesTheSame) {
   ASSERT_EQ(tp.per_rank.size(), 2u);
   EXPECT_DOUBLE_EQ(tp.per_rank[1].compute_us, 2.24e6);
   EXPECT_DOUBLE_EQ(tp.per_rank[0].wait_us, 1.4e6);
+  EXPECT_NEAR(tp.per_rank[1].RunShare(), 0.62, 1e-12);
   EXPECT_EQ(Judge(back->input.steps, tp).verdict.bottleneck, Bottleneck::kCommunicationBound);
 }
 

@@ -41,6 +41,17 @@ TEST(TpStatsTest, TransferIsTheLeastTimeAnyRankSpentAndTheRestIsWait) {
   EXPECT_EQ(s.SlowestRank(), 0);
   EXPECT_DOUBLE_EQ(s.SlowestOverFastest(), 440.0 / 420);
   EXPECT_DOUBLE_EQ(s.LoadBalance(), (440.0 + 420) / 2 / 440);
+  EXPECT_EQ(s.per_rank[0].RunShare(), -1);  // no schedstat logged
+}
+
+TEST(TpStatsTest, ARanksRunShareIsItsThreadsTimeOnACoreOverTheirRunnableTime) {
+  std::vector<std::vector<TpStepEntry>> logs = {{Entry(1, 10, 500, {40})},
+                                                {Entry(1, 0, 500, {10})}};
+  logs[1][0].run_us = 310;
+  logs[1][0].wait_us = 190;
+  const TpStats s = CombineTpLogs(logs, 0, 100);
+  EXPECT_DOUBLE_EQ(s.per_rank[1].RunShare(), 0.62);
+  EXPECT_EQ(s.per_rank[0].RunShare(), -1);
 }
 
 TEST(TpStatsTest, OnlyRankZerosWindowAndStepsEveryRankLoggedCount) {
@@ -58,7 +69,9 @@ TEST(TpStatsTest, OnlyRankZerosWindowAndStepsEveryRankLoggedCount) {
 }
 
 TEST(TpStatsTest, ALogCrossesAsBytesAndTruncatedBytesAreRefused) {
-  const std::vector<TpStepEntry> log = {Entry(7, 1.5, 300, {1.25f, 2.5f}), Entry(8, 0, 310, {})};
+  std::vector<TpStepEntry> log = {Entry(7, 1.5, 300, {1.25f, 2.5f}), Entry(8, 0, 310, {})};
+  log[0].run_us = 240;
+  log[0].wait_us = 60;
   const std::string bytes = PackTpLog(log);
   std::vector<TpStepEntry> back;
   ASSERT_TRUE(UnpackTpLog(bytes, &back));
@@ -67,6 +80,8 @@ TEST(TpStatsTest, ALogCrossesAsBytesAndTruncatedBytesAreRefused) {
   EXPECT_DOUBLE_EQ(back[0].start_us, 1.5);
   EXPECT_EQ(back[0].comm_us, (std::vector<float>{1.25f, 2.5f}));
   EXPECT_TRUE(back[1].comm_us.empty());
+  EXPECT_EQ(back[0].run_us, 240);
+  EXPECT_EQ(back[0].wait_us, 60);
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     EXPECT_FALSE(UnpackTpLog(bytes.substr(0, cut), &back)) << cut;
   }

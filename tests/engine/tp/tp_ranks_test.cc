@@ -23,6 +23,7 @@
 #include "engine/model/weights.h"
 #include "engine/tp/tp_worker.h"
 #include "kernels/base/clock.h"
+#include "kernels/schedstat.h"
 #include "kernels/comm/mpi_communicator.h"
 
 namespace saturn {
@@ -294,6 +295,14 @@ TEST(TensorParallelTest, ASlowRankShowsAsWaitsAndImbalance) {
   EXPECT_GT(tp->per_rank[0].wait_us / tp->steps, 2000);
   EXPECT_LT(tp->per_rank[1].wait_us, tp->per_rank[0].wait_us / 4);
   EXPECT_NE(tp->transport.find("2 ranks"), std::string::npos) << tp->transport;
+  // Each rank's compute threads were read around its steps (schedstat, where Linux has it):
+  // rank 1's sleep is not runnable time, so it does not count as waiting for a core.
+  if (ReadThreadSchedStat().available) {
+    EXPECT_GT(tp->per_rank[0].run_us, 0);
+    EXPECT_GT(tp->per_rank[1].run_us, 0);
+    EXPECT_GT(tp->per_rank[1].RunShare(), 0);
+    EXPECT_LE(tp->per_rank[1].RunShare(), 1);
+  }
   // Without the delay the ranks balance.
   auto even = Engine::Create(Config("tiny", 2));
   ASSERT_TRUE(even.ok()) << even.status();
