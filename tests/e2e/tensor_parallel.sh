@@ -33,8 +33,10 @@ fi
 for b in "$server" "$load" "$diag"; do
   [ -x "$b" ] || fail "$b is not built"
 done
-# As root (CI) Open MPI asks for consent; two ranks may be more than the cores.
+# As root (CI) Open MPI asks for consent; two ranks may be more than the cores; containers often
+# withhold the ptrace rights shared memory's single-copy (CMA) needs.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/saturn_tp.XXXXXX")"
 pids=()
