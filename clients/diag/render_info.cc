@@ -95,6 +95,12 @@ std::string RenderInfo(const v1::ServerInfo& info, const v1::Calibration* calibr
       b.event_threads() > 0 ? absl::StrCat(b.event_threads(), " event thread(s)")
                             : "the engine thread",
       b.async_scheduling() ? ", steps overlapped (async scheduling)" : "");
+  if (b.tensor_parallel() > 1) {
+    absl::StrAppendFormat(&out,
+                          "%-12s %d ranks over %s; the weights above are rank 0's share (its "
+                          "layers' slice and its slice of the LM head, the embedding whole)\n",
+                          "tensor par.", b.tensor_parallel(), b.tensor_parallel_transport());
+  }
   absl::StrAppendFormat(&out,
                         "%-12s max_num_seqs %d (limit %d), max_num_batched_tokens %d (limit %d), "
                         "cuda_graphs %s\n",

@@ -102,6 +102,8 @@ void FillServerInfo(const Engine& engine, const PromptLimits& limits,
   bi->set_supports_cuda_graphs(info.supports_graphs);
   bi->set_event_threads(info.event_threads);
   bi->set_async_scheduling(info.async_scheduling);
+  bi->set_tensor_parallel(info.tensor_parallel);
+  bi->set_tensor_parallel_transport(info.tp_transport);
 
   ToProto(engine.options(), out->mutable_options());
 

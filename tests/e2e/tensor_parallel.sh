@@ -138,7 +138,10 @@ if command -v curl >/dev/null; then
     grep -q "^$g " <<<"$page" || fail "/metrics has no $g"
   done
 fi
-say "TP=2 served 12 requests; the diagnosis has the comm class and the ranks; /metrics the gauges"
+"$diag" info --target="$addr" >"$tmp/info.txt" 2>&1 || fail "saturn-diag info failed"
+grep -q "2 ranks over Open MPI" "$tmp/info.txt" || grep -q "2 ranks over MPICH" "$tmp/info.txt" ||
+  fail "saturn-diag info does not say the model is split over 2 ranks"
+say "TP=2 served 12 requests; the diagnosis has the comm class and the ranks; /metrics the gauges; info the ranks"
 
 # ---- 3. SIGTERM to rank 0
 kill -TERM "$(rank_pid 0)"
