@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/logprobs.h"
+#include "engine/measure/line_fit.h"
 #include "engine/model_runner_state.h"
 #include "engine/tp/tp_shard.h"
 #include "kernels/base/clock.h"
@@ -193,17 +194,14 @@ absl::Status ModelRunner::CalibrateAllReduce(Calibration* cal) {
   RETURN_IF_ERROR(comm->Broadcast(&h, sizeof(h), 0));
   RETURN_IF_ERROR(comm->Broadcast(counts.data(), h.payload_bytes, 0));
   ASSIGN_OR_RETURN(const std::vector<double> us, RunCommProbe(comm, counts));
-  // Least squares of time on bus bytes: t = latency + bytes / bandwidth.
+  // Time on bus bytes: t = latency + bytes / bandwidth, neither negative.
   const double n = comm->size(), bus = 2.0 * (n - 1) / n;
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    const double x = bus * 4.0 * counts[i], y = us[i];
-    sx += x, sy += y, sxx += x * x, sxy += x * y;
-  }
-  const double k = static_cast<double>(counts.size()), den = k * sxx - sx * sx;
-  const double slope = den > 0 ? (k * sxy - sx * sy) / den : 0;  // us per byte
-  cal->allreduce_latency_us = std::max(0.0, (sy - slope * sx) / k);
-  cal->allreduce_bytes_per_s = slope > 0 ? 1e6 / slope : 0;
+  std::vector<double> bytes;
+  for (int64_t c : counts) bytes.push_back(bus * 4.0 * c);
+  double latency = 0, us_per_byte = 0;
+  FitNonNegativeLine(bytes, us, &latency, &us_per_byte);
+  cal->allreduce_latency_us = latency;
+  cal->allreduce_bytes_per_s = us_per_byte > 0 ? 1e6 / us_per_byte : 0;
   std::string sizes;
   for (size_t i = 0; i < counts.size(); ++i) {
     absl::StrAppend(&sizes, i ? ", " : "", counts[i] * 4 / 1024, " KB ", absl::SixDigits(us[i]),

@@ -14,6 +14,8 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/measure/line_fit.h"
+
 namespace saturn {
 namespace {
 
@@ -145,38 +147,6 @@ ClassRates FitClass(const std::vector<Sample>& s, double u0, double v0, bool add
   return def;
 }
 
-// Non-negative least squares for y = h0 + h1 x with two unknowns: the unconstrained solution,
-// else the better of the two one-variable fits.
-void FitHost(const std::vector<double>& x, const std::vector<double>& y, double* h0, double* h1) {
-  const double n = double(x.size());
-  *h0 = 0, *h1 = 0;
-  if (x.empty()) return;
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
-  }
-  const double det = n * sxx - sx * sx;
-  if (det > 1e-9 * n * sxx) {
-    const double b = (n * sxy - sx * sy) / det, a = (sy - b * sx) / n;
-    if (a >= 0 && b >= 0) {
-      *h0 = a, *h1 = b;
-      return;
-    }
-  }
-  const double a_only = std::max(0.0, sy / n);
-  const double b_only = sxx > 0 ? std::max(0.0, sxy / sxx) : 0;
-  double e_a = 0, e_b = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    e_a += std::pow(y[i] - a_only, 2);
-    e_b += std::pow(y[i] - b_only * x[i], 2);
-  }
-  if (e_a <= e_b) {
-    *h0 = a_only;
-  } else {
-    *h1 = b_only;
-  }
-}
-
 }  // namespace
 
 StepCost CostOf(const StepRecord& r) {
@@ -247,7 +217,7 @@ StepModel FitStepModel(const std::vector<StepRecord>& steps, const Calibration& 
     for (size_t i = 0; i < host.size(); ++i) {
       if (host[i] <= cut) xs.push_back(seqs[i]), ys.push_back(host[i]);
     }
-    FitHost(xs, ys, &m.host_us, &m.host_us_per_seq);
+    FitNonNegativeLine(xs, ys, &m.host_us, &m.host_us_per_seq);
   } else if (!fallback_host.empty()) {
     double sum = 0;
     for (double h : fallback_host) sum += h;
