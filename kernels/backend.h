@@ -263,7 +263,8 @@ class Backend {
   // top_k > 0 keep the top_k largest z (lower index wins ties); p = softmax over the kept; sort
   // kept by p descending (lower index on ties); if top_p < 1 keep the shortest prefix whose mass
   // reaches top_p (at least one); u = SampleUniform(seed, step) * kept mass; return the first token
-  // whose cumulative mass exceeds u.
+  // whose cumulative mass exceeds u. At a temperature the CPU takes a NaN z as -inf (never
+  // drawn); the CUDA sampler does not define NaN rows there yet.
   absl::Status Sample(const Tensor& logits, const SamplingBatch& params, const Tensor& tokens);
   // dst = src (same dtype and size); used by calibration to measure bandwidth
   absl::Status Copy(const Tensor& src, const Tensor& dst);

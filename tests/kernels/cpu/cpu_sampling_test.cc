@@ -167,6 +167,40 @@ TEST_P(CpuSamplingTest, MatchesFullSortReference) {
   }
 }
 
+// Rows the sampler's buckets (kernels/cpu/sampling.cc) must walk like a full sort: an LM
+// vocabulary nearly flat (the draw lands deep in the order), peaked, all equal (one bucket),
+// and with masked (-inf) tokens, each with and without top-k and top-p.
+TEST_P(CpuSamplingTest, MatchesFullSortReferenceOnWideRows) {
+  const int vocab = 32000;
+  std::vector<std::vector<float>> cases = {Normal(rng_, vocab, 0.05f), Normal(rng_, vocab, 2.0f),
+                                           std::vector<float>(vocab, 1.5f)};
+  std::vector<float> masked = Normal(rng_, vocab, 1.0f);
+  for (int i = 0; i < vocab; i += 3) masked[i] = -INFINITY;
+  cases.push_back(masked);
+  for (size_t c = 0; c < cases.size(); ++c) {
+    std::vector<Row> rows;
+    for (int i = 0; i < 24; ++i) {
+      rows.push_back(Row{i % 2 ? 1.0f : 2.5f, (i / 2) % 3 == 2 ? 5000 : 0,
+                         (i / 6) % 2 ? 0.9f : 1.0f, 777 + 13 * i, i});
+    }
+    std::vector<int32_t> got = SampleRows(*b_, cases[c], rows);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_EQ(got[i], RefSample(cases[c], rows[i])) << "case " << c << " row " << i;
+    }
+  }
+}
+
+// At a temperature a NaN logit is never drawn (as greedy rows skip it): every other token is.
+TEST_P(CpuSamplingTest, NaNIsNeverDrawn) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<Row> rows;
+  for (int i = 0; i < 200; ++i) rows.push_back(Row{1.0f, i % 2 ? 2 : 0, 1.0f, 40 + i, i});
+  std::set<int32_t> seen;
+  for (int32_t t : SampleRows(*b_, {nan, 0.0f, nan, 0.0f, nan}, rows)) seen.insert(t);
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 3}));
+  EXPECT_EQ(SampleRows(*b_, {nan, nan}, {Row{1.0f}})[0], 0);  // nothing to draw: greedy's 0
+}
+
 TEST_P(CpuSamplingTest, DeterministicPerSeedAndStep) {
   std::vector<float> flat(1000, 0.0f);
   std::vector<Row> rows;
