@@ -97,6 +97,7 @@ for r in range(1, rounds + 1):
                        predicted=f["predicted"], measured=f["measured"], error=f["error"],
                        expected_error=f["expected_error"], interval_low=lo, interval_high=hi,
                        outside_measured=f.get("outside_measured", False),
+                       untrusted=f.get("untrusted", ""),
                        covered=(lo <= f["measured"] <= (hi or float("inf")))
                        if f["measured"] > 0 else None,
                        client_output_tok_s=p["output_token_throughput"], note=f.get("note", ""))
@@ -113,15 +114,25 @@ for x in rows:
     interval = "%.0f-%s" % (x["interval_low"],
                             "%.0f" % x["interval_high"] if x["interval_high"] else "inf")
     cov = {True: "yes", False: "NO", None: "-"}[x["covered"]]
+    if x["untrusted"]:  # the plan stated no number: what it said, and what was measured
+        print("%-5d %-4s %-6s %-50s %9s %9.1f %8s %17s %s" % (
+            x["round"], x["workload"], x["model"], x["action"][:50], "untrusted", x["measured"],
+            "-", "-", x["untrusted"][:60]))
+        continue
     print("%-5d %-4s %-6s %-50s %9.1f %9.1f %+7.1f%% %17s %s%s" % (
         x["round"], x["workload"], x["model"], x["action"][:50], x["predicted"], x["measured"],
         100 * x["error"], interval, cov, " (extrapolated)" if x["outside_measured"] else ""))
-errs = [abs(x["error"]) for x in rows if "action" in x and x["measured"] > 0]
+stated = [x for x in rows if "action" in x and not x["untrusted"]]
+untrusted = [x for x in rows if "action" in x and x["untrusted"]]
+if untrusted:
+    print("no prediction stated (expected error over +-50 %%) in %d of %d followed plans" % (
+        len(untrusted), len(stated) + len(untrusted)))
+errs = [abs(x["error"]) for x in stated if x["measured"] > 0]
 if errs:
     within = sum(e <= 0.10 for e in errs)
-    print("followed %d: |error| median %.1f%%, max %.1f%%, %d within 10%%" % (
+    print("stated %d: |error| median %.1f%%, max %.1f%%, %d within 10%%" % (
         len(errs), 100 * sorted(errs)[len(errs) // 2], 100 * max(errs), within))
-cov = [x["covered"] for x in rows if x.get("covered") is not None]
+cov = [x["covered"] for x in stated if x.get("covered") is not None]
 if cov:
     print("stated interval covers the measured figure in %d of %d" % (sum(cov), len(cov)))
 if out:

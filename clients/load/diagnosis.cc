@@ -87,6 +87,12 @@ std::vector<std::string> ShortDiagnosis(const v1::DiagnosticsReport& r) {
                                                              : absl::StrCat(": ", r.plan_note())));
   } else {
     const v1::PlanAction& a = r.plan(0);
+    if (!a.untrusted().empty()) {
+      lines.push_back(absl::StrFormat("plan: %s: %.2f tok/s now, no trusted prediction%s", a.what(),
+                                      a.tokens_per_s_before(),
+                                      r.plan_size() > 1 ? " (more in JSON)" : " (why: JSON)"));
+      return lines;
+    }
     lines.push_back(absl::StrFormat("plan: %s: %.2f -> %.2f tok/s, TPOT %.2f -> %.2f ms%s",
                                     a.what(), a.tokens_per_s_before(), a.tokens_per_s_after(),
                                     a.tpot_ms_before(), a.tpot_ms_after(),

@@ -41,6 +41,7 @@ FollowedPlan CompareFollowed(const FollowStep& step, const v1::DiagnosticsReport
   f.predicted = a.tokens_per_s_after();
   f.expected_error = a.expected_error();
   f.outside_measured = a.outside_measured();
+  f.untrusted = a.untrusted();
   // The prediction's own basis, as the server's plan tracker measures it: tokens requests got
   // per second of the steps that carry decodes (with the request mix) or of pure decode steps,
   // idle time left out (an open loop's idle is the clients', not the plan's).

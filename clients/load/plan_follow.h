@@ -39,6 +39,7 @@ struct FollowedPlan {
   double error = 0;      // predicted / measured - 1
   double expected_error = 0;
   bool outside_measured = false;  // the prediction reached past the measured step shapes
+  std::string untrusted;          // why the plan stated no trusted prediction ("" it did)
   std::string note;               // why nothing was measured
 };
 

@@ -73,13 +73,19 @@ std::string PlainConclusion(const SessionResult& res) {
   } else {
     const v1::PlanAction& a = r->plan(0);
     absl::StrAppend(&out, "What to change: ", a.what(), ".\n");
+    if (!a.untrusted().empty()) {
+      absl::StrAppend(&out, "Predicted gain: none trusted (", a.untrusted(),
+                      "). To settle it: ", a.settle_by(), ".\n");
+    }
     const double before = a.tokens_per_s_before(), after = a.tokens_per_s_after();
     std::string gain = before > 0 ? absl::StrFormat(" (%+.0f %%)", (after / before - 1) * 100) : "";
-    absl::StrAppend(&out,
-                    absl::StrFormat("Predicted gain: %.1f -> %.1f tok/s%s, at a TPOT of %.1f -> "
-                                    "%.1f ms (the server's step-time model, fit error %.1f %%).\n",
-                                    before, after, gain, a.tpot_ms_before(), a.tpot_ms_after(),
-                                    r->model_fit_error() * 100));
+    if (a.untrusted().empty()) {
+      absl::StrAppend(&out, absl::StrFormat("Predicted gain: %.1f -> %.1f tok/s%s, at a TPOT of "
+                                            "%.1f -> %.1f ms (the server's step-time model, fit "
+                                            "error %.1f %%).\n",
+                                            before, after, gain, a.tpot_ms_before(),
+                                            a.tpot_ms_after(), r->model_fit_error() * 100));
+    }
   }
   const StabilityCheck& st = last->metrics.stability;
   if (!st.stable) {

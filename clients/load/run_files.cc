@@ -72,6 +72,7 @@ json FollowedJson(const PhaseReport& p) {
           {"error", f.error},
           {"error_percent", 100 * f.error},
           {"expected_error", f.expected_error},
+          {"untrusted", f.untrusted},
           {"outside_measured", f.outside_measured},
           {"note", f.note}};
 }

@@ -49,8 +49,18 @@ void FollowLine(const PhaseReport& p, std::string* out) {
   const bool client = f.kind == "raise_client_concurrency";
   absl::StrAppend(out, "  plan         followed the previous phase's top action (",
                   client ? "more clients" : "", client && !f.change.empty() ? " and " : "",
-                  f.change.empty() ? "" : "options sent", "): predicted ", F(f.predicted), " ",
-                  unit);
+                  f.change.empty() ? "" : "options sent", "): ");
+  if (!f.untrusted.empty()) {  // the plan stated no number: the measurement is the answer
+    absl::StrAppend(out, "no trusted prediction (", f.untrusted, ")");
+    if (f.measured > 0) {
+      absl::StrAppend(out, "; the server measured ", F(f.measured), " ", unit, " over the phase (",
+                      F(f.delivered), " output tok/s with idle time)");
+    }
+    if (!f.note.empty()) absl::StrAppend(out, "; ", f.note);
+    absl::StrAppend(out, "\n");
+    return;
+  }
+  absl::StrAppend(out, "predicted ", F(f.predicted), " ", unit);
   if (f.measured > 0) {
     absl::StrAppend(out, ", the server measured ", F(f.measured),
                     absl::StrFormat(" over the phase (%+.1f%%, expected within %.0f%%; %s output "

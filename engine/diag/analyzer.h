@@ -129,7 +129,10 @@ struct AnalyzerThresholds {
   double underfilled_batch = 0.5;  // mean batch / max_num_seqs under this with an empty queue
   double plateau_fraction = 0.90;  // B' reaches this share of the throughput plateau
   double min_gain = 1.05;          // an action must predict at least this throughput ratio
-  double budget_hit_share = 0.5;   // prefill steps that filled the token budget
+  // An action whose expected error is above this states no prediction (Action::untrusted):
+  // +-50 % spans a factor of three, which neither ranks an action nor sizes a change.
+  double max_trusted_error = 0.5;
+  double budget_hit_share = 0.5;  // prefill steps that filled the token budget
   // Prefix caching off: a share of the prompt tokens looked up at admission at least this
   // large was in the cache and recomputed (the plan weighs turning caching on).
   double prefix_missed_share = 0.10;
@@ -337,6 +340,11 @@ struct Action {
   // range of measured step shapes.
   double expected_error = 0;
   bool outside_measured = false;
+  // Non-empty where no prediction can be trusted (expected_error over max_trusted_error): why,
+  // and the measurement that would settle it. The figures above are kept (the plan tracker
+  // holds the outcome against them), but reports print these instead of the after figures.
+  std::string untrusted;
+  std::string settle_by;
   double prefill_share = 0;  // predicted share of step time in steps carrying prefill
   MixPrediction mix_after;   // the request-mix prediction's parts (when prefill_share > 0)
   std::vector<FailureMode> tradeoffs;

@@ -514,6 +514,45 @@ void AddRaiseClientConcurrency(PlanBuild& b, Plan* plan) {
   plan->actions.push_back(a);
 }
 
+// An action whose expected error is too wide to act on states no number: why, and the
+// measurement that would settle it (issue 50: a number with +-87 % beside it is not a plan).
+void MarkUntrusted(const Plan& plan, const AnalyzerThresholds& th, double fit_error, Action* a) {
+  if (!(a->expected_error > th.max_trusted_error)) return;
+  const double pct = 100 * a->expected_error;
+  // Its latency line is the same untrusted prediction (TPOT after).
+  std::erase_if(a->tradeoffs, [](const FailureMode& f) { return f.name == "latency"; });
+  if (a->outside_measured && plan.measured_max_batch > 0 &&
+      a->batch_after > plan.measured_max_batch) {
+    a->untrusted = absl::StrFormat(
+        "expected error +-%.0f%%: decode batch %.0f lies past the measured steps (batch <= %.0f)",
+        pct, a->batch_after, plan.measured_max_batch);
+  } else if (a->outside_measured) {
+    a->untrusted = absl::StrFormat(
+        "expected error +-%.0f%%: the steps it needs lie past the measured step shapes (decode "
+        "batch <= %.0f, prefill rows <= %.0f)",
+        pct, plan.measured_max_batch, plan.measured_max_prefill_rows);
+  } else {
+    a->untrusted = absl::StrFormat(
+        "expected error +-%.0f%%: the measured steps it rests on vary that much (step-model fit "
+        "error %.0f%%)",
+        pct, 100 * fit_error);
+  }
+  if (!a->restart_flags.empty()) {
+    a->settle_by = absl::StrFormat(
+        "restart with %s under the same load and read that window's report", a->restart_flags);
+  } else if (a->kind == ActionKind::kRaiseClientConcurrency) {
+    a->settle_by = absl::StrFormat(
+        "run the load at %.0f in-flight requests and read that window's report: it measures "
+        "decode steps at batch %.0f",
+        a->to, a->batch_after);
+  } else {
+    a->settle_by = absl::StrFormat(
+        "apply it (saturn-diag apply) and read its tracked outcome (saturn-diag get): the plan "
+        "tracker measures the steps it gives (decode batch %.0f)",
+        a->batch_after);
+  }
+}
+
 // Why a plan has no action: headroom in a kernel, the compute ceiling, or nothing to gain.
 std::string NoActionReason(const Verdict& v, const Plan& plan, const AnalyzerThresholds& th,
                            bool event_thread) {
@@ -638,6 +677,7 @@ Plan MakePlan(const std::vector<StepRecord>& steps, const Profile& p, const Verd
   AddRaiseClientConcurrency(b, &plan);
   AddQuantizeWeights(b, &plan);
   AddTensorParallel(b, &plan);
+  for (Action& a : plan.actions) MarkUntrusted(plan, th, model.fit_error, &a);
   if (plan.actions.empty()) plan.note = NoActionNote(v, plan, th, ctx.event_thread, b.declined);
   return plan;
 }

@@ -99,6 +99,8 @@ void ToProto(const Action& a, v1::PlanAction* out) {
   out->set_num_speculative_tokens(a.options_after.num_speculative_tokens);
   out->set_expected_error(a.expected_error);
   out->set_outside_measured(a.outside_measured);
+  out->set_untrusted(a.untrusted);
+  out->set_settle_by(a.settle_by);
   out->set_prefill_share(a.prefill_share);
   out->set_restart_flags(a.restart_flags);
   for (const FailureMode& f : a.tradeoffs) {

@@ -212,6 +212,14 @@ void Plan(const v1::DiagnosticsReport& r, std::string* out) {
                         "TPOT ms before -> after", "batch");
   int i = 0;
   for (const v1::PlanAction& a : r.plan()) {
+    if (!a.untrusted().empty()) {  // no number to act on: why, and what would settle it
+      absl::StrAppendFormat(out, "  %-2d %-56s %9.1f -> %-9s %8.2f -> %-8s %7s\n", ++i, a.what(),
+                            a.tokens_per_s_before(), "?", a.tpot_ms_before(), "?", "?");
+      absl::StrAppendFormat(out, "       no trusted prediction: %s\n", a.untrusted());
+      absl::StrAppendFormat(out, "       to settle it: %s\n", a.settle_by());
+      Tradeoffs(a, out);
+      continue;
+    }
     absl::StrAppendFormat(out, "  %-2d %-56s %9.1f -> %-9.1f %8.2f -> %-8.2f %7.1f\n", ++i,
                           a.what(), a.tokens_per_s_before(), a.tokens_per_s_after(),
                           a.tpot_ms_before(), a.tpot_ms_after(), a.batch_after());
@@ -263,6 +271,10 @@ std::string FormatSi(double value, const std::string& unit) {
 }
 
 std::string ActionLine(const v1::PlanAction& a) {
+  if (!a.untrusted().empty()) {
+    return absl::StrFormat("%s: %.1f tok/s now, no trusted prediction (%s; to settle it: %s)",
+                           a.what(), a.tokens_per_s_before(), a.untrusted(), a.settle_by());
+  }
   return absl::StrFormat("%s: %.1f -> %.1f tok/s, TPOT %.2f -> %.2f ms", a.what(),
                          a.tokens_per_s_before(), a.tokens_per_s_after(), a.tpot_ms_before(),
                          a.tpot_ms_after());

@@ -2,6 +2,7 @@
 // mode that bounds it. No timing.
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_format.h"
 #include "engine/diag/analyzer.h"
 #include "proto/render/report_proto.h"
 #include "proto/render/report_text.h"
@@ -67,7 +68,11 @@ TEST(PlanTest, MemoryBoundWithWaitingRequestsRaisesMaxNumSeqs) {
   EXPECT_EQ(a.options_after.max_num_seqs, a.to);
   EXPECT_GT(a.tokens_per_s_after, 3 * a.tokens_per_s_before);
   EXPECT_GE(a.tpot_ms_after, a.tpot_ms_before);
-  EXPECT_NE(FindMode(a, "latency"), nullptr);
+  // Only batch 4 was measured (no probe): the figures reach past it too far to be stated, so
+  // the report gives the measurement instead, and no latency line.
+  EXPECT_GT(a.expected_error, 0.5);
+  EXPECT_NE(a.settle_by.find("saturn-diag apply"), std::string::npos) << a.settle_by;
+  EXPECT_EQ(FindMode(a, "latency"), nullptr);
   // The prediction at batch 4 matches the measured steps (the model fits them exactly).
   EXPECT_NEAR(a.tpot_ms_before, r.profile.mean_decode_step_ms, 0.01 * a.tpot_ms_before);
   EXPECT_EQ(r.plan.plateau_batch, a.to);
@@ -298,6 +303,61 @@ TEST(PlanTest, UnderloadedServerAsksForClientConcurrency) {
   // Then fewer bytes per weight at the batch the clients bring (f32 weights, under the ridge).
   EXPECT_EQ(r.plan.actions[1].kind, ActionKind::kQuantizeWeights);
   EXPECT_EQ(r.plan.actions[1].batch_after, a.batch_after);
+}
+
+// A window at batch 1 alone, planned to 14 and more in flight: the prediction extrapolates
+// four doublings past the measured steps (+-100 %), so the plan states no number and names
+// the run that would measure it. With probed steps up to batch 64 the same action is predicted.
+TEST(PlanTest, PredictionTooFarPastTheMeasuredStepsIsNotStated) {
+  // One request at a time: its 8-token prompt, 7 decode steps, then a pause.
+  std::vector<StepRecord> steps;
+  double at = 0;
+  for (int request = 0; request < 5; ++request) {
+    for (int i = 0; i < 8; ++i) {
+      StepSpec s;
+      s.max_num_seqs = 64;
+      s.prefill_tokens = i == 0 ? 8 : 0;
+      steps.push_back(
+          testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, s, at, int64_t(steps.size())));
+      at = steps.back().end_us;
+    }
+    at += 200000;
+  }
+  auto ctx = testing_diag::TestContext(testing_diag::Small(), 64);
+  const auto r = Analyze(steps, 0, at, testing_diag::TestCalibration(), ctx);
+  ASSERT_FALSE(r.plan.actions.empty());
+  const Action& a = r.plan.actions[0];
+  ASSERT_EQ(a.kind, ActionKind::kRaiseClientConcurrency);
+  EXPECT_TRUE(a.outside_measured);
+  EXPECT_GT(a.expected_error, 0.5);
+  EXPECT_NE(a.untrusted.find(absl::StrFormat("decode batch %.0f lies past the measured steps "
+                                             "(batch <= 1)",
+                                             a.batch_after)),
+            std::string::npos)
+      << a.untrusted;
+  EXPECT_NE(a.settle_by.find(absl::StrFormat("run the load at %.0f in-flight requests", a.to)),
+            std::string::npos)
+      << a.settle_by;
+  const std::string text = RenderReport(ToProto(r));
+  EXPECT_NE(text.find("no trusted prediction: expected error"), std::string::npos) << text;
+  EXPECT_NE(text.find("to settle it: run the load at"), std::string::npos) << text;
+  const std::string row =
+      text.substr(text.find(a.what), text.find("no trusted") - text.find(a.what));
+  EXPECT_EQ(row.find(absl::StrFormat("%.1f", a.tokens_per_s_after)), std::string::npos) << row;
+  EXPECT_EQ(text.find("TPOT/ITL"), std::string::npos) << text;  // no latency prediction either
+  EXPECT_EQ(ToProto(r).plan(0).untrusted(), a.untrusted);
+
+  const double t1 = steps[0].wall_us();
+  for (double b : {1, 2, 4, 8, 16, 32, 64}) {
+    ctx.probe_curve.decode.push_back(CurvePoint{b, 0.5 * t1 * (1 + 0.05 * (b - 1)), 0.01, 3});
+    ctx.probe_curve.prefill.push_back(CurvePoint{8 * b, 0.5 * t1 * (1 + 0.1 * b), 0.01, 3});
+  }
+  const auto probed = Analyze(steps, 0, at, testing_diag::TestCalibration(), ctx);
+  ASSERT_FALSE(probed.plan.actions.empty());
+  EXPECT_EQ(probed.plan.actions[0].kind, ActionKind::kRaiseClientConcurrency);
+  EXPECT_LE(probed.plan.actions[0].expected_error, 0.5);
+  EXPECT_TRUE(probed.plan.actions[0].untrusted.empty()) << probed.plan.actions[0].untrusted;
+  EXPECT_TRUE(probed.plan.actions[0].settle_by.empty());
 }
 
 // Two clients with long prompts and short outputs: the steps carrying the prompts hold the
