@@ -305,24 +305,33 @@ TEST(PlanTest, UnderloadedServerAsksForClientConcurrency) {
   EXPECT_EQ(r.plan.actions[1].batch_after, a.batch_after);
 }
 
+// `cycles` times: a step carrying one request's `prompt` tokens beside the others' decodes,
+// 7 decode steps of `seqs` sequences, then `pause_us` with no step. max_num_seqs 64.
+std::vector<StepRecord> Cycles(int cycles, int seqs, int prompt, double pause_us) {
+  std::vector<StepRecord> steps;
+  double at = 0;
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    for (int i = 0; i < 8; ++i) {
+      StepSpec s;
+      s.seqs = seqs;
+      s.max_num_seqs = 64;
+      s.prefill_tokens = i == 0 ? prompt : 0;
+      steps.push_back(
+          testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, s, at, int64_t(steps.size())));
+      at = steps.back().end_us;
+    }
+    at += pause_us;
+  }
+  return steps;
+}
+
 // A window at batch 1 alone, planned to 14 and more in flight: the prediction extrapolates
 // four doublings past the measured steps (+-100 %), so the plan states no number and names
 // the run that would measure it. With probed steps up to batch 64 the same action is predicted.
 TEST(PlanTest, PredictionTooFarPastTheMeasuredStepsIsNotStated) {
   // One request at a time: its 8-token prompt, 7 decode steps, then a pause.
-  std::vector<StepRecord> steps;
-  double at = 0;
-  for (int request = 0; request < 5; ++request) {
-    for (int i = 0; i < 8; ++i) {
-      StepSpec s;
-      s.max_num_seqs = 64;
-      s.prefill_tokens = i == 0 ? 8 : 0;
-      steps.push_back(
-          testing_diag::MakeStep(testing_diag::Small(), TrueModel{}, s, at, int64_t(steps.size())));
-      at = steps.back().end_us;
-    }
-    at += 200000;
-  }
+  const std::vector<StepRecord> steps = Cycles(5, 1, 8, 200000);
+  const double at = steps.back().end_us + 200000;
   auto ctx = testing_diag::TestContext(testing_diag::Small(), 64);
   const auto r = Analyze(steps, 0, at, testing_diag::TestCalibration(), ctx);
   ASSERT_FALSE(r.plan.actions.empty());
@@ -364,22 +373,7 @@ TEST(PlanTest, PredictionTooFarPastTheMeasuredStepsIsNotStated) {
 // window at the compute roof, the decode steps between them run 2 sequences far under the
 // ridge. More clients share those decode steps, so the plan asks for them.
 // Two clients, 4 cycles of a step carrying one request's 256-token prompt, then 7 decode steps.
-std::vector<StepRecord> PromptThenDecodes() {
-  const auto m = testing_diag::Small();
-  std::vector<StepRecord> steps;
-  double at = 0;
-  for (int cycle = 0; cycle < 4; ++cycle) {
-    for (int i = 0; i < 8; ++i) {
-      StepSpec s;
-      s.seqs = 2;
-      s.max_num_seqs = 64;
-      s.prefill_tokens = i == 0 ? 256 : 0;  // one request's prompt, then its outputs
-      steps.push_back(testing_diag::MakeStep(m, TrueModel{}, s, at, int64_t(steps.size())));
-      at = steps.back().end_us;
-    }
-  }
-  return steps;
-}
+std::vector<StepRecord> PromptThenDecodes() { return Cycles(4, 2, 256, 0); }
 
 TEST(PlanTest, PrefillHeavyComputeBoundWindowStillAsksForClientConcurrency) {
   const auto m = testing_diag::Small();
