@@ -295,6 +295,9 @@ absl::Status Engine::Impl::StartTensorParallel(ModelWeights weights, RunnerConfi
   if (runner.ok()) runner_ = std::move(*runner);
   RETURN_IF_ERROR(AgreeTpStart(comm, runner.status()));
   runner_->OpenTpSession();
+  if (const char* n = std::getenv("SATURN_TP_TEST_FAIL_STEP"); n != nullptr) {
+    runner_->set_tp_test_fail_step(std::max(0LL, std::atoll(n)));  // test-only (model_runner.h)
+  }
   std::cerr << absl::StrCat("saturn: tensor_parallel ", rc.tp_size, " over ", comm->transport(),
                             ": rank 0 holds ", runner_->weight_bytes() >> 20,
                             " MiB of weights (its share of the layers and of the LM head's "

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -358,15 +359,42 @@ absl::StatusOr<int> ModelRunner::PrepareInputs(const StepPlan& plan, int padded_
 
 absl::Status ModelRunner::Forward(int num_tokens, int num_seqs, int num_sample_rows,
                                   int max_query_len, int max_context_len, bool keep_logits) {
+  if (config_.tp_size <= 1) {
+    return ForwardOps(num_tokens, num_seqs, num_sample_rows, max_query_len, max_context_len,
+                      keep_logits);
+  }
+  // In a group, once rank 0 has shared a step every rank runs its collectives. A rank whose
+  // step fails leaves the others waiting in them, and rank 0 would go on to share the next
+  // step while they wait (a collective mismatch): every rank ends instead, saying why.
+  absl::Status s = config_.tp_rank == 0 ? ShareStep(num_tokens, num_seqs, num_sample_rows,
+                                                    max_query_len, max_context_len)
+                                        : absl::OkStatus();
+  if (s.ok() && tp_test_fail_step_ > 0 && ++tp_forwards_ == tp_test_fail_step_) {
+    s = absl::InternalError("SATURN_TP_TEST_FAIL_STEP: this step fails on purpose (test-only)");
+  }
+  if (s.ok()) {
+    s = ForwardOps(num_tokens, num_seqs, num_sample_rows, max_query_len, max_context_len,
+                   keep_logits);
+  }
+  if (!s.ok()) {
+    std::cerr << absl::StrCat("saturn: tensor_parallel rank ", config_.tp_rank, " of ",
+                              config_.tp_size, ": a step failed after the ranks started it (",
+                              s.message(),
+                              "); the other ranks wait in its collectives, so every rank ends "
+                              "now\n")
+              << std::flush;
+    backend_->communicator()->Abort(1);
+  }
+  return s;
+}
+
+absl::Status ModelRunner::ForwardOps(int num_tokens, int num_seqs, int num_sample_rows,
+                                     int max_query_len, int max_context_len, bool keep_logits) {
   Buffers& b = *buf_;
   const DeviceWeights& w = *weights_;
   const ModelConfig& m = shard_;  // this rank's heads and SwiGLU width
   const DType dt = backend_->compute_dtype();
   const bool group = config_.tp_size > 1;
-  if (group && config_.tp_rank == 0) {
-    RETURN_IF_ERROR(
-        ShareStep(num_tokens, num_seqs, num_sample_rows, max_query_len, max_context_len));
-  }
   const int64_t T = num_tokens, R = num_sample_rows, d = m.hidden_size,
                 hq = int64_t{m.num_heads} * m.head_dim, hkv = int64_t{m.num_kv_heads} * m.head_dim,
                 f = m.intermediate_size;

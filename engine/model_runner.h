@@ -108,6 +108,9 @@ class ModelRunner {
   absl::Status ServeCommProbe(const TpHeader& header);
   // Test-only: this worker sleeps `us` in each step it serves, so tests can make a rank slow.
   void set_tp_test_delay_us(int64_t us) { tp_test_delay_us_ = tp_worker() ? us : 0; }
+  // Test-only: rank 0's `n`-th step fails after it was shared (SATURN_TP_TEST_FAIL_STEP), so
+  // tests see the group end instead of hang.
+  void set_tp_test_fail_step(int64_t n) { tp_test_fail_step_ = config_.tp_size > 1 ? n : 0; }
 
   // Runs one step: Launch, then Finish. per_op_timing asks the backend for each op's device
   // interval.
@@ -158,9 +161,13 @@ class ModelRunner {
   // > 0. Returns the number of rows that sample.
   absl::StatusOr<int> PrepareInputs(const StepPlan& plan, int padded_seqs,
                                     const std::vector<int>& prev_sampled);
-  // Issues the forward pass and sampling for the prepared inputs.
+  // Issues the forward pass and sampling for the prepared inputs; in a tensor-parallel group,
+  // rank 0 shares the step first, and a step that fails after that ends every rank
+  // (Communicator::Abort).
   absl::Status Forward(int num_tokens, int num_seqs, int num_sample_rows, int max_query_len,
                        int max_context_len, bool keep_logits);
+  absl::Status ForwardOps(int num_tokens, int num_seqs, int num_sample_rows, int max_query_len,
+                          int max_context_len, bool keep_logits);
   // Draws the tokens of the logits rows Forward(keep_logits = true) left.
   absl::Status SampleRows(int num_sample_rows);
   // After Forward(keep_logits = true) in a step where some seq asks for logprobs: downloads
@@ -193,8 +200,10 @@ class ModelRunner {
   std::deque<TpStepEntry> tp_log_;  // the newest steps' collectives (kTpLogSteps)
   // Appends the step just ended (its op records) to tp_log_.
   void LogTpStep(const StepTiming& timing);
-  int64_t tp_test_delay_us_ = 0;  // set_tp_test_delay_us
-  bool tp_session_open_ = false;  // OpenTpSession
+  int64_t tp_test_delay_us_ = 0;   // set_tp_test_delay_us
+  int64_t tp_test_fail_step_ = 0;  // set_tp_test_fail_step
+  int64_t tp_forwards_ = 0;        // steps this rank ran in a group (for the above)
+  bool tp_session_open_ = false;   // OpenTpSession
   // The threads that compute this rank's steps (the caller's and the backend's), read around
   // each step for TpStepEntry's run and wait; tracked at the first step.
   ThreadSchedSet tp_threads_;

@@ -40,6 +40,9 @@ class Communicator {
                                     float* recv, int root) = 0;
   // Every rank's `bytes`, indexed by rank, on `root` (other ranks get an empty vector).
   virtual absl::StatusOr<std::vector<std::string>> Gather(const std::string& bytes, int root) = 0;
+  // Ends every rank of the job at once: where a rank cannot go on with the others' collectives
+  // (a step failed after they started it), waiting for each other would hang them all.
+  [[noreturn]] virtual void Abort(int code) = 0;
 };
 
 }  // namespace saturn

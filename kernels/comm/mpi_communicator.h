@@ -31,9 +31,7 @@ class MpiCommunicator final : public Communicator {
   absl::Status GatherFloats(const float* send, const std::vector<int64_t>& counts, float* recv,
                             int root) override;
 
-  // Ends the whole job at once (every rank), where a rank cannot go on and waiting for the
-  // others would hang: MPI_Abort.
-  [[noreturn]] void Abort(int code);
+  [[noreturn]] void Abort(int code) override;  // MPI_Abort
 
  private:
   MpiCommunicator() = default;

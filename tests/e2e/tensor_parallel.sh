@@ -8,7 +8,9 @@
 #   3. SIGTERM to rank 0 ends every rank cleanly: mpirun exits 0;
 #   4. over loopback TCP (--mca btl self,tcp, as between hosts) it serves too; a worker killed
 #      mid-serve ends the job within 10 s with the dead rank named, and the load ends (requests
-#      fail, nothing hangs).
+#      fail, nothing hangs);
+#   5. a step that fails on rank 0 after the ranks started it ends every rank within 30 s,
+#      saying why (the workers wait in its collectives; going on would hang them).
 # Installs nothing: skips with a message where mpirun is missing (tests/run_all.sh installs Open
 # MPI through .ci/deps.sh; in CI, CI=true, a missing mpirun fails the test instead). No timing is
 # asserted but the bounds that say "nothing hangs".
@@ -166,4 +168,21 @@ lrc=0
 wait "$loader" || lrc=$?
 [ "$lrc" != 124 ] || fail "saturn-load hung after the job ended"
 say "over TCP: served; rank 1 killed -> job ended (exit $job_rc) naming rank 1, load ended (exit $lrc)"
+
+# ---- 5. a step that fails on rank 0 after the ranks started it (SATURN_TP_TEST_FAIL_STEP,
+# test-only): rank 1 waits in that step's all-reduce, so every rank ends, saying why, instead of
+# rank 0 sharing its next step into rank 1's wait
+SATURN_TP_TEST_FAIL_STEP=60 start_job fail
+timeout 120 "$load" --target="$addr" --concurrency=2 --num_requests=100000 --input_len=16 \
+  --output_len=64 --max_errors=4 --min_measure_s=0 >"$tmp/load_fail.log" 2>&1 &
+loader=$!
+pids+=("$loader")
+wait_job 30
+[ "$job_rc" != 0 ] || fail "with rank 0's step failed mpirun exited 0"
+grep -q 'rank 0 of 2: a step failed after the ranks started it' "$tmp/fail.log" ||
+  fail "rank 0 did not say why the job ended"
+lrc=0
+wait "$loader" || lrc=$?
+[ "$lrc" != 124 ] || fail "saturn-load hung after the job ended"
+say "a step failed on rank 0 after it was shared -> every rank ended (exit $job_rc), saying why"
 say "ok"
