@@ -396,8 +396,10 @@ int Main() {
     tp_world = std::move(*world);
     if (tp_world->rank() > 0) {
       const absl::Status s = RunTpWorker(tp_world.get(), "saturn-bench-engine worker: ");
-      if (!s.ok()) std::cerr << "saturn-bench-engine worker: " << s.message() << "\n";
-      return s.ok() ? 0 : 1;
+      if (s.ok()) return 0;
+      // Out of step with rank 0 (which may wait in a collective for it): end every rank.
+      std::cerr << "saturn-bench-engine worker: " << s.message() << std::endl;
+      tp_world->Abort(1);
     }
     tp_exit.comm = tp_world.get();
     cfg.tp_comm = tp_world.get();

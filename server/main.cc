@@ -139,11 +139,11 @@ int main(int argc, char** argv) {
       signals.SetHandler(nullptr);
       const std::string prefix = absl::StrCat("saturn-server rank ", tp_world->rank(), ": ");
       absl::Status s = saturn::RunTpWorker(tp_world.get(), prefix);
-      if (!s.ok()) {
-        std::cerr << prefix << s.message() << std::endl;
-        return 1;
-      }
-      return 0;
+      if (s.ok()) return 0;
+      // Out of step with rank 0, which may wait in a collective for it: every rank ends (a
+      // plain exit would leave that to the launcher, and MPI_Finalize may wait for rank 0).
+      std::cerr << prefix << s.message() << std::endl;
+      tp_world->Abort(1);
     }
     tp_exit.comm = tp_world.get();
   }
