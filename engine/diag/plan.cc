@@ -540,9 +540,10 @@ void MarkUntrusted(const Plan& plan, const AnalyzerThresholds& th, double fit_er
         pct, plan.measured_max_batch, plan.measured_max_prefill_rows);
   } else {
     a->untrusted = absl::StrFormat(
-        "expected error +-%.0f%%: the measured steps it rests on vary that much (step-model fit "
-        "error %.0f%%)",
-        pct, 100 * fit_error);
+        "expected error +-%.0f%%: what it rests on varies that much (the measured steps' "
+        "spread, the step model's fit error %.0f%%%s)",
+        pct, 100 * fit_error,
+        a->kind == ActionKind::kSetSpeculativeTokens ? ", the share of proposals kept" : "");
   }
   if (!a->restart_flags.empty()) {
     a->settle_by = absl::StrFormat(
