@@ -158,6 +158,21 @@ TEST(PlanTrackerTest, StepTimeDriftAgainstThePlansCurve) {
   ASSERT_TRUE(f.has_value());
   EXPECT_DOUBLE_EQ(f->step_time_drift, 0.8);
   EXPECT_NEAR(f->drift_corrected_error, 0.0, 1e-12);  // 100 / 0.8 = 125: exact again
+  // Verify steps (speculation: 8 sequences, 16 proposed tokens checked) are left out of the
+  // drift: no plain step of 8 or 24 rows reads each context once for three rows.
+  PlanTracker spec(0, 3);
+  spec.RecordApplied(Predicted(100, 80), StepModel{}, AnalyzerContext{}, 100, 0, curve);
+  std::vector<StepRecord> verify = steps;
+  for (int i = 0; i < 4; ++i) {
+    StepRecord r = Decode(500000 + i * 90000.0, 90000, 8);
+    r.num_decode_tokens = 24;
+    r.spec_verify_seqs = 8;
+    r.spec_draft_tokens = 16;
+    r.spec_accepted_tokens = 8;
+    verify.push_back(r);
+  }
+  EXPECT_EQ(spec.Evaluate(verify)->drift_steps, 4);
+  EXPECT_DOUBLE_EQ(spec.Evaluate(verify)->step_time_drift, 1.25);
   // No curve, or too few steps inside it: no drift.
   PlanTracker blind(0, 3);
   blind.RecordApplied(Predicted(100, 80), StepModel{}, AnalyzerContext{}, 100, 0);
