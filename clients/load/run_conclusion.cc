@@ -73,13 +73,12 @@ std::string PlainConclusion(const SessionResult& res) {
   } else {
     const v1::PlanAction& a = r->plan(0);
     absl::StrAppend(&out, "What to change: ", a.what(), ".\n");
+    const double before = a.tokens_per_s_before(), after = a.tokens_per_s_after();
+    std::string gain = before > 0 ? absl::StrFormat(" (%+.0f %%)", (after / before - 1) * 100) : "";
     if (!a.untrusted().empty()) {
       absl::StrAppend(&out, "Predicted gain: none trusted (", a.untrusted(),
                       "). To settle it: ", a.settle_by(), ".\n");
-    }
-    const double before = a.tokens_per_s_before(), after = a.tokens_per_s_after();
-    std::string gain = before > 0 ? absl::StrFormat(" (%+.0f %%)", (after / before - 1) * 100) : "";
-    if (a.untrusted().empty()) {
+    } else {
       absl::StrAppend(&out, absl::StrFormat("Predicted gain: %.1f -> %.1f tok/s%s, at a TPOT of "
                                             "%.1f -> %.1f ms (the server's step-time model, fit "
                                             "error %.1f %%).\n",

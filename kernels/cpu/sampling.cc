@@ -109,10 +109,7 @@ class SortedWalk {
 
   // The token at position `i` of the sort order, as returned in a Stop's count - 1.
   const Candidate& At(int64_t i) {
-    const int b =
-        static_cast<int>(std::upper_bound(s_.begin.begin(), s_.begin.end(), i) - s_.begin.begin()) -
-        1;
-    SortBucket(b);
+    SortBucket(BucketAt(i));
     return s_.bucket[i];
   }
 
@@ -120,19 +117,13 @@ class SortedWalk {
   // draw at or past the summed mass); the first token when none is. `limit` ends inside a
   // bucket only where a walk sorted that bucket.
   int32_t LastNonzero(int64_t limit) {
-    const int last_bucket =
-        static_cast<int>(std::upper_bound(s_.begin.begin(), s_.begin.end(), limit - 1) -
-                         s_.begin.begin()) -
-        1;
+    const int last_bucket = BucketAt(limit - 1);
     Candidate last{std::numeric_limits<float>::infinity(), -1, 0.0};
     const auto consider = [&](const Candidate& x) {
       if (x.e > 0 && (last.id < 0 || Before(last, x))) last = x;
     };
     for (int64_t i = 0; i < s_.kept; ++i) {
-      if (s_.of[i] < last_bucket) {
-        const float z = s_.z[i];
-        consider({z, s_.id.empty() ? static_cast<int32_t>(i) : s_.id[i], std::exp(z - s_.z_max)});
-      }
+      if (s_.of[i] < last_bucket) consider(Kept(i));
     }
     if (s_.begin[last_bucket + 1] > limit) {
       for (int64_t i = s_.begin[last_bucket]; i < limit; ++i) consider(s_.bucket[i]);
@@ -146,6 +137,19 @@ class SortedWalk {
   }
 
  private:
+  // The bucket holding position `i` of the grouping (buckets may be empty).
+  int BucketAt(int64_t i) const {
+    return static_cast<int>(std::upper_bound(s_.begin.begin(), s_.begin.end(), i) -
+                            s_.begin.begin()) -
+           1;
+  }
+
+  // The kept token at index `i` of the kept arrays, with its e.
+  Candidate Kept(int64_t i) const {
+    return {s_.z[i], s_.id.empty() ? static_cast<int32_t>(i) : s_.id[i],
+            std::exp(s_.z[i] - s_.z_max)};
+  }
+
   void SortBucket(int b) {
     if (s_.sorted[b]) return;
     if (!s_.grouped[b]) Group(b);
@@ -161,15 +165,10 @@ class SortedWalk {
     std::array<int64_t, kGroupSpan> next;
     std::copy(s_.begin.begin() + b, s_.begin.begin() + end, next.begin());
     const uint16_t* of = s_.of.data();
-    const float* z = s_.z.data();
-    const int32_t* id = s_.id.empty() ? nullptr : s_.id.data();
     Candidate* out = s_.bucket.data();
     for (int64_t i = 0, n = s_.kept; i < n; ++i) {
       const unsigned k = static_cast<unsigned>(of[i] - b);
-      if (k < span) {
-        out[next[k]++] = {z[i], id != nullptr ? id[i] : static_cast<int32_t>(i),
-                          std::exp(z[i] - s_.z_max)};
-      }
+      if (k < span) out[next[k]++] = Kept(i);
     }
     std::fill(s_.grouped.begin() + b, s_.grouped.begin() + end, true);
   }
