@@ -366,6 +366,9 @@ struct Plan {
   // Added to each probed decode point per row: sampling the window's requests did and the
   // probe's greedy steps did not (plan_predict.cc).
   double sampling_gap_us_per_row = 0;
+  // How far the window's decode steps of the same rows moved from its first half to its second
+  // (step_curve.h, WindowDrift); joins every action's expected error.
+  double step_drift = 0;
   StepCurve curve;   // the merged curve the predictions looked up (step_curve.h)
   std::string note;  // why there is no action, when there is none
 };

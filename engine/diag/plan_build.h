@@ -40,6 +40,11 @@ struct PlanBuild {
   // of decoding sequences, idle time included.
   double open_share = 0, open_rho = 0;
   double spec_proposals = 0;  // proposals behind the window's speculation figures
+  // Host work after a plain decode step (Scheduler::Update, token events) per token it emitted:
+  // fitted per step + per token where the steps' tokens varied (`post_fitted`), else the mean
+  // over the tokens, an upper bound (part of it is per step).
+  double post_us_per_token = 0;
+  bool post_fitted = false;
   int prefill_steps = 0, budget_hits = 0;
   WorkloadMix mix;
   bool use_mix = false;             // the window saw prefill and the mix is known
@@ -71,6 +76,12 @@ struct PlanBuild {
             : "");
   }
 
+  // A lookup's error as an action's: the measured curve's own inside its range; beyond it the
+  // step model carries the prediction, so its fit error bounds it from below.
+  double LookupError(double rel_error, bool in_range) const {
+    return in_range ? rel_error : std::max(rel_error, model.fit_error);
+  }
+
   // Decode steps: the measured curve where it reaches, the model (scaled to it) beyond.
   void FillDecode(Action* a, double batch_after, bool graphs_after) const {
     const CurveLookup l0 = CurveLookupFn{pred, curve, cur_graphs}(cur_batch, cur_batch, false, 0);
@@ -81,7 +92,7 @@ struct PlanBuild {
     a->tokens_per_s_before = cur_batch / l0.us * 1e6;
     a->tpot_ms_after = l.us * 1e-3;
     a->tokens_per_s_after = batch_after / l.us * 1e6;
-    a->expected_error = std::max(l.rel_error, model.fit_error);
+    a->expected_error = LookupError(l.rel_error, l.in_range);
     a->outside_measured = !l.in_range;
     const double dt = a->tpot_ms_after / std::max(a->tpot_ms_before, 1e-9) - 1;
     a->tradeoffs.push_back(Fm("latency", a->tpot_ms_after,
@@ -99,7 +110,7 @@ struct PlanBuild {
     a->prefill_share = after.prefill_share;
     a->mix_after = after;
     a->outside_measured = !after.in_range;
-    a->expected_error = std::max(after.rel_error, model.fit_error);
+    a->expected_error = LookupError(after.rel_error, after.in_range);
   }
 
   // Workload-aware prediction of an action: closed-loop output tokens/s at `conc_before` ->

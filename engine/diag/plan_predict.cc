@@ -83,6 +83,7 @@ double SamplingGapUs(const SamplingGap& g, const std::vector<CurvePoint>& greedy
 StepCurve MeasuredCurve(const std::vector<StepRecord>& steps, const Predictor& pred,
                         double window_context, const AnalyzerContext& ctx, Plan* plan) {
   StepCurve curve = CurveFromSteps(steps);
+  plan->step_drift = WindowDrift(steps);
   // The window's steps ran at its own context; the plan's is the mix's steady state.
   MoveDecodeToContext(pred, window_context, &curve.decode);
   MoveDecodeToContext(pred, window_context, &curve.decode_after_prefill);

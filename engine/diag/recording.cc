@@ -133,15 +133,20 @@ StepRecord StepFromRow(const json& row) {
 
 json PointsJson(const std::vector<CurvePoint>& pts) {
   json a = json::array();
-  for (const CurvePoint& p : pts) a.push_back({p.x, p.us, p.spread, p.samples, p.decode_rows});
+  for (const CurvePoint& p : pts) {
+    a.push_back({p.x, p.us, p.spread, p.samples, p.decode_rows, p.error});
+  }
   return a;
 }
 
 std::vector<CurvePoint> PointsFrom(const json& a) {
   std::vector<CurvePoint> pts;
   for (const json& p : a) {
-    pts.push_back(CurvePoint{p.at(0).get<double>(), p.at(1).get<double>(), p.at(2).get<double>(),
-                             p.at(3).get<int>(), p.at(4).get<double>()});
+    CurvePoint c{p.at(0).get<double>(), p.at(1).get<double>(), p.at(2).get<double>(),
+                 p.at(3).get<int>(), p.at(4).get<double>()};
+    // Recordings before the mean's error was kept: the spread stands for it, as it did then.
+    c.error = p.size() > 5 ? p.at(5).get<double>() : c.spread;
+    pts.push_back(c);
   }
   return pts;
 }

@@ -36,6 +36,31 @@ CurvePoint PointOf(const std::vector<double>& xs, const std::vector<double>& us)
   return p;
 }
 
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double u : v) sum += u;
+  return v.empty() ? 0 : sum / v.size();
+}
+
+// Twice the standard error of the mean of `us` (steps in the order they ran) over its mean.
+// Neighbouring steps share their load (a stall, another process's burst), so the count is the
+// effective one of a first-order autoregressive series, n (1 - r) / (1 + r) with r the lag-1
+// autocorrelation (not below 0, at most 0.9). One sample: its own spread is unknown, 1.
+double MeanError(const std::vector<double>& us) {
+  const size_t n = us.size();
+  const double mean = Mean(us);
+  if (n < 2 || !(mean > 0)) return 1;
+  double var = 0, lag = 0;
+  for (size_t i = 0; i < n; ++i) {
+    var += (us[i] - mean) * (us[i] - mean);
+    if (i > 0) lag += (us[i] - mean) * (us[i - 1] - mean);
+  }
+  if (!(var > 0)) return 0;
+  const double r = std::clamp(lag / var, 0.0, 0.9);
+  const double n_eff = std::max(1.0, n * (1 - r) / (1 + r));
+  return 2 * std::sqrt(var / (n - 1) / n_eff) / mean;
+}
+
 }  // namespace
 
 CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x) {
@@ -48,7 +73,7 @@ CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x) {
     out.us = pts[0].us;
     out.in_range = std::abs(x - pts[0].x) <= 1e-9 * std::max(1.0, x);
     const double ratio = std::max(x, pts[0].x) / std::max(std::min(x, pts[0].x), 1e-9);
-    out.rel_error = pts[0].spread + kInterpolationError +
+    out.rel_error = pts[0].error + kInterpolationError +
                     (out.in_range ? 0 : kErrorPerDoubling * std::log2(ratio));
     return out;
   }
@@ -60,7 +85,7 @@ CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x) {
   out.in_range = x >= pts.front().x && x <= pts.back().x;
   if (!out.in_range) slope = std::max(slope, 0.0);  // never extrapolate a step time downwards
   out.us = std::max(a.us + slope * (x - a.x), 1e-3);
-  out.rel_error = std::max(a.spread, b.spread) + kInterpolationError;
+  out.rel_error = std::max(a.error, b.error) + kInterpolationError;
   if (!out.in_range) {
     const double edge = x < pts.front().x ? pts.front().x : pts.back().x;
     const double ratio = std::max(x, edge) / std::max(std::min(x, edge), 1e-9);
@@ -97,9 +122,8 @@ StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples) 
   // the median would hide them (measured here: median 26.5 ms, mean 37.3 ms at batch 16).
   auto point = [](const std::vector<double>& xs, const std::vector<double>& us) {
     CurvePoint p = PointOf(xs, us);
-    double sum = 0;
-    for (double u : us) sum += u;
-    p.us = sum / us.size();
+    p.us = Mean(us);
+    p.error = MeanError(us);
     return p;
   };
   StepCurve c;
@@ -134,6 +158,12 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
     if (best > 0) typical.push_back(Quantile(s.wall_us, 0.5) / best);
   }
   const double typical_over_best = typical.empty() ? 1.0 : std::max(1.0, Quantile(typical, 0.5));
+  // A size's own typical step is not the pooled one: half the ratios' spread, (p90 - p10) / 2
+  // over their median, is a point's error (one ratio or none: the point's own spread).
+  const double typical_error =
+      typical.size() < 2
+          ? -1
+          : (Quantile(typical, 0.9) - Quantile(typical, 0.1)) / 2 / Quantile(typical, 0.5);
   for (const ProbeSeries& s : probe.series) {
     if (static_cast<int>(s.wall_us.size()) < std::max(1, min_samples)) continue;
     if (AtLongContext(probe, s)) continue;
@@ -144,6 +174,7 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
     // steps ran near the probe's mean, above its best: docs/CPU.md). MergeCurves then scales
     // the probe's shape to the window's steps.
     p.us = *std::min_element(s.wall_us.begin(), s.wall_us.end()) * typical_over_best;
+    p.error = typical_error >= 0 ? typical_error : p.spread;
     (s.prefill ? c.prefill : s.after_prefill ? c.decode_after_prefill : c.decode).push_back(p);
   }
   auto by_x = [](const CurvePoint& a, const CurvePoint& b) { return a.x < b.x; };
@@ -188,6 +219,7 @@ StepCurve CurveFromProbe(const StepProbe& probe, int min_samples) {
   for (const auto& [a, d] : pairs) {
     a->us = d->us + add;
     a->spread = std::max(a->spread, d->spread);
+    a->error = std::max(a->error, d->error);
   }
   return c;
 }
@@ -227,26 +259,95 @@ double ContextSlopeAt(const std::vector<CurvePoint>& slopes, double batch) {
 
 namespace {
 
-// Ratios window / probe at the window's points inside the probe's range.
-std::vector<double> Ratios(const std::vector<CurvePoint>& window,
-                           const std::vector<CurvePoint>& probe) {
-  std::vector<double> r;
+// How the window's steps stand to the probe's at the window's points inside the probe's range.
+struct Overlap {
+  std::vector<double> window, probe;  // us at the same shapes
+  std::vector<double> errors;         // the window points' own errors
+};
+
+Overlap Compare(const std::vector<CurvePoint>& window, const std::vector<CurvePoint>& probe) {
+  Overlap o;
   for (const CurvePoint& w : window) {
     const CurveLookup l = Interpolate(probe, w.x);
-    if (l.in_range && l.us > 0) r.push_back(w.us / l.us);
+    if (!(l.in_range && l.us > 0)) continue;
+    o.window.push_back(w.us);
+    o.probe.push_back(l.us);
+    o.errors.push_back(w.error);
   }
-  return r;
+  return o;
+}
+
+// What the window adds to a probed step: window = add_us + ratio x probe. Other load on the cores
+// takes a share of every step (a ratio); serving work the probe's steps do not do takes a time
+// per step (an addition). Where the overlap spans probe times at least kSpan apart, the line
+// through it tells them apart (least squares with ratio >= 1 and add_us >= 0: a window faster
+// than the probe's best ran warmer, which larger shapes do not keep: docs/CPU.md). A narrower
+// overlap cannot: `split` is then set, and a carried point takes the middle of the pure ratio
+// and the pure addition, with half their distance in its error. `error`: how far the overlap's
+// points lie from what was carried (root mean square, relative) with the window points' own
+// errors, in quadrature.
+struct Carry {
+  double ratio = 1, add_us = 0, error = 0, spread = 0;
+  bool split = false;
+};
+
+constexpr double kSpan = 1.5;
+
+Carry CarryOf(const Overlap& o) {
+  Carry c;
+  const size_t n = o.window.size();
+  if (n == 0) return c;
+  std::vector<double> ratios(n), diffs(n);
+  for (size_t i = 0; i < n; ++i)
+    ratios[i] = o.window[i] / o.probe[i], diffs[i] = o.window[i] - o.probe[i];
+  const double mid = Quantile(ratios, 0.5);
+  c.spread = n < 2 ? 0.0 : (Quantile(ratios, 0.9) - Quantile(ratios, 0.1)) / mid;
+  const auto [lo, hi] = std::minmax_element(o.probe.begin(), o.probe.end());
+  if (n >= 2 && *hi >= kSpan * *lo) {
+    // Least squares of window = a + r probe, then the bounds: r >= 1, a >= 0.
+    const double mp = Mean(o.probe), mw = Mean(o.window);
+    double sxy = 0, sxx = 0;
+    for (size_t i = 0; i < n; ++i) {
+      sxy += (o.probe[i] - mp) * (o.window[i] - mw), sxx += (o.probe[i] - mp) * (o.probe[i] - mp);
+    }
+    c.ratio = sxy / sxx, c.add_us = mw - c.ratio * mp;
+    if (c.ratio < 1) c.ratio = 1, c.add_us = std::max(0.0, mw - mp);
+    if (c.add_us < 0) {
+      double wp = 0, pp = 0;
+      for (size_t i = 0; i < n; ++i) wp += o.window[i] * o.probe[i], pp += o.probe[i] * o.probe[i];
+      c.add_us = 0, c.ratio = std::max(1.0, wp / pp);
+    }
+    double sq = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double r = (c.add_us + c.ratio * o.probe[i]) / o.window[i] - 1;
+      sq += r * r;
+    }
+    c.error = std::hypot(std::sqrt(sq / n), Quantile(o.errors, 0.5));
+    return c;
+  }
+  c.split = true;
+  c.ratio = std::max(1.0, mid);
+  c.add_us = std::max(0.0, Quantile(diffs, 0.5));
+  c.error = std::hypot(c.spread / 2, Quantile(o.errors, 0.5));
+  return c;
 }
 
 std::vector<CurvePoint> Extend(const std::vector<CurvePoint>& window,
-                               const std::vector<CurvePoint>& probe, double ratio, double spread) {
+                               const std::vector<CurvePoint>& probe, const Carry& carry) {
   std::vector<CurvePoint> out = window;
   const double lo = window.empty() ? 0 : window.front().x;
   const double hi = window.empty() ? -1 : window.back().x;
   for (CurvePoint p : probe) {
     if (p.x >= lo && p.x <= hi) continue;  // the window's own steps decide there
-    p.us *= ratio;
-    p.spread = std::max(p.spread, spread);
+    p.spread = std::max(p.spread, carry.spread);
+    if (carry.split) {
+      const double share = p.us * carry.ratio, per_step = p.us + carry.add_us;
+      p.us = (share + per_step) / 2;
+      p.error = std::hypot(p.error, carry.error) + std::abs(share - per_step) / 2 / p.us;
+    } else {
+      p.us = carry.add_us + carry.ratio * p.us;
+      p.error = std::hypot(p.error, carry.error);
+    }
     out.push_back(p);
   }
   std::sort(out.begin(), out.end(),
@@ -257,49 +358,32 @@ std::vector<CurvePoint> Extend(const std::vector<CurvePoint>& window,
 }  // namespace
 
 StepCurve MergeCurves(const StepCurve& window, const StepCurve& probe) {
-  const std::vector<double> rd = Ratios(window.decode, probe.decode);
-  const std::vector<double> ra = Ratios(window.decode_after_prefill, probe.decode_after_prefill);
-  const std::vector<double> rp = Ratios(window.prefill, probe.prefill);
-  auto median = [](const std::vector<double>& v) { return Quantile(v, 0.5); };
-  auto spread = [](const std::vector<double>& v) {
-    return v.size() < 2 ? 0.0 : (Quantile(v, 0.9) - Quantile(v, 0.1)) / Quantile(v, 0.5);
-  };
-  // A kind with no overlap takes the ratio of the closest kind that has one.
-  auto pick = [](std::initializer_list<const std::vector<double>*> order) {
-    for (const std::vector<double>* v : order) {
-      if (!v->empty()) return v;
+  const Overlap od = Compare(window.decode, probe.decode);
+  const Overlap oa = Compare(window.decode_after_prefill, probe.decode_after_prefill);
+  const Overlap op = Compare(window.prefill, probe.prefill);
+  // A kind with no overlap takes the closest kind that has one.
+  auto pick = [](std::initializer_list<const Overlap*> order) {
+    for (const Overlap* o : order) {
+      if (!o->window.empty()) return CarryOf(*o);
     }
-    return *order.begin();
-  };
-  const std::vector<double>* d = pick({&rd, &ra, &rp});
-  const std::vector<double>* a = pick({&ra, &rd, &rp});
-  const std::vector<double>* p = pick({&rp, &rd, &ra});
-  // Only a window slower than the probe carries its ratio to the probe's other shapes: the
-  // probe's best is the step without contention, so a slower window measured load that
-  // recurs at every shape. A window faster than the probe's best ran warmer than the probe
-  // could (back-to-back steps of a small working set keep the weights in a large last-level
-  // cache; the probe's sizes follow other shapes), which a larger shape does not keep
-  // (carried to a larger batch, such a ratio put the curve below its served steps:
-  // docs/CPU.md).
-  auto ratio = [&](const std::vector<double>* v) {
-    return v->empty() ? 1.0 : std::max(1.0, median(*v));
+    return Carry{};
   };
   StepCurve c;
-  c.decode = Extend(window.decode, probe.decode, ratio(d), spread(*d));
+  c.decode = Extend(window.decode, probe.decode, pick({&od, &oa, &op}));
   c.decode_after_prefill =
-      Extend(window.decode_after_prefill, probe.decode_after_prefill, ratio(a), spread(*a));
-  c.prefill = Extend(window.prefill, probe.prefill, ratio(p), spread(*p));
+      Extend(window.decode_after_prefill, probe.decode_after_prefill, pick({&oa, &od, &op}));
+  c.prefill = Extend(window.prefill, probe.prefill, pick({&op, &od, &oa}));
   return c;
 }
 
 void MakeMonotone(std::vector<CurvePoint>* pts) {
   struct Pool {
-    double weight = 0, mean = 0, spread = 0;
+    double weight = 0, mean = 0, spread = 0, error = 0;
     size_t count = 0;
   };
   std::vector<Pool> pools;
   for (const CurvePoint& p : *pts) {
-    pools.push_back(Pool{double(std::max(1, p.samples)), p.us, p.spread, 1});
+    pools.push_back(Pool{double(std::max(1, p.samples)), p.us, p.spread, p.error, 1});
     while (pools.size() > 1 && pools[pools.size() - 2].mean > pools.back().mean) {
       Pool b = pools.back();
       pools.pop_back();
@@ -307,6 +391,7 @@ void MakeMonotone(std::vector<CurvePoint>* pts) {
       a.mean = (a.mean * a.weight + b.mean * b.weight) / (a.weight + b.weight);
       a.weight += b.weight;
       a.spread = std::max(a.spread, b.spread);
+      a.error = std::max(a.error, b.error);
       a.count += b.count;
     }
   }
@@ -315,8 +400,33 @@ void MakeMonotone(std::vector<CurvePoint>* pts) {
     for (size_t k = 0; k < pool.count; ++k, ++i) {
       (*pts)[i].us = pool.mean;
       (*pts)[i].spread = pool.spread;
+      (*pts)[i].error = pool.error;
     }
   }
+}
+
+double WindowDrift(const std::vector<StepRecord>& steps, int min_samples) {
+  std::vector<const StepRecord*> decode;
+  for (const StepRecord& r : steps) {
+    if (r.num_prefill_tokens == 0 && r.num_decode_tokens > 0 && r.wall_us() > 0) {
+      decode.push_back(&r);
+    }
+  }
+  std::map<int64_t, std::pair<std::vector<double>, std::vector<double>>> halves;  // by rows
+  for (size_t i = 0; i < decode.size(); ++i) {
+    auto& g = halves[decode[i]->num_decode_tokens];
+    (2 * i < decode.size() ? g.first : g.second).push_back(decode[i]->wall_us());
+  }
+  double moved = 0, weight = 0;
+  for (const auto& [rows, g] : halves) {
+    const double n = static_cast<double>(std::min(g.first.size(), g.second.size()));
+    if (n < std::max(1, min_samples)) continue;
+    const double early = Mean(g.first), late = Mean(g.second);
+    if (!(early > 0 && late > 0)) continue;
+    moved += n * std::abs(late / early - 1);
+    weight += n;
+  }
+  return weight > 0 ? moved / weight : 0;
 }
 
 MixPrediction PredictCohorts(const StepLookup& lookup, const WorkloadMix& mix, double concurrency,

@@ -28,6 +28,11 @@ struct CurvePoint {
   // A decode row costs more than a prefill row (attention over its whole context, a logits
   // row), so plans move a point to another mix with the cost model (plan.cc).
   double decode_rows = 0;
+  // Expected relative error of `us` as the shape's mean step time, the figure a prediction
+  // rests on: twice the standard error of the window's mean (over the steps' effective count:
+  // neighbouring steps share their load), or of the probe's typical/best ratio. Not the spread
+  // of single steps, which a mean over many steps does not carry (docs/DIAGNOSTICS.md).
+  double error = 0;
 };
 
 struct StepCurve {
@@ -45,7 +50,7 @@ struct CurveLookup {
 };
 
 // Interpolates `pts` (ascending x) at x. Empty: us = 0, in_range false, rel_error 1.
-// Inside: linear between neighbours, error = the larger neighbour spread + 2 %. Outside:
+// Inside: linear between neighbours, error = the larger neighbour error + 2 %. Outside:
 // extends the nearest segment's slope (never below 0), error grows with the distance:
 // + 25 % per doubling beyond the range (docs/DIAGNOSTICS.md).
 CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
@@ -53,14 +58,16 @@ CurveLookup Interpolate(const std::vector<CurvePoint>& pts, double x);
 // Groups the window's steps by shape: pure decode steps by num_seqs (those right after a step
 // carrying prefill apart, in decode_after_prefill), steps carrying prefill by total rows (prefill +
 // decode tokens, bucketed to powers of two / 4). Keeps the mean per group (throughput is tokens
-// over summed step time: stalls count) with the spread (p90 - p10) / median, for groups of at least
-// `min_samples` steps.
+// over summed step time: stalls count) with the spread (p90 - p10) / median and the mean's error,
+// for groups of at least `min_samples` steps.
 StepCurve CurveFromSteps(const std::vector<StepRecord>& steps, int min_samples = 2);
 
 // The probe's timed series (engine/measure/step_probe.h) as curve points: the best time of each
 // size (one stalled step must not set a size's time) times the median over the sizes timed more
 // than once of their median repeat over their best (served steps are typical, not best, steps;
-// never below 1), with the repeats' spread (p90 - p10) / median. Decode series at
+// never below 1), with the repeats' spread (p90 - p10) / median; its error is the spread of
+// the typical/best ratios over the sizes (a size's own ratio is not the pooled one). Decode
+// series at
 // the probe's long_context are left out (they are ContextSlopes'). A decode size timed both
 // back to back and after prefill gets, after prefill, its back-to-back time plus the median
 // difference over all such sizes (never below 0): one pooled figure, not each noisy pair.
@@ -79,18 +86,29 @@ double ContextSlopeAt(const std::vector<CurvePoint>& slopes, double batch);
 
 // The window's curve extended by probed points. The window's own steps are what the server
 // does now (load, host work, contention), so inside their range they are kept as they are;
-// probed points are scaled by the median ratio window / probe where both measured (decode,
-// decode after prefill and prefill separately; a kind with no overlap takes another kind's
-// ratio, else 1; never below 1: a window faster than the probe's best ran warmer, which larger
-// shapes do not keep) and added outside the window's range. A scaled point's spread is at
-// least the ratios' spread.
+// probed points are scaled to the window where both measured (decode, decode after prefill and
+// prefill separately; a kind with no overlap takes another kind's, else none) and added outside
+// the window's range. What the window adds to the probe's step may be a share of it (other load
+// on the cores: a ratio, never below 1: a window faster than the probe's best ran warmer, which
+// larger shapes do not keep) or a time per step (serving work the probe's steps do not do, never
+// below 0). An overlap spanning probe times 1.5x apart or more is fitted with both (window =
+// time + ratio x probe); a narrower one cannot tell them apart, so a scaled point takes the
+// middle of the median ratio and the median difference, and half their distance joins its error.
+// The overlap's residuals (or the ratios' spread) and the window points' errors join it too.
 StepCurve MergeCurves(const StepCurve& window, const StepCurve& probe);
 
 // Makes the step times non-decreasing in x (pool-adjacent-violators, weighted by samples):
 // a step with more rows does at least the same work, so a point measured faster than a
 // smaller shape is noise (a disturbed probe or window), not a property of the shapes. Pooled
-// points keep their x, share the weighted mean time and the largest spread of the pool.
+// points keep their x, share the weighted mean time and the largest spread and error of the pool.
 void MakeMonotone(std::vector<CurvePoint>* pts);
+
+// How far the window's own step times moved while it ran: pure decode steps of the same rows in
+// its first half against its second (groups of at least `min_samples` in each half), the
+// relative change of their mean, weighted by the smaller count; 0 where no group qualifies. A
+// prediction is checked in a later window, so what moved within one window (other load coming
+// and going, the VM's memory bandwidth of the moment) joins every prediction's expected error.
+double WindowDrift(const std::vector<StepRecord>& steps, int min_samples = 3);
 
 struct WorkloadMix {
   double prompt_tokens = 0;  // mean prompt length

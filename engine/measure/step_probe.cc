@@ -93,6 +93,23 @@ StepPlan PrefillPlan(const ProbeSeqs& seqs, int tokens, int per_seq, int vocab) 
 // grow at most linearly); a shape whose next step would pass its kind's budget is dropped. A
 // decode step timed after prefill whose paired chunk was dropped runs after the latest chunk
 // that ran instead (untimed, charged to its kind); none yet: it waits for a later round.
+// Runs one step of `s` and adds its wall time (returned) and its sampling ops' time to its series.
+absl::StatusOr<double> TimeStep(ModelRunner* runner, Shape* s, bool per_op) {
+  const double a = NowUs();
+  ASSIGN_OR_RETURN(RunnerOutput out, runner->Execute(s->plan, per_op));
+  const double us = NowUs() - a;
+  for (const OpRecord& op : out.timing.ops) {
+    if (ClassOf(op.kind) == OpClass::kSampling && op.device_begin_us >= 0) {
+      s->series.sampling_us += op.device_end_us - op.device_begin_us;
+    }
+  }
+  s->series.wall_us.push_back(us);
+  return us;
+}
+
+// Share of the probe's budget for timing again the decode sizes whose best reads stalled.
+constexpr double kRecheckShare = 0.15;
+
 absl::Status RunRounds(ModelRunner* runner, const std::vector<Shape*>& order, int repeats,
                        const double (&budget_us)[kKinds], int short_context, bool per_op,
                        bool* truncated) {
@@ -120,15 +137,7 @@ absl::Status RunRounds(ModelRunner* runner, const std::vector<Shape*>& order, in
         (void)out;
         spent[k] += NowUs() - a;
       }
-      const double a = NowUs();
-      ASSIGN_OR_RETURN(RunnerOutput out, runner->Execute(s->plan, per_op));
-      s->last_us = NowUs() - a;
-      for (const OpRecord& op : out.timing.ops) {
-        if (ClassOf(op.kind) == OpClass::kSampling && op.device_begin_us >= 0) {
-          s->series.sampling_us += op.device_end_us - op.device_begin_us;
-        }
-      }
-      s->series.wall_us.push_back(s->last_us);
+      ASSIGN_OR_RETURN(s->last_us, TimeStep(runner, s, per_op));
       spent[k] += s->last_us;
       prev_us[k] = s->last_us;
       prev_rows[k] = s->series.rows;
@@ -158,6 +167,24 @@ std::vector<Shape*> RoundOrder(std::vector<Shape>& decode, std::vector<Shape>& l
 }
 
 }  // namespace
+
+absl::Status RecheckStalledSizes(const std::vector<ProbeSeries*>& series, int repeats,
+                                 double budget_us,
+                                 const std::function<absl::StatusOr<double>(size_t)>& time) {
+  double spent = 0, prev_best = 0, prev_rows = 0;
+  for (size_t i = 0; i < series.size(); ++i) {
+    const ProbeSeries& s = *series[i];
+    if (s.wall_us.empty()) break;  // dropped: so are the larger sizes
+    auto best = [&] { return *std::min_element(s.wall_us.begin(), s.wall_us.end()); };
+    while (static_cast<int>(s.wall_us.size()) < repeats && prev_best > 0 &&
+           best() > prev_best * s.rows / prev_rows && spent + best() <= budget_us) {
+      ASSIGN_OR_RETURN(const double us, time(i));
+      spent += us;
+    }
+    prev_best = best(), prev_rows = s.rows;
+  }
+  return absl::OkStatus();
+}
 
 absl::Status StepProbeOptions::Validate() const {
   if (max_batch < 0) return absl::InvalidArgumentError("max_batch: must be >= 0");
@@ -326,6 +353,12 @@ absl::StatusOr<StepProbe> RunStepProbe(ModelRunner* runner, BlockManager* blocks
   }
   RETURN_IF_ERROR(RunRounds(runner, RoundOrder(decode, longer, after, prefill), o.repeats,
                             budget_us, ctx, o.per_op_timing, &probe.truncated));
+  std::vector<ProbeSeries*> timed;
+  for (Shape& d : decode) timed.push_back(&d.series);
+  RETURN_IF_ERROR(RecheckStalledSizes(timed, o.repeats, o.budget_ms * 1e3 * kRecheckShare,
+                                      [&](size_t i) -> absl::StatusOr<double> {
+                                        return TimeStep(runner, &decode[i], o.per_op_timing);
+                                      }));
   // The same decode batches with the other graph setting (replays differ from eager steps by
   // far more than the fitted model's launch term says: docs/CUDA.md), then the runner's own
   // setting back.

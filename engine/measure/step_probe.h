@@ -17,11 +17,13 @@
 // Token ids are arbitrary and the sampled tokens are discarded; nothing a request can see changes.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/engine_options.h"
 
 namespace saturn {
@@ -112,5 +114,17 @@ std::vector<int> ProbeSizes(int first, int last);
 // rows, so a step's time rises in a stair, not a line (as measured with 16-row AMX tiles:
 // docs/CPU.md). The size past each power of two puts the stair's edge on the curve.
 std::vector<int> DecodeProbeSizes(int max_batch);
+
+// Times again, in ascending rows, each back-to-back decode size (`series`, ascending) timed fewer
+// than `repeats` times whose best grew faster than its rows over the previous size's best, until
+// it does not or has `repeats` steps, while `budget_us` of step time lasts (the probe gives it
+// 15 % of its budget). More rows never cost more than proportionally more time but for a tile's
+// stair, which times the same again and stays; a step stalled by the machine (measured: batches
+// 33-129 timed once at 2.1-2.4x the time the same sizes took in the next server's probe) would
+// otherwise set its size's time and every prediction beyond it. `time(i)` runs one step of
+// series i and appends its wall time to it (returned). Stops at the first size never timed.
+absl::Status RecheckStalledSizes(const std::vector<ProbeSeries*>& series, int repeats,
+                                 double budget_us,
+                                 const std::function<absl::StatusOr<double>(size_t)>& time);
 
 }  // namespace saturn

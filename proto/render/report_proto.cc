@@ -160,6 +160,7 @@ void ToProto(const std::vector<CurvePoint>& pts,
     o->set_us(p.us);
     o->set_spread(p.spread);
     o->set_samples(p.samples);
+    o->set_error(p.error);
   }
 }
 
@@ -297,6 +298,7 @@ void ToProto(const DiagnosticsReport& r, const std::vector<StepRecord>& steps,
   out->set_measured_max_prefill_rows(r.plan.measured_max_prefill_rows);
   out->set_used_probe(r.plan.used_probe);
   out->set_sampling_gap_us_per_row(r.plan.sampling_gap_us_per_row);
+  out->set_step_drift(r.plan.step_drift);
   ToProto(r.plan.curve.decode, out->mutable_plan_curve()->mutable_decode());
   ToProto(r.plan.curve.prefill, out->mutable_plan_curve()->mutable_prefill());
   ToProto(r.plan.curve.decode_after_prefill,

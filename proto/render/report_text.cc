@@ -197,6 +197,13 @@ void Plan(const v1::DiagnosticsReport& r, std::string* out) {
                           "", r.measured_max_batch(), r.measured_max_prefill_rows(),
                           r.used_probe() ? "window + probe steps" : "window only");
   }
+  if (r.step_drift() > 0) {
+    absl::StrAppendFormat(
+        out,
+        "%-10s decode steps of the same rows moved %.0f%% from the window's first "
+        "half to its second: that joins each expected error\n",
+        "", Pct(r.step_drift()));
+  }
   if (r.sampling_gap_us_per_row() > 0) {
     absl::StrAppendFormat(out,
                           "%-10s probed decode steps + %.0f us a row: the requests' sampling, "

@@ -99,7 +99,9 @@ TEST(PlanTest, ProbedStepsPutPredictionsInsideTheMeasuredRange) {
   EXPECT_TRUE(without.plan.actions[0].outside_measured);  // the window saw batch 4 only
   EXPECT_FALSE(without.plan.used_probe);
   // Probed decode steps, linear in the batch, half as long as the window's (a quieter
-  // machine): the plan scales them by the window's own step at batch 4.
+  // machine): the plan carries the window's own step at batch 4 to them. One measured batch
+  // cannot tell a share of each step from a time per step, so the prediction lies between the
+  // two readings and its interval holds the truth (the share).
   const double t4 = steps[0].wall_us();
   auto truth = [&](double b) { return t4 * (1 + 0.1 * (b - 4)); };
   for (double b : {1, 2, 4, 8, 16, 32, 64}) {
@@ -111,8 +113,10 @@ TEST(PlanTest, ProbedStepsPutPredictionsInsideTheMeasuredRange) {
   EXPECT_TRUE(with.plan.used_probe);
   EXPECT_EQ(with.plan.measured_max_batch, 64);
   EXPECT_FALSE(a.outside_measured);
-  EXPECT_NEAR(a.tokens_per_s_after, a.batch_after / truth(a.batch_after) * 1e6,
-              1e-6 * a.tokens_per_s_after);
+  const double true_tps = a.batch_after / truth(a.batch_after) * 1e6;
+  EXPECT_GT(a.tokens_per_s_after, true_tps);  // the time-per-step reading is faster
+  EXPECT_LT(a.tokens_per_s_after, 2 * true_tps);
+  EXPECT_NEAR(a.tokens_per_s_after, true_tps, a.expected_error * a.tokens_per_s_after);
   EXPECT_LT(a.expected_error, without.plan.actions[0].expected_error);
   const std::string with_text = RenderReport(ToProto(with));
   const std::string without_text = RenderReport(ToProto(without));
@@ -899,6 +903,36 @@ TEST(PlanTest, SpeculationInAnOpenLoopPlansTheBatchItLeaves) {
   const Action* l = FindAction(r_long, ActionKind::kSetSpeculativeTokens);
   ASSERT_NE(l, nullptr);
   EXPECT_GT(c->expected_error, l->expected_error);
+}
+
+// A verify step emits about 1 + m tokens a sequence, and the host's work after a step grows with
+// its tokens. Where the window's decode steps all emitted as many tokens, their host work per
+// token only bounds that growth: half of it is added to the verify step and half joins the
+// error. Where their tokens varied, the fitted time per token is added whole, no error.
+TEST(PlanTest, SpeculationAddsTheHostWorkOfTheTokensAVerifyStepEmits) {
+  AnalyzerContext ctx = testing_diag::TestContext(testing_diag::Small(), 64);
+  ctx.speculative_tokens_scored = 4;
+  auto spec = [&](std::vector<StepRecord> steps, double per_step, double per_token) {
+    for (StepRecord& r : steps) r.postprocess_us = per_step + per_token * r.num_decode_tokens;
+    const DiagnosticsReport r = Plan(steps, ctx);
+    const Action* a = FindAction(r, ActionKind::kSetSpeculativeTokens);
+    EXPECT_NE(a, nullptr);
+    return a == nullptr ? Action{} : *a;
+  };
+  const std::vector<StepRecord> two = ScoredDecodes(std::vector<int>(400, 2), 0);
+  const Action none = spec(two, 0, 0), bound = spec(two, 0, 500);
+  // q = 1, m about 3.8 (kept tokens are whole per step): 2 x 3.8 x 500 / 2 = 1,900 us more
+  // per verify step.
+  const double step_none = 2 * (1 + 3.8) / none.tokens_per_s_after * 1e6;
+  const double step_bound = 2 * (1 + 3.8) / bound.tokens_per_s_after * 1e6;
+  EXPECT_NEAR(step_bound - step_none, 1900, 0.02 * 1900);
+  EXPECT_NEAR(bound.expected_error - none.expected_error, 1900 / step_bound, 0.02);
+  std::vector<int> batches;
+  for (int i = 0; i < 200; ++i) batches.push_back(i % 2 ? 4 : 2);
+  const std::vector<StepRecord> varied = ScoredDecodes(batches, 0);
+  const Action v0 = spec(varied, 0, 0), fitted = spec(varied, 300, 200);
+  EXPECT_LT(fitted.tokens_per_s_after, v0.tokens_per_s_after);
+  EXPECT_LE(fitted.expected_error, v0.expected_error);  // nothing added: the fit knows it
 }
 
 }  // namespace

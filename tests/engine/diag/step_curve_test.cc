@@ -16,14 +16,17 @@ namespace saturn {
 namespace {
 
 std::vector<CurvePoint> Line() {  // 1000 us + 100 us per row, measured at 1, 4, 16 rows
-  return {{1, 1100, 0.01, 5}, {4, 1400, 0.03, 5}, {16, 2600, 0.02, 5}};
+  return {{.x = 1, .us = 1100, .spread = 0.2, .samples = 5, .error = 0.01},
+          {.x = 4, .us = 1400, .spread = 0.5, .samples = 5, .error = 0.03},
+          {.x = 16, .us = 2600, .spread = 0.4, .samples = 5, .error = 0.02}};
 }
 
 TEST(StepCurveTest, InterpolatesInsideTheMeasuredRange) {
   const CurveLookup l = Interpolate(Line(), 10);
   EXPECT_TRUE(l.in_range);
   EXPECT_NEAR(l.us, 2000, 1e-6);
-  EXPECT_NEAR(l.rel_error, 0.03 + 0.02, 1e-9);  // larger neighbour spread + interpolation
+  // The larger neighbour's error (its mean's, not its single steps' spread) + interpolation.
+  EXPECT_NEAR(l.rel_error, 0.03 + 0.02, 1e-9);
   EXPECT_NEAR(Interpolate(Line(), 4).us, 1400, 1e-6);
 }
 
@@ -295,18 +298,20 @@ TEST(StepCurveTest, ProbeSizeSlowerThanALargerOneTakesItsTime) {
 
 TEST(StepCurveTest, MergeKeepsTheWindowAndScalesTheProbeBeyondIt) {
   StepCurve window, probe;
-  window.decode = {{2, 2200, 0.01, 10}, {4, 2600, 0.01, 10}};
-  // The probe ran on a quieter machine: every step half as long as the window's.
+  window.decode = {{2, 2200, 0.01, 10}, {16, 5000, 0.01, 10}};
+  // The probe ran on a quieter machine: every step half as long as the window's. The overlap
+  // spans probe steps 1,100-2,500 us, wide enough to read that as a share, not a time per step.
   for (double x : {1, 2, 4, 8, 16, 32})
     probe.decode.push_back({x, 0.5 * (1800 + 200 * x), 0.05, 3});
   probe.prefill = {{64, 5000, 0.02, 3}, {256, 15000, 0.02, 3}};
   const StepCurve m = MergeCurves(window, probe);
-  ASSERT_EQ(m.decode.size(), 6u);          // 1, 2 (window), 4 (window), 8, 16, 32
+  ASSERT_EQ(m.decode.size(), 4u);          // 1, 2 (window), 16 (window), 32
   EXPECT_DOUBLE_EQ(m.decode[1].us, 2200);  // the window's own point, unscaled
   EXPECT_EQ(m.decode[1].samples, 10);
   EXPECT_NEAR(m.decode[0].us, 2000, 1e-9);  // probe x 2 (the window / probe ratio)
-  EXPECT_NEAR(m.decode[5].us, 1800 + 200 * 32, 1e-9);
-  EXPECT_GE(m.decode[5].spread, 0.05);
+  EXPECT_NEAR(m.decode[3].us, 1800 + 200 * 32, 1e-9);
+  EXPECT_GE(m.decode[3].spread, 0.05);
+  EXPECT_NEAR(m.decode[3].error, 0, 1e-9);  // the line through the overlap fits it exactly
   // No window prefill: the decode ratio carries over.
   ASSERT_EQ(m.prefill.size(), 2u);
   EXPECT_NEAR(m.prefill[1].us, 30000, 1e-9);
@@ -329,7 +334,26 @@ TEST(StepCurveTest, OnlyASlowerWindowScalesTheProbe) {
   EXPECT_DOUBLE_EQ(m.decode[2].us, 4000);
   window.decode = {{1, 1300, 0.01, 400}};
   m = MergeCurves(window, probe);
-  EXPECT_NEAR(m.decode[2].us, 1.3 * 4000, 1e-9);
+  // One overlapping batch: 1.3x of each step (5,200 us at 32) or 300 us a step (4,300): the
+  // middle, with half the distance in the error.
+  EXPECT_NEAR(m.decode[2].us, (1.3 * 4000 + 4300) / 2, 1e-9);
+  EXPECT_NEAR(m.decode[2].error, (1.3 * 4000 - 4300) / 2 / m.decode[2].us, 1e-9);
+}
+
+// Two overlapping batches whose probe steps lie 1.5x apart or more tell a time per step from a
+// share of the step: serving work of 500 us a step carries as 500 us, not as a ratio.
+TEST(StepCurveTest, AWideOverlapTellsATimePerStepFromAShare) {
+  StepCurve probe, window;
+  for (auto [x, us] : {std::pair{1.0, 1000.0}, {4.0, 2000.0}, {32.0, 8000.0}}) {
+    probe.decode.push_back({.x = x, .us = us, .spread = 0.01, .samples = 3, .error = 0.01});
+  }
+  window.decode = {{.x = 1, .us = 1500, .spread = 0.1, .samples = 50, .error = 0.02},
+                   {.x = 4, .us = 2500, .spread = 0.1, .samples = 50, .error = 0.02}};
+  const StepCurve m = MergeCurves(window, probe);
+  ASSERT_EQ(m.decode.size(), 3u);
+  EXPECT_NEAR(m.decode[2].us, 8500, 1e-6);
+  EXPECT_NEAR(m.decode[2].error, std::hypot(0.01, 0.02), 1e-9);  // probe's, window's
+  // Ratios 1.5 and 1.25 (the share reading) would have put it at 10,000 or more.
 }
 
 TEST(StepCurveTest, MergeWithoutOverlapKeepsTheProbeAsMeasured) {
@@ -340,6 +364,50 @@ TEST(StepCurveTest, MergeWithoutOverlapKeepsTheProbeAsMeasured) {
   ASSERT_EQ(m.decode.size(), 3u);
   EXPECT_DOUBLE_EQ(m.decode[0].us, 1000);
   EXPECT_DOUBLE_EQ(m.decode[2].us, 9000);
+}
+
+std::vector<StepRecord> DecodeSteps(const std::vector<double>& walls, int rows = 4) {
+  std::vector<StepRecord> steps;
+  double t = 0;
+  for (double wall : walls) {
+    StepRecord r;
+    r.num_seqs = r.num_decode_tokens = rows;
+    r.start_us = t;
+    r.end_us = t + wall;
+    t += wall;
+    steps.push_back(r);
+  }
+  return steps;
+}
+
+// A window point's error is its mean's (about twice the standard error), not its single steps'
+// spread, and steps that ran in runs of alike times (a burst of other load) count as fewer.
+TEST(StepCurveTest, AWindowPointCarriesTheErrorOfItsMean) {
+  std::vector<double> alternating, runs;
+  for (int i = 0; i < 100; ++i) {
+    alternating.push_back(i % 2 ? 1100 : 900);
+    runs.push_back(i < 50 ? 900 : 1100);
+  }
+  const CurvePoint a = CurveFromSteps(DecodeSteps(alternating)).decode.at(0);
+  const CurvePoint b = CurveFromSteps(DecodeSteps(runs)).decode.at(0);
+  EXPECT_NEAR(a.us, 1000, 1e-9);
+  EXPECT_NEAR(a.spread, 0.2, 1e-9);
+  const double sd = std::sqrt(100 * 100.0 * 100 / 99);  // sample standard deviation
+  EXPECT_NEAR(a.error, 2 * sd / 10 / 1000, 1e-9);       // 100 independent steps
+  // Lag-1 autocorrelation 0.98, taken as 0.9: 100 x 0.1 / 1.9 = 5.3 effective steps.
+  EXPECT_NEAR(b.error, 2 * sd / std::sqrt(100 * 0.1 / 1.9) / 1000, 1e-9);
+  EXPECT_EQ(b.spread, a.spread);
+}
+
+TEST(StepCurveTest, WindowDriftComparesTheHalvesAtTheSameRows) {
+  std::vector<double> walls(40, 1000);
+  EXPECT_EQ(WindowDrift(DecodeSteps(walls)), 0);
+  for (int i = 20; i < 40; ++i) walls[i] = 1200;
+  EXPECT_NEAR(WindowDrift(DecodeSteps(walls)), 0.2, 1e-9);
+  // Different rows in each half: nothing to compare.
+  std::vector<StepRecord> steps = DecodeSteps(std::vector<double>(20, 1000), 4);
+  for (const StepRecord& r : DecodeSteps(std::vector<double>(20, 1500), 8)) steps.push_back(r);
+  EXPECT_EQ(WindowDrift(steps), 0);
 }
 
 // A decode step right after a step carrying prefill is grouped apart from back-to-back ones.
@@ -388,10 +456,11 @@ TEST(StepCurveTest, ProbedDecodeAfterPrefillIsItsOwnCurveScaledByItsOwnRatio) {
   const StepCurve m = MergeCurves(window, probe);
   ASSERT_EQ(m.decode_after_prefill.size(), 2u);
   EXPECT_DOUBLE_EQ(m.decode_after_prefill[0].us, 900);
-  EXPECT_NEAR(m.decode_after_prefill[1].us, 1.5 * 1200, 1e-9);
-  // Without an after-prefill overlap the back-to-back ratio stands for it.
+  // One overlap: the middle of 1.5x (1,800) and + 300 us (1,500).
+  EXPECT_NEAR(m.decode_after_prefill[1].us, (1.5 * 1200 + 1500) / 2, 1e-9);
+  // Without an after-prefill overlap the back-to-back one stands for it: 2x or + 1,000 us.
   window.decode_after_prefill.clear();
-  EXPECT_NEAR(MergeCurves(window, probe).decode_after_prefill[1].us, 2 * 1200, 1e-9);
+  EXPECT_NEAR(MergeCurves(window, probe).decode_after_prefill[1].us, (2 * 1200 + 2200) / 2, 1e-9);
 }
 
 // What a prefill step adds to the decode step after it is pooled over the sizes timed both

@@ -149,6 +149,43 @@ TEST(StepProbeTest, DecodeOnlyProbeHasNoAfterPrefillSeries) {
   testing_engine::WaitAllBlocksFree(e->get());
 }
 
+// A size timed once during a stall (33 at 2.4x 32) is timed again, and so is the next one
+// that then reads stalled beside it (64); a stair (17 past 16) is timed again and keeps its
+// time; sizes with all their repeats and sizes in line are not; the budget ends it.
+TEST(StepProbeTest, SizesThatGrewFasterThanTheirRowsAreTimedAgain) {
+  std::vector<ProbeSeries> s = {{false, 1, 64, {1000, 1010}}, {false, 16, 64, {2000}},
+                                {false, 17, 64, {2300}},      {false, 32, 64, {2600, 2700}},
+                                {false, 33, 64, {6300}},      {false, 64, 64, {7000}},
+                                {false, 65, 64, {4050}}};
+  const std::vector<double> truth = {1000, 2000, 2300, 2600, 2650, 4000, 4050};
+  std::vector<ProbeSeries*> ptrs;
+  for (ProbeSeries& x : s) ptrs.push_back(&x);
+  std::vector<size_t> timed;
+  auto time = [&](size_t i) -> absl::StatusOr<double> {
+    timed.push_back(i);
+    s[i].wall_us.push_back(truth[i]);
+    return truth[i];
+  };
+  ASSERT_TRUE(RecheckStalledSizes(ptrs, 3, 1e9, time).ok());
+  // 17 (2300 > 2000 x 17/16), 33 until its best is in line, 64 against 33's new best (7000 >
+  // 2650 x 64/33); then 65 reads in line with 64's 4000.
+  EXPECT_EQ(timed, (std::vector<size_t>{2, 2, 4, 5}));
+  EXPECT_EQ(s[2].wall_us, (std::vector<double>{2300, 2300, 2300}));
+  EXPECT_EQ(s[4].wall_us, (std::vector<double>{6300, 2650}));
+  EXPECT_EQ(s[5].wall_us, (std::vector<double>{7000, 4000}));
+  EXPECT_EQ(s[6].wall_us.size(), 1u);
+  // A budget that holds one step of 33 but not 64's.
+  s[4].wall_us = {6300}, s[5].wall_us = {7000}, s[2].wall_us = {2000};
+  timed.clear();
+  ASSERT_TRUE(RecheckStalledSizes(ptrs, 3, 6400, time).ok());
+  EXPECT_EQ(timed, (std::vector<size_t>{4}));
+  // A failing step is the probe's error.
+  s[4].wall_us = {6300};
+  EXPECT_FALSE(RecheckStalledSizes(ptrs, 3, 1e9, [](size_t) -> absl::StatusOr<double> {
+                 return absl::InternalError("step failed");
+               }).ok());
+}
+
 TEST(StepProbeTest, AZeroBudgetTimesNothing) {
   auto e = Engine::Create(TinyConfig());
   ASSERT_TRUE(e.ok()) << e.status();
