@@ -84,9 +84,14 @@ ABSL_FLAG(int, metrics_port, 0,
           "Serve Prometheus metrics at http://HOST:PORT/metrics, HOST being --listen's host "
           "(0: off; -1: any free port, logged)");
 ABSL_FLAG(int, http_port, 0,
-          "Serve the OpenAI-compatible HTTP API (/v1/completions, /v1/models, /health, and "
+          "Serve the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
+          "/v1/models, /health, and "
           "/metrics as --metrics_port serves it) at http://HOST:PORT, HOST being --listen's host "
           "(0: off; -1: any free port, logged)");
+ABSL_FLAG(std::string, chat_template, "",
+          "A Jinja chat template file for /v1/chat/completions, in place of the model's own "
+          "(chat_template.jinja, tokenizer_config.json or the GGUF file's); vLLM's "
+          "--chat-template. The model's bos_token and eos_token still fill it");
 ABSL_FLAG(std::string, served_model_name, "",
           "The model id the HTTP API lists and requests name (empty: --model as given)");
 ABSL_FLAG(double, metrics_window_seconds, 10,
@@ -167,6 +172,7 @@ int main(int argc, char** argv) {
   config.metrics_window_seconds = absl::GetFlag(FLAGS_metrics_window_seconds);
   config.http_port = absl::GetFlag(FLAGS_http_port);
   config.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  config.chat_template = absl::GetFlag(FLAGS_chat_template);
   config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   config.tls_key = absl::GetFlag(FLAGS_tls_key);
   config.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);

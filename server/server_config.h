@@ -43,6 +43,9 @@ struct ServerConfig {
   int http_port = 0;
   // The model id /v1/models lists and requests name ("": --model as given).
   std::string served_model_name;
+  // A Jinja chat template file in place of the model's own ("": the model's;
+  // server/http/model_chat_template.h).
+  std::string chat_template;
   // Security (server/security.h, docs/SECURITY.md). PEM files: cert + key turn TLS on (gRPC
   // and metrics); a client CA makes it mutual TLS.
   std::string tls_cert;

@@ -17,12 +17,14 @@ bash "$root/.ci/deps.sh" nginx curl || [ "${CI:-}" != "true" ] ||
   { echo "saturn: cannot install nginx and curl" >&2; exit 1; }
 jobs="$(nproc)"
 # Hugging Face `tokenizers`, the reference the tokenizer.json reader's test compares against,
-# and llama.cpp's `gguf` package (with numpy), the reference for gguf_test's dequantization;
-# without network access those tests skip and say so.
+# llama.cpp's `gguf` package (with numpy), the reference for gguf_test's dequantization, and
+# jinja2, the reference chat_template_test renders with (as transformers does); without network
+# access those tests skip and say so.
 if [ ! -x "$build/pyenv/bin/python3" ] ||
-   ! "$build/pyenv/bin/python3" -c "import tokenizers, gguf, numpy" 2>/dev/null; then
-  { python3 -m venv "$build/pyenv" && "$build/pyenv/bin/pip" install -q tokenizers gguf numpy; } ||
-    echo "saturn: could not install Python tokenizers and gguf; their comparisons will skip"
+   ! "$build/pyenv/bin/python3" -c "import tokenizers, gguf, numpy, jinja2" 2>/dev/null; then
+  { python3 -m venv "$build/pyenv" &&
+    "$build/pyenv/bin/pip" install -q tokenizers gguf numpy jinja2; } ||
+    echo "saturn: could not install Python tokenizers, gguf and jinja2; their comparisons will skip"
 fi
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$jobs"

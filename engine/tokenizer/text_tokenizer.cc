@@ -24,6 +24,9 @@ class ByteTextTokenizer final : public TextTokenizer {
   absl::StatusOr<std::vector<int>> Encode(std::string_view text) const override {
     return ByteTokenizer().Encode(text, /*add_bos=*/true);
   }
+  absl::StatusOr<std::vector<int>> EncodeRendered(std::string_view text) const override {
+    return ByteTokenizer().Encode(text, /*add_bos=*/false);
+  }
   std::string TokenBytes(int id) const override {
     if (!ByteTokenizer::IsByte(id)) return "";
     return std::string(1, static_cast<char>(id - ByteTokenizer::kByteOffset));
@@ -49,6 +52,9 @@ class BpeTextTokenizer final : public TextTokenizer {
       : t_(std::move(t)), kind_(std::move(kind)), describe_(std::move(describe)) {}
   absl::StatusOr<std::vector<int>> Encode(std::string_view text) const override {
     return t_->EncodePrompt(text);
+  }
+  absl::StatusOr<std::vector<int>> EncodeRendered(std::string_view text) const override {
+    return t_->bpe().Encode(text);
   }
   // transformers' decode(skip_special_tokens=True), vLLM's default for streamed text.
   std::string TokenBytes(int id) const override {

@@ -22,6 +22,10 @@ class TextTokenizer {
   virtual ~TextTokenizer() = default;
   // The prompt's ids, special tokens included.
   virtual absl::StatusOr<std::vector<int>> Encode(std::string_view text) const = 0;
+  // The ids of text a chat template rendered: special tokens written in it become their ids and
+  // none is added around it (transformers' add_special_tokens=False, as apply_chat_template
+  // encodes: the template writes its own BOS).
+  virtual absl::StatusOr<std::vector<int>> EncodeRendered(std::string_view text) const = 0;
   // The bytes one generated token adds to the streamed text ("" for special tokens and ids
   // without text). Concatenated and assembled into whole UTF-8 characters by Utf8Stream.
   virtual std::string TokenBytes(int id) const = 0;

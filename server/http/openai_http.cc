@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "server/http/elastic_task_queue.h"
 #include "server/http/http_listener.h"
 #include "server/http/metrics_http.h"
+#include "server/http/model_chat_template.h"
 #include "server/http/openai_call.h"
 #include "server/http/openai_protocol.h"
 
@@ -72,7 +74,8 @@ struct Completion {
 // event, the others cancelled, then [DONE]; true), or a write failed, which cancels them all
 // (false).
 bool PumpStream(OpenAiCall& call, const Completion& c, httplib::DataSink& sink) {
-  std::vector<int64_t> offsets(call.choices(), 0);  // per choice: text sent so far
+  std::vector<int64_t> offsets(call.choices(), 0);   // per choice: text sent so far
+  std::vector<bool> started(call.choices(), false);  // per choice: a chunk sent
   Usage usage;
   bool failed = false;
   while (!call.done() && !failed) {
@@ -88,7 +91,8 @@ bool PumpStream(OpenAiCall& call, const Completion& c, httplib::DataSink& sink) 
       failed = true;
     } else if (!p->out.token_ids.empty() || !p->out.text.empty() || p->final) {
       const CompletionChoice choice{p->index, std::move(p->out), p->final ? p->finish_reason : "",
-                                    offsets[p->index]};
+                                    offsets[p->index], !started[p->index]};
+      started[p->index] = true;
       if (!Write(sink, CompletionChunkEvent(c.header, c.format, choice, c.include_usage))) {
         call.Cancel();
         return false;
@@ -146,9 +150,14 @@ OpenAiHttpServer::OpenAiHttpServer(ServingState* state, DiagnosticsState* diag,
     : state_(state),
       diag_(diag),
       model_name_(std::move(model_name)),
-      created_(absl::ToUnixSeconds(absl::Now())) {}
+      created_(absl::ToUnixSeconds(absl::Now())),
+      chat_(LoadModelChatTemplate(state->config().engine.model, state->config().chat_template)) {
+  if (chat_.ok()) std::cerr << "saturn-server: chat template from " << chat_->origin << "\n";
+}
 
 absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
+  // A template asked for by flag must be usable; the model's own may be missing (chat refused).
+  if (!state_->config().chat_template.empty() && !chat_.ok()) return chat_.status();
   if (absl::Status s = listener_.Init(
           state_->config(), "the HTTP API",
           [](httplib::Response& res) {
@@ -194,9 +203,8 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
     res.set_content(ModelsJson(model_name_, created_, state_->intake()->limits().max_model_len),
                     "application/json");
   });
-  http.Post("/v1/chat/completions", [this](const httplib::Request&, httplib::Response& res) {
-    SendError(res, ChatTemplateRefusal(state_->config().engine.model));
-  });
+  http.Post("/v1/chat/completions",
+            [this](const httplib::Request& req, httplib::Response& res) { Chat(req, res); });
   http.Post("/v1/completions",
             [this](const httplib::Request& req, httplib::Response& res) { Complete(req, res); });
   // Where vLLM serves it, for scrapers pointed at the API's port.
@@ -210,45 +218,81 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
 void OpenAiHttpServer::Complete(const httplib::Request& req, httplib::Response& res) {
   absl::StatusOr<CompletionRequest> parsed = ParseCompletionRequest(req.body);
   if (!parsed.ok()) return SendError(res, parsed.status());
-  if (!parsed->model.empty() && parsed->model != model_name_) {
-    return SendError(res, absl::NotFoundError(absl::StrCat("model: \"", parsed->model,
+  Serve(*std::move(parsed), /*chat=*/false, res);
+}
+
+void OpenAiHttpServer::Chat(const httplib::Request& req, httplib::Response& res) {
+  absl::StatusOr<ChatRequest> parsed = ParseChatRequest(req.body);
+  if (!parsed.ok()) return SendError(res, parsed.status());
+  if (!chat_.ok()) return SendError(res, chat_.status());
+  const TextTokenizer* tokenizer = state_->text_tokenizer();
+  if (tokenizer == nullptr) {
+    return SendError(res, absl::InvalidArgumentError(
+                              "messages: the rendered conversation needs a text tokenizer, which "
+                              "this model lacks (--skip_tokenizer_init?); use /v1/completions "
+                              "with token ids"));
+  }
+  // The template's own errors (raise_exception: roles out of turn, a system message where the
+  // model takes none) are the request's: 400 on messages.
+  absl::StatusOr<std::string> text = chat_->tmpl.Render(
+      parsed->messages, parsed->add_generation_prompt, chat_->bos_token, chat_->eos_token);
+  if (!text.ok()) {
+    return SendError(
+        res, absl::InvalidArgumentError(absl::StrCat("messages: the chat template refused them: ",
+                                                     text.status().message())));
+  }
+  absl::StatusOr<std::vector<int>> ids = tokenizer->EncodeRendered(*text);
+  if (!ids.ok()) {
+    return SendError(
+        res, absl::InvalidArgumentError(absl::StrCat("messages: ", ids.status().message())));
+  }
+  if (ids->empty())
+    return SendError(res, absl::InvalidArgumentError("messages: render to nothing"));
+  v1::GenerateRequest& g = parsed->completion.requests.front();
+  for (int id : *ids) g.add_prompt_token_ids(id);
+  Serve(std::move(parsed->completion), /*chat=*/true, res);
+}
+
+void OpenAiHttpServer::Serve(CompletionRequest parsed, bool chat, httplib::Response& res) {
+  if (!parsed.model.empty() && parsed.model != model_name_) {
+    return SendError(res, absl::NotFoundError(absl::StrCat("model: \"", parsed.model,
                                                            "\" does not exist (this server "
                                                            "serves \"",
                                                            model_name_, "\")")));
   }
-  const int n = static_cast<int>(parsed->requests.size());
+  const int n = static_cast<int>(parsed.requests.size());
   absl::StatusOr<std::unique_ptr<OpenAiCall>> admitted = OpenAiCall::Admit(state_, n);
   if (!admitted.ok()) return SendError(res, admitted.status());
   std::shared_ptr<OpenAiCall> call = std::move(*admitted);
   // Every prompt is checked before any is submitted.
   std::vector<GenerateRequest> requests;
   for (int i = 0; i < n; ++i) {
-    absl::StatusOr<ConvertedRequest> converted = state_->intake()->Convert(parsed->requests[i]);
+    absl::StatusOr<ConvertedRequest> converted = state_->intake()->Convert(parsed.requests[i]);
     if (!converted.ok()) return SendError(res, InApiTerms(converted.status(), n > 1 ? i : -1));
     requests.push_back(std::move(converted->request));
   }
   const TextTokenizer* tokenizer = state_->text_tokenizer();
-  if (!parsed->stop.empty() && tokenizer == nullptr) {
+  if (!parsed.stop.empty() && tokenizer == nullptr) {
     return SendError(res, absl::InvalidArgumentError(
                               "stop: stop strings need a text tokenizer, which this model "
                               "lacks; use stop_token_ids"));
   }
-  if (absl::Status s = call->Submit(std::move(requests), parsed->stop, tokenizer,
+  if (absl::Status s = call->Submit(std::move(requests), parsed.stop, tokenizer,
                                     diag_ != nullptr ? diag_->request_metrics() : nullptr);
       !s.ok()) {
     return SendError(res, s);
   }
   Completion c;
-  c.header = {absl::StrCat("cmpl-", created_, "-", next_id_.fetch_add(1)),
-              absl::ToUnixSeconds(absl::Now()), model_name_};
-  c.format.with_logprobs = parsed->requests[0].has_logprobs();
-  c.format.return_token_ids = parsed->return_token_ids;
+  c.header = {absl::StrCat(chat ? "chatcmpl-" : "cmpl-", created_, "-", next_id_.fetch_add(1)),
+              absl::ToUnixSeconds(absl::Now()), model_name_, chat};
+  c.format.with_logprobs = parsed.requests[0].has_logprobs();
+  c.format.return_token_ids = parsed.return_token_ids;
   c.format.token_text = [tokenizer](int id) {
     return tokenizer != nullptr ? tokenizer->TokenBytes(id) : std::string();
   };
-  c.include_usage = parsed->include_usage;
+  c.include_usage = parsed.include_usage;
   c.client_check = state_->config().http_client_check;
-  if (parsed->stream) {
+  if (parsed.stream) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");  // proxies (nginx) pass each event at once
     res.set_chunked_content_provider(

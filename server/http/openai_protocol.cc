@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,9 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/model/gguf.h"
 #include "kernels/base/json_depth.h"
-#include "kernels/base/read_file.h"
 
 namespace saturn {
 namespace {
@@ -148,6 +145,58 @@ absl::Status Stop(const Json& body, std::vector<std::string>* out) {
   return absl::OkStatus();
 }
 
+absl::Status SharedFields(const Json& body, v1::GenerateRequest* out, CompletionRequest* req);
+
+// messages: [{role, content}], content a string or a list of {"type": "text", "text"} parts
+// (joined with newlines, as vLLM joins them for a template that takes a string).
+absl::Status Messages(const Json& body, std::vector<ChatMessage>* out) {
+  const Json* m = Field(body, "messages");
+  if (m == nullptr || !m->is_array() || m->empty()) {
+    return Bad("messages", "required: a non-empty list of {\"role\", \"content\"} objects");
+  }
+  if (m->size() > static_cast<size_t>(kMaxMessages)) {
+    return Bad("messages", absl::StrFormat("at most %d messages, got %d", kMaxMessages, m->size()));
+  }
+  for (size_t i = 0; i < m->size(); ++i) {
+    const std::string at = absl::StrCat("messages[", i, "]");
+    const Json& one = (*m)[i];
+    if (!one.is_object()) return Bad(at, "must be an object with role and content");
+    const Json* role = Field(one, "role");
+    if (role == nullptr || !role->is_string() || role->get_ref<const std::string&>().empty() ||
+        role->get_ref<const std::string&>().size() > 64) {
+      return Bad(absl::StrCat(at, ".role"), "required: a string of 1 to 64 bytes");
+    }
+    if (Field(one, "tool_calls") != nullptr) {
+      return Bad(absl::StrCat(at, ".tool_calls"), "not supported (messages of text only)");
+    }
+    ChatMessage msg{role->get<std::string>(), ""};
+    const Json* content = Field(one, "content");
+    if (content == nullptr) {
+      return Bad(absl::StrCat(at, ".content"), "required: a string or a list of text parts");
+    }
+    if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t k = 0; k < content->size(); ++k) {
+        const Json& part = (*content)[k];
+        const Json* type = part.is_object() ? Field(part, "type") : nullptr;
+        const Json* text = part.is_object() ? Field(part, "text") : nullptr;
+        if (type == nullptr || !type->is_string() || *type != "text" || text == nullptr ||
+            !text->is_string()) {
+          return Bad(absl::StrCat(at, ".content[", k, "]"),
+                     "only {\"type\": \"text\", \"text\": \"...\"} parts are supported");
+        }
+        if (k > 0) msg.content += "\n";
+        msg.content += text->get<std::string>();
+      }
+    } else {
+      return Bad(absl::StrCat(at, ".content"), "must be a string or a list of text parts");
+    }
+    out->push_back(std::move(msg));
+  }
+  return absl::OkStatus();
+}
+
 // Fields Saturn cannot honour: refused by name unless they ask for the default.
 absl::Status Unsupported(const Json& body) {
   bool echo = false;
@@ -207,19 +256,56 @@ Json UsageJson(const Usage& u) {
           {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
-Json Choice(const ChoiceFormat& f, const CompletionChoice& choice) {
+// A chat choice's logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
+Json ChatLogprobs(const CompletionPiece& piece, const std::function<std::string(int)>& token_text) {
+  auto entry = [&](int id, double logprob) {
+    const std::string text = token_text(id);
+    std::vector<int> bytes;  // unsigned, as OpenAI sends them
+    for (unsigned char ch : text) bytes.push_back(ch);
+    return Json{{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+  };
+  Json content = Json::array();
+  for (const PositionLogprobs& lp : piece.logprobs) {
+    Json e = entry(lp.token.token_id, lp.token.logprob);
+    e["top_logprobs"] = Json::array();
+    for (const TokenLogprob& t : lp.top) e["top_logprobs"].push_back(entry(t.token_id, t.logprob));
+    content.push_back(std::move(e));
+  }
+  return {{"content", content}};
+}
+
+// A choice: text_completion's, or a chat completion's message (whole) or delta (a chunk; the
+// first of a choice also says its role, as OpenAI's stream does).
+Json Choice(const CompletionHeader& h, const ChoiceFormat& f, const CompletionChoice& choice,
+            bool chunk) {
   const CompletionPiece& piece = choice.piece;
-  Json c = {
-      {"index", choice.index},
-      {"text", piece.text},
-      {"logprobs", f.with_logprobs ? Logprobs(piece, f.token_text, choice.text_offset) : Json()},
-      {"finish_reason", choice.finish_reason.empty() ? Json() : Json(choice.finish_reason)}};
+  Json c = {{"index", choice.index}};
+  Json logprobs;
+  if (f.with_logprobs) {
+    logprobs = h.chat ? ChatLogprobs(piece, f.token_text)
+                      : Logprobs(piece, f.token_text, choice.text_offset);
+  }
+  if (!h.chat) {
+    c["text"] = piece.text;
+  } else if (!chunk) {
+    c["message"] = {{"role", "assistant"}, {"content", piece.text}};
+  } else {
+    Json delta = Json::object();
+    if (choice.first) delta["role"] = "assistant";
+    if (choice.first || !piece.text.empty()) delta["content"] = piece.text;
+    c["delta"] = std::move(delta);
+  }
+  c["logprobs"] = std::move(logprobs);
+  c["finish_reason"] = choice.finish_reason.empty() ? Json() : Json(choice.finish_reason);
   if (f.return_token_ids) c["token_ids"] = piece.token_ids;
   return c;
 }
 
-Json Envelope(const CompletionHeader& h) {
-  return {{"id", h.id}, {"object", "text_completion"}, {"created", h.created}, {"model", h.model}};
+Json Envelope(const CompletionHeader& h, bool chunk) {
+  const char* object = !h.chat ? "text_completion"
+                       : chunk ? "chat.completion.chunk"
+                               : "chat.completion";
+  return {{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model}};
 }
 
 // Text that came from byte tokens may not be valid UTF-8 (token strings in logprobs): the
@@ -228,41 +314,105 @@ std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_hand
 
 std::string Event(const Json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
 
+// The body as a JSON object (its nesting checked before the parse: nlohmann recurses per level).
+absl::StatusOr<Json> BodyObject(std::string_view text) {
+  if (absl::Status s = CheckJsonDepth(text, kMaxJsonDepth, "request body"); !s.ok()) return s;
+  Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return Bad("request body", "not valid JSON");
+  if (!body.is_object()) return Bad("request body", "must be a JSON object");
+  return body;
+}
+
 }  // namespace
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body_text) {
-  if (absl::Status s = CheckJsonDepth(body_text, kMaxJsonDepth, "request body"); !s.ok()) {
+  absl::StatusOr<Json> parsed = BodyObject(body_text);
+  if (!parsed.ok()) return parsed.status();
+  const Json& body = *parsed;
+  CompletionRequest r;
+  if (absl::Status s = Unsupported(body); !s.ok()) return s;
+  if (absl::Status s = Prompts(body, &r.requests); !s.ok()) return s;
+  v1::GenerateRequest g;  // the fields every prompt's request shares
+  std::optional<int64_t> max_tokens, logprobs;
+  if (absl::Status s = GetBoundedInt(body, "max_tokens", 1, INT32_MAX, &max_tokens); !s.ok()) {
     return s;
   }
-  Json body = Json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return Bad("request body", "not valid JSON");
-  if (!body.is_object()) return Bad("request body", "must be a JSON object");
-  CompletionRequest r;
+  if (absl::Status s = GetBoundedInt(body, "logprobs", 0, kMaxLogprobs, &logprobs); !s.ok()) {
+    return s;
+  }
+  if (max_tokens.has_value()) g.set_max_tokens(static_cast<int32_t>(*max_tokens));
+  if (logprobs.has_value()) g.set_logprobs(static_cast<int32_t>(*logprobs));
+  if (absl::Status s = SharedFields(body, &g, &r); !s.ok()) return s;
+  // Each request holds only its prompt, `g` none: merged, each has both.
+  for (v1::GenerateRequest& one : r.requests) one.MergeFrom(g);
+  return r;
+}
+
+absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body_text) {
+  absl::StatusOr<Json> parsed = BodyObject(body_text);
+  if (!parsed.ok()) return parsed.status();
+  const Json& body = *parsed;
+  ChatRequest c;
+  CompletionRequest& r = c.completion;
+  if (absl::Status s = Unsupported(body); !s.ok()) return s;
+  // Tools and structured output change what the template renders and how the output is read.
+  for (const char* one : {"tools", "functions", "response_format", "tool_choice"}) {
+    if (const Json* f = Field(body, one); f != nullptr && !(f->is_array() && f->empty())) {
+      return Bad(one, "not supported (Saturn renders messages of text only)");
+    }
+  }
+  if (absl::Status s = Messages(body, &c.messages); !s.ok()) return s;
+  if (absl::Status s = GetBool(body, "add_generation_prompt", &c.add_generation_prompt); !s.ok()) {
+    return s;
+  }
+  v1::GenerateRequest g;
+  // max_completion_tokens is OpenAI's current name, max_tokens the older one vLLM still takes.
+  std::optional<int64_t> max_tokens, newer, top_logprobs;
+  if (absl::Status s = GetBoundedInt(body, "max_tokens", 1, INT32_MAX, &max_tokens); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = GetBoundedInt(body, "max_completion_tokens", 1, INT32_MAX, &newer);
+      !s.ok()) {
+    return s;
+  }
+  if (newer.has_value()) max_tokens = newer;
+  if (max_tokens.has_value()) g.set_max_tokens(static_cast<int32_t>(*max_tokens));
+  bool logprobs = false;
+  if (absl::Status s = GetBool(body, "logprobs", &logprobs); !s.ok()) return s;
+  if (absl::Status s = GetBoundedInt(body, "top_logprobs", 0, kMaxLogprobs, &top_logprobs);
+      !s.ok()) {
+    return s;
+  }
+  if (top_logprobs.has_value() && !logprobs) {
+    return Bad("top_logprobs", "allowed only with \"logprobs\": true");
+  }
+  if (logprobs) g.set_logprobs(static_cast<int32_t>(top_logprobs.value_or(0)));
+  if (absl::Status s = SharedFields(body, &g, &r); !s.ok()) return s;
+  r.requests.push_back(std::move(g));  // its prompt: the rendered messages (ChatPrompt)
+  return c;
+}
+
+namespace {
+
+// What completions and chat completions share: model, sampling (temperature, top_p, top_k,
+// seed), ignore_eos, stop_token_ids, stop, stream and stream_options, return_token_ids, user.
+absl::Status SharedFields(const Json& body, v1::GenerateRequest* out, CompletionRequest* req) {
+  v1::GenerateRequest& g = *out;
+  CompletionRequest& r = *req;
   if (const Json* m = Field(body, "model"); m != nullptr) {
     if (!m->is_string()) return Bad("model", "must be a string");
     r.model = m->get<std::string>();
   }
-  if (absl::Status s = Unsupported(body); !s.ok()) return s;
-  if (absl::Status s = Prompts(body, &r.requests); !s.ok()) return s;
-  v1::GenerateRequest g;  // the fields every prompt's request shares
-  std::optional<int64_t> max_tokens, top_k, seed, logprobs;
+  std::optional<int64_t> top_k, seed;
   std::optional<double> temperature, top_p;
-  if (absl::Status s = GetBoundedInt(body, "max_tokens", 1, INT32_MAX, &max_tokens); !s.ok()) {
-    return s;
-  }
   if (absl::Status s = GetBoundedInt(body, "top_k", -1, INT32_MAX, &top_k); !s.ok()) return s;
   if (absl::Status s = GetInt(body, "seed", &seed); !s.ok()) return s;
-  if (absl::Status s = GetBoundedInt(body, "logprobs", 0, kMaxLogprobs, &logprobs); !s.ok()) {
-    return s;
-  }
   if (absl::Status s = GetFloat(body, "temperature", &temperature); !s.ok()) return s;
   if (absl::Status s = GetFloat(body, "top_p", &top_p); !s.ok()) return s;
-  if (max_tokens.has_value()) g.set_max_tokens(static_cast<int32_t>(*max_tokens));
   g.set_temperature(static_cast<float>(temperature.value_or(1.0)));  // OpenAI's default
   if (top_p.has_value()) g.set_top_p(static_cast<float>(*top_p));
   if (top_k.has_value()) g.set_top_k(static_cast<int32_t>(*top_k < 0 ? 0 : *top_k));
   if (seed.has_value()) g.set_seed(*seed);
-  if (logprobs.has_value()) g.set_logprobs(static_cast<int32_t>(*logprobs));
   bool ignore_eos = false;
   if (absl::Status s = GetBool(body, "ignore_eos", &ignore_eos); !s.ok()) return s;
   g.set_ignore_eos(ignore_eos);
@@ -288,10 +438,10 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body_t
   if (const Json* u = Field(body, "user"); u != nullptr && !u->is_string()) {
     return Bad("user", "must be a string");
   }
-  // Each request holds only its prompt, `g` none: merged, each has both.
-  for (v1::GenerateRequest& one : r.requests) one.MergeFrom(g);
-  return r;
+  return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::Status InApiTerms(const absl::Status& status, int prompt_index) {
   const std::string prompt =
@@ -363,23 +513,23 @@ std::string HttpErrorJson(int http, std::string_view message) {
 
 std::string CompletionJson(const CompletionHeader& h, const ChoiceFormat& format,
                            const std::vector<CompletionChoice>& choices, const Usage& usage) {
-  Json j = Envelope(h);
+  Json j = Envelope(h, false);
   j["choices"] = Json::array();
-  for (const CompletionChoice& c : choices) j["choices"].push_back(Choice(format, c));
+  for (const CompletionChoice& c : choices) j["choices"].push_back(Choice(h, format, c, false));
   j["usage"] = UsageJson(usage);
   return Dump(j);
 }
 
 std::string CompletionChunkEvent(const CompletionHeader& h, const ChoiceFormat& format,
                                  const CompletionChoice& choice, bool include_usage) {
-  Json j = Envelope(h);
-  j["choices"] = Json::array({Choice(format, choice)});
+  Json j = Envelope(h, true);
+  j["choices"] = Json::array({Choice(h, format, choice, true)});
   if (include_usage) j["usage"] = nullptr;
   return Event(j);
 }
 
 std::string UsageChunkEvent(const CompletionHeader& h, const Usage& usage) {
-  Json j = Envelope(h);
+  Json j = Envelope(h, true);
   j["choices"] = Json::array();
   j["usage"] = UsageJson(usage);
   return Event(j);
@@ -400,43 +550,6 @@ std::string ModelsJson(const std::string& model, int64_t created, int max_model_
 
 std::string ApiFinishReason(FinishReason reason) {
   return reason == FinishReason::kLength ? "length" : "stop";
-}
-
-absl::Status ChatTemplateRefusal(const std::string& model) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_regular_file(model, ec) && fs::path(model).extension() == ".gguf") {
-    // A GGUF file carries its template in tokenizer.chat_template, Jinja as in
-    // tokenizer_config.json (llama.cpp renders it with its own Jinja subset).
-    absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(model);
-    const bool has = f.ok() && (*f)->metadata().contains("tokenizer.chat_template");
-    return Bad("messages",
-               has ? "the file's chat template (tokenizer.chat_template) is a Jinja program, "
-                     "which Saturn does not render, so it cannot apply it faithfully; render "
-                     "the conversation yourself and send it to /v1/completions"
-                   : "the GGUF file has no chat template (tokenizer.chat_template); use "
-                     "/v1/completions");
-  }
-  if (!fs::is_directory(model, ec)) {
-    return Bad("messages", absl::StrCat("the built-in model \"", model,
-                                        "\" has no chat template; use /v1/completions"));
-  }
-  bool has_template = fs::exists(fs::path(model) / "chat_template.jinja", ec);
-  // Read on this request, so its size and depth are checked here too (the parser recurses
-  // per level).
-  absl::StatusOr<std::string> text =
-      ReadFileBounded((fs::path(model) / "tokenizer_config.json").string(), kMaxConfigFileBytes);
-  if (text.ok() && JsonNestingDepth(*text) <= kMaxFileJsonDepth) {
-    Json j = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    has_template = has_template || (j.is_object() && j.contains("chat_template"));
-  }
-  return Bad("messages",
-             has_template
-                 ? "the checkpoint's chat template is a Jinja program, which Saturn does not "
-                   "render, so it cannot apply it faithfully; render the conversation yourself "
-                   "and send it to /v1/completions"
-                 : "the checkpoint has no chat template (tokenizer_config.json's chat_template); "
-                   "use /v1/completions");
 }
 
 }  // namespace saturn

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/request.h"
+#include "engine/tokenizer/chat_template.h"
 #include "saturn/v1/saturn.pb.h"
 
 namespace saturn {
@@ -46,6 +47,22 @@ struct CompletionRequest {
 
 // Parses a /v1/completions body. INVALID_ARGUMENT names the field and the limit.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body);
+
+inline constexpr int kMaxMessages = 4096;
+
+// A /v1/chat/completions body: the messages the model's chat template renders into the prompt,
+// and one request with every other field (its prompt unset until rendered).
+struct ChatRequest {
+  CompletionRequest completion;  // requests: exactly one
+  std::vector<ChatMessage> messages;
+  bool add_generation_prompt = true;  // vLLM's extension; the template's variable
+};
+
+// Accepted as for completions, but: messages (a string content, or a list of text parts) in place
+// of prompt; max_completion_tokens (or max_tokens); logprobs true/false with top_logprobs
+// (0-20); add_generation_prompt. Refused by name: tools, functions, tool_choice,
+// response_format, tool_calls in a message, and other content parts (images, audio).
+absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body);
 
 // What ToEngineRequest and the engine call the prompt, renamed to the API's field: "prompt",
 // or "prompt[i]" for prompt `prompt_index` of a request of several (-1: the only one), whose
@@ -75,6 +92,7 @@ struct CompletionChoice {
   CompletionPiece piece;
   std::string finish_reason;
   int64_t text_offset = 0;
+  bool first = false;  // a stream's first chunk of this choice (a chat delta then has the role)
 };
 
 // How a request's choices are written: what it asked for.
@@ -85,9 +103,12 @@ struct ChoiceFormat {
 };
 
 struct CompletionHeader {
-  std::string id;  // "cmpl-..."
+  std::string id;  // "cmpl-..." ("chatcmpl-..." for a chat completion)
   int64_t created = 0;
   std::string model;
+  // A chat completion: objects "chat.completion" and "chat.completion.chunk", each choice a
+  // message (or a chunk's delta) of role "assistant", logprobs as {"content": [...]}.
+  bool chat = false;
 };
 
 // A whole (non-streamed) response: the choices in the order given, the usage of them all.
@@ -106,9 +127,5 @@ std::string ModelsJson(const std::string& model, int64_t created, int max_model_
 
 // "length" or "stop" (the API's finish_reason).
 std::string ApiFinishReason(FinishReason reason);
-
-// Why /v1/chat/completions cannot serve `model` (a preset name or a checkpoint directory):
-// Saturn renders no Jinja chat templates, so it cannot apply one faithfully.
-absl::Status ChatTemplateRefusal(const std::string& model);
 
 }  // namespace saturn

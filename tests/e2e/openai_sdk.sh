@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The OpenAI-compatible API as its users reach it: the OpenAI Python SDK (PyPI `openai`, in a
 # venv this script makes beside the build) runs tests/e2e/openai_sdk_client.py against a
-# saturn-server (tiny model, CPU, --auth_scope=all with a token), then curl checks the
+# saturn-server (tiny model, CPU, --auth_scope=all with a token, a --chat_template for chat
+# completions), then curl checks the
 # server-sent event framing on the wire. Outside CI, a machine that cannot reach PyPI skips
 # the SDK part with a message; in CI (CI=true) that is a failure.
 #   bash tests/e2e/openai_sdk.sh BUILD_DIR
@@ -47,8 +48,21 @@ printf '%s\n' "$token" >"$tmp/token"
 # Made here, not by the background job's redirection, which a loaded machine may run only after
 # the first read below (that read, failing under set -e, ended a CI run once).
 : >"$tmp/server.log"
+# A chat template in the idiom of ChatML models' (the preset has none of its own).
+cat >"$tmp/chat.jinja" <<'JINJA'
+{%- for m in messages -%}
+{%- if m.role not in ['system', 'user', 'assistant'] -%}
+{{ raise_exception('roles must be system, user or assistant') }}
+{%- endif -%}
+<|im_start|>{{ m.role }}
+{{ m.content | trim }}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif -%}
+JINJA
 "$build/server/saturn-server" --model=tiny --backend=cpu --threads=1 --listen=127.0.0.1:0 \
   --http_port=-1 --max_model_len=512 --kv_cache_mb=32 --calibration=quick --shutdown_grace=2s \
+  --chat_template="$tmp/chat.jinja" \
   --auth_token_file="$tmp/token" --auth_scope=all >"$tmp/server.log" 2>&1 &
 server_pid=$!
 url=""

@@ -82,11 +82,33 @@ def main(base_url, token):
         check(False, "max_tokens=0 was accepted")
     except openai.BadRequestError as e:
         check(e.status_code == 400 and "max_tokens" in str(e), f"max_tokens=0: {e}")
+    # Chat (the server runs with --chat_template): an assistant message, the same text streamed
+    # as deltas after a first chunk that names the role, and the template's own refusal a 400.
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    chat = client.chat.completions.create(model=model, messages=messages, max_tokens=12,
+                                          temperature=0, extra_body={"ignore_eos": True})
+    check(chat.object == "chat.completion", f"chat object {chat.object}")
+    message = chat.choices[0].message
+    check(message.role == "assistant", f"chat role {message.role}")
+    check(chat.usage.completion_tokens == 12, f"chat usage {chat.usage}")
+    stream = client.chat.completions.create(model=model, messages=messages, max_tokens=12,
+                                            temperature=0, stream=True,
+                                            extra_body={"ignore_eos": True})
+    roles, text, finish = [], "", None
+    for chunk in stream:
+        for choice in chunk.choices:
+            if choice.delta.role:
+                roles.append(choice.delta.role)
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    check(roles == ["assistant"], f"chat stream roles {roles}")
+    check(text == message.content, f"chat streamed {text!r} != {message.content!r}")
+    check(finish == "length", f"chat stream finish_reason {finish}")
     try:
-        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
-        check(False, "chat without a template was accepted")
+        client.chat.completions.create(model=model, messages=[{"role": "tool", "content": "x"}])
+        check(False, "a role the template refuses was accepted")
     except openai.BadRequestError as e:
-        check("chat template" in str(e), f"chat: {e}")
+        check("roles must be system, user or assistant" in str(e), f"chat refusal: {e}")
     try:
         client.completions.create(model="no-such-model", prompt=[1], max_tokens=1)
         check(False, "an unknown model was accepted")

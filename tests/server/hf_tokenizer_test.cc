@@ -97,6 +97,22 @@ TEST_F(HfTokenizerServerTest, PromptTextGetsTheIdsTokenizersGivesWithBos) {
   }
 }
 
+// A rendered chat template is encoded as apply_chat_template encodes it (add_special_tokens
+// False): no BOS added, and the BOS the template wrote as text becomes the one BOS id, so the
+// rendered "<|begin_of_text|>" + text gives the ids the prompt path gives the text alone.
+TEST_F(HfTokenizerServerTest, RenderedChatTextAddsNoSpecialTokensAndReadsThoseWritten) {
+  for (const auto& c : (*cases_)["cases"]) {
+    const std::string text = c["text"];
+    const std::vector<int> plain = c["ids_plain"], with_bos = c["ids"];
+    absl::StatusOr<std::vector<int>> got = tokenizer_->EncodeRendered(text);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, plain) << text;
+    got = tokenizer_->EncodeRendered("<|begin_of_text|>" + text);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, with_bos) << text;
+  }
+}
+
 // The streaming path's pieces (TokenBytes into Utf8Stream, as GenerateReactor does) on a
 // prompt whose characters the trained vocabulary splits across tokens.
 TEST_F(HfTokenizerServerTest, CharactersSplitAcrossTokensStreamWhole) {

@@ -2,15 +2,11 @@
 // error shape and status codes, and the response JSON.
 #include "server/http/openai_protocol.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-
-#include "tests/engine/model/gguf_writer.h"
 
 namespace saturn {
 namespace {
@@ -298,52 +294,94 @@ TEST(OpenAiProtocolTest, ModelsListsTheOneModel) {
   EXPECT_EQ(m["data"][0]["max_model_len"], 4096);
 }
 
-TEST(OpenAiProtocolTest, ChatRefusalSaysWhy) {
-  absl::Status s = ChatTemplateRefusal("small");
-  EXPECT_EQ(HttpStatus(s), 400);
-  EXPECT_NE(s.message().find("no chat template"), absl::string_view::npos) << s;
+// A chat body: messages (string or text parts), max_completion_tokens over max_tokens, logprobs
+// as a bool with top_logprobs, the completion fields shared; what Saturn cannot render refused
+// by name.
+TEST(OpenAiProtocolTest, ChatRequestTakesMessagesAndTheSharedFields) {
+  absl::StatusOr<ChatRequest> r = ParseChatRequest(R"({
+      "model": "m", "messages": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+      "max_tokens": 5, "max_completion_tokens": 7, "temperature": 0, "seed": 3,
+      "logprobs": true, "top_logprobs": 2, "stop": "x", "stream": true,
+      "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 2u);
+  EXPECT_EQ(r->messages[0].role, "system");
+  EXPECT_EQ(r->messages[1].content, "a\nb");  // text parts joined by newlines, as vLLM
+  EXPECT_TRUE(r->add_generation_prompt);
+  ASSERT_EQ(r->completion.requests.size(), 1u);
+  const v1::GenerateRequest& g = r->completion.requests[0];
+  EXPECT_EQ(g.max_tokens(), 7);
+  EXPECT_EQ(g.temperature(), 0);
+  EXPECT_EQ(g.seed(), 3);
+  EXPECT_EQ(g.logprobs(), 2);
+  EXPECT_TRUE(g.prompt_text().empty() && g.prompt_token_ids().empty());  // rendered later
+  EXPECT_EQ(r->completion.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(r->completion.stream && r->completion.include_usage);
+
+  auto error = [](const std::string& body) {
+    absl::StatusOr<ChatRequest> bad = ParseChatRequest(body);
+    EXPECT_FALSE(bad.ok()) << body;
+    EXPECT_EQ(HttpStatus(bad.status()), 400);
+    return std::string(bad.status().message());
+  };
+  EXPECT_THAT(error(R"({"messages": []})"), ::testing::StartsWith("messages: required"));
+  EXPECT_THAT(error(R"({"prompt": "x"})"), ::testing::StartsWith("messages: required"));
+  EXPECT_THAT(error(R"({"messages": [{"content": "x"}]})"),
+              ::testing::StartsWith("messages[0].role: required"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "user"}]})"),
+              ::testing::StartsWith("messages[0].content: required"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "user", "content": [{"type": "image_url",
+                  "image_url": {"url": "x"}}]}]})"),
+              ::testing::StartsWith("messages[0].content[0]: only"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "user", "content": "x"}],
+                  "tools": [{"type": "function"}]})"),
+              ::testing::StartsWith("tools: not supported"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"),
+              ::testing::StartsWith("top_logprobs: allowed only with"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "user", "content": "x"}], "n": 2})"),
+              ::testing::StartsWith("n: only 1"));
+  // An empty tools list is what some SDKs send by default: not a request for tools.
+  EXPECT_TRUE(
+      ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "tools": []})").ok());
 }
 
-// The checkpoint's tokenizer_config.json is read on the request: one with a template is named
-// as a Jinja program; one nested 200k deep (which overflowed the parser's stack) is not parsed.
-TEST(OpenAiProtocolTest, ChatRefusalReadsTheCheckpointsTokenizerConfigSafely) {
-  namespace fs = std::filesystem;
-  std::string dir = (fs::path(::testing::TempDir()) / "chat_XXXXXX").string();
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  std::ofstream(dir + "/tokenizer_config.json") << R"({"chat_template": "{{ messages }}"})";
-  absl::Status s = ChatTemplateRefusal(dir);
-  EXPECT_NE(s.message().find("is a Jinja program"), absl::string_view::npos) << s;
-  std::ofstream(dir + "/tokenizer_config.json")
-      << "{\"x\": " << std::string(200000, '[') << std::string(200000, ']') << "}";
-  s = ChatTemplateRefusal(dir);
-  EXPECT_EQ(HttpStatus(s), 400);
-  EXPECT_NE(s.message().find("has no chat template"), absl::string_view::npos) << s;
-  fs::remove_all(dir);
-}
-
-// A GGUF file's template is its tokenizer.chat_template key: named where present, its absence
-// said where not (never "the built-in model").
-TEST(OpenAiProtocolTest, ChatRefusalReadsAGgufFilesTemplateKey) {
-  namespace fs = std::filesystem;
-  const std::string with = (fs::path(::testing::TempDir()) / "chat-with.gguf").string();
-  const std::string without = (fs::path(::testing::TempDir()) / "chat-without.gguf").string();
-  testing_gguf::Writer a;
-  a.Str("general.architecture", "llama");
-  a.Str("tokenizer.chat_template", "{{ messages }}");
-  a.Save(with);
-  testing_gguf::Writer b;
-  b.Str("general.architecture", "llama");
-  b.Save(without);
-  absl::Status s = ChatTemplateRefusal(with);
-  EXPECT_EQ(HttpStatus(s), 400);
-  EXPECT_NE(s.message().find("tokenizer.chat_template) is a Jinja program"),
-            absl::string_view::npos)
-      << s;
-  s = ChatTemplateRefusal(without);
-  EXPECT_EQ(HttpStatus(s), 400);
-  EXPECT_NE(s.message().find("GGUF file has no chat template"), absl::string_view::npos) << s;
-  fs::remove(with);
-  fs::remove(without);
+// Chat completions answer as OpenAI does: a message of role assistant, or chunks whose first
+// delta carries the role; logprobs as {"content": [{token, logprob, bytes, top_logprobs}]}.
+TEST(OpenAiProtocolTest, ChatResponsesAreMessagesAndDeltas) {
+  const CompletionHeader h{"chatcmpl-1", 5, "m", /*chat=*/true};
+  ChoiceFormat f;
+  f.with_logprobs = true;
+  f.token_text = [](int id) { return id == 1 ? std::string("\xc3") : std::string("b"); };
+  CompletionChoice c;
+  c.piece.text = "hi";
+  c.piece.logprobs.push_back(PositionLogprobs{{1, -0.5f, 1}, {{1, -0.5f, 1}, {2, -1.5f, 2}}});
+  c.finish_reason = "stop";
+  const Json whole = Json::parse(CompletionJson(h, f, {c}, Usage{3, 1, 0}));
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["choices"][0]["message"], Json({{"role", "assistant"}, {"content", "hi"}}));
+  EXPECT_FALSE(whole["choices"][0].contains("text"));
+  const Json& lp = whole["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(lp["logprob"], -0.5);
+  EXPECT_EQ(lp["bytes"], Json({0xc3}));  // unsigned bytes of a partial character
+  EXPECT_EQ(lp["top_logprobs"][1]["token"], "b");
+  c.first = true;
+  c.finish_reason = "";
+  auto chunk = [&](const CompletionChoice& x) {
+    const std::string e = CompletionChunkEvent(h, f, x, false);
+    return Json::parse(e.substr(6));  // after "data: "
+  };
+  const Json first = chunk(c);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"], Json({{"role", "assistant"}, {"content", "hi"}}));
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  c.first = false;
+  c.piece.text.clear();
+  c.finish_reason = "length";
+  const Json last = chunk(c);
+  EXPECT_EQ(last["choices"][0]["delta"], Json::object());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
 }
 
 }  // namespace
