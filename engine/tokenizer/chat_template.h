@@ -50,7 +50,7 @@ class ChatTemplate {
       const std::string& bos_token, const std::string& eos_token,
       const std::vector<std::pair<std::string, std::string>>& extra = {}) const;
 
-  struct Program;  // the parsed template (chat_template.cc)
+  struct Program;  // the parsed template (chat_template_internal.h)
 
  private:
   explicit ChatTemplate(std::shared_ptr<const Program> program) : program_(std::move(program)) {}

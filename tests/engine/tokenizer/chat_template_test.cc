@@ -20,10 +20,6 @@
 #include <string>
 #include <vector>
 
-#ifndef SATURN_SOURCE_DIR
-#define SATURN_SOURCE_DIR "/work/main"
-#endif
-
 namespace saturn {
 namespace {
 
