@@ -60,41 +60,57 @@ absl::StatusOr<Json> TokenizerConfig(const std::string& dir) {
   return config;
 }
 
-absl::StatusOr<ModelChatTemplate> FromCheckpoint(const std::string& dir) {
+// What a model's own files hold: its template's source and where it came from, or why there is
+// none (`missing`), and its special tokens' texts either way.
+struct Own {
+  std::string source, origin, bos, eos;
+  absl::Status missing;
+};
+
+Own FromCheckpoint(const std::string& dir) {
+  Own own;
   absl::StatusOr<Json> read = TokenizerConfig(dir);
-  if (!read.ok()) return read.status();
+  if (!read.ok()) {
+    own.missing = read.status();
+    return own;
+  }
   const Json& config = *read;
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   std::error_code ec;
-  const std::string bos = TokenText(config, "bos_token"), eos = TokenText(config, "eos_token");
+  own.bos = TokenText(config, "bos_token"), own.eos = TokenText(config, "eos_token");
   // transformers prefers chat_template.jinja beside the config when both are there.
   const fs::path jinja = fs::path(dir) / "chat_template.jinja";
+  auto it = config.find("chat_template");
   if (fs::exists(jinja, ec)) {
     absl::StatusOr<std::string> text =
         ReadFileBounded(jinja.string(), ChatTemplate::kMaxSourceBytes);
-    if (!text.ok()) return Refuse(std::string(text.status().message()));
-    return Parsed(std::move(*text), jinja.string(), bos, eos);
-  }
-  auto it = config.find("chat_template");
-  if (it != config.end() && it->is_string()) {
-    return Parsed(it->get<std::string>(), absl::StrCat(config_path.string(), " chat_template"), bos,
-                  eos);
-  }
-  if (it != config.end() && it->is_array()) {  // named templates: the default one
+    if (!text.ok()) {
+      own.missing = Refuse(std::string(text.status().message()));
+    } else {
+      own.source = std::move(*text), own.origin = jinja.string();
+    }
+  } else if (it != config.end() && it->is_string()) {
+    own.source = it->get<std::string>();
+    own.origin = absl::StrCat(config_path.string(), " chat_template");
+  } else if (it != config.end() && it->is_array()) {  // named templates: the default one
+    own.missing = Refuse(absl::StrCat(config_path.string(),
+                                      ": chat_template lists named templates but none named "
+                                      "\"default\"; use /v1/completions"));
     for (const Json& named : *it) {
       if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
           named["template"].is_string()) {
-        return Parsed(named["template"].get<std::string>(),
-                      absl::StrCat(config_path.string(), " chat_template \"default\""), bos, eos);
+        own.source = named["template"].get<std::string>();
+        own.origin = absl::StrCat(config_path.string(), " chat_template \"default\"");
+        own.missing = absl::OkStatus();
+        break;
       }
     }
-    return Refuse(absl::StrCat(config_path.string(),
-                               ": chat_template lists named templates but none named "
-                               "\"default\"; use /v1/completions"));
+  } else {
+    own.missing = Refuse(
+        "the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json's "
+        "chat_template); use /v1/completions");
   }
-  return Refuse(
-      "the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json's "
-      "chat_template); use /v1/completions");
+  return own;
 }
 
 // The text of the token whose id `key` holds, "" where the key or the token is missing.
@@ -109,44 +125,49 @@ std::string GgufTokenText(const GgufFile& f, const char* key) {
   return t.kind == GgufValue::Kind::kString ? t.s : "";
 }
 
-absl::StatusOr<ModelChatTemplate> FromGguf(const std::string& path) {
+Own FromGguf(const std::string& path) {
+  Own own;
   absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
-  if (!f.ok()) return Refuse(std::string(f.status().message()));
+  if (!f.ok()) {
+    own.missing = Refuse(std::string(f.status().message()));
+    return own;
+  }
+  own.bos = GgufTokenText(**f, "tokenizer.ggml.bos_token_id");
+  own.eos = GgufTokenText(**f, "tokenizer.ggml.eos_token_id");
   absl::StatusOr<std::string> source = (*f)->GetString("tokenizer.chat_template");
   if (!source.ok()) {
-    return Refuse(
-        "the GGUF file has no chat template (tokenizer.chat_template); use /v1/completions");
+    own.missing =
+        Refuse("the GGUF file has no chat template (tokenizer.chat_template); use /v1/completions");
+  } else {
+    own.source = std::move(*source), own.origin = absl::StrCat(path, " tokenizer.chat_template");
   }
-  return Parsed(std::move(*source), absl::StrCat(path, " tokenizer.chat_template"),
-                GgufTokenText(**f, "tokenizer.ggml.bos_token_id"),
-                GgufTokenText(**f, "tokenizer.ggml.eos_token_id"));
+  return own;
+}
+
+Own FromModel(const std::string& model) {
+  std::error_code ec;
+  if (fs::is_regular_file(model, ec) && fs::path(model).extension() == ".gguf") {
+    return FromGguf(model);
+  }
+  if (fs::is_directory(model, ec)) return FromCheckpoint(model);
+  Own own;
+  own.missing = Refuse(absl::StrCat("the built-in model \"", model,
+                                    "\" has no chat template; use /v1/completions or start the "
+                                    "server with --chat_template FILE"));
+  return own;
 }
 
 }  // namespace
 
 absl::StatusOr<ModelChatTemplate> LoadModelChatTemplate(const std::string& model,
                                                         const std::string& template_file) {
-  std::error_code ec;
+  // The model's own special tokens fill a --chat_template too, whether or not its own template
+  // could be used.
+  Own own = FromModel(model);
   if (template_file.empty()) {
-    if (fs::is_regular_file(model, ec) && fs::path(model).extension() == ".gguf") {
-      return FromGguf(model);
-    }
-    if (fs::is_directory(model, ec)) return FromCheckpoint(model);
-    return Refuse(absl::StrCat("the built-in model \"", model,
-                               "\" has no chat template; use /v1/completions or start the server "
-                               "with --chat_template FILE"));
-  }
-  // The model's own special tokens, whether or not its own template could be used.
-  std::string bos, eos;
-  if (fs::is_regular_file(model, ec) && fs::path(model).extension() == ".gguf") {
-    if (absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(model); f.ok()) {
-      bos = GgufTokenText(**f, "tokenizer.ggml.bos_token_id");
-      eos = GgufTokenText(**f, "tokenizer.ggml.eos_token_id");
-    }
-  } else if (fs::is_directory(model, ec)) {
-    if (absl::StatusOr<Json> config = TokenizerConfig(model); config.ok()) {
-      bos = TokenText(*config, "bos_token"), eos = TokenText(*config, "eos_token");
-    }
+    if (!own.missing.ok()) return own.missing;
+    return Parsed(std::move(own.source), std::move(own.origin), std::move(own.bos),
+                  std::move(own.eos));
   }
   absl::StatusOr<std::string> text = ReadFileBounded(template_file, ChatTemplate::kMaxSourceBytes);
   if (!text.ok()) {
@@ -157,7 +178,7 @@ absl::StatusOr<ModelChatTemplate> LoadModelChatTemplate(const std::string& model
     return absl::InvalidArgumentError(
         absl::StrCat("--chat_template ", template_file, ": ", t.status().message()));
   }
-  return ModelChatTemplate{std::move(*t), bos, eos,
+  return ModelChatTemplate{std::move(*t), std::move(own.bos), std::move(own.eos),
                            absl::StrCat(template_file, " (--chat_template)")};
 }
 

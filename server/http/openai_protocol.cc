@@ -145,8 +145,6 @@ absl::Status Stop(const Json& body, std::vector<std::string>* out) {
   return absl::OkStatus();
 }
 
-absl::Status SharedFields(const Json& body, v1::GenerateRequest* out, CompletionRequest* req);
-
 // messages: [{role, content}], content a string or a list of {"type": "text", "text"} parts
 // (joined with newlines, as vLLM joins them for a template that takes a string).
 absl::Status Messages(const Json& body, std::vector<ChatMessage>* out) {
@@ -314,6 +312,53 @@ std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_hand
 
 std::string Event(const Json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
 
+// What completions and chat completions share: model, sampling (temperature, top_p, top_k,
+// seed), ignore_eos, stop_token_ids, stop, stream and stream_options, return_token_ids, user.
+absl::Status SharedFields(const Json& body, v1::GenerateRequest* out, CompletionRequest* req) {
+  v1::GenerateRequest& g = *out;
+  CompletionRequest& r = *req;
+  if (const Json* m = Field(body, "model"); m != nullptr) {
+    if (!m->is_string()) return Bad("model", "must be a string");
+    r.model = m->get<std::string>();
+  }
+  std::optional<int64_t> top_k, seed;
+  std::optional<double> temperature, top_p;
+  if (absl::Status s = GetBoundedInt(body, "top_k", -1, INT32_MAX, &top_k); !s.ok()) return s;
+  if (absl::Status s = GetInt(body, "seed", &seed); !s.ok()) return s;
+  if (absl::Status s = GetFloat(body, "temperature", &temperature); !s.ok()) return s;
+  if (absl::Status s = GetFloat(body, "top_p", &top_p); !s.ok()) return s;
+  g.set_temperature(static_cast<float>(temperature.value_or(1.0)));  // OpenAI's default
+  if (top_p.has_value()) g.set_top_p(static_cast<float>(*top_p));
+  if (top_k.has_value()) g.set_top_k(static_cast<int32_t>(*top_k < 0 ? 0 : *top_k));
+  if (seed.has_value()) g.set_seed(*seed);
+  bool ignore_eos = false;
+  if (absl::Status s = GetBool(body, "ignore_eos", &ignore_eos); !s.ok()) return s;
+  g.set_ignore_eos(ignore_eos);
+  if (const Json* ids = Field(body, "stop_token_ids"); ids != nullptr) {
+    if (!ids->is_array()) return Bad("stop_token_ids", "must be a list of token ids");
+    for (const Json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        return Bad("stop_token_ids", "must be a list of token ids (integers >= 0)");
+      }
+      g.add_stop_token_ids(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  if (absl::Status s = Stop(body, &r.stop); !s.ok()) return s;
+  if (absl::Status s = GetBool(body, "stream", &r.stream); !s.ok()) return s;
+  if (absl::Status s = GetBool(body, "return_token_ids", &r.return_token_ids); !s.ok()) return s;
+  if (const Json* o = Field(body, "stream_options"); o != nullptr) {
+    if (!r.stream) return Bad("stream_options", "allowed only with \"stream\": true");
+    if (!o->is_object()) return Bad("stream_options", "must be an object");
+    if (absl::Status s = GetBool(*o, "include_usage", &r.include_usage); !s.ok()) {
+      return Bad("stream_options.include_usage", "must be true or false");
+    }
+  }
+  if (const Json* u = Field(body, "user"); u != nullptr && !u->is_string()) {
+    return Bad("user", "must be a string");
+  }
+  return absl::OkStatus();
+}
+
 // The body as a JSON object (its nesting checked before the parse: nlohmann recurses per level).
 absl::StatusOr<Json> BodyObject(std::string_view text) {
   if (absl::Status s = CheckJsonDepth(text, kMaxJsonDepth, "request body"); !s.ok()) return s;
@@ -388,60 +433,9 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body_text) {
   }
   if (logprobs) g.set_logprobs(static_cast<int32_t>(top_logprobs.value_or(0)));
   if (absl::Status s = SharedFields(body, &g, &r); !s.ok()) return s;
-  r.requests.push_back(std::move(g));  // its prompt: the rendered messages (ChatPrompt)
+  r.requests.push_back(std::move(g));  // its prompt: the rendered messages (openai_http.cc)
   return c;
 }
-
-namespace {
-
-// What completions and chat completions share: model, sampling (temperature, top_p, top_k,
-// seed), ignore_eos, stop_token_ids, stop, stream and stream_options, return_token_ids, user.
-absl::Status SharedFields(const Json& body, v1::GenerateRequest* out, CompletionRequest* req) {
-  v1::GenerateRequest& g = *out;
-  CompletionRequest& r = *req;
-  if (const Json* m = Field(body, "model"); m != nullptr) {
-    if (!m->is_string()) return Bad("model", "must be a string");
-    r.model = m->get<std::string>();
-  }
-  std::optional<int64_t> top_k, seed;
-  std::optional<double> temperature, top_p;
-  if (absl::Status s = GetBoundedInt(body, "top_k", -1, INT32_MAX, &top_k); !s.ok()) return s;
-  if (absl::Status s = GetInt(body, "seed", &seed); !s.ok()) return s;
-  if (absl::Status s = GetFloat(body, "temperature", &temperature); !s.ok()) return s;
-  if (absl::Status s = GetFloat(body, "top_p", &top_p); !s.ok()) return s;
-  g.set_temperature(static_cast<float>(temperature.value_or(1.0)));  // OpenAI's default
-  if (top_p.has_value()) g.set_top_p(static_cast<float>(*top_p));
-  if (top_k.has_value()) g.set_top_k(static_cast<int32_t>(*top_k < 0 ? 0 : *top_k));
-  if (seed.has_value()) g.set_seed(*seed);
-  bool ignore_eos = false;
-  if (absl::Status s = GetBool(body, "ignore_eos", &ignore_eos); !s.ok()) return s;
-  g.set_ignore_eos(ignore_eos);
-  if (const Json* ids = Field(body, "stop_token_ids"); ids != nullptr) {
-    if (!ids->is_array()) return Bad("stop_token_ids", "must be a list of token ids");
-    for (const Json& id : *ids) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-        return Bad("stop_token_ids", "must be a list of token ids (integers >= 0)");
-      }
-      g.add_stop_token_ids(static_cast<int32_t>(id.get<int64_t>()));
-    }
-  }
-  if (absl::Status s = Stop(body, &r.stop); !s.ok()) return s;
-  if (absl::Status s = GetBool(body, "stream", &r.stream); !s.ok()) return s;
-  if (absl::Status s = GetBool(body, "return_token_ids", &r.return_token_ids); !s.ok()) return s;
-  if (const Json* o = Field(body, "stream_options"); o != nullptr) {
-    if (!r.stream) return Bad("stream_options", "allowed only with \"stream\": true");
-    if (!o->is_object()) return Bad("stream_options", "must be an object");
-    if (absl::Status s = GetBool(*o, "include_usage", &r.include_usage); !s.ok()) {
-      return Bad("stream_options.include_usage", "must be true or false");
-    }
-  }
-  if (const Json* u = Field(body, "user"); u != nullptr && !u->is_string()) {
-    return Bad("user", "must be a string");
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status InApiTerms(const absl::Status& status, int prompt_index) {
   const std::string prompt =
