@@ -7,6 +7,8 @@
 #include <map>
 #include <utility>
 
+#include "engine/measure/line_fit.h"
+
 namespace saturn {
 namespace {
 
@@ -304,19 +306,10 @@ Carry CarryOf(const Overlap& o) {
   c.spread = n < 2 ? 0.0 : (Quantile(ratios, 0.9) - Quantile(ratios, 0.1)) / mid;
   const auto [lo, hi] = std::minmax_element(o.probe.begin(), o.probe.end());
   if (n >= 2 && *hi >= kSpan * *lo) {
-    // Least squares of window = a + r probe, then the bounds: r >= 1, a >= 0.
-    const double mp = Mean(o.probe), mw = Mean(o.window);
-    double sxy = 0, sxx = 0;
-    for (size_t i = 0; i < n; ++i) {
-      sxy += (o.probe[i] - mp) * (o.window[i] - mw), sxx += (o.probe[i] - mp) * (o.probe[i] - mp);
-    }
-    c.ratio = sxy / sxx, c.add_us = mw - c.ratio * mp;
-    if (c.ratio < 1) c.ratio = 1, c.add_us = std::max(0.0, mw - mp);
-    if (c.add_us < 0) {
-      double wp = 0, pp = 0;
-      for (size_t i = 0; i < n; ++i) wp += o.window[i] * o.probe[i], pp += o.probe[i] * o.probe[i];
-      c.add_us = 0, c.ratio = std::max(1.0, wp / pp);
-    }
+    // window - probe = time + (ratio - 1) probe, both terms non-negative (line_fit.h).
+    double more = 0;
+    FitNonNegativeLine(o.probe, diffs, &c.add_us, &more);
+    c.ratio = 1 + more;
     double sq = 0;
     for (size_t i = 0; i < n; ++i) {
       const double r = (c.add_us + c.ratio * o.probe[i]) / o.window[i] - 1;
